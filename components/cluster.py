@@ -1,0 +1,168 @@
+"""Cluster: the EKS control plane through pulumi-eks, with its KMS key, node IAM role, access
+entries, OIDC provider, control-plane logs and the managed core add-ons (VPC CNI, CoreDNS,
+kube-proxy, Pod Identity agent) at pinned versions.
+
+No default node group: node groups are components of their own (``NodeGroup``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Optional
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+
+CLUSTER_LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+# What nodes need and no more; drivers and agents get roles of their own through Pod Identity.
+NODE_MANAGED_POLICIES = (
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEC2ContainerRegistryReadOnly",
+    # The VPC CNI (aws-node) runs with host networking before any pod identity can be served,
+    # so it keeps the node role's CNI permissions, as in EKS's own managed node groups.
+    "AmazonEKS_CNI_Policy",
+)
+
+
+@dataclass
+class ClusterArgs:
+    cluster_name: str
+    kubernetes_version: str
+    vpc_id: pulumi.Input[str]
+    private_subnet_ids: list[pulumi.Input[str]]
+    public_subnet_ids: list[pulumi.Input[str]]
+    endpoint_public_access: bool
+    endpoint_public_access_cidrs: list[str]
+    endpoint_private_access: bool
+    admin_principals: list[str]
+    vpc_cni_version: str
+    coredns_version: str
+    kube_proxy_version: str
+    pod_identity_agent_version: str
+    log_retention_days: int = 30
+    deletion_protection: bool = False
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def assume_role_policy(service: str) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
+        }
+    )
+
+
+class Cluster(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gputraining:components:Cluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = dict(args.tags)
+        partition = aws.get_partition_output(opts=pulumi.InvokeOutputOptions(parent=self)).partition
+
+        # Secrets are envelope-encrypted with a customer managed key.
+        key = aws.kms.Key(
+            f"{name}-secrets",
+            description=f"EKS secrets envelope encryption for {args.cluster_name}",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            tags=tags,
+            opts=child,
+        )
+        aws.kms.Alias(f"{name}-secrets", name=f"alias/{args.cluster_name}-eks-secrets", target_key_id=key.key_id, opts=child)
+
+        # EKS creates /aws/eks/<name>/cluster on its own with no retention; owning it here sets the
+        # retention and lets `pulumi destroy` remove it.
+        log_group = aws.cloudwatch.LogGroup(
+            f"{name}-control-plane",
+            name=f"/aws/eks/{args.cluster_name}/cluster",
+            retention_in_days=args.log_retention_days,
+            tags=tags,
+            opts=child,
+        )
+
+        node_role = aws.iam.Role(
+            f"{name}-node",
+            assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
+            description=f"EKS worker nodes of {args.cluster_name}",
+            tags=tags,
+            opts=child,
+        )
+        attachments = [
+            aws.iam.RolePolicyAttachment(
+                f"{name}-node-{policy}",
+                role=node_role.name,
+                policy_arn=partition.apply(lambda p, policy=policy: f"arn:{p}:iam::aws:policy/{policy}"),
+                opts=child,
+            )
+            for policy in NODE_MANAGED_POLICIES
+        ]
+
+        access_entries = {
+            f"admin-{i}": eks.AccessEntryArgs(
+                principal_arn=arn,
+                access_policies={
+                    "cluster-admin": eks.AccessPolicyAssociationArgs(
+                        policy_arn=CLUSTER_ADMIN_POLICY,
+                        access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                    )
+                },
+            )
+            for i, arn in enumerate(args.admin_principals)
+        }
+
+        self.cluster_name = args.cluster_name
+        self.eks = eks.Cluster(
+            f"{name}-eks",
+            name=args.cluster_name,
+            version=args.kubernetes_version,
+            vpc_id=args.vpc_id,
+            private_subnet_ids=args.private_subnet_ids,
+            public_subnet_ids=args.public_subnet_ids,
+            node_associate_public_ip_address=False,
+            skip_default_node_group=True,
+            authentication_mode=eks.AuthenticationMode.API,
+            access_entries=access_entries,
+            create_oidc_provider=True,
+            encryption_config_key_arn=key.arn,
+            enabled_cluster_log_types=CLUSTER_LOG_TYPES,
+            endpoint_public_access=args.endpoint_public_access,
+            public_access_cidrs=args.endpoint_public_access_cidrs if args.endpoint_public_access else None,
+            endpoint_private_access=args.endpoint_private_access,
+            deletion_protection=args.deletion_protection,
+            vpc_cni_options=eks.VpcCniOptionsArgs(addon_version=args.vpc_cni_version),
+            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(version=args.coredns_version),
+            kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(version=args.kube_proxy_version),
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group]),
+        )
+
+        after_cluster = pulumi.ResourceOptions(parent=self, depends_on=[self.eks])
+        self.pod_identity_agent = aws.eks.Addon(
+            f"{name}-pod-identity-agent",
+            cluster_name=args.cluster_name,
+            addon_name="eks-pod-identity-agent",
+            addon_version=args.pod_identity_agent_version,
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            tags=tags,
+            opts=after_cluster,
+        )
+
+        self.node_role = node_role
+        self.node_role_attachments = attachments
+        self.kms_key_arn = key.arn
+        self.cluster_security_group_id = self.eks.cluster_security_group_id
+        self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
+        self.oidc_provider_arn = self.eks.oidc_provider_arn
+        self.register_outputs(
+            {
+                "clusterName": args.cluster_name,
+                "kubeconfig": self.kubeconfig,
+                "clusterSecurityGroupId": self.cluster_security_group_id,
+                "nodeRoleArn": node_role.arn,
+            }
+        )

@@ -1,0 +1,216 @@
+"""NodeGroup: one EKS managed node group (pulumi-eks ``ManagedNodeGroup``) with a launch template of
+our own, used for the system group and for every GPU group.
+
+Why our own launch template rather than ``enable_efa_support``: pulumi-eks' EFA template leaves the
+root volume unencrypted, always creates a placement group and cannot target a capacity
+reservation or block. This one adds, on top of the same EFA layout:
+- an encrypted gp3 root volume and IMDSv2 required;
+- every EFA interface the type has: network card 0 carries device 0 as ``efa`` (the primary
+  interface must carry ENA), every other card device 1 as ``efa-only`` (VPC CNI >= 1.18.5);
+- a security group allowing all traffic to and from itself (EFA's requirement), next to the
+  cluster security group;
+- a cluster placement group created in the node group's AZ, an existing one, or none;
+- a capacity reservation or capacity block target.
+No subnet is set on the interfaces: EKS picks it from the node group's subnets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+GPU_PRESENT_LABEL = {"nvidia.com/gpu.present": "true"}
+EFA_PRESENT_LABEL = {"vpc.amazonaws.com/efa.present": "true"}
+NODE_GROUP_LABEL = "gputraining/node-group"
+EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
+EKS_CAPACITY_TYPE = {"on-demand": "ON_DEMAND", "spot": "SPOT", "capacity-block": "CAPACITY_BLOCK"}
+
+
+@dataclass
+class NodeGroupArgs:
+    cluster: eks.Cluster
+    cluster_name: str
+    cluster_security_group_id: pulumi.Input[str]
+    node_role: aws.iam.Role
+    vpc_id: pulumi.Input[str]
+    subnet_ids: list[pulumi.Input[str]]
+    instance_type: str
+    ami_type: str
+    min_size: int
+    desired_size: int
+    max_size: int
+    disk_size_gib: int
+    kubernetes_version: Optional[str] = None
+    capacity_type: Literal["on-demand", "spot", "capacity-block"] = "on-demand"
+    capacity_reservation_id: Optional[str] = None
+    # EFA interfaces to attach (0 = no EFA), the type's network cards to spread them over.
+    efa_interfaces: int = 0
+    # Placement: "create" a cluster placement group in `availability_zone`, use an "existing" one
+    # by name, or "none".
+    placement_group: Literal["create", "existing", "none"] = "none"
+    placement_group_name: Optional[str] = None
+    availability_zone: Optional[str] = None
+    gpu: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[dict[str, str]] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def efa_network_interfaces(count: int, security_group_ids: list[pulumi.Input[str]]) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+    """The launch-template interfaces for ``count`` EFA interfaces, one per network card."""
+    interfaces = []
+    for card in range(count):
+        interfaces.append(
+            aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                network_card_index=card,
+                device_index=0 if card == 0 else 1,
+                interface_type="efa" if card == 0 else "efa-only",
+                security_groups=security_group_ids,
+                delete_on_termination="true",
+                associate_public_ip_address="false" if card == 0 else None,
+            )
+        )
+    return interfaces
+
+
+class NodeGroup(pulumi.ComponentResource):
+    def __init__(self, name: str, args: NodeGroupArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gputraining:components:NodeGroup", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = {**args.tags, "gputraining/node-group": name}
+        node_group_name = f"{args.cluster_name}-{name}"
+
+        if args.efa_interfaces and not args.availability_zone:
+            raise ValueError("an EFA node group must be pinned to one availability zone")
+        if args.placement_group == "create" and not args.availability_zone:
+            raise ValueError("a cluster placement group needs the node group's availability zone")
+
+        self.efa_security_group_id: Optional[pulumi.Output[str]] = None
+        security_group_ids: list[pulumi.Input[str]] = [args.cluster_security_group_id]
+        if args.efa_interfaces:
+            efa_sg = aws.ec2.SecurityGroup(
+                f"{name}-efa",
+                vpc_id=args.vpc_id,
+                description=f"EFA traffic among the {node_group_name} nodes (all traffic to and from itself)",
+                tags={**tags, "Name": f"{node_group_name}-efa"},
+                opts=child,
+            )
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-efa-in-self",
+                security_group_id=efa_sg.id,
+                referenced_security_group_id=efa_sg.id,
+                ip_protocol="-1",
+                description="EFA: all inbound from members of this group",
+                opts=child,
+            )
+            aws.vpc.SecurityGroupEgressRule(
+                f"{name}-efa-out-self",
+                security_group_id=efa_sg.id,
+                referenced_security_group_id=efa_sg.id,
+                ip_protocol="-1",
+                description="EFA: all outbound to members of this group",
+                opts=child,
+            )
+            security_group_ids.append(efa_sg.id)
+            self.efa_security_group_id = efa_sg.id
+
+        placement_name: Optional[pulumi.Input[str]] = None
+        if args.placement_group == "create":
+            pg = aws.ec2.PlacementGroup(
+                f"{name}-pg",
+                strategy="cluster",
+                tags={**tags, "gputraining/availability-zone": args.availability_zone or ""},
+                opts=child,
+            )
+            placement_name = pg.name
+        elif args.placement_group == "existing":
+            placement_name = args.placement_group_name
+
+        market_options = None
+        reservation = None
+        if args.capacity_type == "capacity-block":
+            market_options = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+        if args.capacity_reservation_id:
+            reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                    capacity_reservation_id=args.capacity_reservation_id
+                )
+            )
+
+        network_interfaces = efa_network_interfaces(args.efa_interfaces, security_group_ids) if args.efa_interfaces else None
+        launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            description=f"{node_group_name}: encrypted root, IMDSv2" + (f", {args.efa_interfaces} EFA" if args.efa_interfaces else ""),
+            update_default_version=True,
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name="/dev/xvda",
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=args.disk_size_gib,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",
+                # 2 so that agents in pods (CloudWatch, device plugins) can still read instance metadata.
+                http_put_response_hop_limit=2,
+            ),
+            # With EFA the interfaces carry the security groups; otherwise the template does.
+            vpc_security_group_ids=None if network_interfaces else security_group_ids,
+            network_interfaces=network_interfaces,
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=placement_name) if placement_name else None,
+            instance_market_options=market_options,
+            capacity_reservation_specification=reservation,
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags={**tags, "Name": node_group_name}),
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="volume", tags={**tags, "Name": node_group_name}),
+            ],
+            tags=tags,
+            opts=child,
+        )
+
+        labels = {**args.labels, NODE_GROUP_LABEL: name}
+        taints = list(args.taints)
+        if args.gpu:
+            labels.update(GPU_PRESENT_LABEL)
+            taints = [GPU_TAINT] + taints
+        if args.efa_interfaces:
+            labels.update(EFA_PRESENT_LABEL)
+
+        self.node_group_name = node_group_name
+        self.node_group = eks.ManagedNodeGroup(
+            f"{name}-mng",
+            cluster=args.cluster,
+            node_group_name=node_group_name,
+            node_role=args.node_role,
+            instance_types=[args.instance_type],
+            ami_type=args.ami_type,
+            capacity_type=EKS_CAPACITY_TYPE[args.capacity_type],
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=args.min_size, desired_size=args.desired_size, max_size=args.max_size
+            ),
+            subnet_ids=args.subnet_ids,
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=launch_template.id, version=launch_template.latest_version.apply(str)
+            ),
+            version=args.kubernetes_version,
+            labels=labels,
+            taints=[
+                aws.eks.NodeGroupTaintArgs(key=t["key"], value=t.get("value") or None, effect=EKS_TAINT_EFFECT[t["effect"]])
+                for t in taints
+            ],
+            tags=tags,
+            opts=child,
+        )
+        self.labels = labels
+        self.taints = taints
+        self.register_outputs({"nodeGroupName": node_group_name})

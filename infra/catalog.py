@@ -1,0 +1,177 @@
+"""Instance catalog: the facts about EC2 instance types that everything downstream derives from.
+
+GPU counts, EFA interface counts and network cards are typed here once. The EFA wiring of node
+groups and (later) the GPU/EFA requests of training jobs read them from an ``InstanceType``;
+they never repeat a number.
+
+Two sources give the same ``InstanceType`` shape:
+- ``BUILTIN``: a table that works offline (no AWS account needed);
+- ``from_describe_instance_types``: reads ``ec2.describe_instance_types`` with boto3 when
+  credentials are present.
+The built-in table is checked against AWS's recorded data in the tests (moto ships it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Mapping, Optional
+
+__all__ = [
+    "InstanceType",
+    "BUILTIN",
+    "GPU_TYPES",
+    "SYSTEM_TYPES",
+    "get",
+    "from_describe_instance_types",
+    "describe",
+]
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """Facts about one EC2 instance type."""
+
+    name: str
+    vcpus: int
+    memory_mib: int
+    gpus: int = 0
+    gpu_model: Optional[str] = None
+    gpu_memory_mib: int = 0  # per GPU
+    efa_interfaces: int = 0  # maximum EFA interfaces; 0 = no EFA
+    network_cards: int = 1
+    # GPUDirect RDMA over EFA (FI_EFA_USE_DEVICE_RDMA=1): A100 (p4d) and newer. Not reported by
+    # DescribeInstanceTypes, so it comes from this table.
+    efa_rdma: bool = False
+
+    @property
+    def efa_supported(self) -> bool:
+        return self.efa_interfaces > 0
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpus > 0
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    def summary(self) -> str:
+        if self.is_gpu:
+            gpu = f"{self.gpus} x {self.gpu_model} {self.gpu_memory_mib // 1024} GiB"
+        else:
+            gpu = "no GPU"
+        efa = f"{self.efa_interfaces} EFA" if self.efa_supported else "no EFA"
+        return f"{gpu}, {efa}, {self.vcpus} vCPU, {self.memory_mib // 1024} GiB"
+
+
+_GIB = 1024
+
+
+def _gpu(name, vcpus, mem_gib, gpus, model, gpu_mem_mib, efa, cards, rdma=False) -> InstanceType:
+    return InstanceType(
+        name=name,
+        vcpus=vcpus,
+        memory_mib=mem_gib * _GIB,
+        gpus=gpus,
+        gpu_model=model,
+        gpu_memory_mib=gpu_mem_mib,
+        efa_interfaces=efa,
+        network_cards=cards,
+        efa_rdma=rdma,
+    )
+
+
+def _cpu(name, vcpus, mem_gib) -> InstanceType:
+    return InstanceType(name=name, vcpus=vcpus, memory_mib=mem_gib * _GIB)
+
+
+# Source: EC2 DescribeInstanceTypes (as recorded by moto 5.2.5) and the EC2 accelerated computing
+# instance pages; p3.2xlarge/8xlarge/16xlarge are no longer listed by DescribeInstanceTypes in
+# most regions, so their row comes from the EC2 documentation. See ../shared/REFERENCE.md.
+_GPU_ROWS = [
+    #    name             vCPU  GiB   GPUs model   GPU MiB  EFA cards RDMA
+    _gpu("p3.2xlarge", 8, 61, 1, "V100", 16384, 0, 1),
+    _gpu("p3.8xlarge", 32, 244, 4, "V100", 16384, 0, 1),
+    _gpu("p3.16xlarge", 64, 488, 8, "V100", 16384, 0, 1),
+    _gpu("p3dn.24xlarge", 96, 768, 8, "V100", 32768, 1, 1),
+    _gpu("p4d.24xlarge", 96, 1152, 8, "A100", 40960, 4, 4, rdma=True),
+    _gpu("p4de.24xlarge", 96, 1152, 8, "A100", 81920, 4, 4, rdma=True),
+    _gpu("p5.48xlarge", 192, 2048, 8, "H100", 81920, 32, 32, rdma=True),
+    _gpu("p5e.48xlarge", 192, 2048, 8, "H200", 144384, 32, 32, rdma=True),
+    _gpu("p5en.48xlarge", 192, 2048, 8, "H200", 144384, 16, 16, rdma=True),
+]
+
+# System node group types: general purpose, no GPU. c5.2xlarge is the reference setups' choice.
+_SYSTEM_ROWS = [
+    _cpu("c5.xlarge", 4, 8),
+    _cpu("c5.2xlarge", 8, 16),
+    _cpu("c5.4xlarge", 16, 32),
+    _cpu("m5.xlarge", 4, 16),
+    _cpu("m5.2xlarge", 8, 32),
+    _cpu("m5.4xlarge", 16, 64),
+    _cpu("m6i.xlarge", 4, 16),
+    _cpu("m6i.2xlarge", 8, 32),
+    _cpu("m6i.4xlarge", 16, 64),
+]
+
+BUILTIN: Mapping[str, InstanceType] = {t.name: t for t in _GPU_ROWS + _SYSTEM_ROWS}
+GPU_TYPES = tuple(t.name for t in _GPU_ROWS)
+SYSTEM_TYPES = tuple(t.name for t in _SYSTEM_ROWS)
+
+
+def get(name: str) -> Optional[InstanceType]:
+    """The built-in facts for ``name``, or None when the type is not in the catalog."""
+    return BUILTIN.get(name)
+
+
+def from_describe_instance_types(item: Mapping[str, Any]) -> InstanceType:
+    """Build an ``InstanceType`` from one item of ``ec2.describe_instance_types()['InstanceTypes']``."""
+    name = item["InstanceType"]
+    gpu_info = item.get("GpuInfo") or {}
+    gpus = gpu_info.get("Gpus") or []
+    gpu_count = sum(int(g.get("Count", 0)) for g in gpus)
+    network = item.get("NetworkInfo") or {}
+    efa = 0
+    if network.get("EfaSupported"):
+        efa = int((network.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0))
+    known = BUILTIN.get(name)
+    return InstanceType(
+        name=name,
+        vcpus=int(item["VCpuInfo"]["DefaultVCpus"]),
+        memory_mib=int(item["MemoryInfo"]["SizeInMiB"]),
+        gpus=gpu_count,
+        gpu_model=gpus[0].get("Name") if gpus else None,
+        gpu_memory_mib=int((gpus[0].get("MemoryInfo") or {}).get("SizeInMiB", 0)) if gpus else 0,
+        efa_interfaces=efa,
+        network_cards=int(network.get("MaximumNetworkCards", 1)),
+        efa_rdma=known.efa_rdma if known else False,
+    )
+
+
+def describe(names: Iterable[str], session: Any = None, region: Optional[str] = None) -> dict[str, InstanceType]:
+    """Read the facts for ``names`` from AWS with boto3 (``ec2.describe_instance_types``).
+
+    Types AWS does not return (not offered in the region) are absent from the result.
+    """
+    import boto3  # imported here so the offline paths never need AWS libraries loaded
+
+    session = session or boto3.session.Session(region_name=region)
+    ec2 = session.client("ec2", region_name=region)
+    wanted = sorted(set(names))
+    found: dict[str, InstanceType] = {}
+    paginator = ec2.get_paginator("describe_instance_types")
+    # Ask for each name separately: DescribeInstanceTypes fails the whole call on one unknown name.
+    for name in wanted:
+        try:
+            for page in paginator.paginate(InstanceTypes=[name]):
+                for item in page.get("InstanceTypes", []):
+                    found[item["InstanceType"]] = from_describe_instance_types(item)
+        except ec2.exceptions.ClientError as err:  # pragma: no cover - exercised against real AWS
+            if err.response.get("Error", {}).get("Code") != "InvalidInstanceType":
+                raise
+    return found
+
+
+def with_overrides(base: InstanceType, **changes: Any) -> InstanceType:
+    """A copy of ``base`` with some facts changed (used by tests and by the boto3 merge)."""
+    return replace(base, **changes)

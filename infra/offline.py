@@ -1,0 +1,433 @@
+"""The offline engine: runs the real Pulumi program in-process against Pulumi's runtime mocks.
+
+It stands in for the cloud only. Every resource gets a stable fake id and the outputs the program
+reads; invokes that ask AWS about the region (AZs, instance type offerings) are answered from
+AWS's recorded data that moto ships. The program itself runs unchanged.
+
+Used by the offline plan (``python -m infra plan``) and by the tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pulumi
+import pulumi.resource as pulumi_resource
+import yaml
+from google.protobuf import json_format
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime.config import set_all_config
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+ACCOUNT_ID = "123456789012"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+# Wire-format signatures of the Pulumi RPC layer.
+_SIG_KEY = "4dabf18193072939515e22adb298388d"
+_SIG_SECRET = "1b47061264138c4ac30d75fd1eb44270"
+_SIG_RESOURCE = "5cf8f73096256a8f31e491e813e4eb8e"
+_UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+
+# Fake physical id prefixes by resource type, so ids look like what AWS would return.
+_ID_PREFIX = {
+    "aws:ec2/vpc:Vpc": "vpc-",
+    "aws:ec2/subnet:Subnet": "subnet-",
+    "aws:ec2/internetGateway:InternetGateway": "igw-",
+    "aws:ec2/natGateway:NatGateway": "nat-",
+    "aws:ec2/eip:Eip": "eipalloc-",
+    "aws:ec2/routeTable:RouteTable": "rtb-",
+    "aws:ec2/routeTableAssociation:RouteTableAssociation": "rtbassoc-",
+    "aws:ec2/securityGroup:SecurityGroup": "sg-",
+    "aws:ec2/launchTemplate:LaunchTemplate": "lt-",
+    "aws:ec2/vpcEndpoint:VpcEndpoint": "vpce-",
+    "aws:ec2/placementGroup:PlacementGroup": "pg-",
+    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": "sgr-",
+    "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": "sgr-",
+    "aws:efs/fileSystem:FileSystem": "fs-",
+    "aws:efs/mountTarget:MountTarget": "fsmt-",
+    "aws:efs/accessPoint:AccessPoint": "fsap-",
+    "aws:fsx/lustreFileSystem:LustreFileSystem": "fs-",
+    "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": "dra-",
+}
+
+
+def _digest(*parts: str, n: int = 17) -> str:
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:n]
+
+
+# ---------------------------------------------------------------------------------------------
+# AWS's recorded region data (shipped by moto)
+# ---------------------------------------------------------------------------------------------
+
+
+def _moto_resources() -> Optional[Path]:
+    spec = importlib.util.find_spec("moto")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / "ec2" / "resources"
+
+
+@lru_cache(maxsize=None)
+def az_offerings(region: str) -> dict[str, set[str]]:
+    """Instance type -> AZ names offering it in ``region``, from AWS's recorded data."""
+    base = _moto_resources()
+    path = base / "instance_type_offerings" / "availability-zone" / f"{region}.json.gz" if base else None
+    if path is None or not path.exists():
+        raise RuntimeError(
+            f"no recorded AWS offering data for region {region!r} (install the dev requirements; "
+            "moto ships the data)"
+        )
+    offered: dict[str, set[str]] = {}
+    for item in json.loads(gzip.decompress(path.read_bytes())):
+        offered.setdefault(item["InstanceType"], set()).add(item["Location"])
+    return offered
+
+
+def region_azs(region: str) -> list[str]:
+    return sorted({az for azs in az_offerings(region).values() for az in azs})
+
+
+# ---------------------------------------------------------------------------------------------
+# Mocks
+# ---------------------------------------------------------------------------------------------
+
+
+def _fake_kubeconfig(cluster_name: str, region: str) -> dict[str, Any]:
+    endpoint = f"https://{_digest(cluster_name, n=32).upper()}.gr7.{region}.eks.amazonaws.com"
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster_name, "cluster": {"server": endpoint, "certificate-authority-data": "TU9DSw=="}}],
+        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
+        "current-context": cluster_name,
+        "users": [
+            {
+                "name": cluster_name,
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1beta1",
+                        "command": "aws",
+                        "args": ["eks", "get-token", "--cluster-name", cluster_name, "--output", "json"],
+                    }
+                },
+            }
+        ],
+    }
+
+
+class OfflineMocks(pulumi_mocks.Mocks):
+    """Stable fake ids and the outputs the program reads; region facts from recorded AWS data."""
+
+    def __init__(self, region: str):
+        self.region = region
+
+    # -- resources ------------------------------------------------------------------------
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs):
+        typ, name, inputs = args.typ, args.name, dict(args.inputs)
+        if args.resource_id:
+            return args.resource_id, inputs
+        rid = _ID_PREFIX.get(typ, f"{name}-") + _digest(typ, name)
+        arn_service = typ.split(":")[1].split("/")[0] if ":" in typ else "unknown"
+        state = dict(inputs)
+        state.setdefault("arn", f"arn:aws:{arn_service}:{self.region}:{ACCOUNT_ID}:{name}/{rid}")
+        state.setdefault("name", inputs.get("name") or f"{name}-{_digest(typ, name, n=7)}")
+        extra = self._extra_outputs(typ, name, inputs, rid)
+        state.update(extra)
+        return rid, state
+
+    def _extra_outputs(self, typ: str, name: str, inputs: dict, rid: str) -> dict[str, Any]:
+        if typ == "aws:iam/role:Role":
+            role_name = inputs.get("name") or f"{name}-{_digest(typ, name, n=7)}"
+            return {"arn": f"arn:aws:iam::{ACCOUNT_ID}:role/{role_name}", "name": role_name, "uniqueId": "AROA" + _digest(name).upper()}
+        if typ == "aws:kms/key:Key":
+            key_id = f"{_digest(name, n=8)}-{_digest(name, 'a', n=4)}-{_digest(name, 'b', n=4)}-{_digest(name, 'c', n=4)}-{_digest(name, 'd', n=12)}"
+            return {"keyId": key_id, "arn": f"arn:aws:kms:{self.region}:{ACCOUNT_ID}:key/{key_id}"}
+        if typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            return {"latestVersion": 1, "defaultVersion": 1}
+        if typ == "aws:ec2/securityGroup:SecurityGroup":
+            return {"arn": f"arn:aws:ec2:{self.region}:{ACCOUNT_ID}:security-group/{rid}"}
+        if typ == "eks:index:Cluster":
+            cluster_name = inputs.get("name") or name
+            kubeconfig = _fake_kubeconfig(cluster_name, self.region)
+            oidc = f"oidc.eks.{self.region}.amazonaws.com/id/{_digest(cluster_name, n=32).upper()}"
+            return {
+                "kubeconfig": kubeconfig,
+                "kubeconfigJson": json.dumps(kubeconfig, sort_keys=True),
+                "clusterSecurityGroupId": "sg-" + _digest("cluster-sg", cluster_name),
+                "nodeSecurityGroupId": "sg-" + _digest("node-sg", cluster_name),
+                "oidcProviderArn": f"arn:aws:iam::{ACCOUNT_ID}:oidc-provider/{oidc}",
+                "oidcProviderUrl": f"https://{oidc}",
+                "oidcIssuer": oidc,
+            }
+        return {}
+
+    # -- invokes --------------------------------------------------------------------------
+    def call(self, args: pulumi_mocks.MockCallArgs):
+        token, a = args.token, args.args
+        if token == "aws:index/getPartition:getPartition":
+            return {"id": "aws", "partition": "aws", "dnsSuffix": "amazonaws.com", "reverseDnsPrefix": "com.amazonaws"}
+        if token == "aws:index/getRegion:getRegion":
+            return {"id": self.region, "name": self.region, "region": self.region, "endpoint": f"ec2.{self.region}.amazonaws.com"}
+        if token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"id": ACCOUNT_ID, "accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/offline", "userId": "AIDAOFFLINE"}
+        if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            names = region_azs(self.region)
+            return {"id": self.region, "names": names, "zoneIds": [f"{self.region[:2]}{self.region.split('-')[-1]}-az{i + 1}" for i in range(len(names))]}
+        if token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
+            wanted: Optional[set[str]] = None
+            for f in a.get("filters") or []:
+                if f.get("name") == "instance-type":
+                    wanted = set(f.get("values") or [])
+            types, locs = [], []
+            for t, azs in sorted(az_offerings(self.region).items()):
+                if wanted is not None and t not in wanted:
+                    continue
+                for az in sorted(azs):
+                    types.append(t)
+                    locs.append(az)
+            return {"id": self.region, "instanceTypes": types, "locations": locs, "locationTypes": ["availability-zone"] * len(types)}
+        raise NotImplementedError(f"the offline engine has no answer for invoke {token}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording monitor
+# ---------------------------------------------------------------------------------------------
+
+
+def _urn_parts(urn: str) -> tuple[str, str]:
+    """(type, name) of a URN."""
+    parts = urn.split("::")
+    return parts[2].split("$")[-1], parts[3] if len(parts) > 3 else ""
+
+
+def _ref(urn: str) -> dict[str, str]:
+    typ, name = _urn_parts(urn)
+    return {"type": typ, "name": name}
+
+
+def _plain(value: Any) -> Any:
+    """Wire-format value -> JSON-safe plain value, with secrets masked and references named."""
+    if isinstance(value, dict):
+        sig = value.get(_SIG_KEY)
+        if sig == _SIG_SECRET:
+            return "[secret]"
+        if sig == _SIG_RESOURCE:
+            typ, name = _urn_parts(value.get("urn", ""))
+            return f"resource:{typ}::{name}"
+        if sig is not None:
+            return {k: _plain(value[k]) for k in sorted(value) if k != _SIG_KEY}
+        return {k: _plain(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if value == _UNKNOWN:
+        return "[unknown]"
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+@dataclass
+class Record:
+    type: str
+    name: str
+    id: Optional[str]
+    parent: Optional[dict[str, str]]
+    depends_on: list[dict[str, str]]
+    inputs: dict[str, Any]
+    custom: bool
+    urn: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "name": self.name,
+            "id": self.id,
+            "parent": self.parent,
+            "dependsOn": self.depends_on,
+            "inputs": self.inputs,
+        }
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """The mock monitor, plus a record of every registration in order."""
+
+    def __init__(self, mocks: pulumi_mocks.Mocks):
+        super().__init__(mocks)
+        self.records: list[Record] = []
+        self.stack_outputs: dict[str, Any] = {}
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type == "pulumi:pulumi:Stack":
+            return response
+        raw = json_format.MessageToDict(request.object, preserving_proto_field_name=True)
+        parent = None
+        if request.parent and not _urn_parts(request.parent)[0] == "pulumi:pulumi:Stack":
+            parent = _ref(request.parent)
+        # The SDK gathers dependencies in sets: sort them so the same program gives the same file.
+        deps = sorted((_ref(u) for u in set(request.dependencies)), key=lambda d: (d["type"], d["name"]))
+        options: dict[str, Any] = {}
+        if request.protect:
+            options["protect"] = True
+        if request.retainOnDelete:
+            options["retainOnDelete"] = True
+        self.records.append(
+            Record(
+                type=request.type,
+                name=request.name,
+                id=response.id if request.custom else None,
+                parent=parent,
+                depends_on=deps,
+                inputs=_plain(raw),
+                custom=bool(request.custom),
+                urn=response.urn,
+                options=options,
+            )
+        )
+        return response
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the program
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PlanResult:
+    records: list[Record]
+    outputs: dict[str, Any]
+
+    def of_type(self, typ: str) -> list[Record]:
+        return [r for r in self.records if r.type == typ]
+
+    def named(self, typ: str, name: str) -> Record:
+        found = [r for r in self.records if r.type == typ and r.name == name]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} resources of type {typ} named {name}")
+        return found[0]
+
+    def children_of(self, typ: str, name: str) -> list[Record]:
+        return [r for r in self.records if r.parent == {"type": typ, "name": name}]
+
+    def kubernetes_objects(self) -> list[dict[str, Any]]:
+        """Every Kubernetes object registered, as its manifest."""
+        out = []
+        for r in self.records:
+            if not r.type.startswith("kubernetes:") or r.type.startswith("kubernetes:helm.sh/") or r.type.startswith("pulumi:providers"):
+                continue
+            if "apiVersion" in r.inputs and "kind" in r.inputs:
+                out.append(r.inputs)
+        return out
+
+
+def flat_config(values: dict[str, Any]) -> dict[str, str]:
+    """Values -> the engine's wire form (structured values as JSON text)."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+
+
+def run(
+    program: Callable[[], dict[str, Any]],
+    config: dict[str, Any],
+    project: str,
+    stack: str,
+    region: Optional[str] = None,
+) -> PlanResult:
+    """Run ``program`` against the offline engine with ``config`` (``{"ns:key": value}``).
+
+    Returns what was registered, in order, and the resolved stack outputs (secrets masked).
+    """
+    region = region or str(config.get("aws:region") or "us-west-2")
+    mocks = OfflineMocks(region)
+    monitor = RecordingMonitor(mocks)
+    pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    set_all_config(flat_config(config), [])
+    # Config comes from `config` only, never from a PULUMI_CONFIG left in the environment.
+    saved_env_config = os.environ.pop("PULUMI_CONFIG", None)
+    outputs: dict[str, Any] = {}
+
+    # Registrations reach the monitor in whatever order their inputs resolve, which varies from
+    # run to run; the order in which the program constructs resources does not. Record that
+    # order (the SDK calls register_resource synchronously from each constructor) and report
+    # registrations in it, so the same config gives the same files.
+    constructed: list[tuple[str, str]] = []
+    original_register = pulumi_resource.register_resource
+
+    def register_in_order(res, ty, name, *args, **kwargs):
+        constructed.append((ty, name))
+        return original_register(res, ty, name, *args, **kwargs)
+
+    async def body() -> None:
+        result = program()
+        for key, value in (result or {}).items():
+            out = pulumi.Output.from_input(value)
+            resolved = await out.future(with_unknowns=True)
+            outputs[key] = "[secret]" if await out.is_secret() else _jsonable(resolved)
+
+    pulumi_resource.register_resource = register_in_order
+    try:
+        _sync_await(run_pulumi_func(body))
+    finally:
+        pulumi_resource.register_resource = original_register
+        if saved_env_config is not None:
+            os.environ["PULUMI_CONFIG"] = saved_env_config
+    position = {key: i for i, key in reversed(list(enumerate(constructed)))}
+    records = sorted(monitor.records, key=lambda r: position.get((r.type, r.name), len(position)))
+    return PlanResult(records=records, outputs=outputs)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stack files
+# ---------------------------------------------------------------------------------------------
+
+
+def read_project(root: Path = PROJECT_ROOT) -> dict[str, Any]:
+    return yaml.safe_load((root / "Pulumi.yaml").read_text())
+
+
+def read_stack_config(stack: str, root: Path = PROJECT_ROOT) -> tuple[str, dict[str, Any]]:
+    """The project name and the stack's config as the engine would assemble it: project-level
+    defaults from Pulumi.yaml, overridden by Pulumi.<stack>.yaml. Keys without a namespace belong
+    to the project."""
+    project = read_project(root)
+    name = project["name"]
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+        raise FileNotFoundError(f"no stack file {path.name}; stacks here: {', '.join(known) or 'none'}")
+    values: dict[str, Any] = {}
+    for key, spec in (project.get("config") or {}).items():
+        full = key if ":" in key else f"{name}:{key}"
+        if isinstance(spec, dict) and ("default" in spec or "value" in spec):
+            values[full] = spec.get("value", spec.get("default"))
+        elif not isinstance(spec, dict):
+            values[full] = spec
+    stack_doc = yaml.safe_load(path.read_text()) or {}
+    for key, value in (stack_doc.get("config") or {}).items():
+        full = key if ":" in key else f"{name}:{key}"
+        if isinstance(value, dict) and "secure" in value:
+            value = "[secret]"
+        values[full] = value
+    return name, values

@@ -1,0 +1,152 @@
+"""The offline plan: run the stack's real program against the offline engine and show what it
+would create, with no AWS account and no Pulumi CLI.
+
+    python -m infra plan --stack dev [--out DIR]
+
+Exit codes: 0 planned; 2 invalid config (messages on stderr, no files written); 1 the program
+failed for another reason.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter, OrderedDict
+from pathlib import Path
+from typing import Any, Optional, TextIO
+
+import yaml
+
+from infra import catalog, offline
+from stacks import config as stack_config
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
+
+
+def load_config(stack: str, root: Path = offline.PROJECT_ROOT) -> stack_config.StackConfig:
+    project, values = offline.read_stack_config(stack, root)
+    return stack_config.load(values, project, stack)
+
+
+def plan(stack: str, root: Path = offline.PROJECT_ROOT) -> tuple[stack_config.StackConfig, offline.PlanResult]:
+    """Validate the stack's config, then run the program offline. Raises ConfigError first."""
+    cfg = load_config(stack, root)
+    project, values = offline.read_stack_config(stack, root)
+    from infra import program  # imported late: the program module imports pulumi resources
+
+    result = offline.run(program.main, values, project=project, stack=stack, region=cfg.region)
+    return cfg, result
+
+
+# ---------------------------------------------------------------------------------------------
+# Output files
+# ---------------------------------------------------------------------------------------------
+
+
+def _dump_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+
+
+class _ManifestDumper(yaml.SafeDumper):
+    pass
+
+
+def _str_presenter(dumper: yaml.SafeDumper, data: str):
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_ManifestDumper.add_representer(str, _str_presenter)
+
+
+def manifests_yaml(objects: list[dict[str, Any]]) -> str:
+    if not objects:
+        return ""
+    return yaml.dump_all(objects, Dumper=_ManifestDumper, sort_keys=False, default_flow_style=False, explicit_start=True)
+
+
+def write_files(result: offline.PlanResult, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "resources.json").write_text(_dump_json([r.as_json() for r in result.records]))
+    (out / "manifests.yaml").write_text(manifests_yaml(result.kubernetes_objects()))
+    (out / "outputs.json").write_text(_dump_json(result.outputs))
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary
+# ---------------------------------------------------------------------------------------------
+
+
+def summary(cfg: stack_config.StackConfig, result: offline.PlanResult) -> str:
+    lines = []
+    outputs = result.outputs
+    lines.append(f"Stack {cfg.project}/{cfg.stack} in {cfg.region}: cluster {cfg.cluster_name}, Kubernetes {cfg.cluster.kubernetes_version}")
+    gpu_az = outputs.get("gpuAvailabilityZone")
+    how = "chosen automatically" if cfg.gpu_availability_zone == "auto" else "from config"
+    lines.append(f"GPU availability zone: {gpu_az} ({how}); subnet AZs: {', '.join(outputs.get('availabilityZones', []))}")
+    lines.append("")
+    lines.append("GPU node groups:")
+    if not cfg.gpu_node_groups:
+        lines.append("  (none)")
+    for g in cfg.gpu_node_groups:
+        it = g.instance
+        efa = f"{g.efa_interfaces} EFA interfaces" if g.efa_interfaces else ("EFA off" if it.efa_supported else "no EFA")
+        lines.append(
+            f"  {g.name:<12} {g.instance_type:<15} {it.gpus} x {it.gpu_model} {it.gpu_memory_mib // 1024} GiB, {efa}, "
+            f"nodes {g.min_size}/{g.desired_size}/{g.max_size} (min/desired/max), {g.capacity_type}, placement {g.placement.mode}"
+        )
+    s = cfg.system_node_group
+    sys_it = catalog.get(s.instance_type)
+    lines.append(f"System node group: {s.instance_type} ({sys_it.summary() if sys_it else '?'}), nodes {s.min_size}/{s.desired_size}/{s.max_size}")
+    lines.append("")
+
+    # Resources by component and type.
+    by_component: "OrderedDict[str, Counter]" = OrderedDict()
+    top_of: dict[tuple[str, str], str] = {}
+    for r in result.records:
+        key = (r.type, r.name)
+        if r.parent is None:
+            top_of[key] = f"{r.type.split(':')[-1]} {r.name}"
+        else:
+            top_of[key] = top_of.get((r.parent["type"], r.parent["name"]), "?")
+        if r.parent is not None:
+            by_component.setdefault(top_of[key], Counter())[r.type] += 1
+        else:
+            by_component.setdefault(top_of[key], Counter())
+    custom = sum(1 for r in result.records if r.custom)
+    lines.append(f"Resources: {len(result.records)} registered ({custom} cloud/Kubernetes resources, {len(result.records) - custom} components)")
+    for comp, counts in by_component.items():
+        total = sum(counts.values())
+        lines.append(f"  {comp}: {total}")
+        for typ, n in sorted(counts.items()):
+            lines.append(f"      {n:>3} {typ}")
+    k8s = result.kubernetes_objects()
+    lines.append(f"Kubernetes objects: {len(k8s)}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry
+# ---------------------------------------------------------------------------------------------
+
+
+def run_cli(stack: str, out: Optional[str], stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
+    try:
+        cfg, result = plan(stack)
+    except stack_config.ConfigError as err:
+        print(f"error: stack {stack!r}: {err}", file=stderr)
+        return EXIT_BAD_CONFIG
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=stderr)
+        return EXIT_BAD_CONFIG
+    except Exception as err:  # the program refused the config at run time (placement, ...)
+        message = str(err)
+        if type(err).__name__ == "RunError":
+            print(f"error: stack {stack!r}: {message}", file=stderr)
+            return EXIT_BAD_CONFIG
+        raise
+    stdout.write(summary(cfg, result))
+    if out:
+        write_files(result, Path(out))
+        stdout.write(f"Wrote {out}/resources.json, {out}/manifests.yaml, {out}/outputs.json\n")
+    return EXIT_OK

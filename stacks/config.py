@@ -1,0 +1,489 @@
+"""The typed, validated stack config: everything a user sets per environment in Pulumi.<env>.yaml.
+
+Keys live in the project's namespace (``gpu-training:<key>``) plus ``aws:region``. Validation runs
+before any resource is registered and reports every problem at once, each naming the config key,
+the bad value and what is allowed (``ConfigError``). Nothing here touches Pulumi resources or AWS.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from typing import Any, Callable, Literal, Mapping, Optional, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from infra import catalog
+from infra import versions
+
+NAMESPACE = "gpu-training"
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class Problem:
+    """One config problem: the key it is about, and what is wrong."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}"
+
+    def __repr__(self) -> str:
+        return f"Problem({self.key!r}, {self.message!r})"
+
+
+class ConfigError(Exception):
+    """Raised with every problem found in a stack config."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"invalid stack config ({len(problems)} problem(s)):\n{lines}")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        strict=False,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections
+# ---------------------------------------------------------------------------------------------
+
+
+class NetworkConfig(_Model):
+    vpc_cidr: str = "10.0.0.0/16"
+    # Private (node) subnets are spread over this many AZs; one of them is the GPU AZ. EKS needs two.
+    availability_zone_count: int = Field(2, ge=2, le=6)
+    # Prefix length of each private subnet: /19 gives 8,190 addresses per AZ, enough for GPU nodes
+    # with many ENIs and the VPC CNI's warm IP pools.
+    private_subnet_prefix: int = Field(19, ge=16, le=24)
+    # One NAT gateway (cheap, dev) or one per AZ (no cross-AZ egress dependency, prod).
+    nat_gateways: Literal["single", "perAz"] = "single"
+
+
+class ClusterConfig(_Model):
+    name: Optional[str] = None  # default: <project>-<stack>
+    kubernetes_version: str = versions.KUBERNETES_DEFAULT
+    endpoint_public_access: bool = True
+    endpoint_public_access_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"])
+    endpoint_private_access: bool = True
+    # IAM principals (role/user ARNs) given cluster-admin through EKS access entries.
+    admin_principals: list[str] = Field(default_factory=list)
+    # Days to keep the control-plane logs (CloudWatch log group /aws/eks/<name>/cluster).
+    log_retention_days: int = 30
+    deletion_protection: bool = False
+
+
+class SystemNodeGroupConfig(_Model):
+    instance_type: str = "c5.2xlarge"
+    min_size: int = Field(2, ge=0)
+    desired_size: int = Field(2, ge=0)
+    max_size: int = Field(4, ge=1)
+    disk_size_gib: int = Field(100, ge=20, le=16384, alias="diskSizeGiB")
+
+
+class Taint(_Model):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "NoExecute", "PreferNoSchedule"] = "NoSchedule"
+
+
+class PlacementGroupConfig(_Model):
+    # create: a new cluster placement group in the GPU AZ; existing: the named one; none: no
+    # placement group (required with capacity reservations/blocks that bring their own placement).
+    mode: Literal["create", "existing", "none"] = "create"
+    name: Optional[str] = None
+
+
+CapacityType = Literal["on-demand", "spot", "capacity-block"]
+
+
+class GpuNodeGroupConfig(_Model):
+    name: str
+    instance_type: str
+    min_size: int = Field(0, ge=0)
+    desired_size: int = Field(0, ge=0)
+    max_size: int = Field(2, ge=1)
+    disk_size_gib: int = Field(500, ge=20, le=16384, alias="diskSizeGiB")
+    capacity_type: CapacityType = "on-demand"
+    capacity_reservation_id: Optional[str] = None
+    # EFA on (default where the type has it) or off. Asking for it on a type without EFA is an error.
+    efa: Optional[bool] = None
+    placement_group: Optional[PlacementGroupConfig] = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+
+    @property
+    def instance(self) -> catalog.InstanceType:
+        it = catalog.get(self.instance_type)
+        assert it is not None, "validated config always names a catalog type"
+        return it
+
+    @property
+    def efa_enabled(self) -> bool:
+        return self.instance.efa_supported if self.efa is None else self.efa
+
+    @property
+    def efa_interfaces(self) -> int:
+        return self.instance.efa_interfaces if self.efa_enabled else 0
+
+    @property
+    def placement(self) -> PlacementGroupConfig:
+        """The effective placement: explicit config, else a new cluster group for EFA groups
+        without a capacity reservation, else none."""
+        if self.placement_group is not None:
+            return self.placement_group
+        if self.efa_enabled and not self.capacity_reservation_id:
+            return PlacementGroupConfig(mode="create")
+        return PlacementGroupConfig(mode="none")
+
+
+class StackConfig(_Model):
+    project: str
+    stack: str
+    region: str
+    gpu_availability_zone: str = "auto"
+    network: NetworkConfig = NetworkConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    system_node_group: SystemNodeGroupConfig = SystemNodeGroupConfig()
+    gpu_node_groups: list[GpuNodeGroupConfig] = Field(default_factory=list)
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def cluster_name(self) -> str:
+        return self.cluster.name or f"{self.project}-{self.stack}"
+
+    @property
+    def gpu_instance_types(self) -> list[str]:
+        return sorted({g.instance_type for g in self.gpu_node_groups})
+
+    def gpu_group(self, name: str) -> Optional[GpuNodeGroupConfig]:
+        return next((g for g in self.gpu_node_groups if g.name == name), None)
+
+
+# Top-level keys in the project namespace and the model each one parses into.
+SECTIONS: dict[str, tuple[str, type]] = {
+    "gpuAvailabilityZone": ("gpu_availability_zone", str),
+    "network": ("network", NetworkConfig),
+    "cluster": ("cluster", ClusterConfig),
+    "systemNodeGroup": ("system_node_group", SystemNodeGroupConfig),
+    "gpuNodeGroups": ("gpu_node_groups", list),
+    "tags": ("tags", dict),
+}
+
+# Keys of other namespaces that the stack reads or tolerates (provider settings).
+FOREIGN_NAMESPACES_ALLOWED = ("aws", "kubernetes", "pulumi")
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+
+
+def _fmt(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _pydantic_problems(prefix: str, err: ValidationError) -> list[Problem]:
+    out = []
+    for e in err.errors(include_url=False):
+        loc = prefix
+        for part in e["loc"]:
+            loc += f"[{part}]" if isinstance(part, int) else f".{part}"
+        kind = e["type"]
+        if kind == "extra_forbidden":
+            key = e["loc"][-1]
+            msg = f"unknown key {key!r}"
+        elif kind == "missing":
+            msg = "is required"
+        else:
+            msg = f"{_fmt(e.get('input'))} is not allowed: {e['msg']}"
+        out.append(Problem(loc, msg))
+    return out
+
+
+def _parse(model: type[T], prefix: str, raw: Any, problems: list[Problem]) -> Optional[T]:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        problems.extend(_pydantic_problems(prefix, err))
+        return None
+
+
+def decode_config_values(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn the engine's flat config map (``ns:key`` -> JSON text or plain string) into values."""
+    # The engine passes structured values (maps, lists) as JSON text and scalars as plain text.
+    # Scalars stay text: the models coerce "3" or "true" where a number or a flag is expected.
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        decoded = value
+        if isinstance(value, str) and value[:1] in "[{":
+            try:
+                decoded = json.loads(value)
+            except ValueError:
+                pass
+        out[key] = decoded
+    return out
+
+
+def load(flat: Mapping[str, Any], project: str, stack: str) -> StackConfig:
+    """Validate a stack's config (``{"ns:key": value}``) and return the typed config.
+
+    Raises ``ConfigError`` listing every problem found.
+    """
+    problems: list[Problem] = []
+    values: dict[str, Any] = {}
+    for full_key, value in sorted(flat.items()):
+        ns, _, key = full_key.partition(":")
+        if ns == NAMESPACE:
+            if key not in SECTIONS:
+                allowed = ", ".join(sorted(SECTIONS))
+                problems.append(Problem(full_key, f"unknown key; allowed keys are: {allowed}"))
+                continue
+            values[key] = value
+        elif ns in FOREIGN_NAMESPACES_ALLOWED:
+            continue
+        else:
+            problems.append(
+                Problem(full_key, f"unknown namespace {ns!r}; this project reads {NAMESPACE}:* and aws:region")
+            )
+
+    def key(name: str) -> str:
+        return f"{NAMESPACE}:{name}"
+
+    region = flat.get("aws:region")
+    if not region:
+        problems.append(Problem("aws:region", "is required (e.g. us-west-2)"))
+        region = ""
+    elif not isinstance(region, str) or not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region):
+        problems.append(Problem("aws:region", f"{_fmt(region)} is not an AWS region name like 'us-west-2'"))
+
+    parsed: dict[str, Any] = {}
+    for name, (field, model) in SECTIONS.items():
+        if name not in values:
+            continue
+        raw = values[name]
+        if model is str:
+            if not isinstance(raw, str):
+                problems.append(Problem(key(name), f"{_fmt(raw)} is not allowed: expected a string"))
+            else:
+                parsed[field] = raw
+        elif model is dict:
+            if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+                problems.append(Problem(key(name), f"{_fmt(raw)} is not allowed: expected a map of strings"))
+            else:
+                parsed[field] = raw
+        elif model is list:
+            if not isinstance(raw, list):
+                problems.append(Problem(key(name), f"{_fmt(raw)} is not allowed: expected a list of node groups"))
+                continue
+            groups = []
+            for i, item in enumerate(raw):
+                g = _parse(GpuNodeGroupConfig, f"{key(name)}[{i}]", item, problems)
+                groups.append(g)
+            parsed[field] = groups
+        else:
+            if raw is None:
+                raw = {}
+            section = _parse(model, key(name), raw, problems)
+            if section is not None:
+                parsed[field] = section
+
+    # Semantic checks run on every section that parsed, so one typo does not hide other problems.
+    _check_az(parsed.get("gpu_availability_zone", "auto"), region, problems)
+    network = parsed.get("network", NetworkConfig())
+    if "network" in values and "network" not in parsed:
+        network = None
+    if network is not None:
+        _check_network(network, problems)
+    cluster = parsed.get("cluster", None if "cluster" in values else ClusterConfig())
+    if cluster is not None:
+        _check_cluster(cluster, problems)
+    system = parsed.get("system_node_group", None if "systemNodeGroup" in values else SystemNodeGroupConfig())
+    if system is not None:
+        _check_system(system, problems)
+    groups = parsed.get("gpu_node_groups", [])
+    _check_gpu_groups(groups, problems)
+
+    if problems:
+        raise ConfigError(problems)
+
+    parsed["gpu_node_groups"] = [g for g in groups if g is not None]
+    return StackConfig(project=project, stack=stack, region=region, **parsed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Semantic checks
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_az(az: str, region: str, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:gpuAvailabilityZone"
+    if az == "auto":
+        return
+    if not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d[a-z]", az):
+        problems.append(Problem(k, f"{_fmt(az)} is not allowed: use 'auto' or an AZ name like '{region or 'us-west-2'}b'"))
+    elif region and not az.startswith(region):
+        problems.append(Problem(k, f"{_fmt(az)} is not in the stack's region {region!r}; use an AZ of {region} or 'auto'"))
+
+
+def _check_network(n: NetworkConfig, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:network"
+    try:
+        net = ipaddress.ip_network(n.vpc_cidr, strict=True)
+    except ValueError as err:
+        problems.append(Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not a valid IPv4 CIDR block ({err})"))
+        return
+    if net.version != 4:
+        problems.append(Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not allowed: an IPv4 CIDR block is required"))
+        return
+    if not 16 <= net.prefixlen <= 28:
+        problems.append(Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not allowed: AWS VPCs are /16 to /28"))
+        return
+    if not net.is_private:
+        problems.append(
+            Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not a private range; use 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 space")
+        )
+    # Private subnets take one /private_subnet_prefix block each; public subnets share one more.
+    needed = n.availability_zone_count + 1
+    if n.private_subnet_prefix <= net.prefixlen:
+        have = 0
+    else:
+        have = 2 ** (n.private_subnet_prefix - net.prefixlen)
+    if have < needed:
+        problems.append(
+            Problem(
+                f"{k}.vpcCidr",
+                f"{_fmt(n.vpc_cidr)} is too small: {n.availability_zone_count} AZs need {needed} "
+                f"/{n.private_subnet_prefix} blocks ({n.availability_zone_count} private subnets + 1 for the public subnets) "
+                f"but it holds {have}; use a larger VPC CIDR or a longer network.privateSubnetPrefix",
+            )
+        )
+    elif n.private_subnet_prefix + 4 > 28:
+        problems.append(
+            Problem(f"{k}.privateSubnetPrefix", f"{n.private_subnet_prefix} leaves no room for public subnets (/{n.private_subnet_prefix + 4} > /28)")
+        )
+
+
+_ARN = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:(role|user|assumed-role)/[\w+=,.@/-]+$")
+
+
+def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:cluster"
+    if c.kubernetes_version not in versions.KUBERNETES_SUPPORTED:
+        problems.append(
+            Problem(
+                f"{k}.kubernetesVersion",
+                f"{_fmt(c.kubernetes_version)} is not supported; use one of {', '.join(versions.KUBERNETES_SUPPORTED)}",
+            )
+        )
+    if c.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}", c.name):
+        problems.append(Problem(f"{k}.name", f"{_fmt(c.name)} is not a valid EKS cluster name (letters, digits, - and _, up to 100)"))
+    for i, cidr in enumerate(c.endpoint_public_access_cidrs):
+        try:
+            ipaddress.ip_network(cidr, strict=True)
+        except ValueError as err:
+            problems.append(Problem(f"{k}.endpointPublicAccessCidrs[{i}]", f"{_fmt(cidr)} is not a valid CIDR block ({err})"))
+    if not c.endpoint_public_access and not c.endpoint_private_access:
+        problems.append(Problem(f"{k}.endpointPrivateAccess", "false together with endpointPublicAccess false leaves no way to reach the API server"))
+    for i, arn in enumerate(c.admin_principals):
+        if not _ARN.match(arn):
+            problems.append(
+                Problem(f"{k}.adminPrincipals[{i}]", f"{_fmt(arn)} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/Admin")
+            )
+    if len(set(c.admin_principals)) != len(c.admin_principals):
+        problems.append(Problem(f"{k}.adminPrincipals", "lists the same principal twice"))
+    allowed = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+    if c.log_retention_days not in allowed:
+        problems.append(Problem(f"{k}.logRetentionDays", f"{c.log_retention_days} is not a CloudWatch retention; use one of {allowed}"))
+
+
+def _check_scaling(k: str, min_size: int, desired: int, max_size: int, problems: list[Problem]) -> None:
+    if min_size > max_size:
+        problems.append(Problem(f"{k}.minSize", f"{min_size} is greater than maxSize {max_size}"))
+    elif not min_size <= desired <= max_size:
+        problems.append(Problem(f"{k}.desiredSize", f"{desired} is outside minSize..maxSize ({min_size}..{max_size})"))
+
+
+def _check_system(s: SystemNodeGroupConfig, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:systemNodeGroup"
+    it = catalog.get(s.instance_type)
+    if it is None:
+        problems.append(
+            Problem(f"{k}.instanceType", f"{_fmt(s.instance_type)} is not in the instance catalog; use one of {', '.join(catalog.SYSTEM_TYPES)}")
+        )
+    elif it.is_gpu:
+        problems.append(Problem(f"{k}.instanceType", f"{_fmt(s.instance_type)} is a GPU type; system nodes use one of {', '.join(catalog.SYSTEM_TYPES)}"))
+    _check_scaling(k, s.min_size, s.desired_size, s.max_size, problems)
+    if s.max_size < 1:
+        problems.append(Problem(f"{k}.maxSize", "must be at least 1: system pods need a node"))
+
+
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+RESERVED_LABEL_PREFIXES = ("kubernetes.io/", "k8s.io/", "eks.amazonaws.com/")
+
+
+def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list[Problem]) -> None:
+    base = f"{NAMESPACE}:gpuNodeGroups"
+    seen: dict[str, int] = {}
+    for i, g in enumerate(groups):
+        if g is None:
+            continue
+        k = f"{base}[{i}]"
+        if not _K8S_NAME.match(g.name) or len(g.name) > 32:
+            problems.append(
+                Problem(f"{k}.name", f"{_fmt(g.name)} is not allowed: lower-case letters, digits and '-', starting and ending with a letter or digit, at most 32 characters")
+            )
+        if g.name in seen:
+            problems.append(Problem(f"{k}.name", f"{_fmt(g.name)} is used by gpuNodeGroups[{seen[g.name]}] too; node group names must be unique"))
+        else:
+            seen[g.name] = i
+        it = catalog.get(g.instance_type)
+        if it is None or not it.is_gpu:
+            problems.append(
+                Problem(f"{k}.instanceType", f"{_fmt(g.instance_type)} is not a GPU type in the instance catalog; use one of {', '.join(catalog.GPU_TYPES)}")
+            )
+        elif g.efa and not it.efa_supported:
+            efa_types = ", ".join(t for t in catalog.GPU_TYPES if catalog.BUILTIN[t].efa_supported)
+            problems.append(Problem(f"{k}.efa", f"true is not allowed: {g.instance_type} has no EFA; EFA types are {efa_types}"))
+        _check_scaling(k, g.min_size, g.desired_size, g.max_size, problems)
+        if g.capacity_type == "capacity-block" and not g.capacity_reservation_id:
+            problems.append(Problem(f"{k}.capacityReservationId", "is required with capacityType 'capacity-block' (the cr-... id of the block)"))
+        if g.capacity_reservation_id is not None and not re.fullmatch(r"cr-[0-9a-f]{8,17}", g.capacity_reservation_id):
+            problems.append(Problem(f"{k}.capacityReservationId", f"{_fmt(g.capacity_reservation_id)} is not a capacity reservation id like cr-0123456789abcdef0"))
+        if g.capacity_type == "spot" and g.capacity_reservation_id:
+            problems.append(Problem(f"{k}.capacityReservationId", "cannot be used with capacityType 'spot'"))
+        pg = g.placement_group
+        if pg is not None:
+            if pg.mode == "existing" and not pg.name:
+                problems.append(Problem(f"{k}.placementGroup.name", "is required with mode 'existing'"))
+            if pg.mode != "existing" and pg.name:
+                problems.append(Problem(f"{k}.placementGroup.name", f"{_fmt(pg.name)} is only used with mode 'existing' (mode is {pg.mode!r})"))
+            if pg.mode == "create" and g.capacity_reservation_id:
+                problems.append(
+                    Problem(f"{k}.placementGroup.mode", "'create' cannot be combined with a capacity reservation/block; use 'none' or the reservation's own placement group with 'existing'")
+                )
+        for lk, lv in g.labels.items():
+            if not _LABEL_KEY.match(lk) or lk.startswith(RESERVED_LABEL_PREFIXES):
+                problems.append(Problem(f"{k}.labels.{lk}", f"{_fmt(lk)} is not an allowed label key (valid Kubernetes label key, not under kubernetes.io/, k8s.io/ or eks.amazonaws.com/)"))
+            if not _LABEL_VALUE.match(lv):
+                problems.append(Problem(f"{k}.labels.{lk}", f"{_fmt(lv)} is not a valid Kubernetes label value"))
+        for j, t in enumerate(g.taints):
+            if not _LABEL_KEY.match(t.key):
+                problems.append(Problem(f"{k}.taints[{j}].key", f"{_fmt(t.key)} is not a valid taint key"))
+            if t.key == "nvidia.com/gpu":
+                problems.append(Problem(f"{k}.taints[{j}].key", "'nvidia.com/gpu' is set on every GPU group already; list only extra taints"))

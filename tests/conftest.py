@@ -1,0 +1,56 @@
+"""Shared test helpers: run the real program against the offline engine with a given config."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from infra import offline  # noqa: E402
+from stacks import config as stack_config  # noqa: E402
+
+SHARED = ROOT.parent / "shared"
+NS = stack_config.NAMESPACE
+
+
+def minimal_values(**sections: Any) -> dict[str, Any]:
+    """A small valid config: us-west-2, one p4d group. Override sections by their key name."""
+    values: dict[str, Any] = {
+        "aws:region": "us-west-2",
+        f"{NS}:gpuAvailabilityZone": "auto",
+        f"{NS}:gpuNodeGroups": [
+            {"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 0, "desiredSize": 1, "maxSize": 2},
+        ],
+    }
+    for key, value in sections.items():
+        full = key if ":" in key else f"{NS}:{key}"
+        if value is None:
+            values.pop(full, None)
+        else:
+            values[full] = copy.deepcopy(value)
+    return values
+
+
+def dev_values() -> dict[str, Any]:
+    _, values = offline.read_stack_config("dev", ROOT)
+    return values
+
+
+def run_stack(values: dict[str, Any], stack: str = "test") -> offline.PlanResult:
+    """Validate and run the real program offline; returns what it registered."""
+    from infra import program
+
+    stack_config.load(values, "gpu-training", stack)  # raise ConfigError first, like the CLI
+    return offline.run(program.main, values, project="gpu-training", stack=stack)
+
+
+@pytest.fixture(scope="session")
+def dev_plan() -> offline.PlanResult:
+    return run_stack(dev_values(), stack="dev")
