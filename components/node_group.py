@@ -56,6 +56,9 @@ class NodeGroupArgs:
     placement_group_name: Optional[str] = None
     availability_zone: Optional[str] = None
     gpu: bool = False
+    # The name jobs and operators use for this group (label gputraining/node-group); defaults to
+    # the component's name.
+    group_name: Optional[str] = None
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[dict[str, str]] = field(default_factory=list)
     tags: dict[str, str] = field(default_factory=dict)
@@ -178,7 +181,7 @@ class NodeGroup(pulumi.ComponentResource):
             opts=child,
         )
 
-        labels = {**args.labels, NODE_GROUP_LABEL: name}
+        labels = {**args.labels, NODE_GROUP_LABEL: args.group_name or name}
         taints = list(args.taints)
         if args.gpu:
             labels.update(GPU_PRESENT_LABEL)

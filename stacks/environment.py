@@ -172,6 +172,7 @@ def build(cfg: StackConfig, placement: Placement | None = None) -> dict[str, Any
                 placement_group=placement_cfg.mode,
                 placement_group_name=placement_cfg.name,
                 gpu=True,
+                group_name=g.name,
                 labels=dict(g.labels),
                 taints=[t.model_dump() for t in g.taints],
             ),
