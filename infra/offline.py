@@ -236,6 +236,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _without_references(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.get(_SIG_KEY) == _SIG_RESOURCE:
+            return value.get("urn", "")
+        return {k: _without_references(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_references(v) for v in value]
+    return value
+
+
 @dataclass
 class Record:
     type: str
@@ -268,10 +278,16 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         self.stack_outputs: dict[str, Any] = {}
 
     def RegisterResource(self, request):
-        response = super().RegisterResource(request)
         if request.type == "pulumi:pulumi:Stack":
-            return response
+            return super().RegisterResource(request)
         raw = json_format.MessageToDict(request.object, preserving_proto_field_name=True)
+        # Resource references among the inputs (a cluster handed to a node group) reach the mocks
+        # as their URN: deserializing them for real would start lookups on another event loop.
+        sanitized = type(request)()
+        sanitized.CopyFrom(request)
+        sanitized.object.Clear()
+        sanitized.object.update(_without_references(raw))
+        response = super().RegisterResource(sanitized)
         parent = None
         if request.parent and not _urn_parts(request.parent)[0] == "pulumi:pulumi:Stack":
             parent = _ref(request.parent)
