@@ -156,6 +156,10 @@ class OfflineMocks(pulumi_mocks.Mocks):
             return {"latestVersion": 1, "defaultVersion": 1}
         if typ == "aws:ec2/securityGroup:SecurityGroup":
             return {"arn": f"arn:aws:ec2:{self.region}:{ACCOUNT_ID}:security-group/{rid}"}
+        if typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            return {"dnsName": f"{rid}.fsx.{self.region}.amazonaws.com", "mountName": _digest("mount", name, n=8), "networkInterfaceIds": ["eni-" + _digest("eni", name)]}
+        if typ == "aws:efs/fileSystem:FileSystem":
+            return {"dnsName": f"{rid}.efs.{self.region}.amazonaws.com"}
         if typ == "eks:index:Cluster":
             cluster_name = inputs.get("name") or name
             kubeconfig = _fake_kubeconfig(cluster_name, self.region)

@@ -40,3 +40,41 @@ KUBE_PROXY_ADDON = {
 # fabric manager and the EFA kernel module (AL2 AMIs are out of support).
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
+
+# ---------------------------------------------------------------------------------------------
+# Cluster services
+# ---------------------------------------------------------------------------------------------
+
+# EKS add-ons for the CSI drivers and CloudWatch (each gets its own IAM role via Pod Identity).
+# efs: driver v3.4.1. fsx: driver v1.9.0 (chart 1.17.0). cloudwatch: >= v1.5.2 collects EFA
+# metrics, >= 3.1.0 supports Pod Identity; v6.3.0 (July 2026) is published for 1.34-1.36.
+EFS_CSI_ADDON = "v3.4.1-eksbuild.1"
+FSX_CSI_ADDON = "v1.9.0-eksbuild.1"
+CLOUDWATCH_OBSERVABILITY_ADDON = "v6.3.0-eksbuild.1"
+
+# NVIDIA device plugin chart (https://nvidia.github.io/k8s-device-plugin). 0.19.0-0.19.2 mount
+# every uverbs device and clash with the EFA plugin; 0.20.0 is the newest in the chart index of
+# 2026-08-20. MOFED stays off explicitly (AWS's EFA guide), whatever the version.
+NVIDIA_DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
+NVIDIA_DEVICE_PLUGIN_CHART = "0.20.0"
+# EFA device plugin chart (https://aws.github.io/eks-charts). < 0.5.10 miscounts devices on newer
+# types; v0.5.30 is in the chart index of 2026-08-03 (the chart version carries a leading v).
+EFA_DEVICE_PLUGIN_REPO = "https://aws.github.io/eks-charts"
+EFA_DEVICE_PLUGIN_CHART = "v0.5.30"
+
+# Kubeflow MPI operator for kubeflow.org/v2beta1 MPIJob: the v0.8.0 release's install manifest,
+# vendored in manifests/vendor (source and checksum in manifests/vendor/SOURCES.md) so the offline
+# plan shows every object it installs.
+MPI_OPERATOR_VERSION = "v0.8.0"
+MPI_OPERATOR_MANIFEST = "manifests/vendor/mpi-operator-v0.8.0.yaml"
+MPI_OPERATOR_MANIFEST_SHA256 = "b38def13a94abe60b2a4b3485239d77f64892b8fbd202e9e435a6031b7500a8f"
+# Kubeflow training operator v1 (PyTorchJob, PaddleJob): the v1.9.4 standalone overlay, built by
+# kustomize at `pulumi up` from manifests/training-operator/kustomization.yaml, which must name this
+# ref (a test checks it). It runs only the pytorchjob and paddlejob schemes and drops its own
+# kubeflow.org/v1 MPIJob CRD, so it never fights the MPI operator over mpijobs.kubeflow.org.
+TRAINING_OPERATOR_REF = "v1.9.4"
+TRAINING_OPERATOR_SCHEMES = ("pytorchjob", "paddlejob")
+
+# etcd for PyTorch's etcd rendezvous: PyTorch speaks the etcd v2 API, which needs --enable-v2;
+# 3.5 is the last line that has it (3.6 removed it). v3.5.32 is the newest 3.5 patch (July 2026).
+ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.32"

@@ -149,6 +149,69 @@ class GpuNodeGroupConfig(_Model):
         return PlacementGroupConfig(mode="none")
 
 
+class EfsConfig(_Model):
+    enabled: bool = True
+    throughput_mode: Literal["elastic", "bursting"] = "elastic"
+    performance_mode: Literal["generalPurpose", "maxIO"] = "generalPurpose"
+
+
+class S3LinkConfig(_Model):
+    """An S3 bucket/prefix linked to FSx for import (and optionally export)."""
+
+    bucket: str
+    prefix: str = ""
+    # Where the linked data appears inside the file system (data repository associations only).
+    file_system_path: str = "/s3"
+    export: bool = False
+
+
+FsxDeploymentType = Literal["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"]
+
+
+class FsxConfig(_Model):
+    enabled: bool = True
+    deployment_type: FsxDeploymentType = "SCRATCH_2"
+    storage_capacity_gib: int = Field(1200, alias="storageCapacityGiB")
+    # MB/s per TiB of storage; PERSISTENT types only.
+    per_unit_storage_throughput: Optional[int] = None
+    s3: Optional[S3LinkConfig] = None
+
+
+class StorageConfig(_Model):
+    efs: EfsConfig = EfsConfig()
+    fsx: FsxConfig = FsxConfig()
+    # Protect the stores that hold data (file systems and their KMS key) from `pulumi destroy`.
+    # On by default; a dev stack turns it off explicitly.
+    deletion_protection: bool = True
+
+
+class EtcdConfig(_Model):
+    """etcd for PyTorch's etcd rendezvous (v2 API)."""
+
+    enabled: bool = True
+    replicas: int = 1
+    cpu: str = "250m"
+    memory: str = "512Mi"
+
+
+class ServicesConfig(_Model):
+    """Cluster services that can be switched off per environment."""
+
+    training_namespace: str = "training"
+    nvidia_device_plugin: bool = True
+    efa_device_plugin: bool = True
+    mpi_operator: bool = True
+    training_operator: bool = True
+
+
+class MonitoringConfig(_Model):
+    """CloudWatch Container Insights with GPU and EFA metrics, and a dashboard."""
+
+    enabled: bool = True
+    log_retention_days: int = 30
+    dashboard: bool = True
+
+
 class StackConfig(_Model):
     project: str
     stack: str
@@ -158,6 +221,10 @@ class StackConfig(_Model):
     cluster: ClusterConfig = ClusterConfig()
     system_node_group: SystemNodeGroupConfig = SystemNodeGroupConfig()
     gpu_node_groups: list[GpuNodeGroupConfig] = Field(default_factory=list)
+    storage: StorageConfig = StorageConfig()
+    etcd: EtcdConfig = EtcdConfig()
+    services: ServicesConfig = ServicesConfig()
+    monitoring: MonitoringConfig = MonitoringConfig()
     tags: dict[str, str] = Field(default_factory=dict)
 
     @property
@@ -179,6 +246,10 @@ SECTIONS: dict[str, tuple[str, type]] = {
     "cluster": ("cluster", ClusterConfig),
     "systemNodeGroup": ("system_node_group", SystemNodeGroupConfig),
     "gpuNodeGroups": ("gpu_node_groups", list),
+    "storage": ("storage", StorageConfig),
+    "etcd": ("etcd", EtcdConfig),
+    "services": ("services", ServicesConfig),
+    "monitoring": ("monitoring", MonitoringConfig),
     "tags": ("tags", dict),
 }
 
@@ -316,6 +387,20 @@ def load(flat: Mapping[str, Any], project: str, stack: str) -> StackConfig:
         _check_system(system, problems)
     groups = parsed.get("gpu_node_groups", [])
     _check_gpu_groups(groups, problems)
+    storage = parsed.get("storage", None if "storage" in values else StorageConfig())
+    if storage is not None:
+        _check_storage(storage, problems)
+    etcd = parsed.get("etcd", None if "etcd" in values else EtcdConfig())
+    if etcd is not None:
+        _check_etcd(etcd, problems)
+    services = parsed.get("services", None if "services" in values else ServicesConfig())
+    if services is not None:
+        _check_services(services, problems)
+    monitoring = parsed.get("monitoring")
+    if monitoring is not None and monitoring.log_retention_days not in LOG_RETENTION_DAYS:
+        problems.append(
+            Problem(f"{NAMESPACE}:monitoring.logRetentionDays", f"{monitoring.log_retention_days} is not a CloudWatch retention; use one of {LOG_RETENTION_DAYS}")
+        )
 
     if problems:
         raise ConfigError(problems)
@@ -377,6 +462,7 @@ def _check_network(n: NetworkConfig, problems: list[Problem]) -> None:
         )
 
 
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 _ARN = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:(role|user|assumed-role)/[\w+=,.@/-]+$")
 
 
@@ -405,9 +491,8 @@ def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
             )
     if len(set(c.admin_principals)) != len(c.admin_principals):
         problems.append(Problem(f"{k}.adminPrincipals", "lists the same principal twice"))
-    allowed = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
-    if c.log_retention_days not in allowed:
-        problems.append(Problem(f"{k}.logRetentionDays", f"{c.log_retention_days} is not a CloudWatch retention; use one of {allowed}"))
+    if c.log_retention_days not in LOG_RETENTION_DAYS:
+        problems.append(Problem(f"{k}.logRetentionDays", f"{c.log_retention_days} is not a CloudWatch retention; use one of {LOG_RETENTION_DAYS}"))
 
 
 def _check_scaling(k: str, min_size: int, desired: int, max_size: int, problems: list[Problem]) -> None:
@@ -487,3 +572,66 @@ def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list
                 problems.append(Problem(f"{k}.taints[{j}].key", f"{_fmt(t.key)} is not a valid taint key"))
             if t.key == "nvidia.com/gpu":
                 problems.append(Problem(f"{k}.taints[{j}].key", "'nvidia.com/gpu' is set on every GPU group already; list only extra taints"))
+
+
+# FSx for Lustre rules (AWS FSx API reference, CreateFileSystem StorageCapacity and
+# PerUnitStorageThroughput): 1200 GiB, 2400 GiB, then steps of 3600 (SCRATCH_1) or 2400 (others).
+FSX_CAPACITY_STEP = {"SCRATCH_1": 3600, "SCRATCH_2": 2400, "PERSISTENT_1": 2400, "PERSISTENT_2": 2400}
+FSX_THROUGHPUT = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def fsx_capacity_allowed(deployment_type: str, capacity: int) -> bool:
+    step = FSX_CAPACITY_STEP[deployment_type]
+    return capacity in (1200, 2400) or (capacity > 2400 and capacity % step == 0)
+
+
+def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:storage.fsx"
+    f = st.fsx
+    if not f.enabled:
+        return
+    step = FSX_CAPACITY_STEP[f.deployment_type]
+    if not fsx_capacity_allowed(f.deployment_type, f.storage_capacity_gib):
+        problems.append(
+            Problem(
+                f"{k}.storageCapacityGiB",
+                f"{f.storage_capacity_gib} is not allowed for {f.deployment_type}: use 1200, 2400 or a multiple of {step} GiB",
+            )
+        )
+    allowed = FSX_THROUGHPUT.get(f.deployment_type)
+    if allowed is None and f.per_unit_storage_throughput is not None:
+        problems.append(
+            Problem(f"{k}.perUnitStorageThroughput", f"{f.per_unit_storage_throughput} is not allowed: {f.deployment_type} has no per-unit throughput setting (PERSISTENT_1/PERSISTENT_2 only)")
+        )
+    if allowed is not None and f.per_unit_storage_throughput not in allowed:
+        problems.append(
+            Problem(
+                f"{k}.perUnitStorageThroughput",
+                f"{_fmt(f.per_unit_storage_throughput)} is not allowed for {f.deployment_type}: use one of {', '.join(map(str, allowed))} (MB/s/TiB)",
+            )
+        )
+    if f.s3 is not None:
+        if not _BUCKET.match(f.s3.bucket):
+            problems.append(Problem(f"{k}.s3.bucket", f"{_fmt(f.s3.bucket)} is not an S3 bucket name (just the name, no s3:// or path)"))
+        if f.s3.prefix.startswith("/"):
+            problems.append(Problem(f"{k}.s3.prefix", f"{_fmt(f.s3.prefix)} must not start with '/'"))
+        if not f.s3.file_system_path.startswith("/"):
+            problems.append(Problem(f"{k}.s3.fileSystemPath", f"{_fmt(f.s3.file_system_path)} must be an absolute path like /s3"))
+
+
+def _check_etcd(e: EtcdConfig, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:etcd"
+    if e.replicas not in (1, 3, 5):
+        problems.append(Problem(f"{k}.replicas", f"{e.replicas} is not allowed: use 1 (dev), 3 or 5 (an odd count keeps a quorum)"))
+    if not re.fullmatch(r"\d+(\.\d+)?m?", e.cpu):
+        problems.append(Problem(f"{k}.cpu", f"{_fmt(e.cpu)} is not a Kubernetes CPU quantity like 250m or 1"))
+    if not re.fullmatch(r"\d+(Ki|Mi|Gi)", e.memory):
+        problems.append(Problem(f"{k}.memory", f"{_fmt(e.memory)} is not a Kubernetes memory quantity like 512Mi or 1Gi"))
+
+
+def _check_services(sv: ServicesConfig, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:services"
+    ns = sv.training_namespace
+    if not _K8S_NAME.match(ns) or len(ns) > 63 or ns.startswith("kube-"):
+        problems.append(Problem(f"{k}.trainingNamespace", f"{_fmt(ns)} is not allowed: a Kubernetes namespace name (lower-case letters, digits, '-'), not kube-*"))

@@ -10,11 +10,18 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
+import pulumi_kubernetes as k8s
 
 from components.cluster import Cluster, ClusterArgs
+from components.device_plugins import DevicePlugins, DevicePluginsArgs
+from components.etcd import Etcd, EtcdArgs
+from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs
-from components.node_group import NodeGroup, NodeGroupArgs
+from components.node_group import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, NodeGroup, NodeGroupArgs
+from components.operators import MpiOperator, MpiOperatorArgs, TrainingOperator, TrainingOperatorArgs
+from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
 from infra import versions
+from infra.offline import PROJECT_ROOT
 from stacks.config import NAMESPACE, StackConfig
 
 
@@ -179,7 +186,10 @@ def build(cfg: StackConfig, placement: Placement | None = None) -> dict[str, Any
             opts=pulumi.ResourceOptions(depends_on=cluster.node_role_attachments),
         )
 
+    services = build_services(cfg, gpu_az, network, cluster, system, gpu_groups, tags)
+
     return {
+        **services,
         "clusterName": cfg.cluster_name,
         "kubeconfig": cluster.kubeconfig,
         "gpuAvailabilityZone": gpu_az,
@@ -190,3 +200,142 @@ def build(cfg: StackConfig, placement: Placement | None = None) -> dict[str, Any
         "gpuSubnetId": network.gpu_subnet_id,
         "nodeGroupNames": {"system": system.node_group_name, **{n: ng.node_group_name for n, ng in gpu_groups.items()}},
     }
+
+
+def build_services(
+    cfg: StackConfig,
+    gpu_az: str,
+    network: Network,
+    cluster: Cluster,
+    system: NodeGroup,
+    gpu_groups: dict[str, NodeGroup],
+    tags: dict[str, str],
+) -> dict[str, Any]:
+    """Cluster services: device plugins, storage, operators, etcd, monitoring. Every Kubernetes
+    object goes through one provider bound to the new cluster."""
+    sv = cfg.services
+    provider = k8s.Provider("k8s", kubeconfig=cluster.kubeconfig, opts=pulumi.ResourceOptions(depends_on=[cluster.eks]))
+    # Pods of the services need a node to run on, and add-ons need the cluster.
+    on_cluster = pulumi.ResourceOptions(provider=provider, depends_on=[system])
+    k8s_component = pulumi.ResourceOptions(providers=[provider], depends_on=[system])
+    cluster_ready: list[pulumi.Resource] = [cluster.eks, cluster.pod_identity_agent, system]
+    outputs: dict[str, Any] = {"trainingNamespace": sv.training_namespace}
+
+    namespace = k8s.core.v1.Namespace(
+        "training-namespace",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=sv.training_namespace, labels={"app.kubernetes.io/part-of": "gpu-training"}),
+        opts=on_cluster,
+    )
+
+    efa_types = sorted({g.instance_type for g in cfg.gpu_node_groups if g.efa_enabled})
+    if sv.nvidia_device_plugin or sv.efa_device_plugin:
+        DevicePlugins(
+            "device-plugins",
+            DevicePluginsArgs(
+                nvidia_chart_version=versions.NVIDIA_DEVICE_PLUGIN_CHART if sv.nvidia_device_plugin else None,
+                nvidia_repo=versions.NVIDIA_DEVICE_PLUGIN_REPO,
+                efa_chart_version=versions.EFA_DEVICE_PLUGIN_CHART if sv.efa_device_plugin else None,
+                efa_repo=versions.EFA_DEVICE_PLUGIN_REPO,
+                gpu_node_label=dict(GPU_PRESENT_LABEL),
+                efa_node_label=dict(EFA_PRESENT_LABEL),
+                efa_instance_types=efa_types,
+            ),
+            opts=k8s_component,
+        )
+
+    st = cfg.storage
+    if st.efs.enabled:
+        efs = EfsStore(
+            "efs",
+            EfsStoreArgs(
+                cluster_name=cfg.cluster_name,
+                vpc_id=network.vpc_id,
+                subnet_ids=network.private_subnet_ids,
+                node_security_group_id=cluster.cluster_security_group_id,
+                namespace=namespace.metadata.name,
+                addon_version=versions.EFS_CSI_ADDON,
+                throughput_mode=st.efs.throughput_mode,
+                performance_mode=st.efs.performance_mode,
+                protect=st.deletion_protection,
+                cluster_ready=cluster_ready,
+                tags=tags,
+            ),
+            opts=k8s_component,
+        )
+        outputs.update(efsFileSystemId=efs.file_system_id, efsClaim=EfsStore.CLAIM)
+    if st.fsx.enabled:
+        f = st.fsx
+        fsx = FsxStore(
+            "fsx",
+            FsxStoreArgs(
+                cluster_name=cfg.cluster_name,
+                vpc_id=network.vpc_id,
+                subnet_id=network.gpu_subnet_id,
+                availability_zone=gpu_az,
+                node_security_group_id=cluster.cluster_security_group_id,
+                namespace=namespace.metadata.name,
+                addon_version=versions.FSX_CSI_ADDON,
+                deployment_type=f.deployment_type,
+                storage_capacity_gib=f.storage_capacity_gib,
+                per_unit_storage_throughput=f.per_unit_storage_throughput,
+                s3_bucket=f.s3.bucket if f.s3 else None,
+                s3_prefix=f.s3.prefix if f.s3 else "",
+                s3_file_system_path=f.s3.file_system_path if f.s3 else "/s3",
+                s3_export=f.s3.export if f.s3 else False,
+                protect=st.deletion_protection,
+                cluster_ready=cluster_ready,
+                tags=tags,
+            ),
+            opts=k8s_component,
+        )
+        outputs.update(fsxFileSystemId=fsx.file_system_id, fsxDnsName=fsx.dns_name, fsxClaim=FsxStore.CLAIM)
+
+    if sv.mpi_operator:
+        MpiOperator(
+            "mpi-operator",
+            MpiOperatorArgs(
+                manifest=PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST,
+                manifest_sha256=versions.MPI_OPERATOR_MANIFEST_SHA256,
+                version=versions.MPI_OPERATOR_VERSION,
+            ),
+            opts=k8s_component,
+        )
+    if sv.training_operator:
+        TrainingOperator(
+            "training-operator",
+            TrainingOperatorArgs(kustomization_dir=PROJECT_ROOT / "manifests" / "training-operator"),
+            opts=k8s_component,
+        )
+
+    if cfg.etcd.enabled:
+        etcd = Etcd(
+            "etcd",
+            EtcdArgs(
+                namespace=namespace.metadata.name,
+                namespace_name=sv.training_namespace,
+                image=versions.ETCD_IMAGE,
+                replicas=cfg.etcd.replicas,
+                cpu=cfg.etcd.cpu,
+                memory=cfg.etcd.memory,
+                node_selector={NODE_GROUP_LABEL: "system"},
+            ),
+            opts=k8s_component,
+        )
+        outputs["etcdEndpoint"] = etcd.endpoint
+
+    if cfg.monitoring.enabled:
+        mon = Monitoring(
+            "monitoring",
+            MonitoringArgs(
+                cluster_name=cfg.cluster_name,
+                region=cfg.region,
+                addon_version=versions.CLOUDWATCH_OBSERVABILITY_ADDON,
+                log_retention_days=cfg.monitoring.log_retention_days,
+                dashboard=cfg.monitoring.dashboard,
+                cluster_ready=cluster_ready,
+                tags=tags,
+            ),
+        )
+        if mon.dashboard_name:
+            outputs["dashboardName"] = mon.dashboard_name
+    return outputs

@@ -1,0 +1,140 @@
+"""Etcd: an etcd cluster for PyTorch's etcd rendezvous, in the training namespace, on system nodes.
+
+PyTorch's etcd rendezvous backends speak the etcd v2 API, so the image is etcd 3.5 with
+``--enable-v2`` (3.6 removed the v2 API). Rendezvous state is short-lived, so members keep their
+data in an emptyDir. With more than one member a PodDisruptionBudget keeps a quorum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+CLIENT_PORT = 2379
+PEER_PORT = 2380
+
+
+@dataclass
+class EtcdArgs:
+    namespace: pulumi.Input[str]
+    namespace_name: str
+    image: str
+    replicas: int = 1
+    cpu: str = "250m"
+    memory: str = "512Mi"
+    node_selector: dict[str, str] = field(default_factory=dict)
+    name: str = "etcd"
+
+
+def initial_cluster(name: str, namespace: str, replicas: int) -> str:
+    peers = f"{name}-peers.{namespace}.svc"
+    return ",".join(f"{name}-{i}=http://{name}-{i}.{peers}:{PEER_PORT}" for i in range(replicas))
+
+
+class Etcd(pulumi.ComponentResource):
+    def __init__(self, name: str, args: EtcdArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gputraining:components:Etcd", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        app = args.name
+        labels = {"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": app, "app.kubernetes.io/part-of": "gpu-training"}
+        peers = f"{app}-peers"
+        peer_host = f"$(POD_NAME).{peers}.{args.namespace_name}.svc"
+
+        k8s.core.v1.Service(
+            f"{name}-peers",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=peers, namespace=args.namespace, labels=labels),
+            spec=k8s.core.v1.ServiceSpecArgs(
+                cluster_ip="None",
+                publish_not_ready_addresses=True,  # members must find each other before they are ready
+                selector=labels,
+                ports=[
+                    k8s.core.v1.ServicePortArgs(name="client", port=CLIENT_PORT),
+                    k8s.core.v1.ServicePortArgs(name="peer", port=PEER_PORT),
+                ],
+            ),
+            opts=child,
+        )
+        client = k8s.core.v1.Service(
+            f"{name}-client",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=app, namespace=args.namespace, labels=labels),
+            spec=k8s.core.v1.ServiceSpecArgs(
+                type="ClusterIP",
+                selector=labels,
+                ports=[k8s.core.v1.ServicePortArgs(name="client", port=CLIENT_PORT, target_port=CLIENT_PORT)],
+            ),
+            opts=child,
+        )
+        command = [
+            "/usr/local/bin/etcd",
+            "--name=$(POD_NAME)",
+            "--data-dir=/var/lib/etcd",
+            "--enable-v2=true",
+            f"--listen-client-urls=http://0.0.0.0:{CLIENT_PORT}",
+            f"--advertise-client-urls=http://{peer_host}:{CLIENT_PORT}",
+            f"--listen-peer-urls=http://0.0.0.0:{PEER_PORT}",
+            f"--initial-advertise-peer-urls=http://{peer_host}:{PEER_PORT}",
+            f"--initial-cluster={initial_cluster(app, args.namespace_name, args.replicas)}",
+            "--initial-cluster-state=new",
+            f"--initial-cluster-token={app}-{args.namespace_name}",
+        ]
+        health = k8s.core.v1.HTTPGetActionArgs(path="/health", port=CLIENT_PORT)
+        self.stateful_set = k8s.apps.v1.StatefulSet(
+            f"{name}-members",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=app, namespace=args.namespace, labels=labels),
+            spec=k8s.apps.v1.StatefulSetSpecArgs(
+                service_name=peers,
+                replicas=args.replicas,
+                pod_management_policy="Parallel",
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        node_selector=args.node_selector or None,
+                        containers=[
+                            k8s.core.v1.ContainerArgs(
+                                name="etcd",
+                                image=args.image,
+                                command=command,
+                                env=[
+                                    k8s.core.v1.EnvVarArgs(
+                                        name="POD_NAME",
+                                        value_from=k8s.core.v1.EnvVarSourceArgs(field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.name")),
+                                    )
+                                ],
+                                ports=[
+                                    k8s.core.v1.ContainerPortArgs(name="client", container_port=CLIENT_PORT),
+                                    k8s.core.v1.ContainerPortArgs(name="peer", container_port=PEER_PORT),
+                                ],
+                                resources=k8s.core.v1.ResourceRequirementsArgs(
+                                    requests={"cpu": args.cpu, "memory": args.memory},
+                                    limits={"memory": args.memory},
+                                ),
+                                readiness_probe=k8s.core.v1.ProbeArgs(http_get=health, period_seconds=5, failure_threshold=3),
+                                liveness_probe=k8s.core.v1.ProbeArgs(http_get=health, initial_delay_seconds=15, period_seconds=10, failure_threshold=6),
+                                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="data", mount_path="/var/lib/etcd")],
+                            )
+                        ],
+                        volumes=[k8s.core.v1.VolumeArgs(name="data", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs())],
+                    ),
+                ),
+            ),
+            opts=child,
+        )
+        if args.replicas > 1:
+            k8s.policy.v1.PodDisruptionBudget(
+                f"{name}-pdb",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=app, namespace=args.namespace, labels=labels),
+                spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+                    min_available=args.replicas // 2 + 1,
+                    selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
+                ),
+                opts=child,
+            )
+        self.host = f"{app}.{args.namespace_name}.svc"
+        self.port = CLIENT_PORT
+        self.endpoint = f"{self.host}:{CLIENT_PORT}"
+        self.client_service = client
+        self.register_outputs({"endpoint": self.endpoint})

@@ -1,0 +1,346 @@
+"""Shared storage for training data and checkpoints.
+
+- ``EfsStore``: encrypted EFS, a mount target per private subnet, NFS (2049) from the nodes only, the
+  ``aws-efs-csi-driver`` add-on with its own role (Pod Identity), a StorageClass and a static
+  ReadWriteMany PV (Retain) + PVC in the training namespace.
+- ``FsxStore``: FSx for Lustre in the GPU AZ subnet (never another AZ), TCP 988 and 1018-1023 from
+  the nodes and from itself (rules created before the file system), optional S3 link, the
+  ``aws-fsx-csi-driver`` add-on with its own role, and a static PV (volumeHandle, dnsname, mountname,
+  real capacity, Retain) + PVC.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Optional
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.iam import pod_identity_role
+
+LUSTRE_PORTS = ((988, 988), (1018, 1023))
+NFS_PORT = 2049
+ALL_TAINTS = [{"operator": "Exists"}]
+
+
+@dataclass(frozen=True)
+class CsiDriver:
+    """A CSI driver's EKS add-on, the service account its controller runs as, the AWS managed
+    policy it documents, and the add-on configuration that lets its node DaemonSet run on tainted
+    GPU nodes (without it GPU pods cannot mount the volume)."""
+
+    addon_name: str
+    service_account: str
+    managed_policy: str  # path under arn:aws:iam::aws:policy/
+    node_config: dict
+
+
+EFS_CSI = CsiDriver("aws-efs-csi-driver", "efs-csi-controller-sa", "service-role/AmazonEFSCSIDriverPolicy", {"node": {"tolerations": ALL_TAINTS}})
+FSX_CSI = CsiDriver("aws-fsx-csi-driver", "fsx-csi-controller-sa", "AmazonFSxFullAccess", {"node": {"tolerateAllTaints": True}})
+
+
+def _storage_key(name: str, parent: pulumi.Resource, description: str, protect: bool, tags: dict[str, str]) -> aws.kms.Key:
+    """A customer managed key for a store, protected together with the data it encrypts."""
+    return aws.kms.Key(
+        f"{name}-key",
+        description=description,
+        enable_key_rotation=True,
+        deletion_window_in_days=30,
+        tags=tags,
+        opts=pulumi.ResourceOptions(parent=parent, protect=protect),
+    )
+
+
+def _csi_addon(
+    name: str,
+    parent: pulumi.Resource,
+    cluster_name: str,
+    driver: CsiDriver,
+    addon_version: str,
+    tags: dict[str, str],
+    depends_on: list[pulumi.Resource],
+) -> aws.eks.Addon:
+    role = pod_identity_role(
+        f"{name}-csi",
+        description=f"{driver.addon_name} controller of {cluster_name} (Pod Identity)",
+        managed_policies=(driver.managed_policy,),
+        tags=tags,
+        parent=parent,
+    )
+    return aws.eks.Addon(
+        f"{name}-csi",
+        cluster_name=cluster_name,
+        addon_name=driver.addon_name,
+        addon_version=addon_version,
+        pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=driver.service_account)],
+        configuration_values=json.dumps(driver.node_config),
+        resolve_conflicts_on_create="OVERWRITE",
+        resolve_conflicts_on_update="OVERWRITE",
+        tags=tags,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# EFS
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EfsStoreArgs:
+    cluster_name: str
+    vpc_id: pulumi.Input[str]
+    subnet_ids: list[pulumi.Input[str]]  # the private subnets: one mount target each
+    node_security_group_id: pulumi.Input[str]
+    namespace: pulumi.Input[str]
+    addon_version: str
+    throughput_mode: str = "elastic"
+    performance_mode: str = "generalPurpose"
+    protect: bool = False
+    cluster_ready: list[pulumi.Resource] = field(default_factory=list)  # what the add-on needs first
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class EfsStore(pulumi.ComponentResource):
+    CLAIM = "efs-claim"
+    STORAGE_CLASS = "efs-sc"
+
+    def __init__(self, name: str, args: EfsStoreArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gputraining:components:EfsStore", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = dict(args.tags)
+
+        sg = aws.ec2.SecurityGroup(
+            f"{name}-nfs",
+            vpc_id=args.vpc_id,
+            description=f"EFS for {args.cluster_name}: NFS from the cluster nodes only",
+            tags={**tags, "Name": f"{args.cluster_name}-efs"},
+            opts=child,
+        )
+        nfs_in = aws.vpc.SecurityGroupIngressRule(
+            f"{name}-nfs-from-nodes",
+            security_group_id=sg.id,
+            referenced_security_group_id=args.node_security_group_id,
+            ip_protocol="tcp",
+            from_port=NFS_PORT,
+            to_port=NFS_PORT,
+            description="NFS from the cluster nodes",
+            opts=child,
+        )
+        key = _storage_key(name, self, f"EFS of {args.cluster_name}", args.protect, tags)
+        self.file_system = aws.efs.FileSystem(
+            f"{name}-fs",
+            encrypted=True,
+            kms_key_id=key.arn,
+            throughput_mode=args.throughput_mode,
+            performance_mode=args.performance_mode,
+            tags={**tags, "Name": f"{args.cluster_name}-shared"},
+            opts=pulumi.ResourceOptions(parent=self, protect=args.protect),
+        )
+        mount_targets = [
+            aws.efs.MountTarget(
+                f"{name}-mt-{i}",
+                file_system_id=self.file_system.id,
+                subnet_id=subnet_id,
+                security_groups=[sg.id],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[nfs_in]),
+            )
+            for i, subnet_id in enumerate(args.subnet_ids)
+        ]
+        addon = _csi_addon(name, self, args.cluster_name, EFS_CSI, args.addon_version, tags, args.cluster_ready)
+
+        k8s_opts = pulumi.ResourceOptions(parent=self, depends_on=[addon, *mount_targets])
+        k8s.storage.v1.StorageClass(
+            f"{name}-sc",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=self.STORAGE_CLASS),
+            provisioner="efs.csi.aws.com",
+            reclaim_policy="Retain",
+            parameters={"provisioningMode": "efs-ap", "fileSystemId": self.file_system.id, "directoryPerms": "700"},
+            opts=k8s_opts,
+        )
+        pv = k8s.core.v1.PersistentVolume(
+            f"{name}-pv",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{args.cluster_name}-efs", labels={"gputraining/store": "efs"}),
+            spec=k8s.core.v1.PersistentVolumeSpecArgs(
+                capacity={"storage": "5Ti"},  # EFS is elastic; Kubernetes requires a number
+                volume_mode="Filesystem",
+                access_modes=["ReadWriteMany"],
+                persistent_volume_reclaim_policy="Retain",
+                storage_class_name=self.STORAGE_CLASS,
+                csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(driver="efs.csi.aws.com", volume_handle=self.file_system.id),
+            ),
+            opts=k8s_opts,
+        )
+        self.claim = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-pvc",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=self.CLAIM, namespace=args.namespace),
+            spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
+                access_modes=["ReadWriteMany"],
+                storage_class_name=self.STORAGE_CLASS,
+                volume_name=pv.metadata.name,
+                resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": "5Ti"}),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[pv]),
+        )
+        self.file_system_id = self.file_system.id
+        self.security_group_id = sg.id
+        self.register_outputs({"fileSystemId": self.file_system.id, "claim": self.CLAIM})
+
+
+# ---------------------------------------------------------------------------------------------
+# FSx for Lustre
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FsxStoreArgs:
+    cluster_name: str
+    vpc_id: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]  # the GPU AZ's private subnet
+    availability_zone: str  # the GPU AZ (for the record; the subnet decides)
+    node_security_group_id: pulumi.Input[str]
+    namespace: pulumi.Input[str]
+    addon_version: str
+    deployment_type: str
+    storage_capacity_gib: int
+    per_unit_storage_throughput: Optional[int] = None
+    s3_bucket: Optional[str] = None
+    s3_prefix: str = ""
+    s3_file_system_path: str = "/s3"
+    s3_export: bool = False
+    protect: bool = False
+    cluster_ready: list[pulumi.Resource] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class FsxStore(pulumi.ComponentResource):
+    CLAIM = "fsx-claim"
+
+    def __init__(self, name: str, args: FsxStoreArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gputraining:components:FsxStore", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = dict(args.tags)
+        persistent = args.deployment_type.startswith("PERSISTENT")
+
+        sg = aws.ec2.SecurityGroup(
+            f"{name}-lustre",
+            vpc_id=args.vpc_id,
+            description=f"FSx for Lustre for {args.cluster_name}: Lustre (988, 1018-1023) from the nodes and itself",
+            tags={**tags, "Name": f"{args.cluster_name}-fsx"},
+            opts=child,
+        )
+        rules: list[pulumi.Resource] = []
+        for lo, hi in LUSTRE_PORTS:
+            for source, ref in (("nodes", args.node_security_group_id), ("self", sg.id)):
+                rules.append(
+                    aws.vpc.SecurityGroupIngressRule(
+                        f"{name}-lustre-{lo}-{hi}-from-{source}",
+                        security_group_id=sg.id,
+                        referenced_security_group_id=ref,
+                        ip_protocol="tcp",
+                        from_port=lo,
+                        to_port=hi,
+                        description=f"Lustre {lo}-{hi} from {source}",
+                        opts=child,
+                    )
+                )
+            # The file servers talk back to the clients on the same ports.
+            rules.append(
+                aws.vpc.SecurityGroupIngressRule(
+                    f"{name}-lustre-{lo}-{hi}-to-nodes",
+                    security_group_id=args.node_security_group_id,
+                    referenced_security_group_id=sg.id,
+                    ip_protocol="tcp",
+                    from_port=lo,
+                    to_port=hi,
+                    description=f"Lustre {lo}-{hi} from FSx to the nodes",
+                    opts=child,
+                )
+            )
+        rules.append(
+            aws.vpc.SecurityGroupEgressRule(
+                f"{name}-lustre-out",
+                security_group_id=sg.id,
+                cidr_ipv4="0.0.0.0/0",
+                ip_protocol="-1",
+                description="Lustre servers to clients and S3",
+                opts=child,
+            )
+        )
+
+        # Persistent file systems are encrypted with a key of ours; scratch ones with FSx's own.
+        key = _storage_key(name, self, f"FSx for Lustre of {args.cluster_name}", args.protect, tags) if persistent else None
+        link_on_fs = args.s3_bucket and args.deployment_type != "PERSISTENT_2"
+        s3_path = f"s3://{args.s3_bucket}/{args.s3_prefix}".rstrip("/") if args.s3_bucket else None
+        self.file_system = aws.fsx.LustreFileSystem(
+            f"{name}-fs",
+            subnet_ids=args.subnet_id,
+            security_group_ids=[sg.id],
+            deployment_type=args.deployment_type,
+            storage_capacity=args.storage_capacity_gib,
+            storage_type="SSD",
+            per_unit_storage_throughput=args.per_unit_storage_throughput if persistent else None,
+            file_system_type_version="2.15",
+            data_compression_type="LZ4",
+            kms_key_id=key.arn if key else None,
+            # SCRATCH_1/2 and PERSISTENT_1 link S3 on the file system itself; PERSISTENT_2 uses a
+            # data repository association below.
+            import_path=s3_path if link_on_fs else None,
+            export_path=s3_path if link_on_fs and args.s3_export else None,
+            auto_import_policy="NEW_CHANGED_DELETED" if link_on_fs else None,
+            tags={**tags, "Name": f"{args.cluster_name}-lustre"},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=rules, protect=args.protect),
+        )
+        if args.s3_bucket and not link_on_fs:
+            events = ["NEW", "CHANGED", "DELETED"]
+            aws.fsx.DataRepositoryAssociation(
+                f"{name}-s3",
+                file_system_id=self.file_system.id,
+                data_repository_path=s3_path,
+                file_system_path=args.s3_file_system_path,
+                batch_import_meta_data_on_create=True,
+                s3=aws.fsx.DataRepositoryAssociationS3Args(
+                    auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(events=events),
+                    auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(events=events) if args.s3_export else None,
+                ),
+                tags=tags,
+                opts=child,
+            )
+
+        addon = _csi_addon(name, self, args.cluster_name, FSX_CSI, args.addon_version, tags, args.cluster_ready)
+        pv = k8s.core.v1.PersistentVolume(
+            f"{name}-pv",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{args.cluster_name}-fsx", labels={"gputraining/store": "fsx"}),
+            spec=k8s.core.v1.PersistentVolumeSpecArgs(
+                capacity={"storage": f"{args.storage_capacity_gib}Gi"},
+                volume_mode="Filesystem",
+                access_modes=["ReadWriteMany"],
+                mount_options=["flock"],
+                persistent_volume_reclaim_policy="Retain",
+                storage_class_name="",
+                csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(
+                    driver="fsx.csi.aws.com",
+                    volume_handle=self.file_system.id,
+                    volume_attributes={"dnsname": self.file_system.dns_name, "mountname": self.file_system.mount_name},
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[addon]),
+        )
+        self.claim = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-pvc",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=self.CLAIM, namespace=args.namespace),
+            spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
+                access_modes=["ReadWriteMany"],
+                storage_class_name="",
+                volume_name=pv.metadata.name,
+                resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": f"{args.storage_capacity_gib}Gi"}),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[pv]),
+        )
+        self.file_system_id = self.file_system.id
+        self.dns_name = self.file_system.dns_name
+        self.security_group_id = sg.id
+        self.register_outputs({"fileSystemId": self.file_system.id, "dnsName": self.file_system.dns_name, "claim": self.CLAIM})
