@@ -302,6 +302,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             options["protect"] = True
         if request.retainOnDelete:
             options["retainOnDelete"] = True
+        if request.provider:
+            # "<provider urn>::<provider id>": which provider instance manages this resource.
+            options["provider"] = _ref(request.provider.rsplit("::", 1)[0])
         self.records.append(
             Record(
                 type=request.type,
