@@ -23,13 +23,14 @@ from stacks import config as stack_config
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
 
 
-def load_config(stack: str, root: Path = offline.PROJECT_ROOT) -> stack_config.StackConfig:
-    project, values = offline.read_stack_config(stack, root)
+def load_config(stack: str, root: Optional[Path] = None) -> stack_config.StackConfig:
+    project, values = offline.read_stack_config(stack, root or offline.PROJECT_ROOT)
     return stack_config.load(values, project, stack)
 
 
-def plan(stack: str, root: Path = offline.PROJECT_ROOT) -> tuple[stack_config.StackConfig, offline.PlanResult]:
+def plan(stack: str, root: Optional[Path] = None) -> tuple[stack_config.StackConfig, offline.PlanResult]:
     """Validate the stack's config, then run the program offline. Raises ConfigError first."""
+    root = root or offline.PROJECT_ROOT
     cfg = load_config(stack, root)
     project, values = offline.read_stack_config(stack, root)
     from infra import program  # imported late: the program module imports pulumi resources
@@ -90,7 +91,7 @@ def summary(cfg: stack_config.StackConfig, result: offline.PlanResult) -> str:
         lines.append("  (none)")
     for g in cfg.gpu_node_groups:
         it = g.instance
-        efa = f"{g.efa_interfaces} EFA interfaces" if g.efa_interfaces else ("EFA off" if it.efa_supported else "no EFA")
+        efa = f"{g.efa_interfaces} EFA interface{'s' if g.efa_interfaces != 1 else ''}" if g.efa_interfaces else ("EFA off" if it.efa_supported else "no EFA")
         lines.append(
             f"  {g.name:<12} {g.instance_type:<15} {it.gpus} x {it.gpu_model} {it.gpu_memory_mib // 1024} GiB, {efa}, "
             f"nodes {g.min_size}/{g.desired_size}/{g.max_size} (min/desired/max), {g.capacity_type}, placement {g.placement.mode}"
@@ -130,7 +131,9 @@ def summary(cfg: stack_config.StackConfig, result: offline.PlanResult) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_cli(stack: str, out: Optional[str], stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
+def run_cli(stack: str, out: Optional[str], stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
     try:
         cfg, result = plan(stack)
     except stack_config.ConfigError as err:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from functools import lru_cache
 from typing import Any, Callable, Literal, Mapping, Optional, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from infra import catalog
@@ -85,12 +86,23 @@ class ClusterConfig(_Model):
     deletion_protection: bool = False
 
 
+def _desired_defaults_to_min(data: Any) -> Any:
+    """An unset desiredSize follows minSize (so `minSize: 2` alone means two nodes)."""
+    if isinstance(data, dict) and "desiredSize" not in data and "desired_size" not in data:
+        for key in ("minSize", "min_size"):
+            if key in data:
+                return {**data, "desiredSize": data[key]}
+    return data
+
+
 class SystemNodeGroupConfig(_Model):
     instance_type: str = "c5.2xlarge"
     min_size: int = Field(2, ge=0)
     desired_size: int = Field(2, ge=0)
     max_size: int = Field(4, ge=1)
     disk_size_gib: int = Field(100, ge=20, le=16384, alias="diskSizeGiB")
+
+    _desired = model_validator(mode="before")(_desired_defaults_to_min)
 
 
 class Taint(_Model):
@@ -123,6 +135,8 @@ class GpuNodeGroupConfig(_Model):
     placement_group: Optional[PlacementGroupConfig] = None
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
+
+    _desired = model_validator(mode="before")(_desired_defaults_to_min)
 
     @property
     def instance(self) -> catalog.InstanceType:
@@ -267,7 +281,35 @@ def _fmt(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _pydantic_problems(prefix: str, err: ValidationError) -> list[Problem]:
+def _allowed_keys(model: type, loc: tuple) -> list[str]:
+    """The config keys a model accepts at ``loc`` (a pydantic error location inside ``model``)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        field = next((f for n, f in current.model_fields.items() if part in (n, f.alias)), None)
+        if field is None:
+            return []
+        current = _model_in(field.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return sorted(f.alias or n for n, f in current.model_fields.items())
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    """The BaseModel inside Optional[...] / list[...] annotations, if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _pydantic_problems(prefix: str, err: ValidationError, model: type = BaseModel) -> list[Problem]:
     out = []
     for e in err.errors(include_url=False):
         loc = prefix
@@ -276,7 +318,8 @@ def _pydantic_problems(prefix: str, err: ValidationError) -> list[Problem]:
         kind = e["type"]
         if kind == "extra_forbidden":
             key = e["loc"][-1]
-            msg = f"unknown key {key!r}"
+            allowed = _allowed_keys(model, e["loc"][:-1])
+            msg = f"unknown key {key!r}" + (f"; allowed keys are: {', '.join(allowed)}" if allowed else "")
         elif kind == "missing":
             msg = "is required"
         else:
@@ -289,7 +332,7 @@ def _parse(model: type[T], prefix: str, raw: Any, problems: list[Problem]) -> Op
     try:
         return model.model_validate(raw)
     except ValidationError as err:
-        problems.extend(_pydantic_problems(prefix, err))
+        problems.extend(_pydantic_problems(prefix, err, model))
         return None
 
 
@@ -340,6 +383,8 @@ def load(flat: Mapping[str, Any], project: str, stack: str) -> StackConfig:
         region = ""
     elif not isinstance(region, str) or not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region):
         problems.append(Problem("aws:region", f"{_fmt(region)} is not an AWS region name like 'us-west-2'"))
+    elif known_regions() and region not in known_regions():
+        problems.append(Problem("aws:region", f"{_fmt(region)} is not an AWS region known to this toolkit's AWS SDK (botocore); known: {', '.join(sorted(known_regions()))}"))
 
     parsed: dict[str, Any] = {}
     for name, (field, model) in SECTIONS.items():
@@ -414,6 +459,20 @@ def load(flat: Mapping[str, Any], project: str, stack: str) -> StackConfig:
 # ---------------------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=1)
+def known_regions() -> frozenset[str]:
+    """Every EC2 region botocore knows (read from its bundled endpoint data; no AWS call)."""
+    try:
+        import botocore.session
+    except ImportError:  # pragma: no cover - botocore is a pinned requirement
+        return frozenset()
+    session = botocore.session.get_session()
+    regions: set[str] = set()
+    for partition in session.get_available_partitions():
+        regions.update(session.get_available_regions("ec2", partition_name=partition))
+    return frozenset(regions)
+
+
 def _check_az(az: str, region: str, problems: list[Problem]) -> None:
     k = f"{NAMESPACE}:gpuAvailabilityZone"
     if az == "auto":
@@ -437,7 +496,7 @@ def _check_network(n: NetworkConfig, problems: list[Problem]) -> None:
     if not 16 <= net.prefixlen <= 28:
         problems.append(Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not allowed: AWS VPCs are /16 to /28"))
         return
-    if not net.is_private:
+    if not any(net.subnet_of(ipaddress.ip_network(r)) for r in RFC1918):
         problems.append(
             Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not a private range; use 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 space")
         )
@@ -463,6 +522,7 @@ def _check_network(n: NetworkConfig, problems: list[Problem]) -> None:
 
 
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+RFC1918 = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 _ARN = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:(role|user|assumed-role)/[\w+=,.@/-]+$")
 
 
@@ -519,7 +579,15 @@ def _check_system(s: SystemNodeGroupConfig, problems: list[Problem]) -> None:
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-RESERVED_LABEL_PREFIXES = ("kubernetes.io/", "k8s.io/", "eks.amazonaws.com/")
+RESERVED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io", "eks.amazonaws.com")
+
+
+def _reserved_label(key: str) -> bool:
+    """Labels in these domains (or their subdomains) are refused by kubelet or owned by EKS."""
+    if "/" not in key:
+        return False
+    domain = key.split("/", 1)[0]
+    return any(domain == d or domain.endswith("." + d) for d in RESERVED_LABEL_DOMAINS)
 
 
 def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list[Problem]) -> None:
@@ -548,7 +616,7 @@ def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list
         _check_scaling(k, g.min_size, g.desired_size, g.max_size, problems)
         if g.capacity_type == "capacity-block" and not g.capacity_reservation_id:
             problems.append(Problem(f"{k}.capacityReservationId", "is required with capacityType 'capacity-block' (the cr-... id of the block)"))
-        if g.capacity_reservation_id is not None and not re.fullmatch(r"cr-[0-9a-f]{8,17}", g.capacity_reservation_id):
+        if g.capacity_reservation_id and not re.fullmatch(r"cr-[0-9a-f]{8,17}", g.capacity_reservation_id):
             problems.append(Problem(f"{k}.capacityReservationId", f"{_fmt(g.capacity_reservation_id)} is not a capacity reservation id like cr-0123456789abcdef0"))
         if g.capacity_type == "spot" and g.capacity_reservation_id:
             problems.append(Problem(f"{k}.capacityReservationId", "cannot be used with capacityType 'spot'"))
@@ -563,13 +631,17 @@ def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list
                     Problem(f"{k}.placementGroup.mode", "'create' cannot be combined with a capacity reservation/block; use 'none' or the reservation's own placement group with 'existing'")
                 )
         for lk, lv in g.labels.items():
-            if not _LABEL_KEY.match(lk) or lk.startswith(RESERVED_LABEL_PREFIXES):
-                problems.append(Problem(f"{k}.labels.{lk}", f"{_fmt(lk)} is not an allowed label key (valid Kubernetes label key, not under kubernetes.io/, k8s.io/ or eks.amazonaws.com/)"))
+            if not _LABEL_KEY.match(lk) or _reserved_label(lk):
+                problems.append(
+                    Problem(f"{k}.labels.{lk}", f"{_fmt(lk)} is not an allowed label key (a valid Kubernetes label key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)")
+                )
             if not _LABEL_VALUE.match(lv):
                 problems.append(Problem(f"{k}.labels.{lk}", f"{_fmt(lv)} is not a valid Kubernetes label value"))
         for j, t in enumerate(g.taints):
-            if not _LABEL_KEY.match(t.key):
-                problems.append(Problem(f"{k}.taints[{j}].key", f"{_fmt(t.key)} is not a valid taint key"))
+            if not _LABEL_KEY.match(t.key) or _reserved_label(t.key):
+                problems.append(Problem(f"{k}.taints[{j}].key", f"{_fmt(t.key)} is not an allowed taint key (a valid Kubernetes key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)"))
+            if not _LABEL_VALUE.match(t.value):
+                problems.append(Problem(f"{k}.taints[{j}].value", f"{_fmt(t.value)} is not a valid taint value (up to 63 letters, digits, '-', '_', '.')"))
             if t.key == "nvidia.com/gpu":
                 problems.append(Problem(f"{k}.taints[{j}].key", "'nvidia.com/gpu' is set on every GPU group already; list only extra taints"))
 
