@@ -78,3 +78,19 @@ TRAINING_OPERATOR_SCHEMES = ("pytorchjob", "paddlejob")
 # etcd for PyTorch's etcd rendezvous: PyTorch speaks the etcd v2 API, which needs --enable-v2;
 # 3.5 is the last line that has it (3.6 removed it). v3.5.32 is the newest 3.5 patch (July 2026).
 ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.32"
+
+# ---------------------------------------------------------------------------------------------
+# Job images (defaults; a job can name its own image, always with a pinned tag)
+# ---------------------------------------------------------------------------------------------
+
+# nccl-tests as built by AWS (aws-samples/awsome-distributed-training, micro-benchmarks/nccl-tests):
+# CUDA 12.8.1, EFA installer 1.43.2 (libfabric), aws-ofi-nccl 1.16.3, NCCL 2.27.7, nccl-tests 2.16.9,
+# Open MPI under /opt/amazon/openmpi. On public ECR, so no Docker Hub pull limits. A CUDA 12 build
+# because the AL2023 NVIDIA AMI's driver serves it; the tag is pinned (never :latest) so a rerun
+# measures the same software. Its NCCL is compiled for sm_80 and newer only (A100, H100, H200):
+# V100 groups (p3, p3dn) need an nccl-tests image built for sm_70 (the config check says so).
+NCCL_TESTS_IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.43.2-ofiv1.16.3-ncclv2.27.7-1-testsv2.16.9"
+# AWS CLI v2 from public ECR for data-stage jobs. Pod Identity credentials need CLI v2 >= 2.15.0.
+AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.32.9"
+# TensorBoard ships in the TensorFlow CPU image; it only reads event files.
+TENSORBOARD_IMAGE = "tensorflow/tensorflow:2.17.0"

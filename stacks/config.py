@@ -239,6 +239,8 @@ class StackConfig(_Model):
     etcd: EtcdConfig = EtcdConfig()
     services: ServicesConfig = ServicesConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
+    # Training jobs (components.jobs JobSpec models), checked against the rest of the stack.
+    jobs: list[Any] = Field(default_factory=list)
     tags: dict[str, str] = Field(default_factory=dict)
 
     @property
@@ -264,6 +266,7 @@ SECTIONS: dict[str, tuple[str, type]] = {
     "etcd": ("etcd", EtcdConfig),
     "services": ("services", ServicesConfig),
     "monitoring": ("monitoring", MonitoringConfig),
+    "jobs": ("jobs", "jobs"),
     "tags": ("tags", dict),
 }
 
@@ -391,6 +394,8 @@ def load(flat: Mapping[str, Any], project: str, stack: str) -> StackConfig:
         if name not in values:
             continue
         raw = values[name]
+        if model == "jobs":
+            continue  # parsed last: jobs are checked against the node groups, stores and services
         if model is str:
             if not isinstance(raw, str):
                 problems.append(Problem(key(name), f"{_fmt(raw)} is not allowed: expected a string"))
@@ -447,6 +452,9 @@ def load(flat: Mapping[str, Any], project: str, stack: str) -> StackConfig:
             Problem(f"{NAMESPACE}:monitoring.logRetentionDays", f"{monitoring.log_retention_days} is not a CloudWatch retention; use one of {LOG_RETENTION_DAYS}")
         )
 
+    if "jobs" in values:
+        parsed["jobs"] = _parse_jobs(values["jobs"], groups, storage, services, parsed.get("etcd", EtcdConfig()), problems)
+
     if problems:
         raise ConfigError(problems)
 
@@ -471,6 +479,24 @@ def known_regions() -> frozenset[str]:
     for partition in session.get_available_partitions():
         regions.update(session.get_available_regions("ec2", partition_name=partition))
     return frozenset(regions)
+
+
+def _parse_jobs(raw, groups, storage, services, etcd, problems: list[Problem]) -> list:
+    from stacks.jobs_config import parse_jobs
+
+    storage = storage or StorageConfig()
+    services = services or ServicesConfig()
+    volumes = {name for name, on in (("efs", storage.efs.enabled), ("fsx", storage.fsx.enabled)) if on}
+    operators = {name for name, on in (("mpi", services.mpi_operator), ("training", services.training_operator)) if on}
+    return parse_jobs(
+        raw,
+        f"{NAMESPACE}:jobs",
+        problems,
+        groups={g.name: g for g in groups if g is not None},
+        volumes=volumes,
+        operators=operators,
+        etcd_enabled=etcd.enabled,
+    )
 
 
 def _check_az(az: str, region: str, problems: list[Problem]) -> None:

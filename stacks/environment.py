@@ -15,6 +15,7 @@ import pulumi_kubernetes as k8s
 from components.cluster import Cluster, ClusterArgs
 from components.device_plugins import DevicePlugins, DevicePluginsArgs
 from components.etcd import Etcd, EtcdArgs
+from components.jobs import JobsContext, TrainingJobs, TrainingJobsArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs
 from components.node_group import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, NodeGroup, NodeGroupArgs
@@ -23,6 +24,7 @@ from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
 from infra import versions
 from infra.offline import PROJECT_ROOT
 from stacks.config import NAMESPACE, StackConfig
+from stacks.jobs_config import job_targets
 
 
 class PlacementError(Exception):
@@ -220,6 +222,10 @@ def build_services(
     k8s_component = pulumi.ResourceOptions(providers=[provider], depends_on=[system])
     cluster_ready: list[pulumi.Resource] = [cluster.eks, cluster.pod_identity_agent, system]
     outputs: dict[str, Any] = {"trainingNamespace": sv.training_namespace}
+    # What the jobs need in place first, and the claims of the stores that exist.
+    job_prerequisites: list[pulumi.Resource] = [cluster.pod_identity_agent]
+    claims: dict[str, str] = {}
+    etcd_endpoint = None
 
     namespace = k8s.core.v1.Namespace(
         "training-namespace",
@@ -263,6 +269,8 @@ def build_services(
             opts=k8s_component,
         )
         outputs.update(efsFileSystemId=efs.file_system_id, efsClaim=EfsStore.CLAIM)
+        claims["efs"] = EfsStore.CLAIM
+        job_prerequisites.append(efs)
     if st.fsx.enabled:
         f = st.fsx
         fsx = FsxStore(
@@ -289,9 +297,11 @@ def build_services(
             opts=k8s_component,
         )
         outputs.update(fsxFileSystemId=fsx.file_system_id, fsxDnsName=fsx.dns_name, fsxClaim=FsxStore.CLAIM)
+        claims["fsx"] = FsxStore.CLAIM
+        job_prerequisites.append(fsx)
 
     if sv.mpi_operator:
-        MpiOperator(
+        mpi = MpiOperator(
             "mpi-operator",
             MpiOperatorArgs(
                 manifest=PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST,
@@ -300,12 +310,14 @@ def build_services(
             ),
             opts=k8s_component,
         )
+        job_prerequisites.append(mpi)
     if sv.training_operator:
-        TrainingOperator(
+        training = TrainingOperator(
             "training-operator",
             TrainingOperatorArgs(kustomization_dir=PROJECT_ROOT / "manifests" / "training-operator"),
             opts=k8s_component,
         )
+        job_prerequisites.append(training)
 
     if cfg.etcd.enabled:
         etcd = Etcd(
@@ -322,6 +334,8 @@ def build_services(
             opts=k8s_component,
         )
         outputs["etcdEndpoint"] = etcd.endpoint
+        etcd_endpoint = etcd.endpoint
+        job_prerequisites.append(etcd)
 
     if cfg.monitoring.enabled:
         mon = Monitoring(
@@ -338,4 +352,25 @@ def build_services(
         )
         if mon.dashboard_name:
             outputs["dashboardName"] = mon.dashboard_name
+
+    if cfg.jobs:
+        jobs = TrainingJobs(
+            "jobs",
+            TrainingJobsArgs(
+                jobs=cfg.jobs,
+                context=JobsContext(
+                    namespace=sv.training_namespace,
+                    targets=job_targets(cfg.gpu_node_groups, gpu_az),
+                    claims=claims,
+                    etcd_endpoint=etcd_endpoint,
+                    system_node_selector={NODE_GROUP_LABEL: "system"},
+                    cluster_name=cfg.cluster_name,
+                    region=cfg.region,
+                ),
+                tags=tags,
+                depends_on=[namespace, *job_prerequisites],
+            ),
+            opts=pulumi.ResourceOptions(providers=[provider]),
+        )
+        outputs["jobs"] = jobs.job_names
     return outputs
