@@ -2,7 +2,10 @@
 
 PyTorch's etcd rendezvous backends speak the etcd v2 API, so the image is etcd 3.5 with
 ``--enable-v2`` (3.6 removed the v2 API). Rendezvous state is short-lived, so members keep their
-data in an emptyDir. With more than one member a PodDisruptionBudget keeps a quorum.
+data in an emptyDir. With more than one member, members spread over nodes and a
+PodDisruptionBudget keeps a quorum. Known limit: a member whose pod is replaced comes back empty
+under the same name and cannot rejoin: restart all members together (README, "Cluster services");
+persistent member volumes need the EBS CSI driver, which this stack does not install yet.
 """
 
 from __future__ import annotations
@@ -93,6 +96,22 @@ class Etcd(pulumi.ComponentResource):
                     metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
                     spec=k8s.core.v1.PodSpecArgs(
                         node_selector=args.node_selector or None,
+                        # One member per node where possible, so a node drain takes one member.
+                        affinity=k8s.core.v1.AffinityArgs(
+                            pod_anti_affinity=k8s.core.v1.PodAntiAffinityArgs(
+                                preferred_during_scheduling_ignored_during_execution=[
+                                    k8s.core.v1.WeightedPodAffinityTermArgs(
+                                        weight=100,
+                                        pod_affinity_term=k8s.core.v1.PodAffinityTermArgs(
+                                            topology_key="kubernetes.io/hostname",
+                                            label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
+                                        ),
+                                    )
+                                ]
+                            )
+                        )
+                        if args.replicas > 1
+                        else None,
                         containers=[
                             k8s.core.v1.ContainerArgs(
                                 name="etcd",

@@ -685,6 +685,11 @@ def fsx_capacity_allowed(deployment_type: str, capacity: int) -> bool:
 
 
 def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:
+    e = st.efs
+    if e.enabled and e.performance_mode == "maxIO" and e.throughput_mode == "elastic":
+        problems.append(
+            Problem(f"{NAMESPACE}:storage.efs.performanceMode", "'maxIO' is not allowed with throughputMode 'elastic' (EFS offers Elastic throughput with generalPurpose only); use generalPurpose, or throughputMode bursting")
+        )
     k = f"{NAMESPACE}:storage.fsx"
     f = st.fsx
     if not f.enabled:
@@ -702,7 +707,11 @@ def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:
         problems.append(
             Problem(f"{k}.perUnitStorageThroughput", f"{f.per_unit_storage_throughput} is not allowed: {f.deployment_type} has no per-unit throughput setting (PERSISTENT_1/PERSISTENT_2 only)")
         )
-    if allowed is not None and f.per_unit_storage_throughput not in allowed:
+    if allowed is not None and f.per_unit_storage_throughput is None:
+        problems.append(
+            Problem(f"{k}.perUnitStorageThroughput", f"is required for {f.deployment_type}: one of {', '.join(map(str, allowed))} (MB/s/TiB)")
+        )
+    elif allowed is not None and f.per_unit_storage_throughput not in allowed:
         problems.append(
             Problem(
                 f"{k}.perUnitStorageThroughput",
@@ -718,14 +727,23 @@ def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:
             problems.append(Problem(f"{k}.s3.fileSystemPath", f"{_fmt(f.s3.file_system_path)} must be an absolute path like /s3"))
 
 
+def _quantity(text: str, suffixes: str) -> bool:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)" + suffixes, text)
+    return bool(m) and float(m.group(1)) > 0
+
+
 def _check_etcd(e: EtcdConfig, problems: list[Problem]) -> None:
     k = f"{NAMESPACE}:etcd"
     if e.replicas not in (1, 3, 5):
         problems.append(Problem(f"{k}.replicas", f"{e.replicas} is not allowed: use 1 (dev), 3 or 5 (an odd count keeps a quorum)"))
-    if not re.fullmatch(r"\d+(\.\d+)?m?", e.cpu):
-        problems.append(Problem(f"{k}.cpu", f"{_fmt(e.cpu)} is not a Kubernetes CPU quantity like 250m or 1"))
-    if not re.fullmatch(r"\d+(Ki|Mi|Gi)", e.memory):
-        problems.append(Problem(f"{k}.memory", f"{_fmt(e.memory)} is not a Kubernetes memory quantity like 512Mi or 1Gi"))
+    if not _quantity(e.cpu, r"m?"):
+        problems.append(Problem(f"{k}.cpu", f"{_fmt(e.cpu)} is not a positive Kubernetes CPU quantity like 250m or 1"))
+    if not _quantity(e.memory, r"(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?"):
+        problems.append(Problem(f"{k}.memory", f"{_fmt(e.memory)} is not a positive Kubernetes memory quantity like 512Mi, 1Gi or 1G"))
+
+
+# Namespaces that exist already or that the stack's services create for themselves.
+RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "mpi-operator", "kubeflow", "amazon-cloudwatch")
 
 
 def _check_services(sv: ServicesConfig, problems: list[Problem]) -> None:
@@ -733,3 +751,7 @@ def _check_services(sv: ServicesConfig, problems: list[Problem]) -> None:
     ns = sv.training_namespace
     if not _K8S_NAME.match(ns) or len(ns) > 63 or ns.startswith("kube-"):
         problems.append(Problem(f"{k}.trainingNamespace", f"{_fmt(ns)} is not allowed: a Kubernetes namespace name (lower-case letters, digits, '-'), not kube-*"))
+    elif ns in RESERVED_NAMESPACES:
+        problems.append(
+            Problem(f"{k}.trainingNamespace", f"{_fmt(ns)} is not allowed: it belongs to Kubernetes or to a service this stack installs ({', '.join(RESERVED_NAMESPACES)})")
+        )

@@ -1,0 +1,1151 @@
+"""Cluster services under the offline engine: device plugins, EFS and FSx with their CSI add-ons and
+static PV/PVCs, the MPI and training operators, etcd, CloudWatch monitoring, the one Kubernetes
+provider, Kubernetes schemas of every emitted object, and the config checks of these sections."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import urllib.parse
+from collections import Counter
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from components import operators
+from infra import versions
+from infra.offline import PROJECT_ROOT
+from stacks import config as stack_config
+from stacks.config import ConfigError, load
+from tests.conftest import NS, dev_values, minimal_values, run_stack
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+ADDON = "aws:eks/addon:Addon"
+ROLE = "aws:iam/role:Role"
+ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+INLINE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+KMS_KEY = "aws:kms/key:Key"
+SG = "aws:ec2/securityGroup:SecurityGroup"
+INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+EGRESS = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
+SUBNET = "aws:ec2/subnet:Subnet"
+MNG = "eks:index:ManagedNodeGroup"
+EKS = "eks:index:Cluster"
+EFS_FS = "aws:efs/fileSystem:FileSystem"
+EFS_MT = "aws:efs/mountTarget:MountTarget"
+FSX_FS = "aws:fsx/lustreFileSystem:LustreFileSystem"
+DRA = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
+LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
+DASHBOARD = "aws:cloudwatch/dashboard:Dashboard"
+K8S_PROVIDER = "pulumi:providers:kubernetes"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+PV = "kubernetes:core/v1:PersistentVolume"
+PVC = "kubernetes:core/v1:PersistentVolumeClaim"
+SERVICE = "kubernetes:core/v1:Service"
+STORAGE_CLASS = "kubernetes:storage.k8s.io/v1:StorageClass"
+STATEFUL_SET = "kubernetes:apps/v1:StatefulSet"
+PDB = "kubernetes:policy/v1:PodDisruptionBudget"
+CRD = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
+DIRECTORY = "kubernetes:kustomize/v2:Directory"
+
+COMPONENT = "gputraining:components:"
+EFS_STORE = COMPONENT + "EfsStore"
+FSX_STORE = COMPONENT + "FsxStore"
+MPI_OPERATOR = COMPONENT + "MpiOperator"
+TRAINING_OPERATOR = COMPONENT + "TrainingOperator"
+ETCD = COMPONENT + "Etcd"
+MONITORING = COMPONENT + "Monitoring"
+DEVICE_PLUGINS = COMPONENT + "DevicePlugins"
+
+GPU_PRESENT = {"nvidia.com/gpu.present": "true"}
+EFA_PRESENT = {"vpc.amazonaws.com/efa.present": "true"}
+EKS_TAINT_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+KUSTOMIZATION = PROJECT_ROOT / "manifests" / "training-operator" / "kustomization.yaml"
+# The CRDs the training operator v1.9 standalone overlay installs upstream (kubeflow/training-operator
+# manifests/base/crds): any of them the plan installs itself must be deleted from the overlay.
+TRAINING_OPERATOR_UPSTREAM_CRDS = {
+    f"{kind}.kubeflow.org" for kind in ("tfjobs", "pytorchjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")
+}
+
+# ----------------------------------------------------------------------------------------------
+# Variant stacks (module-scoped: each full run costs ~0.6 s)
+# ----------------------------------------------------------------------------------------------
+
+PROD_CLUSTER = "prod-gpu"
+PROD_BUCKET = "gpu-training-datasets"
+SCRATCH_BUCKET = "gpu-training-scratch"
+
+
+def _prod_values():
+    """Protected stores (the default), PERSISTENT_2 FSx with an S3 association, a GPU AZ set
+    explicitly to one that is not the first subnet AZ, 3 etcd members, a custom namespace, and the
+    EFA plugin switched off although the group has EFA."""
+    return minimal_values(
+        gpuAvailabilityZone="us-west-2c",
+        cluster={"name": PROD_CLUSTER},
+        storage={
+            "fsx": {
+                "deploymentType": "PERSISTENT_2",
+                "storageCapacityGiB": 2400,
+                "perUnitStorageThroughput": 250,
+                "s3": {"bucket": PROD_BUCKET, "prefix": "imagenet", "export": True},
+            }
+        },
+        etcd={"replicas": 3, "cpu": "500m", "memory": "1Gi"},
+        services={"trainingNamespace": "ml", "efaDevicePlugin": False},
+        monitoring={"logRetentionDays": 90},
+    )
+
+
+def _lean_values():
+    """No EFA group, no EFS, scratch FSx linked to S3 on the file system, no etcd, no monitoring."""
+    return minimal_values(
+        gpuNodeGroups=[{"name": "p4d", "instanceType": "p4d.24xlarge", "efa": False, "maxSize": 2}],
+        storage={"efs": {"enabled": False}, "fsx": {"deploymentType": "SCRATCH_2", "storageCapacityGiB": 2400, "s3": {"bucket": SCRATCH_BUCKET}}},
+        etcd={"enabled": False},
+        monitoring={"enabled": False},
+    )
+
+
+def _off_values():
+    """Optional services off (the EFA plugin stays), no FSx, no dashboard."""
+    return minimal_values(
+        services={"nvidiaDevicePlugin": False, "mpiOperator": False, "trainingOperator": False},
+        storage={"fsx": {"enabled": False}},
+        monitoring={"dashboard": False},
+    )
+
+
+@pytest.fixture(scope="module")
+def prod_plan():
+    return run_stack(_prod_values())
+
+
+@pytest.fixture(scope="module")
+def lean_plan():
+    return run_stack(_lean_values())
+
+
+@pytest.fixture(scope="module")
+def off_plan():
+    return run_stack(_off_values())
+
+
+@pytest.fixture(scope="module")
+def plans(dev_plan, prod_plan, lean_plan, off_plan):
+    return {"dev": dev_plan, "prod": prod_plan, "lean": lean_plan, "off": off_plan}
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.lstrip("v").split("-")[0].split("."))
+
+
+def _child(plan, component: str, typ: str, name_part: str = ""):
+    found = [r for r in plan.of_type(typ) if r.parent and r.parent["type"] == component and name_part in r.name]
+    assert len(found) == 1, (component, typ, name_part, [r.name for r in found])
+    return found[0]
+
+
+def _children(plan, component: str, typ: str):
+    return [r for r in plan.of_type(typ) if r.parent and r.parent["type"] == component]
+
+
+def _release(plan, chart: str):
+    found = [r for r in plan.of_type(RELEASE) if r.inputs["chart"] == chart]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+def _addon(plan, addon_name: str):
+    found = [r for r in plan.of_type(ADDON) if r.inputs["addonName"] == addon_name]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+def _cluster_sg(plan) -> str:
+    """The EKS cluster security group every node carries (from the system launch template)."""
+    (sg,) = plan.named("aws:ec2/launchTemplate:LaunchTemplate", "system-lt").inputs["vpcSecurityGroupIds"]
+    return sg
+
+
+def _gpu_taints(plan) -> list[dict]:
+    """The taints every GPU node group puts on its nodes, in Kubernetes form."""
+    taints = []
+    for r in plan.of_type(MNG):
+        if r.inputs.get("labels", {}).get("nvidia.com/gpu.present") == "true":
+            for t in r.inputs.get("taints") or []:
+                taints.append({"key": t["key"], "value": t.get("value", ""), "effect": EKS_TAINT_EFFECTS[t["effect"]]})
+    assert taints, "GPU node groups must carry the GPU taint"
+    return taints
+
+
+def _tolerates(tolerations: list[dict], taint: dict) -> bool:
+    """Kubernetes toleration matching."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        op = t.get("operator", "Equal")
+        if not t.get("key"):
+            if op == "Exists":
+                return True
+            continue
+        if t["key"] != taint["key"]:
+            continue
+        if op == "Exists" or t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def _requires_labels(affinity: dict, labels: dict[str, str]) -> bool:
+    """Every required node-selector term (terms are ORed) demands all ``labels``."""
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    if not terms:
+        return False
+    for term in terms:
+        exprs = term.get("matchExpressions") or []
+        for k, v in labels.items():
+            if not any(e["key"] == k and e["operator"] == "In" and e["values"] == [v] for e in exprs):
+                return False
+    return True
+
+
+def _role_of_addon(plan, addon):
+    """The IAM role an add-on's (single) pod identity association hands out, checked to be
+    trusted by EKS Pod Identity; returns (role record, service account, managed policy ARNs)."""
+    (assoc,) = addon.inputs["podIdentityAssociations"]
+    roles = [d for d in addon.depends_on if d["type"] == ROLE]
+    assert len(roles) == 1, roles
+    role = plan.named(ROLE, roles[0]["name"])
+    attachments = [a for a in plan.of_type(ATTACHMENT) if {"type": ROLE, "name": role.name} in a.depends_on]
+    assert attachments, f"role {role.name} has no policy"
+    assert {a.inputs["role"] for a in attachments} == {assoc["roleArn"].split(":role/")[-1]}, "association must use this role"
+    trust = json.loads(role.inputs["assumeRolePolicy"])
+    statements = trust["Statement"]
+    assert statements
+    for st in statements:
+        assert st["Effect"] == "Allow"
+        assert st["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+        actions = {st["Action"]} if isinstance(st["Action"], str) else set(st["Action"])
+        assert {"sts:AssumeRole", "sts:TagSession"} <= actions
+    return role, assoc["serviceAccount"], {a.inputs["policyArn"] for a in attachments}
+
+
+def _obj(plan, typ: str, component: str):
+    return _child(plan, component, typ).inputs
+
+
+def _problems(values) -> list:
+    with pytest.raises(ConfigError) as info:
+        load(values, "gpu-training", "test")
+    return info.value.problems
+
+
+def _only_problem(values, key: str) -> str:
+    problems = _problems(values)
+    assert [p.key for p in problems] == [key], problems
+    return problems[0].message
+
+
+def _assert_mentions(message: str, *parts: str) -> None:
+    for part in parts:
+        assert part in message, f"{part!r} not in {message!r}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Device plugins
+# ----------------------------------------------------------------------------------------------
+
+
+def test_nvidia_device_plugin_release_is_pinned_and_runs_only_on_gpu_nodes(dev_plan):
+    assert len(dev_plan.of_type(RELEASE)) == 2
+    nv = _release(dev_plan, "nvidia-device-plugin")
+    assert nv is not None and nv.parent["type"] == DEVICE_PLUGINS
+    assert nv.inputs["version"] == versions.NVIDIA_DEVICE_PLUGIN_CHART
+    assert _version(nv.inputs["version"]) >= (0, 19, 3), "0.19.0-0.19.2 clash with the EFA plugin"
+    assert nv.inputs["repositoryOpts"]["repo"] == versions.NVIDIA_DEVICE_PLUGIN_REPO == "https://nvidia.github.io/k8s-device-plugin"
+    values = nv.inputs["values"]
+    assert _requires_labels(values["affinity"], GPU_PRESENT)
+    for taint in _gpu_taints(dev_plan):
+        assert _tolerates(values["tolerations"], taint), taint
+    assert values["mofedEnabled"] is False
+    # The label the plugin waits for is one every GPU node group sets.
+    gpu_groups = [r for r in dev_plan.of_type(MNG) if r.name.startswith("gpu-")]
+    assert gpu_groups and all(r.inputs["labels"].items() >= GPU_PRESENT.items() for r in gpu_groups)
+
+
+def test_efa_device_plugin_release_is_pinned_tolerates_gpu_taint_and_targets_efa_types(dev_plan):
+    efa = _release(dev_plan, "aws-efa-k8s-device-plugin")
+    assert efa is not None and efa.parent["type"] == DEVICE_PLUGINS
+    assert efa.inputs["version"] == versions.EFA_DEVICE_PLUGIN_CHART
+    assert _version(efa.inputs["version"]) >= (0, 5, 10)
+    assert efa.inputs["repositoryOpts"]["repo"] == versions.EFA_DEVICE_PLUGIN_REPO == "https://aws.github.io/eks-charts"
+    values = efa.inputs["values"]
+    for taint in _gpu_taints(dev_plan):
+        assert _tolerates(values["tolerations"], taint), taint
+    assert values["nodeSelector"] == EFA_PRESENT
+    cfg = load(dev_values(), "gpu-training", "dev")
+    efa_types = sorted({g.instance_type for g in cfg.gpu_node_groups if g.efa_enabled})
+    assert efa_types == ["p3dn.24xlarge", "p4d.24xlarge"]
+    assert values["supportedInstanceLabels"]["keys"] == ["node.kubernetes.io/instance-type"]
+    assert values["supportedInstanceLabels"]["values"] == efa_types
+    # Every EFA group labels its nodes with what the plugin selects on.
+    efa_groups = [r for r in dev_plan.of_type(MNG) if r.name in {f"gpu-{g.name}-mng" for g in cfg.gpu_node_groups if g.efa_enabled}]
+    assert len(efa_groups) == 2 and all(r.inputs["labels"].items() >= EFA_PRESENT.items() for r in efa_groups)
+
+
+def test_no_efa_release_when_no_group_has_efa(lean_plan):
+    assert _release(lean_plan, "aws-efa-k8s-device-plugin") is None
+    assert _release(lean_plan, "nvidia-device-plugin") is not None
+
+
+def test_device_plugin_toggles_remove_each_release_independently(prod_plan, off_plan):
+    # prod: efaDevicePlugin false although its p4d group has EFA.
+    assert _release(prod_plan, "aws-efa-k8s-device-plugin") is None
+    assert _release(prod_plan, "nvidia-device-plugin") is not None
+    # off: nvidiaDevicePlugin false.
+    assert _release(off_plan, "nvidia-device-plugin") is None
+    assert _release(off_plan, "aws-efa-k8s-device-plugin") is not None
+
+
+# ----------------------------------------------------------------------------------------------
+# EFS
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["dev", "prod"])
+def test_efs_is_encrypted_with_a_key_of_its_own(plans, variant):
+    plan = plans[variant]
+    fs = _child(plan, EFS_STORE, EFS_FS)
+    assert fs.inputs["encrypted"] is True
+    assert fs.inputs["kmsKeyId"].startswith("arn:aws:kms:")
+    key = _child(plan, EFS_STORE, KMS_KEY)
+    assert {"type": KMS_KEY, "name": key.name} in fs.depends_on
+    assert key.inputs["enableKeyRotation"] is True
+    (cluster,) = plan.of_type(EKS)
+    assert fs.inputs["kmsKeyId"] != cluster.inputs["encryptionConfigKeyArn"]
+    assert plan.outputs["efsFileSystemId"] == fs.id
+
+
+@pytest.mark.parametrize("variant", ["dev", "prod"])
+def test_efs_has_a_mount_target_in_each_private_subnet(plans, variant):
+    plan = plans[variant]
+    fs = _child(plan, EFS_STORE, EFS_FS)
+    sg = _child(plan, EFS_STORE, SG)
+    mts = plan.of_type(EFS_MT)
+    assert sorted(m.inputs["subnetId"] for m in mts) == sorted(plan.outputs["privateSubnetIds"])
+    assert not set(m.inputs["subnetId"] for m in mts) & set(plan.outputs["publicSubnetIds"])
+    for m in mts:
+        assert m.inputs["fileSystemId"] == fs.id
+        assert m.inputs["securityGroups"] == [sg.id]
+
+
+def test_efs_security_group_allows_only_nfs_from_the_cluster_security_group(dev_plan):
+    sg = _child(dev_plan, EFS_STORE, SG)
+    assert "ingress" not in sg.inputs and "egress" not in sg.inputs
+    rules = [r for r in dev_plan.of_type(INGRESS) if r.inputs["securityGroupId"] == sg.id]
+    assert len(rules) == 1
+    (rule,) = rules
+    assert (rule.inputs["ipProtocol"], rule.inputs["fromPort"], rule.inputs["toPort"]) == ("tcp", 2049, 2049)
+    assert rule.inputs["referencedSecurityGroupId"] == _cluster_sg(dev_plan)
+    assert not {"cidrIpv4", "cidrIpv6", "prefixListId"} & set(rule.inputs)
+
+
+def test_efs_csi_addon_is_pinned_with_its_own_pod_identity_role(dev_plan):
+    addon = _addon(dev_plan, "aws-efs-csi-driver")
+    assert addon is not None and addon.parent["type"] == EFS_STORE
+    assert addon.inputs["addonVersion"] == versions.EFS_CSI_ADDON
+    role, sa, policies = _role_of_addon(dev_plan, addon)
+    assert sa == "efs-csi-controller-sa"
+    assert policies == {"arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy"}
+    # The driver's node DaemonSet must run on tainted GPU nodes.
+    tolerations = json.loads(addon.inputs["configurationValues"])["node"]["tolerations"]
+    assert all(_tolerates(tolerations, t) for t in _gpu_taints(dev_plan))
+
+
+@pytest.mark.parametrize("variant", ["dev", "prod"])
+def test_efs_storage_class_static_pv_and_claim(plans, variant):
+    plan = plans[variant]
+    fs = _child(plan, EFS_STORE, EFS_FS)
+    sc = _obj(plan, STORAGE_CLASS, EFS_STORE)
+    assert sc["provisioner"] == "efs.csi.aws.com"
+    assert sc["parameters"]["fileSystemId"] == fs.id
+    pv = _obj(plan, PV, EFS_STORE)
+    spec = pv["spec"]
+    assert spec["accessModes"] == ["ReadWriteMany"]
+    assert spec["persistentVolumeReclaimPolicy"] == "Retain"
+    assert spec["csi"]["driver"] == "efs.csi.aws.com"
+    assert spec["csi"]["volumeHandle"] == fs.id
+    assert spec["storageClassName"] == sc["metadata"]["name"]
+    pvc = _obj(plan, PVC, EFS_STORE)
+    assert pvc["metadata"]["namespace"] == plan.outputs["trainingNamespace"]
+    assert pvc["metadata"]["name"] == plan.outputs["efsClaim"]
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+    assert pvc["spec"]["storageClassName"] == spec["storageClassName"]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == spec["capacity"]["storage"]
+
+
+def test_prod_claims_live_in_the_configured_namespace(prod_plan):
+    assert prod_plan.outputs["trainingNamespace"] == "ml"
+    for comp in (EFS_STORE, FSX_STORE):
+        assert _obj(prod_plan, PVC, comp)["metadata"]["namespace"] == "ml"
+    (ns,) = [r for r in prod_plan.of_type(NAMESPACE) if r.parent is None]
+    assert ns.inputs["metadata"]["name"] == "ml"
+
+
+def test_node_role_gets_no_storage_or_agent_policies(dev_plan):
+    (node_role,) = [r for r in dev_plan.of_type(ROLE) if "ec2.amazonaws.com" in r.inputs["assumeRolePolicy"]]
+    ref = {"type": ROLE, "name": node_role.name}
+    arns = [a.inputs["policyArn"] for a in dev_plan.of_type(ATTACHMENT) if ref in a.depends_on]
+    assert arns
+    for arn in arns:
+        assert not re.search(r"EFS|FSx|CloudWatch", arn), arn
+    inline = [p for p in dev_plan.of_type(INLINE_POLICY) if ref in p.depends_on]
+    for p in inline:
+        assert not re.search(r"elasticfilesystem:|fsx:", json.dumps(p.inputs)), p.name
+
+
+def test_each_driver_and_agent_has_a_role_of_its_own(dev_plan):
+    roles = {}
+    for name in ("aws-efs-csi-driver", "aws-fsx-csi-driver", "amazon-cloudwatch-observability"):
+        roles[name] = _role_of_addon(dev_plan, _addon(dev_plan, name))[0].name
+    assert len(set(roles.values())) == 3, roles
+
+
+# ----------------------------------------------------------------------------------------------
+# FSx for Lustre
+# ----------------------------------------------------------------------------------------------
+
+
+def _fsx_subnet(fs) -> str:
+    subnets = fs.inputs["subnetIds"]
+    if isinstance(subnets, list):
+        assert len(subnets) == 1, subnets
+        return subnets[0]
+    return subnets
+
+
+@pytest.mark.parametrize("variant", ["dev", "prod", "lean"])
+def test_fsx_is_in_the_gpu_az_subnet(plans, variant):
+    plan = plans[variant]
+    fs = _child(plan, FSX_STORE, FSX_FS)
+    subnet_id = _fsx_subnet(fs)
+    assert subnet_id == plan.outputs["gpuSubnetId"]
+    (subnet,) = [s for s in plan.of_type(SUBNET) if s.id == subnet_id]
+    assert subnet.inputs["availabilityZone"] == plan.outputs["gpuAvailabilityZone"]
+
+
+def test_fsx_follows_an_explicit_gpu_az_that_is_not_the_first_az(prod_plan):
+    assert prod_plan.outputs["gpuAvailabilityZone"] == "us-west-2c"
+    first = prod_plan.outputs["privateSubnetIds"][0]
+    assert prod_plan.outputs["gpuSubnetId"] != first, "the case under test: GPU AZ is not the first subnet"
+    assert _fsx_subnet(_child(prod_plan, FSX_STORE, FSX_FS)) == prod_plan.outputs["gpuSubnetId"]
+
+
+@pytest.mark.parametrize("variant", ["dev", "prod"])
+def test_fsx_security_group_lustre_ports_from_nodes_and_itself_before_the_file_system(plans, variant):
+    plan = plans[variant]
+    sg = _child(plan, FSX_STORE, SG)
+    fs = _child(plan, FSX_STORE, FSX_FS)
+    assert fs.inputs["securityGroupIds"] == [sg.id]
+    assert "ingress" not in sg.inputs
+    cluster_sg = _cluster_sg(plan)
+    ingress = [r for r in plan.of_type(INGRESS) if r.inputs["securityGroupId"] == sg.id]
+    got = {(r.inputs["ipProtocol"], r.inputs["fromPort"], r.inputs["toPort"], r.inputs["referencedSecurityGroupId"]) for r in ingress}
+    assert got == {
+        ("tcp", 988, 988, cluster_sg),
+        ("tcp", 988, 988, sg.id),
+        ("tcp", 1018, 1023, cluster_sg),
+        ("tcp", 1018, 1023, sg.id),
+    }
+    assert len(ingress) == 4
+    assert all(not {"cidrIpv4", "cidrIpv6"} & set(r.inputs) for r in ingress)
+    # Every rule of the store exists before the file system.
+    rules = _children(plan, FSX_STORE, INGRESS) + _children(plan, FSX_STORE, EGRESS)
+    assert len(rules) >= 4
+    for r in rules:
+        assert {"type": r.type, "name": r.name} in fs.depends_on, r.name
+
+
+def test_fsx_scratch_deployment_from_config_without_throughput_or_key(dev_plan):
+    fs = _child(dev_plan, FSX_STORE, FSX_FS)
+    assert fs.inputs["deploymentType"] == "SCRATCH_2"
+    assert fs.inputs["storageCapacity"] == 1200
+    assert "perUnitStorageThroughput" not in fs.inputs
+    assert "kmsKeyId" not in fs.inputs
+    assert _children(dev_plan, FSX_STORE, KMS_KEY) == []
+
+
+def test_fsx_persistent_deployment_from_config_with_throughput_and_key(prod_plan):
+    fs = _child(prod_plan, FSX_STORE, FSX_FS)
+    assert fs.inputs["deploymentType"] == "PERSISTENT_2"
+    assert fs.inputs["storageCapacity"] == 2400
+    assert fs.inputs["perUnitStorageThroughput"] == 250
+    key = _child(prod_plan, FSX_STORE, KMS_KEY)
+    assert fs.inputs["kmsKeyId"].startswith("arn:aws:kms:")
+    assert {"type": KMS_KEY, "name": key.name} in fs.depends_on
+    efs = _child(prod_plan, EFS_STORE, EFS_FS)
+    assert fs.inputs["kmsKeyId"] != efs.inputs["kmsKeyId"]
+
+
+def test_fsx_persistent_2_links_s3_through_a_data_repository_association(prod_plan):
+    fs = _child(prod_plan, FSX_STORE, FSX_FS)
+    assert not {"importPath", "exportPath", "autoImportPolicy"} & set(fs.inputs)
+    dra = _child(prod_plan, FSX_STORE, DRA)
+    assert dra.inputs["fileSystemId"] == fs.id
+    assert dra.inputs["dataRepositoryPath"] == f"s3://{PROD_BUCKET}/imagenet"
+    assert dra.inputs["fileSystemPath"] == "/s3"
+    assert set(dra.inputs["s3"]["autoImportPolicy"]["events"]) == {"NEW", "CHANGED", "DELETED"}
+    assert set(dra.inputs["s3"]["autoExportPolicy"]["events"]) == {"NEW", "CHANGED", "DELETED"}
+
+
+def test_fsx_scratch_2_links_s3_on_the_file_system(lean_plan):
+    fs = _child(lean_plan, FSX_STORE, FSX_FS)
+    assert fs.inputs["deploymentType"] == "SCRATCH_2"
+    assert fs.inputs["storageCapacity"] == 2400
+    assert fs.inputs["importPath"] == f"s3://{SCRATCH_BUCKET}"
+    assert "exportPath" not in fs.inputs, "export was not asked for"
+    assert lean_plan.of_type(DRA) == []
+
+
+def test_fsx_without_s3_has_no_link(dev_plan):
+    fs = _child(dev_plan, FSX_STORE, FSX_FS)
+    assert not {"importPath", "exportPath"} & set(fs.inputs)
+    assert dev_plan.of_type(DRA) == []
+
+
+def test_fsx_csi_addon_is_pinned_with_its_own_role_and_tolerates_all_taints(dev_plan):
+    addon = _addon(dev_plan, "aws-fsx-csi-driver")
+    assert addon is not None and addon.parent["type"] == FSX_STORE
+    assert addon.inputs["addonVersion"] == versions.FSX_CSI_ADDON
+    _, sa, policies = _role_of_addon(dev_plan, addon)
+    assert sa == "fsx-csi-controller-sa"
+    assert policies == {"arn:aws:iam::aws:policy/AmazonFSxFullAccess"}
+    assert json.loads(addon.inputs["configurationValues"])["node"]["tolerateAllTaints"] is True
+
+
+@pytest.mark.parametrize("variant,capacity", [("dev", 1200), ("prod", 2400), ("lean", 2400)])
+def test_fsx_static_pv_and_claim(plans, variant, capacity):
+    plan = plans[variant]
+    fs = _child(plan, FSX_STORE, FSX_FS)
+    pv = _obj(plan, PV, FSX_STORE)
+    spec = pv["spec"]
+    csi = spec["csi"]
+    assert csi["driver"] == "fsx.csi.aws.com"
+    assert csi["volumeHandle"] == fs.id == plan.outputs["fsxFileSystemId"]
+    assert csi["volumeAttributes"]["dnsname"] == plan.outputs["fsxDnsName"]
+    assert csi["volumeAttributes"]["dnsname"].startswith(fs.id)
+    mountname = csi["volumeAttributes"]["mountname"]
+    assert isinstance(mountname, str) and mountname and mountname != "[unknown]"
+    assert spec["capacity"]["storage"] == f"{capacity}Gi"
+    assert "flock" in spec["mountOptions"]
+    assert spec["persistentVolumeReclaimPolicy"] == "Retain"
+    assert spec["storageClassName"] == ""
+    assert spec["accessModes"] == ["ReadWriteMany"]
+    pvc = _obj(plan, PVC, FSX_STORE)
+    assert pvc["metadata"]["namespace"] == plan.outputs["trainingNamespace"]
+    assert pvc["metadata"]["name"] == plan.outputs["fsxClaim"]
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+    assert pvc["spec"]["storageClassName"] == ""
+    assert pvc["spec"]["resources"]["requests"]["storage"] == f"{capacity}Gi"
+
+
+@pytest.mark.parametrize(
+    "fsx,expect",
+    [
+        ({"deploymentType": "PERSISTENT_1", "storageCapacityGiB": 4800, "perUnitStorageThroughput": 100, "s3": {"bucket": "p1-data"}}, "importPath"),
+        ({"deploymentType": "SCRATCH_1", "storageCapacityGiB": 3600}, None),
+    ],
+)
+def test_fsx_other_deployment_types(fsx, expect):
+    plan = run_stack(minimal_values(storage={"efs": {"enabled": False}, "fsx": fsx}))
+    fs = _child(plan, FSX_STORE, FSX_FS)
+    assert fs.inputs["deploymentType"] == fsx["deploymentType"]
+    assert fs.inputs["storageCapacity"] == fsx["storageCapacityGiB"]
+    persistent = fsx["deploymentType"].startswith("PERSISTENT")
+    assert fs.inputs.get("perUnitStorageThroughput") == fsx.get("perUnitStorageThroughput")
+    assert ("kmsKeyId" in fs.inputs) is persistent
+    assert len(_children(plan, FSX_STORE, KMS_KEY)) == (1 if persistent else 0)
+    if expect == "importPath":
+        assert fs.inputs["importPath"] == "s3://p1-data"
+        assert plan.of_type(DRA) == []
+    assert _obj(plan, PV, FSX_STORE)["spec"]["capacity"]["storage"] == f"{fsx['storageCapacityGiB']}Gi"
+
+
+def test_disabling_fsx_removes_every_fsx_resource(off_plan):
+    assert off_plan.of_type(FSX_FS) == [] and off_plan.of_type(DRA) == []
+    assert [r for r in off_plan.records if r.type == FSX_STORE or (r.parent or {}).get("type") == FSX_STORE] == []
+    assert _addon(off_plan, "aws-fsx-csi-driver") is None
+    assert not [o for o in off_plan.kubernetes_objects() if o["kind"] == "PersistentVolume" and o["spec"]["csi"]["driver"] == "fsx.csi.aws.com"]
+    assert not {"fsxFileSystemId", "fsxDnsName", "fsxClaim"} & set(off_plan.outputs)
+    # EFS is still there.
+    assert len(off_plan.of_type(EFS_FS)) == 1
+
+
+def test_disabling_efs_removes_every_efs_resource(lean_plan):
+    assert lean_plan.of_type(EFS_FS) == [] and lean_plan.of_type(EFS_MT) == []
+    assert [r for r in lean_plan.records if r.type == EFS_STORE or (r.parent or {}).get("type") == EFS_STORE] == []
+    assert _addon(lean_plan, "aws-efs-csi-driver") is None
+    assert lean_plan.of_type(STORAGE_CLASS) == []
+    assert not {"efsFileSystemId", "efsClaim"} & set(lean_plan.outputs)
+    assert len(lean_plan.of_type(FSX_FS)) == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Deletion protection
+# ----------------------------------------------------------------------------------------------
+
+
+def _protected(plan) -> set[tuple[str, str]]:
+    return {(r.type, r.name) for r in plan.records if r.options.get("protect")}
+
+
+def test_default_deletion_protection_protects_file_systems_and_their_keys(prod_plan, lean_plan, off_plan):
+    efs_key = _child(prod_plan, EFS_STORE, KMS_KEY).name
+    fsx_key = _child(prod_plan, FSX_STORE, KMS_KEY).name
+    assert _protected(prod_plan) == {(EFS_FS, "efs-fs"), (KMS_KEY, efs_key), (FSX_FS, "fsx-fs"), (KMS_KEY, fsx_key)}
+    # Scratch FSx has no key of its own; EFS off.
+    assert _protected(lean_plan) == {(FSX_FS, "fsx-fs")}
+    assert _protected(off_plan) == {(EFS_FS, "efs-fs"), (KMS_KEY, _child(off_plan, EFS_STORE, KMS_KEY).name)}
+
+
+def test_dev_turns_deletion_protection_off(dev_plan):
+    assert load(dev_values(), "gpu-training", "dev").storage.deletion_protection is False
+    assert _protected(dev_plan) == set()
+
+
+# ----------------------------------------------------------------------------------------------
+# MPI operator
+# ----------------------------------------------------------------------------------------------
+
+
+def _mpi_manifest():
+    return operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST, versions.MPI_OPERATOR_MANIFEST_SHA256)
+
+
+def test_mpi_operator_manifest_objects_are_registered_as_typed_resources(dev_plan):
+    children = dev_plan.children_of(MPI_OPERATOR, "mpi-operator")
+    assert len(children) == 9
+    assert all(r.type.startswith("kubernetes:") and r.custom for r in children)
+    assert Counter(r.inputs["kind"] for r in children) == Counter(
+        {"Namespace": 1, "CustomResourceDefinition": 1, "ServiceAccount": 1, "ClusterRole": 4, "ClusterRoleBinding": 1, "Deployment": 1}
+    )
+    # Registered unchanged: each object equals its document in the vendored manifest.
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in _mpi_manifest()}
+    got = {(r.inputs["kind"], r.inputs["metadata"]["name"]): r.inputs for r in children}
+    assert got == docs
+    for r in children:
+        assert r.type.endswith(":" + r.inputs["kind"])
+
+
+def test_mpi_operator_crd_serves_only_v2beta1(dev_plan):
+    crd = _obj(dev_plan, CRD, MPI_OPERATOR)
+    assert crd["metadata"]["name"] == "mpijobs.kubeflow.org"
+    assert crd["spec"]["group"] == "kubeflow.org"
+    assert [v["name"] for v in crd["spec"]["versions"]] == ["v2beta1"]
+    assert [v["name"] for v in crd["spec"]["versions"] if v["served"]] == ["v2beta1"]
+
+
+def test_mpi_operator_deployment_image_and_ordering(dev_plan):
+    children = dev_plan.children_of(MPI_OPERATOR, "mpi-operator")
+    (dep,) = [r for r in children if r.inputs["kind"] == "Deployment"]
+    (container,) = dep.inputs["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "mpioperator/mpi-operator:0.8.0"
+    assert container["image"] == f"mpioperator/mpi-operator:{versions.MPI_OPERATOR_VERSION.lstrip('v')}"
+    (ns,) = [r for r in children if r.inputs["kind"] == "Namespace"]
+    assert dep.inputs["metadata"]["namespace"] == ns.inputs["metadata"]["name"]
+    foundation = [r for r in children if r.inputs["kind"] in ("Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
+    assert len(foundation) == 8
+    for r in foundation:
+        assert {"type": r.type, "name": r.name} in dep.depends_on, r.name
+
+
+def test_mpi_operator_manifest_pin_matches_the_file_and_sources(tmp_path):
+    path = PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == versions.MPI_OPERATOR_MANIFEST_SHA256
+    sources = (PROJECT_ROOT / "manifests" / "vendor" / "SOURCES.md").read_text()
+    (row,) = [line for line in sources.splitlines() if line.startswith(f"| {path.name} ")]
+    assert versions.MPI_OPERATOR_MANIFEST_SHA256 in row
+    assert f"/{versions.MPI_OPERATOR_VERSION}/" in row
+    assert len(_mpi_manifest()) == 9
+
+
+def test_a_manifest_whose_checksum_differs_is_refused(tmp_path):
+    original = (PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST).read_bytes()
+    tampered = tmp_path / "mpi-operator.yaml"
+    tampered.write_bytes(original.replace(b"mpioperator/mpi-operator:0.8.0", b"mpioperator/mpi-operator:latest", 1))
+    assert tampered.read_bytes() != original
+    with pytest.raises(operators.ManifestChecksumError) as info:
+        operators.load_manifest(tampered, versions.MPI_OPERATOR_MANIFEST_SHA256)
+    message = str(info.value)
+    assert versions.MPI_OPERATOR_MANIFEST_SHA256 in message
+    assert hashlib.sha256(tampered.read_bytes()).hexdigest() in message
+
+
+# ----------------------------------------------------------------------------------------------
+# Training operator
+# ----------------------------------------------------------------------------------------------
+
+
+def _kustomization() -> dict:
+    return yaml.safe_load(KUSTOMIZATION.read_text())
+
+
+def _patch(target_kind: str, target_name: str):
+    found = [p for p in _kustomization()["patches"] if p["target"].get("kind") == target_kind and p["target"].get("name") == target_name]
+    assert len(found) == 1, found
+    return yaml.safe_load(found[0]["patch"])
+
+
+def test_training_operator_is_a_kustomize_directory_of_the_overlay(dev_plan):
+    (d,) = dev_plan.of_type(DIRECTORY)
+    assert d.parent == {"type": TRAINING_OPERATOR, "name": "training-operator"}
+    assert Path(d.inputs["directory"]).resolve() == KUSTOMIZATION.parent.resolve()
+    assert KUSTOMIZATION.is_file()
+
+
+def test_training_operator_overlay_uses_the_pinned_ref():
+    (resource,) = _kustomization()["resources"]
+    url = urllib.parse.urlsplit(resource)
+    assert url.netloc == "github.com"
+    assert url.path == "/kubeflow/training-operator.git/manifests/overlays/standalone"
+    assert urllib.parse.parse_qs(url.query) == {"ref": [versions.TRAINING_OPERATOR_REF]}
+    assert _version(versions.TRAINING_OPERATOR_REF)[:2] == (1, 9)
+
+
+def test_training_operator_runs_only_the_pinned_schemes_and_never_mpijob():
+    ops = _patch("Deployment", "training-operator")
+    arg_ops = [op for op in ops if op["path"].startswith("/spec/template/spec/containers/0/args")]
+    assert [op["op"] for op in arg_ops] == ["add"]
+    assert arg_ops[0]["path"] == "/spec/template/spec/containers/0/args"
+    args = arg_ops[0]["value"]
+    assert args == [f"--enable-scheme={s}" for s in versions.TRAINING_OPERATOR_SCHEMES]
+    schemes = {a.split("=", 1)[1].lower() for a in args}
+    assert {"pytorchjob", "paddlejob"} <= schemes
+    assert "mpijob" not in schemes
+
+
+def test_training_operator_overlay_deletes_its_mpijob_crd():
+    patch = _patch("CustomResourceDefinition", "mpijobs.kubeflow.org")
+    assert patch["$patch"] == "delete"
+    assert patch["kind"] == "CustomResourceDefinition"
+    assert patch["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert patch["metadata"]["name"] == "mpijobs.kubeflow.org"
+
+
+def _deleted_crds() -> set[str]:
+    out = set()
+    for p in _kustomization()["patches"]:
+        doc = yaml.safe_load(p["patch"])
+        if isinstance(doc, dict) and doc.get("$patch") == "delete" and doc.get("kind") == "CustomResourceDefinition":
+            out.add(doc["metadata"]["name"])
+    return out
+
+
+@pytest.mark.parametrize("variant", ["dev", "prod", "lean", "off"])
+def test_no_crd_is_defined_twice(plans, variant):
+    plan = plans[variant]
+    names = [o["metadata"]["name"] for o in plan.kubernetes_objects() if o["kind"] == "CustomResourceDefinition"]
+    assert len(names) == len(set(names)), names
+    if plan.of_type(DIRECTORY):
+        # The overlay installs upstream's CRDs: any the plan installs itself must be deleted from it.
+        assert set(names) & TRAINING_OPERATOR_UPSTREAM_CRDS <= _deleted_crds()
+
+
+def test_disabling_the_operators_removes_them(off_plan):
+    assert off_plan.of_type(DIRECTORY) == []
+    assert [r for r in off_plan.records if r.type in (MPI_OPERATOR, TRAINING_OPERATOR)] == []
+    assert off_plan.of_type(CRD) == []
+    assert not [o for o in off_plan.kubernetes_objects() if o["metadata"].get("name") == "mpi-operator"]
+
+
+# ----------------------------------------------------------------------------------------------
+# etcd
+# ----------------------------------------------------------------------------------------------
+
+
+def _etcd(plan):
+    sts = _obj(plan, STATEFUL_SET, ETCD)
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    return sts, container
+
+
+def _flag(command: list[str], name: str) -> str:
+    values = [c.split("=", 1)[1] for c in command if c.startswith(f"--{name}=")]
+    assert len(values) == 1, (name, command)
+    return values[0]
+
+
+@pytest.mark.parametrize("variant,replicas,cpu,memory", [("dev", 1, "250m", "512Mi"), ("prod", 3, "500m", "1Gi")])
+def test_etcd_statefulset(plans, variant, replicas, cpu, memory):
+    plan = plans[variant]
+    ns = plan.outputs["trainingNamespace"]
+    sts, c = _etcd(plan)
+    assert sts["metadata"]["namespace"] == ns
+    assert sts["spec"]["replicas"] == replicas
+    assert c["image"] == versions.ETCD_IMAGE
+    assert re.fullmatch(r"v?3\.5\.\d+", c["image"].rsplit(":", 1)[1]), "PyTorch's rendezvous needs the v2 API: etcd 3.5"
+    command = c["command"] + c.get("args", [])
+    assert "--enable-v2=true" in command
+    assert c["resources"]["requests"] == {"cpu": cpu, "memory": memory}
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe].get("httpGet") or c[probe].get("exec") or c[probe].get("grpc"), probe
+    assert sts["spec"]["template"]["spec"]["nodeSelector"] == {"gputraining/node-group": "system"}
+    system = plan.named(MNG, "system-mng")
+    assert system.inputs["labels"]["gputraining/node-group"] == "system"
+    # The initial cluster lists every member at its stable peer name.
+    peers_svc = sts["spec"]["serviceName"]
+    members = dict(m.split("=", 1) for m in _flag(command, "initial-cluster").split(","))
+    assert members == {f"etcd-{i}": f"http://etcd-{i}.{peers_svc}.{ns}.svc:2380" for i in range(replicas)}
+    assert sts["metadata"]["name"] == "etcd"
+    peers = [o for o in plan.kubernetes_objects() if o["kind"] == "Service" and o["metadata"]["name"] == peers_svc]
+    assert len(peers) == 1 and peers[0]["spec"]["clusterIP"] == "None"
+
+
+@pytest.mark.parametrize("variant", ["dev", "prod"])
+def test_etcd_client_service_and_endpoint_output(plans, variant):
+    plan = plans[variant]
+    ns = plan.outputs["trainingNamespace"]
+    sts, _ = _etcd(plan)
+    clients = [
+        r.inputs for r in _children(plan, ETCD, SERVICE) if any(p["port"] == 2379 for p in r.inputs["spec"]["ports"]) and r.inputs["spec"].get("clusterIP") != "None"
+    ]
+    assert len(clients) == 1
+    (svc,) = clients
+    assert svc["metadata"]["namespace"] == ns
+    pod_labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert plan.outputs["etcdEndpoint"] == f"{svc['metadata']['name']}.{ns}.svc:2379"
+    assert plan.outputs["etcdEndpoint"] == f"etcd.{ns}.svc:2379"
+
+
+def test_three_etcd_members_get_a_disruption_budget_keeping_quorum(prod_plan):
+    pdb = _obj(prod_plan, PDB, ETCD)
+    sts, _ = _etcd(prod_plan)
+    assert pdb["spec"]["minAvailable"] == 2
+    assert pdb["metadata"]["namespace"] == "ml"
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= sts["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_one_etcd_member_gets_no_disruption_budget(dev_plan):
+    assert dev_plan.of_type(PDB) == []
+
+
+def test_disabling_etcd_removes_it_and_its_output(lean_plan):
+    assert [r for r in lean_plan.records if r.type == ETCD or (r.parent or {}).get("type") == ETCD] == []
+    assert lean_plan.of_type(STATEFUL_SET) == []
+    assert "etcdEndpoint" not in lean_plan.outputs
+
+
+# ----------------------------------------------------------------------------------------------
+# Monitoring
+# ----------------------------------------------------------------------------------------------
+
+
+def test_cloudwatch_addon_is_pinned_with_its_agent_role_and_tolerates_every_taint(dev_plan):
+    addon = _addon(dev_plan, "amazon-cloudwatch-observability")
+    assert addon is not None and addon.parent["type"] == MONITORING
+    assert addon.inputs["addonVersion"] == versions.CLOUDWATCH_OBSERVABILITY_ADDON
+    _, sa, policies = _role_of_addon(dev_plan, addon)
+    assert sa == "cloudwatch-agent"
+    assert "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy" in policies
+    tolerations = json.loads(addon.inputs["configurationValues"])["tolerations"]
+    assert all(_tolerates(tolerations, t) for t in _gpu_taints(dev_plan))
+    assert _tolerates(tolerations, {"key": "anything/else", "value": "x", "effect": "NoExecute"}), "every node, every taint"
+
+
+@pytest.mark.parametrize("variant,cluster,retention", [("dev", "gpu-training-dev", 7), ("prod", PROD_CLUSTER, 90)])
+def test_container_insights_log_groups_with_configured_retention(plans, variant, cluster, retention):
+    plan = plans[variant]
+    groups = _children(plan, MONITORING, LOG_GROUP)
+    assert {g.inputs["name"] for g in groups} == {f"/aws/containerinsights/{cluster}/{k}" for k in ("application", "dataplane", "host", "performance")}
+    assert all(g.inputs["retentionInDays"] == retention for g in groups)
+    addon = _addon(plan, "amazon-cloudwatch-observability")
+    for g in groups:
+        assert {"type": LOG_GROUP, "name": g.name} in addon.depends_on, "log groups must exist before the agent writes to them"
+
+
+@pytest.mark.parametrize("variant,cluster", [("dev", "gpu-training-dev"), ("prod", PROD_CLUSTER)])
+def test_dashboard_shows_gpu_and_efa_metrics_of_the_cluster(plans, variant, cluster):
+    plan = plans[variant]
+    dash = _child(plan, MONITORING, DASHBOARD)
+    assert plan.outputs["dashboardName"] == dash.inputs["dashboardName"]
+    body = json.loads(dash.inputs["dashboardBody"])
+    expressions = [
+        m["expression"]
+        for w in body["widgets"]
+        for row in w["properties"]["metrics"]
+        for m in row
+        if isinstance(m, dict) and "expression" in m
+    ]
+    for metric in ("node_gpu_utilization", "node_gpu_memory_utilization", "node_efa_rx_bytes", "node_efa_tx_bytes"):
+        hits = [e for e in expressions if f'MetricName="{metric}"' in e]
+        assert hits, metric
+        assert all(e.startswith("SEARCH(") and f'ClusterName="{cluster}"' in e and "ContainerInsights" in e for e in hits), hits
+    assert all(w["properties"]["region"] == "us-west-2" for w in body["widgets"])
+
+
+def test_dashboard_can_be_turned_off_alone(off_plan):
+    assert off_plan.of_type(DASHBOARD) == []
+    assert "dashboardName" not in off_plan.outputs
+    assert len(_children(off_plan, MONITORING, LOG_GROUP)) == 4
+    assert _addon(off_plan, "amazon-cloudwatch-observability") is not None
+
+
+def test_disabling_monitoring_removes_all_of_it(lean_plan):
+    assert [r for r in lean_plan.records if r.type == MONITORING or (r.parent or {}).get("type") == MONITORING] == []
+    assert _addon(lean_plan, "amazon-cloudwatch-observability") is None
+    assert lean_plan.of_type(DASHBOARD) == []
+    assert not [g for g in lean_plan.of_type(LOG_GROUP) if "containerinsights" in g.inputs["name"]]
+    assert "dashboardName" not in lean_plan.outputs
+
+
+# ----------------------------------------------------------------------------------------------
+# One Kubernetes provider
+# ----------------------------------------------------------------------------------------------
+
+
+def test_one_kubernetes_provider_bound_to_the_cluster(dev_plan):
+    (provider,) = dev_plan.of_type(K8S_PROVIDER)
+    (cluster,) = dev_plan.of_type(EKS)
+    assert {"type": EKS, "name": cluster.name} in provider.depends_on
+    assert provider.inputs.get("kubeconfig"), "the provider must be given the cluster's kubeconfig"
+
+
+def test_every_kubernetes_resource_goes_through_that_provider(dev_plan):
+    (provider,) = dev_plan.of_type(K8S_PROVIDER)
+    kube = [r for r in dev_plan.records if r.type.startswith("kubernetes:")]
+    assert len(kube) > 20
+    assert {r.type for r in kube} >= {RELEASE, DIRECTORY, CRD, STATEFUL_SET, PV, PVC, NAMESPACE}
+    for r in kube:
+        assert r.options.get("provider") == {"type": K8S_PROVIDER, "name": provider.name}, (r.type, r.name)
+
+
+def test_every_kubernetes_resource_belongs_to_a_service_component(dev_plan):
+    for r in dev_plan.records:
+        if not r.type.startswith("kubernetes:"):
+            continue
+        if r.type == NAMESPACE and r.parent is None:
+            assert r.inputs["metadata"]["name"] == dev_plan.outputs["trainingNamespace"]
+            continue
+        assert r.parent and r.parent["type"].startswith(COMPONENT), (r.type, r.name)
+
+
+def test_no_two_kubernetes_objects_share_an_identity(plans):
+    for variant, plan in plans.items():
+        ids = Counter(
+            (o["apiVersion"].split("/")[0] if "/" in o["apiVersion"] else "", o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+            for o in plan.kubernetes_objects()
+        )
+        assert [k for k, n in ids.items() if n > 1] == [], variant
+
+
+def test_training_namespace_that_collides_with_an_operator_namespace_is_refused():
+    values = minimal_values(services={"trainingNamespace": "mpi-operator"})
+    try:
+        load(values, "gpu-training", "test")
+    except ConfigError as err:
+        assert any(p.key == f"{NS}:services.trainingNamespace" for p in err.problems)
+        return
+    plan = run_stack(values)
+    names = [o["metadata"]["name"] for o in plan.kubernetes_objects() if o["kind"] == "Namespace"]
+    assert len(names) == len(set(names)), names
+
+
+# ----------------------------------------------------------------------------------------------
+# Kubernetes schemas
+# ----------------------------------------------------------------------------------------------
+
+
+def _is_builtin(api_version: str) -> bool:
+    group = api_version.split("/")[0] if "/" in api_version else ""
+    return group == "" or "." not in group or group.endswith(".k8s.io")
+
+
+@pytest.mark.parametrize("variant", ["dev", "prod", "lean", "off"])
+def test_every_core_object_validates_against_the_cluster_version_schema(plans, variant):
+    plan = plans[variant]
+    (cluster,) = plan.of_type(EKS)
+    k8s_version = cluster.inputs["version"]
+    assert k8s_version == versions.KUBERNETES_DEFAULT
+    objects = [o for o in plan.kubernetes_objects() if _is_builtin(o["apiVersion"])]
+    assert objects
+    failures = []
+    for o in objects:
+        try:
+            validated = kubernetes_validate.validate(o, k8s_version, True)
+            assert validated == k8s_version, f"validated against {validated}, not {k8s_version}"
+        except (kubernetes_validate.ValidationError, kubernetes_validate.SchemaNotFoundError) as err:
+            failures.append(f"{o['kind']}/{o['metadata'].get('name')}: {getattr(err, 'message', err)}")
+    assert failures == []
+
+
+def test_schema_coverage_includes_the_crd_and_the_disruption_budget(prod_plan):
+    kinds = {o["kind"] for o in prod_plan.kubernetes_objects() if _is_builtin(o["apiVersion"])}
+    assert {"CustomResourceDefinition", "PodDisruptionBudget", "StatefulSet", "PersistentVolume", "Deployment"} <= kinds
+
+
+def test_strict_schema_validation_catches_a_wrong_field(dev_plan):
+    """The schema check above is not vacuous: a misspelt field fails it."""
+    pv = json.loads(json.dumps(_obj(dev_plan, PV, FSX_STORE)))
+    pv["spec"]["reclaimPolicy"] = "Retain"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(pv, versions.KUBERNETES_DEFAULT, True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Config checks of these sections
+# ----------------------------------------------------------------------------------------------
+
+FSX_KEY = f"{NS}:storage.fsx"
+
+
+@pytest.mark.parametrize(
+    "deployment,capacity,step",
+    [("SCRATCH_1", 4800, "3600"), ("SCRATCH_1", 6000, "3600"), ("SCRATCH_2", 3600, "2400"), ("PERSISTENT_1", 3600, "2400"), ("PERSISTENT_2", 1800, "2400"), ("SCRATCH_2", 0, "2400")],
+)
+def test_fsx_capacity_off_the_step_is_rejected(deployment, capacity, step):
+    fsx = {"deploymentType": deployment, "storageCapacityGiB": capacity}
+    if deployment.startswith("PERSISTENT"):
+        fsx["perUnitStorageThroughput"] = stack_config.FSX_THROUGHPUT[deployment][0]
+    msg = _only_problem(minimal_values(storage={"fsx": fsx}), f"{FSX_KEY}.storageCapacityGiB")
+    _assert_mentions(msg, str(capacity), deployment, "1200", "2400", step)
+
+
+@pytest.mark.parametrize(
+    "deployment,capacity,throughput",
+    [
+        ("SCRATCH_1", 1200, None),
+        ("SCRATCH_1", 3600, None),
+        ("SCRATCH_1", 7200, None),
+        ("SCRATCH_2", 2400, None),
+        ("SCRATCH_2", 4800, None),
+        ("PERSISTENT_1", 4800, 50),
+        ("PERSISTENT_2", 2400, 1000),
+        ("PERSISTENT_2", 9600, 125),
+    ],
+)
+def test_fsx_capacity_on_the_step_is_accepted(deployment, capacity, throughput):
+    fsx = {"deploymentType": deployment, "storageCapacityGiB": capacity}
+    if throughput is not None:
+        fsx["perUnitStorageThroughput"] = throughput
+    cfg = load(minimal_values(storage={"fsx": fsx}), "gpu-training", "test")
+    assert cfg.storage.fsx.storage_capacity_gib == capacity
+
+
+@pytest.mark.parametrize("deployment", ["PERSISTENT_1", "PERSISTENT_2"])
+def test_fsx_persistent_without_throughput_lists_the_allowed_values(deployment):
+    msg = _only_problem(minimal_values(storage={"fsx": {"deploymentType": deployment, "storageCapacityGiB": 2400}}), f"{FSX_KEY}.perUnitStorageThroughput")
+    _assert_mentions(msg, deployment, *map(str, stack_config.FSX_THROUGHPUT[deployment]))
+
+
+@pytest.mark.parametrize("deployment,bad", [("PERSISTENT_1", 125), ("PERSISTENT_2", 200), ("PERSISTENT_2", 100)])
+def test_fsx_persistent_with_a_wrong_throughput_names_it_and_the_allowed_values(deployment, bad):
+    fsx = {"deploymentType": deployment, "storageCapacityGiB": 2400, "perUnitStorageThroughput": bad}
+    msg = _only_problem(minimal_values(storage={"fsx": fsx}), f"{FSX_KEY}.perUnitStorageThroughput")
+    _assert_mentions(msg, str(bad), deployment, *map(str, stack_config.FSX_THROUGHPUT[deployment]))
+
+
+@pytest.mark.parametrize("deployment", ["SCRATCH_1", "SCRATCH_2"])
+def test_fsx_scratch_with_a_throughput_is_rejected(deployment):
+    fsx = {"deploymentType": deployment, "storageCapacityGiB": 1200, "perUnitStorageThroughput": 125}
+    msg = _only_problem(minimal_values(storage={"fsx": fsx}), f"{FSX_KEY}.perUnitStorageThroughput")
+    _assert_mentions(msg, "125", deployment, "PERSISTENT")
+
+
+@pytest.mark.parametrize("bucket", ["s3://datasets", "My_Bucket", "datasets/imagenet", "ab", "bucket-"])
+def test_fsx_bad_bucket_name(bucket):
+    msg = _only_problem(minimal_values(storage={"fsx": {"s3": {"bucket": bucket}}}), f"{FSX_KEY}.s3.bucket")
+    _assert_mentions(msg, repr(bucket), "bucket name")
+
+
+def test_fsx_s3_paths_are_checked():
+    problems = _problems(minimal_values(storage={"fsx": {"s3": {"bucket": "ok-bucket", "prefix": "/data", "fileSystemPath": "s3"}}}))
+    assert {p.key for p in problems} == {f"{FSX_KEY}.s3.prefix", f"{FSX_KEY}.s3.fileSystemPath"}
+    by_key = {p.key: p.message for p in problems}
+    _assert_mentions(by_key[f"{FSX_KEY}.s3.prefix"], "'/data'")
+    _assert_mentions(by_key[f"{FSX_KEY}.s3.fileSystemPath"], "'s3'", "/s3")
+
+
+def test_fsx_checks_do_not_apply_when_fsx_is_off():
+    cfg = load(minimal_values(storage={"fsx": {"enabled": False, "storageCapacityGiB": 1000}}), "gpu-training", "test")
+    assert cfg.storage.fsx.enabled is False
+
+
+def test_efs_max_io_with_elastic_throughput_is_rejected():
+    msg = _only_problem(minimal_values(storage={"efs": {"performanceMode": "maxIO"}}), f"{NS}:storage.efs.performanceMode")
+    _assert_mentions(msg, "'maxIO'", "elastic")
+
+
+@pytest.mark.parametrize("replicas", [2, 4, 0])
+def test_etcd_replicas_must_keep_a_quorum(replicas):
+    msg = _only_problem(minimal_values(etcd={"replicas": replicas}), f"{NS}:etcd.replicas")
+    _assert_mentions(msg, str(replicas), "1", "3", "5")
+
+
+@pytest.mark.parametrize("cpu", ["quarter", "250 m", "-1", "1.5cores"])
+def test_etcd_bad_cpu_quantity(cpu):
+    msg = _only_problem(minimal_values(etcd={"cpu": cpu}), f"{NS}:etcd.cpu")
+    _assert_mentions(msg, repr(cpu), "250m")
+
+
+@pytest.mark.parametrize("memory", ["512MB", "lots", "-1Gi", "1 Gi"])
+def test_etcd_bad_memory_quantity(memory):
+    msg = _only_problem(minimal_values(etcd={"memory": memory}), f"{NS}:etcd.memory")
+    _assert_mentions(msg, repr(memory), "512Mi")
+
+
+@pytest.mark.parametrize("memory", ["1G", "2Ti", "1.5Gi"])
+def test_etcd_valid_kubernetes_memory_quantities_are_accepted(memory):
+    assert load(minimal_values(etcd={"memory": memory}), "gpu-training", "test").etcd.memory == memory
+
+
+def test_etcd_problems_are_reported_together():
+    problems = _problems(minimal_values(etcd={"replicas": 2, "cpu": "x", "memory": "y"}))
+    assert {p.key for p in problems} == {f"{NS}:etcd.replicas", f"{NS}:etcd.cpu", f"{NS}:etcd.memory"}
+
+
+@pytest.mark.parametrize("namespace", ["Training", "ml_jobs", "-ml", "kube-system", "kube-training", "a" * 64])
+def test_bad_training_namespace(namespace):
+    msg = _only_problem(minimal_values(services={"trainingNamespace": namespace}), f"{NS}:services.trainingNamespace")
+    _assert_mentions(msg, repr(namespace), "lower-case", "kube-")
+
+
+@pytest.mark.parametrize(
+    "section,raw,key,allowed",
+    [
+        ("storage", {"fsx": {"sizeGiB": 1200}}, "storage.fsx.sizeGiB", ["deploymentType", "storageCapacityGiB", "perUnitStorageThroughput", "s3"]),
+        ("storage", {"efs": {"encrypted": False}}, "storage.efs.encrypted", ["throughputMode", "performanceMode"]),
+        ("storage", {"deletionProtecton": False}, "storage.deletionProtecton", ["deletionProtection", "efs", "fsx"]),
+        ("storage", {"fsx": {"s3": {"bucket": "ok-bucket", "path": "/x"}}}, "storage.fsx.s3.path", ["bucket", "prefix", "fileSystemPath", "export"]),
+        ("etcd", {"replica": 3}, "etcd.replica", ["replicas", "cpu", "memory", "enabled"]),
+        ("services", {"mpiOperators": False}, "services.mpiOperators", ["mpiOperator", "trainingOperator", "nvidiaDevicePlugin", "efaDevicePlugin", "trainingNamespace"]),
+        ("monitoring", {"dashbord": False}, "monitoring.dashbord", ["dashboard", "enabled", "logRetentionDays"]),
+    ],
+)
+def test_unknown_keys_name_the_key_and_what_is_allowed(section, raw, key, allowed):
+    bad = key.rsplit(".", 1)[1]
+    msg = _only_problem(minimal_values(**{section: raw}), f"{NS}:{key}")
+    _assert_mentions(msg, "unknown key", repr(bad), *allowed)
+
+
+def test_monitoring_log_retention_must_be_a_cloudwatch_value():
+    msg = _only_problem(minimal_values(monitoring={"logRetentionDays": 10}), f"{NS}:monitoring.logRetentionDays")
+    _assert_mentions(msg, "10", "7", "14", "30", "90")
+
+
+def test_service_defaults_match_the_issue():
+    cfg = load(minimal_values(), "gpu-training", "test")
+    assert cfg.storage.deletion_protection is True
+    assert cfg.etcd.replicas == 1 and cfg.etcd.enabled
+    sv = cfg.services
+    assert (sv.nvidia_device_plugin, sv.efa_device_plugin, sv.mpi_operator, sv.training_operator) == (True, True, True, True)
+    assert cfg.monitoring.enabled and cfg.monitoring.dashboard
