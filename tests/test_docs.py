@@ -1,0 +1,332 @@
+"""The docs stay true to the code.
+
+docs/jobs.md: every ```yaml block whose first line starts with ``- name:`` is a list of jobs exactly as
+it appears under ``gpu-training:jobs:``. Each such block must pass the config validator on its own, and
+all of them together must produce, in one offline plan, the objects their kinds emit. The block that
+starts with ``gpu-training:gpuNodeGroups:`` holds the node groups the examples assume. The per-kind
+field tables must list every field of the kind's model with its default.
+
+README.md: the configuration reference tables must mention every top-level config key and every field
+of the section models.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from components import jobs as J
+from infra import catalog
+from stacks import config as C
+from stacks import jobs_config
+from tests.conftest import ROOT, minimal_values, run_stack
+
+DOC = ROOT / "docs" / "jobs.md"
+README = ROOT / "README.md"
+PROJECT = "gpu-training"
+
+# ```yaml fences, also indented ones (inside list items); the closing fence has the same indent.
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)```yaml[ \t]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
+JOBS_MARKER = "- name:"
+GROUPS_MARKER = "gpu-training:gpuNodeGroups:"
+
+
+def yaml_blocks(text: str) -> list[str]:
+    return [textwrap.dedent(m.group("body")) for m in _FENCE.finditer(text)]
+
+
+DOC_TEXT = DOC.read_text()
+JOB_BLOCKS: list[list[dict[str, Any]]] = [yaml.safe_load(b) for b in yaml_blocks(DOC_TEXT) if b.startswith(JOBS_MARKER)]
+ALL_JOBS: list[dict[str, Any]] = [job for block in JOB_BLOCKS for job in block]
+
+
+def _groups() -> list[dict[str, Any]]:
+    found = [yaml.safe_load(b)[GROUPS_MARKER[:-1]] for b in yaml_blocks(DOC_TEXT) if b.startswith(GROUPS_MARKER)]
+    assert len(found) == 1, f"docs/jobs.md needs exactly one ```yaml block starting with {GROUPS_MARKER!r}"
+    return found[0]
+
+
+GROUPS = _groups()
+
+
+def values_with(jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    return minimal_values(gpuNodeGroups=GROUPS, jobs=jobs)
+
+
+def _block_id(block: list[dict[str, Any]]) -> str:
+    return "+".join(str(j.get("name")) for j in block)
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/jobs.md: the examples
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_docs_have_job_examples_of_every_kind_with_unique_names():
+    assert JOB_BLOCKS, f"no ```yaml block starting with {JOBS_MARKER!r} in docs/jobs.md"
+    assert all(isinstance(b, list) and all(isinstance(j, dict) for j in b) for b in JOB_BLOCKS)
+    assert {j.get("kind") for j in ALL_JOBS} == set(J.JOB_KINDS)
+    names = [j.get("name") for j in ALL_JOBS]
+    assert len(names) == len(set(names)), f"example job names must be unique across the docs: {names}"
+
+
+def test_the_assumed_node_groups_are_valid_config():
+    cfg = C.load(minimal_values(gpuNodeGroups=GROUPS), PROJECT, "docs")
+    assert [g.name for g in cfg.gpu_node_groups] == [g["name"] for g in GROUPS]
+
+
+@pytest.mark.parametrize("block", JOB_BLOCKS, ids=_block_id)
+def test_each_example_is_accepted_by_the_config_validator(block):
+    try:
+        cfg = C.load(values_with(block), PROJECT, "docs")
+    except C.ConfigError as err:
+        pytest.fail(f"docs/jobs.md example {_block_id(block)} is rejected:\n{err}")
+    assert [j.name for j in cfg.jobs] == [j["name"] for j in block]
+
+
+# What each kind emits, as (apiVersion, kind) of the Kubernetes objects labelled with the job.
+EMITS: dict[str, set[tuple[str, str]]] = {
+    "mpi": {("kubeflow.org/v2beta1", "MPIJob")},
+    "nccl-test": {("kubeflow.org/v2beta1", "MPIJob")},
+    "pytorch-elastic": {("kubeflow.org/v1", "PyTorchJob")},
+    "paddle": {("kubeflow.org/v1", "PaddleJob")},
+    "data-stage": {("v1", "ServiceAccount"), ("batch/v1", "Job")},
+    "tensorboard": {("apps/v1", "Deployment"), ("v1", "Service")},
+}
+
+
+def test_every_kind_has_an_expected_emission():
+    assert set(EMITS) == set(J.JOB_KINDS)
+
+
+@pytest.fixture(scope="module")
+def examples_plan():
+    """ONE offline plan of the real program with every example job of the docs together."""
+    return run_stack(values_with(ALL_JOBS), stack="docs")
+
+
+def _objects_of(plan, name: str) -> list[dict[str, Any]]:
+    return [o for o in plan.kubernetes_objects() if (o.get("metadata") or {}).get("labels", {}).get(J.JOB_LABEL) == name]
+
+
+def test_the_plan_lists_exactly_the_enabled_examples(examples_plan):
+    enabled = [j["name"] for j in ALL_JOBS if j.get("enabled", True)]
+    assert examples_plan.outputs["jobs"] == enabled
+
+
+@pytest.mark.parametrize("job", ALL_JOBS, ids=lambda j: str(j.get("name")))
+def test_each_example_produces_the_objects_of_its_kind(examples_plan, job):
+    objects = _objects_of(examples_plan, job["name"])
+    if not job.get("enabled", True):
+        assert objects == [], "a disabled job emits nothing"
+        return
+    assert {(o["apiVersion"], o["kind"]) for o in objects} == EMITS[job["kind"]]
+    assert len(objects) == len(EMITS[job["kind"]])
+    for o in objects:
+        assert o["metadata"]["name"] == job["name"]
+        assert o["metadata"]["namespace"] == "training"
+    if job["kind"] == "data-stage":
+        types = {(r.type, r.name) for r in examples_plan.records}
+        assert ("aws:iam/role:Role", f"jobs-{job['name']}-s3-read") in types
+        assert ("aws:eks/podIdentityAssociation:PodIdentityAssociation", f"jobs-{job['name']}-pod-identity") in types
+
+
+def test_gpu_examples_get_the_groups_gpus(examples_plan):
+    """The derivations the docs describe, spot-checked on the plan: GPUs = the type's, EFA only
+    where the group has it and the job does not turn it off."""
+    groups = {g["name"]: catalog.get(g["instanceType"]) for g in GROUPS}
+    checked = 0
+    for job in ALL_JOBS:
+        if job["kind"] not in J.GPU_KINDS or not job.get("enabled", True):
+            continue
+        (cr,) = _objects_of(examples_plan, job["name"])
+        it = groups[job["nodeGroup"]]
+        workers = [
+            c
+            for replica in next(v for k, v in cr["spec"].items() if k.endswith("ReplicaSpecs")).values()
+            for c in replica["template"]["spec"]["containers"]
+            if "nvidia.com/gpu" in c.get("resources", {}).get("limits", {})
+        ]
+        assert workers
+        for c in workers:
+            limits = c["resources"]["limits"]
+            assert limits["nvidia.com/gpu"] == it.gpus
+            efa = 0 if job.get("efa") is False else it.efa_interfaces
+            assert limits.get("vpc.amazonaws.com/efa", 0) == efa
+            env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            assert (env.get("FI_PROVIDER") == "efa") == bool(efa)
+            assert (env.get("FI_EFA_USE_DEVICE_RDMA") == "1") == bool(efa and it.efa_rdma)
+        checked += 1
+    assert checked
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/jobs.md: the field tables
+# ---------------------------------------------------------------------------------------------
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+
+
+def _section(text: str, heading: re.Pattern[str]) -> str:
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if heading.match(line))
+    level = len(lines[start]) - len(lines[start].lstrip("#"))
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i].startswith("#") and len(lines[i]) - len(lines[i].lstrip("#")) <= level),
+        len(lines),
+    )
+    return "\n".join(lines[start:end])
+
+
+def _field_table(kind: str) -> dict[str, tuple[str, str]]:
+    """field alias -> (default cell, meaning cell) of the table in the kind's section."""
+    section = _section(DOC_TEXT, re.compile(rf"^### `{re.escape(kind)}`"))
+    rows: dict[str, tuple[str, str]] = {}
+    for line in section.splitlines():
+        if not line.startswith("|"):
+            continue
+        cells = _cells(line)
+        m = re.fullmatch(r"`([A-Za-z]+)`", cells[0])
+        if m and len(cells) == 3:
+            assert m.group(1) not in rows, f"{kind}: field {m.group(1)} listed twice"
+            rows[m.group(1)] = (cells[1], cells[2])
+    return rows
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+@pytest.mark.parametrize("kind", list(J.JOB_KINDS))
+def test_the_field_table_of_each_kind_lists_every_field_with_its_default(kind):
+    model = J.JOB_KINDS[kind]
+    table = _field_table(kind)
+    aliases = {f.alias or n: f for n, f in model.model_fields.items()}
+    assert set(table) == set(aliases), f"{kind}: missing {sorted(set(aliases) - set(table))}, unknown {sorted(set(table) - set(aliases))}"
+    wrong = []
+    for alias, f in aliases.items():
+        default_cell, meaning = table[alias]
+        if f.is_required():
+            if default_cell != "required":
+                wrong.append(f"{alias}: required, docs say {default_cell!r}")
+            continue
+        default = f.get_default(call_default_factory=True)
+        if default is not None and f"`{_render(default)}`" not in default_cell:
+            wrong.append(f"{alias}: default `{_render(default)}`, docs say {default_cell!r}")
+    assert f"`{kind}`" in table["kind"][1]
+    assert not wrong, f"{kind}: " + "; ".join(wrong)
+
+
+def test_the_shared_field_types_are_described():
+    for model in (J.VolumeMount, J.SecretKeyRef):
+        for name, f in model.model_fields.items():
+            assert re.search(rf"\b{re.escape(f.alias or name)}\b", _section(DOC_TEXT, re.compile(r"^## Conventions"))), f"{model.__name__}.{name}"
+
+
+def test_the_instance_table_matches_the_catalog():
+    section = _section(DOC_TEXT, re.compile(r"^## What is derived from the node group"))
+    rows = {}
+    for line in section.splitlines():
+        cells = _cells(line) if line.startswith("|") else []
+        if len(cells) == 4 and re.fullmatch(r"`[a-z0-9.]+`", cells[0]):
+            rows[cells[0].strip("`")] = cells[1:]
+    assert set(rows) == set(catalog.GPU_TYPES)
+    for name, (gpus, efa, rdma) in rows.items():
+        it = catalog.get(name)
+        assert int(gpus) == it.gpus, name
+        assert (0 if efa == "none" else int(efa)) == it.efa_interfaces, name
+        assert rdma == ("yes" if it.efa_rdma else "no"), name
+
+
+def test_the_validation_section_names_the_refused_keys():
+    section = _section(DOC_TEXT, re.compile(r"^## Validation"))
+    for key in [*jobs_config._DERIVED_KEYS, *J.EFA_ENV_NAMES, "NCCL_DEBUG"]:
+        assert f"`{key}`" in section, key
+
+
+# ---------------------------------------------------------------------------------------------
+# README.md: the configuration reference
+# ---------------------------------------------------------------------------------------------
+
+
+def _documented_keys() -> set[str]:
+    """Dotted config paths named in the first column of the tables of "## Configuration reference".
+    `a.b.c` / `d` and `a.b/c` name siblings (a.b.d, a.c); the table after a line mentioning
+    "GPU node group" lists the keys of one gpuNodeGroups entry."""
+    section = _section(README.read_text(), re.compile(r"^## Configuration reference"))
+    keys: set[str] = set()
+    table_prefix: Optional[str] = None
+    last_text = ""
+    in_table = False
+    for line in section.splitlines():
+        if not line.startswith("|"):
+            in_table = False
+            if line.strip():
+                last_text = line
+            continue
+        if not in_table:
+            in_table = True
+            table_prefix = "gpuNodeGroups" if "GPU node group" in last_text else None
+        first = _cells(line)[0]
+        prefix = ""
+        for segment in re.findall(r"`([^`]+)`", first):
+            for part in segment.split("/"):
+                part = part.strip().removesuffix("[]")
+                if not part:
+                    continue
+                if "." in part:
+                    full, prefix = part, part.rsplit(".", 1)[0]
+                else:
+                    full = f"{prefix}.{part}" if prefix else part
+                keys.add(f"{table_prefix}.{full}" if table_prefix else full)
+    return keys
+
+
+def _mentioned(path: str, keys: set[str]) -> bool:
+    return path in keys or any(k.startswith(path + ".") for k in keys)
+
+
+def test_the_readme_tables_mention_every_top_level_key():
+    keys = _documented_keys()
+    missing = [name for name in C.SECTIONS if not _mentioned(name, keys)]
+    assert not missing, f"README configuration reference tables do not mention: {missing}"
+
+
+README_MODELS: list[tuple[str, type[BaseModel]]] = [
+    ("network", C.NetworkConfig),
+    ("cluster", C.ClusterConfig),
+    ("systemNodeGroup", C.SystemNodeGroupConfig),
+    ("gpuNodeGroups", C.GpuNodeGroupConfig),
+    ("storage", C.StorageConfig),
+    ("storage.efs", C.EfsConfig),
+    ("storage.fsx", C.FsxConfig),
+    ("etcd", C.EtcdConfig),
+    ("services", C.ServicesConfig),
+    ("monitoring", C.MonitoringConfig),
+]
+
+
+@pytest.mark.parametrize("prefix,model", README_MODELS, ids=[p for p, _ in README_MODELS])
+def test_the_readme_tables_mention_every_field(prefix, model):
+    keys = _documented_keys()
+    missing = [f"{prefix}.{f.alias or n}" for n, f in model.model_fields.items() if not _mentioned(f"{prefix}.{f.alias or n}", keys)]
+    assert not missing, f"README configuration reference tables do not mention: {missing}"
+
+
+def test_the_readme_key_parser_is_not_vacuous():
+    keys = _documented_keys()
+    assert {"network.vpcCidr", "systemNodeGroup.desiredSize", "storage.efs.performanceMode", "gpuNodeGroups.capacityType"} <= keys
+    assert not _mentioned("network.noSuchKey", keys)
