@@ -105,7 +105,7 @@ class MpiOperator(pulumi.ComponentResource):
 
 @dataclass
 class TrainingOperatorArgs:
-    kustomization_dir: Path
+    kustomization_dir: str  # relative to the project folder (Pulumi's working directory)
 
 
 class TrainingOperator(pulumi.ComponentResource):

@@ -1,4 +1,4 @@
-"""Command line: `python -m infra plan --stack dev [--out DIR]`."""
+"""Command line: `python -m infra plan --stack dev [--out DIR]`, `python -m infra preflight --stack dev`."""
 
 from __future__ import annotations
 
@@ -14,11 +14,25 @@ def main(argv: list[str] | None = None) -> int:
     p_plan.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
     p_plan.add_argument("--out", help="write resources.json, manifests.yaml and outputs.json to this folder")
 
+    p_pre = sub.add_parser(
+        "preflight",
+        help="check the target AWS account and region (offerings, EFA, quotas, reservations, EKS version) before deploying",
+        description="Check the stack's AWS account and region with boto3 (standard credential chain and AWS_* "
+        "environment variables; region from the stack's aws:region). Exit 0: all checks passed or were skipped; "
+        "1: a check failed or no credentials; 2: invalid config.",
+    )
+    p_pre.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+    p_pre.add_argument("--cwd", help="the project folder holding Pulumi.yaml (default: this project)")
+
     args = parser.parse_args(argv)
     if args.command == "plan":
         from infra.plan import run_cli
 
         return run_cli(args.stack, args.out)
+    if args.command == "preflight":
+        from infra.preflight import run_cli as run_preflight
+
+        return run_preflight(args.stack, root=args.cwd)
     parser.error(f"unknown command {args.command}")
     return 2
 

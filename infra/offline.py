@@ -426,6 +426,10 @@ def _jsonable(value: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
+class StackFileError(FileNotFoundError):
+    """A stack file that is missing or cannot be read as a stack config."""
+
+
 def read_project(root: Path = PROJECT_ROOT) -> dict[str, Any]:
     return yaml.safe_load((root / "Pulumi.yaml").read_text())
 
@@ -447,7 +451,12 @@ def read_stack_config(stack: str, root: Path = PROJECT_ROOT) -> tuple[str, dict[
             values[full] = spec.get("value", spec.get("default"))
         elif not isinstance(spec, dict):
             values[full] = spec
-    stack_doc = yaml.safe_load(path.read_text()) or {}
+    try:
+        stack_doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise StackFileError(f"{path.name} is not valid YAML: {err}") from None
+    if not isinstance(stack_doc, dict) or not isinstance(stack_doc.get("config") or {}, dict):
+        raise StackFileError(f"{path.name} must be a map with a 'config:' map inside")
     for key, value in (stack_doc.get("config") or {}).items():
         full = key if ":" in key else f"{name}:{key}"
         if isinstance(value, dict) and "secure" in value:

@@ -73,6 +73,7 @@ MPI_OPERATOR_MANIFEST_SHA256 = "b38def13a94abe60b2a4b3485239d77f64892b8fbd202e9e
 # ref (a test checks it). It runs only the pytorchjob and paddlejob schemes and drops its own
 # kubeflow.org/v1 MPIJob CRD, so it never fights the MPI operator over mpijobs.kubeflow.org.
 TRAINING_OPERATOR_REF = "v1.9.4"
+TRAINING_OPERATOR_KUSTOMIZATION = "manifests/training-operator"
 TRAINING_OPERATOR_SCHEMES = ("pytorchjob", "paddlejob")
 
 # etcd for PyTorch's etcd rendezvous: PyTorch speaks the etcd v2 API, which needs --enable-v2;

@@ -453,7 +453,9 @@ def load(flat: Mapping[str, Any], project: str, stack: str) -> StackConfig:
         )
 
     if "jobs" in values:
-        parsed["jobs"] = _parse_jobs(values["jobs"], groups, storage, services, parsed.get("etcd", EtcdConfig()), problems)
+        raw_groups = values.get("gpuNodeGroups") if isinstance(values.get("gpuNodeGroups"), list) else []
+        invalid = {str(item.get("name")) for item, g in zip(raw_groups, groups) if g is None and isinstance(item, dict)}
+        parsed["jobs"] = _parse_jobs(values["jobs"], groups, storage, services, parsed.get("etcd", EtcdConfig()), problems, invalid)
 
     if problems:
         raise ConfigError(problems)
@@ -481,7 +483,7 @@ def known_regions() -> frozenset[str]:
     return frozenset(regions)
 
 
-def _parse_jobs(raw, groups, storage, services, etcd, problems: list[Problem]) -> list:
+def _parse_jobs(raw, groups, storage, services, etcd, problems: list[Problem], invalid_groups: set[str]) -> list:
     from stacks.jobs_config import parse_jobs
 
     storage = storage or StorageConfig()
@@ -496,6 +498,7 @@ def _parse_jobs(raw, groups, storage, services, etcd, problems: list[Problem]) -
         volumes=volumes,
         operators=operators,
         etcd_enabled=etcd.enabled,
+        invalid_groups=invalid_groups,
     )
 
 

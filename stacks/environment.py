@@ -314,7 +314,9 @@ def build_services(
     if sv.training_operator:
         training = TrainingOperator(
             "training-operator",
-            TrainingOperatorArgs(kustomization_dir=PROJECT_ROOT / "manifests" / "training-operator"),
+            # Relative to the project folder, where Pulumi runs the program: an absolute path would
+            # make every checkout's state differ.
+            TrainingOperatorArgs(kustomization_dir=versions.TRAINING_OPERATOR_KUSTOMIZATION),
             opts=k8s_component,
         )
         job_prerequisites.append(training)

@@ -72,12 +72,15 @@ def parse_jobs(
     volumes: set[str],
     operators: set[str],
     etcd_enabled: bool,
+    invalid_groups: Iterable[str] = (),
 ) -> list[J.JobSpec]:
     """Parse and check the ``jobs`` list; append a ``Problem`` for every problem found.
 
     ``groups``: GPU node group name -> its config; ``volumes``: the shared stores that exist
     ("fsx", "efs"); ``operators``: the operators installed ("mpi", "training"); ``etcd_enabled``:
-    whether the stack runs etcd for PyTorch rendezvous. Returns the jobs that parsed (disabled ones
+    whether the stack runs etcd for PyTorch rendezvous; ``invalid_groups``: names of node groups
+    whose own config has problems (already reported; jobs on them are not checked against them).
+    Returns the jobs that parsed (disabled ones
     included, with ``enabled`` False); the caller raises ``ConfigError`` if ``problems`` grew.
     """
     if raw is None:
@@ -99,7 +102,7 @@ def parse_jobs(
         else:
             seen[spec.name] = i
         _check_self(spec, k, problems)
-        if spec.enabled:
+        if spec.enabled and getattr(spec, "node_group", None) not in set(invalid_groups):
             _check_environment(spec, k, problems, groups, volumes, operators, etcd_enabled)
         specs.append(spec)
     return specs

@@ -413,3 +413,15 @@ def test_targets_for_the_parsed_jobs_build_clean_manifests():
     )
     kinds = [m["kind"] for s in specs for m in J.build_manifests(s, ctx)]
     assert kinds == ["MPIJob", "MPIJob", "PyTorchJob", "PaddleJob", "ServiceAccount", "Job", "Deployment", "Service"]
+
+
+def test_a_job_on_a_group_that_failed_its_own_checks_adds_no_second_problem():
+    from stacks import config as stack_config
+    from tests.conftest import dev_values
+
+    values = dev_values()
+    groups = values["gpu-training:gpuNodeGroups"]
+    groups[0] = {**groups[0], "maxSize": 0}  # p4d: invalid on its own; two dev jobs run on it
+    with pytest.raises(stack_config.ConfigError) as err:
+        stack_config.load(values, "gpu-training", "dev")
+    assert [p.key for p in err.value.problems] == ["gpu-training:gpuNodeGroups[0].maxSize"]

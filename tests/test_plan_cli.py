@@ -332,3 +332,17 @@ def test_stack_is_required():
     with pytest.raises(SystemExit) as info:
         main(["plan"])
     assert info.value.code == 2
+
+
+def test_stack_file_that_is_not_yaml_exits_2_with_the_reason(tmp_path, monkeypatch, capsys):
+    from infra import offline, plan as plan_mod
+
+    (tmp_path / "Pulumi.yaml").write_text((offline.PROJECT_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.broken.yaml").write_text("config:\n  gpu-training:network:\n    vpcCidr: 10.0.0.0/16: x\n")
+    monkeypatch.setattr(offline, "PROJECT_ROOT", tmp_path)
+    code = plan_mod.run_cli("broken", str(tmp_path / "out"))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "Pulumi.broken.yaml is not valid YAML" in err and "line 3" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()

@@ -708,7 +708,8 @@ def _patch(target_kind: str, target_name: str):
 def test_training_operator_is_a_kustomize_directory_of_the_overlay(dev_plan):
     (d,) = dev_plan.of_type(DIRECTORY)
     assert d.parent == {"type": TRAINING_OPERATOR, "name": "training-operator"}
-    assert Path(d.inputs["directory"]).resolve() == KUSTOMIZATION.parent.resolve()
+    assert (PROJECT_ROOT / d.inputs["directory"]).resolve() == KUSTOMIZATION.parent.resolve()
+    assert not Path(d.inputs["directory"]).is_absolute(), "an absolute path makes every checkout differ"
     assert KUSTOMIZATION.is_file()
 
 

@@ -1,0 +1,588 @@
+"""Preflight: check the target AWS account and region before anything is created.
+
+    python -m infra preflight --stack dev
+
+Reads the stack config exactly like the offline plan, then asks AWS with boto3 (the standard
+credential chain and AWS environment variables, e.g. AWS_PROFILE or AWS_ENDPOINT_URL for a local
+emulator; the region is the stack's ``aws:region``) and prints one line per check:
+
+- every configured instance type is offered in the region, and the GPU types in the GPU AZ
+  (with ``auto``, the AZ is picked by ``stacks.environment.choose_gpu_az``, the function the
+  Pulumi program uses at preview time, so both always agree);
+- EFA is supported where the config uses it, with as many interfaces as the catalog wires;
+- the on-demand (and spot) vCPU quota for P instances covers every group at its maxSize
+  (capacity blocks do not count against it). Instances already running in the account use the
+  same quota: this check does not see them;
+- a configured capacity reservation / capacity block exists, is of the group's type and is in
+  the GPU AZ;
+- EKS offers the configured Kubernetes version in the region.
+
+A check the endpoint cannot answer (an emulator that does not implement the call) is a SKIP.
+Exit codes: 0 every check passed or was skipped; 1 a check failed, or no usable credentials;
+2 invalid config (messages on stderr).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, TextIO
+
+import yaml
+
+from infra import offline
+from stacks import config as stack_config
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
+
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+
+# EC2 vCPU quotas by instance family letter (Service Quotas, service code "ec2").
+QUOTAS: dict[str, dict[str, tuple[str, str]]] = {
+    "p": {
+        "on-demand": ("L-417A185B", "Running On-Demand P instances"),
+        "spot": ("L-7212CCBC", "All P Spot Instance Requests"),
+    },
+}
+
+# Capacity reservation states in which the reservation is gone or can never be used.
+_DEAD_RESERVATION_STATES = {"expired", "cancelled", "cancelling", "failed", "payment-failed", "unsupported", "unavailable"}
+
+# Error codes meaning "the caller may not do this".
+_ACCESS_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedAccess", "Forbidden"}
+# Error codes meaning "this endpoint does not implement the call" (emulators).
+_NOT_IMPLEMENTED = {"NotImplemented", "NotImplementedException", "InvalidAction", "UnknownOperationException", "404"}
+# Error codes of a server that failed to answer (after botocore's retries).
+_SERVER_ERRORS = {"InternalFailure", "InternalError", "InternalServerError", "ServiceUnavailable", "ServiceUnavailableException"}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One line of the report."""
+
+    status: str  # PASS, FAIL or SKIP
+    check: str  # what was checked
+    detail: str  # what was found
+    fix: str = ""  # on FAIL: what to do
+
+    @property
+    def ok(self) -> bool:
+        return self.status != FAIL
+
+    def line(self) -> str:
+        text = f"{self.status}  {self.check}: {self.detail}"
+        if self.status == FAIL and self.fix:
+            text += f" -> {self.fix}"
+        return text
+
+
+# ---------------------------------------------------------------------------------------------
+# AWS error handling
+# ---------------------------------------------------------------------------------------------
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    """An error message fit for one report line (emulators answer with HTML pages)."""
+    text = " ".join(re.sub(r"<[^>]+>", " ", str(text)).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _error_code(err: Exception) -> tuple[str, str]:
+    response = getattr(err, "response", None) or {}
+    error = response.get("Error") or {}
+    return str(error.get("Code", "")), _one_line(error.get("Message", err), 100)
+
+
+def _http_status(err: Exception) -> int:
+    response = getattr(err, "response", None) or {}
+    return int((response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
+
+
+def _is_client_error(err: Exception) -> bool:
+    from botocore.exceptions import ClientError
+
+    return isinstance(err, ClientError)
+
+
+def _unanswered(err: Exception) -> Optional[str]:
+    """Why the endpoint could not answer the call at all (not implemented by an emulator, or a
+    server error after botocore's retries), else None."""
+    if isinstance(err, NotImplementedError):
+        return "does not implement it (a local emulator?)"
+    if not _is_client_error(err):
+        return None
+    code, message = _error_code(err)
+    if code in _NOT_IMPLEMENTED or "not implemented" in message.lower():
+        return f"does not implement it ({code}: {message})"
+    status = _http_status(err) or (int(code) if code.isdigit() else 0)
+    if status >= 500 or code in _SERVER_ERRORS:
+        return f"answered with a server error ({code}: {message}); run preflight again later"
+    return None
+
+
+def _api_failure(check: str, call: str, iam_action: str, err: Exception) -> CheckResult:
+    """A check whose AWS call failed: SKIP when the endpoint could not answer it, else FAIL."""
+    why = _unanswered(err)
+    if why:
+        return CheckResult(SKIP, check, f"not checked: for {call}, the AWS endpoint {why}")
+    code, message = _error_code(err)
+    if code in _ACCESS_DENIED:
+        return CheckResult(FAIL, check, f"not allowed to call {call} ({code})", f"allow {iam_action} for this identity, or run preflight with one that has it")
+    return CheckResult(FAIL, check, f"{call} failed: {code}: {message}", "fix the AWS error above and run preflight again")
+
+
+def _guard(check: str, call: str, iam_action: str, fn: Callable[[], list[CheckResult]]) -> list[CheckResult]:
+    """Run one check; an AWS error of the call becomes its result. Credential and connection
+    problems (botocore's own errors) propagate: they concern every check."""
+    try:
+        return fn()
+    except NotImplementedError as err:
+        return [_api_failure(check, call, iam_action, err)]
+    except Exception as err:
+        if _is_client_error(err):
+            return [_api_failure(check, call, iam_action, err)]
+        raise
+
+
+def _paginate(client: Any, operation: str, key: str, **kwargs: Any) -> list[Any]:
+    if client.can_paginate(operation):
+        out: list[Any] = []
+        for page in client.get_paginator(operation).paginate(**kwargs):
+            out.extend(page.get(key, []))
+        return out
+    return list(getattr(client, operation)(**kwargs).get(key, []))
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Context:
+    cfg: stack_config.StackConfig
+    session: Any
+    stack_file: str
+    region_azs: list[str]
+    offered: dict[str, set[str]]  # type -> AZs of the region offering it
+    gpu_az: Optional[str] = None
+    subnet_azs: Optional[list[str]] = None
+
+    def client(self, service: str) -> Any:
+        return self.session.client(service, region_name=self.cfg.region)
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _list(items: Any) -> str:
+    items = sorted(items)
+    return ", ".join(items) if items else "none"
+
+
+def _region_facts(cfg: stack_config.StackConfig, session: Any) -> tuple[list[str], dict[str, set[str]]]:
+    """The region's AZs (as the program sees them) and which of them offer each configured type."""
+    ec2 = session.client("ec2", region_name=cfg.region)
+    zones = ec2.describe_availability_zones(
+        Filters=[
+            {"Name": "opt-in-status", "Values": ["opt-in-not-required"]},
+            {"Name": "state", "Values": ["available"]},
+        ]
+    )["AvailabilityZones"]
+    region_azs = sorted(z["ZoneName"] for z in zones)
+    types = sorted({cfg.system_node_group.instance_type, *cfg.gpu_instance_types})
+    offered: dict[str, set[str]] = {t: set() for t in types}
+    for item in _paginate(
+        ec2,
+        "describe_instance_type_offerings",
+        "InstanceTypeOfferings",
+        LocationType="availability-zone",
+        Filters=[{"Name": "instance-type", "Values": types}],
+    ):
+        if item["Location"] in region_azs and item["InstanceType"] in offered:
+            offered[item["InstanceType"]].add(item["Location"])
+    return region_azs, offered
+
+
+def _check_placement(ctx: _Context) -> list[CheckResult]:
+    """Instance types in the region, the GPU AZ (chosen like the program does), the subnet AZs."""
+    from stacks.environment import PlacementError, choose_gpu_az, choose_subnet_azs
+
+    cfg, region = ctx.cfg, ctx.cfg.region
+    results: list[CheckResult] = []
+    gpu_types = cfg.gpu_instance_types
+    requested = cfg.gpu_availability_zone
+    az_key = f"{stack_config.NAMESPACE}:gpuAvailabilityZone"
+
+    # The GPU AZ first: the system type's line names the subnet AZs that follow from it.
+    az_result: CheckResult
+    try:
+        if gpu_types or requested != "auto":
+            ctx.gpu_az = choose_gpu_az(requested, ctx.region_azs, {t: ctx.offered.get(t, set()) for t in gpu_types}, gpu_types)
+        else:
+            ctx.gpu_az = ctx.region_azs[0] if ctx.region_azs else None
+        if ctx.gpu_az is None:
+            az_result = CheckResult(FAIL, "GPU AZ", f"{region} has no available AZ", f"check aws:region in {ctx.stack_file}")
+        elif requested == "auto":
+            why = f"the first AZ by name that offers {', '.join(gpu_types)}" if gpu_types else "the first AZ by name (no GPU groups)"
+            az_result = CheckResult(
+                PASS,
+                "GPU AZ",
+                f"'auto' picked {ctx.gpu_az}, {why}; pin it so it can never move: "
+                f"set {az_key}: {ctx.gpu_az} in {ctx.stack_file}",
+            )
+        else:
+            offers = f"offers {', '.join(gpu_types)}" if gpu_types else "is an available AZ"
+            az_result = CheckResult(PASS, "GPU AZ", f"{ctx.gpu_az} (from config) {offers}")
+    except PlacementError as err:
+        ctx.gpu_az = None
+        if requested == "auto":
+            fix = "choose GPU types that one AZ offers together, or split the groups across stacks"
+        else:
+            candidates = [az for az in ctx.region_azs if all(az in ctx.offered.get(t, set()) for t in gpu_types)]
+            fix = f"set {az_key} to one of {_list(candidates)} (or 'auto') in {ctx.stack_file}" if candidates else "choose GPU types that one AZ offers together"
+        az_result = CheckResult(FAIL, "GPU AZ", str(err), fix)
+
+    if ctx.gpu_az is not None:
+        try:
+            ctx.subnet_azs = choose_subnet_azs(ctx.gpu_az, ctx.region_azs, cfg.network.availability_zone_count)
+        except PlacementError as err:
+            ctx.subnet_azs = None
+            subnet_result = CheckResult(FAIL, "subnet AZs", str(err), f"lower network.availabilityZoneCount in {ctx.stack_file} to at most {len(ctx.region_azs)}")
+        else:
+            subnet_result = CheckResult(PASS, "subnet AZs", f"private subnets in {', '.join(ctx.subnet_azs)} (the GPU AZ {ctx.gpu_az} and {len(ctx.subnet_azs) - 1} more)")
+    else:
+        subnet_result = CheckResult(SKIP, "subnet AZs", "not checked: no GPU AZ")
+
+    # Every configured type offered in the region.
+    users: dict[str, list[str]] = defaultdict(list)
+    users[cfg.system_node_group.instance_type].append("system nodes")
+    for g in cfg.gpu_node_groups:
+        users[g.instance_type].append(f"GPU group {g.name}")
+    for t in sorted(users):
+        check = f"{t} ({', '.join(users[t])})"
+        azs = ctx.offered.get(t, set())
+        if not azs:
+            results.append(
+                CheckResult(FAIL, check, f"no AZ of {region} offers {t}", f"choose another instance type or region in {ctx.stack_file}")
+            )
+            continue
+        if t == cfg.system_node_group.instance_type and ctx.subnet_azs:
+            missing = [az for az in ctx.subnet_azs if az not in azs]
+            if missing:
+                results.append(
+                    CheckResult(
+                        FAIL,
+                        check,
+                        f"offered in {_list(azs)} but not in subnet AZ {', '.join(missing)}: system nodes could not start there",
+                        f"set systemNodeGroup.instanceType in {ctx.stack_file} to a type offered in {', '.join(ctx.subnet_azs)}",
+                    )
+                )
+                continue
+        results.append(CheckResult(PASS, check, f"offered in {_list(azs)}"))
+    return results + [az_result, subnet_result]
+
+
+def _check_efa(ctx: _Context) -> list[CheckResult]:
+    from infra import catalog
+
+    groups = [g for g in ctx.cfg.gpu_node_groups if g.efa_interfaces > 0]
+    if not groups:
+        return []
+    described = catalog.describe([g.instance_type for g in groups], session=ctx.session, region=ctx.cfg.region)
+    results = []
+    for g in groups:
+        check = f"EFA for GPU group {g.name} ({g.instance_type})"
+        it = described.get(g.instance_type)
+        if it is None:
+            results.append(
+                CheckResult(FAIL, check, f"EC2 DescribeInstanceTypes does not know {g.instance_type} in {ctx.cfg.region}", f"choose a type offered in {ctx.cfg.region}")
+            )
+        elif not it.efa_supported:
+            results.append(
+                CheckResult(FAIL, check, f"EC2 reports no EFA support for {g.instance_type}; the group would wire {g.efa_interfaces} EFA interface(s)", f"set efa: false for group {g.name} in {ctx.stack_file}")
+            )
+        elif it.efa_interfaces < g.efa_interfaces:
+            results.append(
+                CheckResult(
+                    FAIL,
+                    check,
+                    f"the group wires {g.efa_interfaces} EFA interfaces (instance catalog) but EC2 reports at most {it.efa_interfaces} for {g.instance_type}",
+                    "correct the instance catalog (infra/catalog.py) to what EC2 reports",
+                )
+            )
+        else:
+            results.append(CheckResult(PASS, check, f"EfaSupported, up to {_n(it.efa_interfaces, 'interface')}; the group wires {g.efa_interfaces}"))
+    return results
+
+
+class _QuotaUnreadable(Exception):
+    pass
+
+
+def _quota_value(sq: Any, code: str) -> tuple[float, str]:
+    """The applied quota value, else AWS's default. Raises _QuotaUnreadable when the endpoint has
+    neither; other AWS errors (access denied...) propagate."""
+    try:
+        return float(sq.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]), "applied"
+    except Exception as err:
+        why = _unanswered(err)
+        if why:
+            raise _QuotaUnreadable(f"the endpoint {why}") from None
+        if not (_is_client_error(err) and _error_code(err)[0] == "NoSuchResourceException"):
+            raise
+        first = "GetServiceQuota: %s: %s" % _error_code(err)
+    try:
+        return float(sq.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]), "AWS default"
+    except Exception as err:
+        why = _unanswered(err)
+        if why or (_is_client_error(err) and _error_code(err)[0] == "NoSuchResourceException"):
+            second = f"the endpoint {why}" if why else "%s: %s" % _error_code(err)
+            raise _QuotaUnreadable(f"{first}; GetAWSDefaultServiceQuota: {second}") from None
+        raise
+
+
+def _check_quotas(ctx: _Context) -> list[CheckResult]:
+    cfg = ctx.cfg
+    results: list[CheckResult] = []
+    blocks = [g.name for g in cfg.gpu_node_groups if g.capacity_type == "capacity-block"]
+    for capacity_type in ("on-demand", "spot"):
+        by_family: dict[str, list[stack_config.GpuNodeGroupConfig]] = defaultdict(list)
+        for g in cfg.gpu_node_groups:
+            if g.capacity_type == capacity_type:
+                by_family[g.instance_type[0]].append(g)
+        for family, groups in sorted(by_family.items()):
+            quota = QUOTAS.get(family, {}).get(capacity_type)
+            if quota is None:
+                results.append(
+                    CheckResult(SKIP, f"{capacity_type} vCPU quota for {family.upper()} instances", f"no Service Quotas code known for {family.upper()} instances; check it in the Service Quotas console")
+                )
+                continue
+            code, name = quota
+            results.extend(_guard(f"{capacity_type} vCPU quota {code} ({name})", "service-quotas GetServiceQuota", "servicequotas:GetServiceQuota", lambda: _quota_line(ctx, capacity_type, code, name, groups, blocks)))
+    return results
+
+
+def _quota_line(ctx: _Context, capacity_type: str, code: str, name: str, groups: list, blocks: list[str]) -> list[CheckResult]:
+    check = f"{capacity_type} vCPU quota {code} ({name})"
+    needed = sum(g.max_size * g.instance.vcpus for g in groups)
+    parts = ", ".join(f"{g.name}: {g.max_size} x {g.instance.vcpus}" for g in groups)
+    note = f"; capacity-block groups {', '.join(blocks)} do not count" if blocks and capacity_type == "on-demand" else ""
+    try:
+        value, source = _quota_value(ctx.client("service-quotas"), code)
+    except _QuotaUnreadable as err:
+        return [
+            CheckResult(
+                SKIP,
+                check,
+                f"the quota cannot be read here ({err}); {needed:g} vCPUs needed at maxSize ({parts}). Check it with: "
+                f"aws service-quotas get-service-quota --region {ctx.cfg.region} --service-code ec2 --quota-code {code}",
+            )
+        ]
+    if value >= needed:
+        return [CheckResult(PASS, check, f"{value:g} vCPUs ({source}) covers the {needed:g} needed at maxSize ({parts}){note}")]
+    short = needed - value
+    return [
+        CheckResult(
+            FAIL,
+            check,
+            f"{value:g} vCPUs ({source}) but {needed:g} are needed at maxSize ({parts}){note}: short by {short:g} vCPUs",
+            f"request at least {needed:g} (aws service-quotas request-service-quota-increase --region {ctx.cfg.region} "
+            f"--service-code ec2 --quota-code {code} --desired-value {needed:g}) or lower maxSize in {ctx.stack_file}",
+        )
+    ]
+
+
+def _check_reservations(ctx: _Context) -> list[CheckResult]:
+    results: list[CheckResult] = []
+    for g in ctx.cfg.gpu_node_groups:
+        if not g.capacity_reservation_id:
+            continue
+        check = f"capacity reservation {g.capacity_reservation_id} (GPU group {g.name})"
+        results.extend(
+            _guard(check, "ec2 DescribeCapacityReservations", "ec2:DescribeCapacityReservations", lambda g=g, check=check: _reservation_line(ctx, g, check))
+        )
+    return results
+
+
+def _reservation_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: str) -> list[CheckResult]:
+    from botocore.exceptions import ClientError
+
+    rid = g.capacity_reservation_id
+    try:
+        found = ctx.client("ec2").describe_capacity_reservations(CapacityReservationIds=[rid]).get("CapacityReservations", [])
+    except ClientError as err:
+        code, _ = _error_code(err)
+        if not code.startswith("InvalidCapacityReservationId"):
+            raise
+        found = []
+    if not found:
+        return [
+            CheckResult(
+                FAIL,
+                check,
+                f"does not exist in {ctx.cfg.region} for this account",
+                f"check capacityReservationId of group {g.name} in {ctx.stack_file} (and that aws:region is the reservation's region)",
+            )
+        ]
+    cr = found[0]
+    problems, fixes = [], []
+    az, typ, state = cr.get("AvailabilityZone"), cr.get("InstanceType"), cr.get("State", "")
+    kind = cr.get("ReservationType", "default")
+    if typ != g.instance_type:
+        problems.append(f"it reserves {typ}, the group uses {g.instance_type}")
+        fixes.append(f"set instanceType: {typ} for group {g.name} or use a reservation of {g.instance_type}")
+    if ctx.gpu_az is None:
+        problems.append(f"it is in {az} but no GPU AZ could be chosen")
+        fixes.append("fix the GPU AZ check first")
+    elif az != ctx.gpu_az:
+        how = "'auto' picked" if ctx.cfg.gpu_availability_zone == "auto" else "config sets"
+        problems.append(f"it is in {az} but the GPU AZ is {ctx.gpu_az} ({how})")
+        fixes.append(f"set {stack_config.NAMESPACE}:gpuAvailabilityZone: {az} in {ctx.stack_file} or use a reservation in {ctx.gpu_az}")
+    if state in _DEAD_RESERVATION_STATES:
+        problems.append(f"its state is {state}")
+        fixes.append("use a reservation that is active or scheduled")
+    if g.capacity_type == "capacity-block" and kind != "capacity-block":
+        problems.append("it is an on-demand capacity reservation, not a capacity block")
+        fixes.append(f"set capacityType: on-demand for group {g.name}")
+    elif g.capacity_type != "capacity-block" and kind == "capacity-block":
+        problems.append("it is a capacity block")
+        fixes.append(f"set capacityType: capacity-block for group {g.name}")
+    if problems:
+        return [CheckResult(FAIL, check, "; ".join(problems), "; ".join(fixes))]
+    count = cr.get("TotalInstanceCount")
+    return [CheckResult(PASS, check, f"{kind} reservation of {count} x {typ} in {az}, {state} (group maxSize {g.max_size})")]
+
+
+def _check_kubernetes(ctx: _Context) -> list[CheckResult]:
+    version = ctx.cfg.cluster.kubernetes_version
+    check = f"Kubernetes {version} offered by EKS in {ctx.cfg.region}"
+    eks = ctx.client("eks")
+    if not hasattr(eks, "describe_cluster_versions"):
+        return [CheckResult(SKIP, check, "this botocore has no eks.describe_cluster_versions; upgrade boto3 to check")]
+
+    def run() -> list[CheckResult]:
+        items = _paginate(eks, "describe_cluster_versions", "clusterVersions", clusterVersions=[version])
+        match = [i for i in items if i.get("clusterVersion") == version]
+        if not match:
+            offered = sorted({i.get("clusterVersion", "?") for i in _paginate(eks, "describe_cluster_versions", "clusterVersions")})
+            return [
+                CheckResult(FAIL, check, f"EKS does not list {version}; it offers {_list(offered)}", f"set cluster.kubernetesVersion in {ctx.stack_file} to an offered version")
+            ]
+        status = str(match[0].get("versionStatus") or match[0].get("status") or "").lower().replace("_", "-")
+        if status == "unsupported":
+            return [CheckResult(FAIL, check, f"EKS lists {version} as unsupported", f"set cluster.kubernetesVersion in {ctx.stack_file} to a version in standard support")]
+        if status == "extended-support":
+            return [CheckResult(PASS, check, "offered, in extended support (billed extra per cluster hour); plan an upgrade")]
+        return [CheckResult(PASS, check, f"offered ({status or 'status not reported'})")]
+
+    return _guard(check, "eks DescribeClusterVersions", "eks:DescribeClusterVersions", run)
+
+
+def run_checks(cfg: stack_config.StackConfig, session: Any, stack_file: Optional[str] = None) -> list[CheckResult]:
+    """Run every check against the account and region ``session`` reaches; one result per line.
+
+    AWS errors of a single call become that check's FAIL (or SKIP when the endpoint does not
+    implement it); credential and connection errors (botocore's own) propagate.
+    """
+    stack_file = stack_file or f"Pulumi.{cfg.stack}.yaml"
+    results: list[CheckResult] = []
+    facts: dict[str, Any] = {}
+
+    def region() -> list[CheckResult]:
+        facts["azs"], facts["offered"] = _region_facts(cfg, session)
+        return []
+
+    results += _guard(f"instance type offerings in {cfg.region}", "ec2 DescribeInstanceTypeOfferings", "ec2:DescribeAvailabilityZones and ec2:DescribeInstanceTypeOfferings", region)
+    if "azs" in facts:
+        ctx = _Context(cfg, session, stack_file, facts["azs"], facts["offered"])
+        results += _check_placement(ctx)
+    else:
+        ctx = _Context(cfg, session, stack_file, [], {})
+    results += _guard("EFA support", "ec2 DescribeInstanceTypes", "ec2:DescribeInstanceTypes", lambda: _check_efa(ctx))
+    results += _check_quotas(ctx)
+    results += _check_reservations(ctx)
+    results += _check_kubernetes(ctx)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Report and entry
+# ---------------------------------------------------------------------------------------------
+
+
+def report(results: list[CheckResult], out: TextIO) -> int:
+    """Print the results, one line each, and a verdict; returns the exit code."""
+    for r in results:
+        out.write(r.line() + "\n")
+    failed = [r for r in results if r.status == FAIL]
+    skipped = sum(1 for r in results if r.status == SKIP)
+    passed = sum(1 for r in results if r.status == PASS)
+    tail = f"{passed} checks passed, {skipped} skipped"
+    if failed:
+        out.write(f"Not ready: {len(failed)} check(s) failed ({tail}).\n")
+        return EXIT_FAILED
+    out.write(f"Ready: {tail}.\n")
+    return EXIT_OK
+
+
+def make_session(region: str) -> Any:
+    import boto3
+
+    return boto3.session.Session(region_name=region)
+
+
+_NO_CREDENTIALS = (
+    "error: no AWS credentials found; set AWS_PROFILE (and run `aws sso login` for SSO profiles) or "
+    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, then run preflight again"
+)
+
+
+def run_cli(
+    stack: str,
+    root: Optional[Path] = None,
+    stdout: Optional[TextIO] = None,
+    stderr: Optional[TextIO] = None,
+    session_factory: Callable[[str], Any] = make_session,
+) -> int:
+    """The CLI: load the config like the offline plan, run the checks, print them; the exit code."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    from infra.plan import load_config
+
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    root = Path(root) if root is not None else offline.PROJECT_ROOT
+    try:
+        cfg = load_config(stack, root)
+    except stack_config.ConfigError as err:
+        print(f"error: stack {stack!r}: {err}", file=stderr)
+        return EXIT_BAD_CONFIG
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=stderr)
+        return EXIT_BAD_CONFIG
+    except yaml.YAMLError as err:
+        where = " ".join(str(err).split())
+        print(f"error: stack {stack!r}: Pulumi.yaml or Pulumi.{stack}.yaml is not valid YAML: {where}", file=stderr)
+        return EXIT_BAD_CONFIG
+
+    try:
+        session = session_factory(cfg.region)
+        identity = session.client("sts", region_name=cfg.region).get_caller_identity()
+        stdout.write(f"Preflight of {cfg.project}/{cfg.stack}: account {identity.get('Account')} as {identity.get('Arn')}, region {cfg.region}\n")
+        results = run_checks(cfg, session, f"Pulumi.{stack}.yaml")
+    except NoCredentialsError:
+        print(_NO_CREDENTIALS, file=stderr)
+        return EXIT_FAILED
+    except ClientError as err:  # the credentials were refused (expired, invalid)
+        code, message = _error_code(err)
+        print(f"error: AWS refused the credentials ({code}: {message}); refresh them and run preflight again", file=stderr)
+        return EXIT_FAILED
+    except BotoCoreError as err:  # partial credentials, unknown profile, endpoint unreachable...
+        print(f"error: cannot reach AWS: {_one_line(err, 300)}", file=stderr)
+        return EXIT_FAILED
+    return report(results, stdout)

