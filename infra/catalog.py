@@ -13,7 +13,7 @@ The built-in table is checked against AWS's recorded data in the tests (moto shi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
 __all__ = [
@@ -171,7 +171,3 @@ def describe(names: Iterable[str], session: Any = None, region: Optional[str] = 
                 raise
     return found
 
-
-def with_overrides(base: InstanceType, **changes: Any) -> InstanceType:
-    """A copy of ``base`` with some facts changed (used by tests and by the boto3 merge)."""
-    return replace(base, **changes)

@@ -9,7 +9,6 @@ Used by the offline plan (``python -m infra plan``) and by the tests.
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import hashlib
 import importlib.util

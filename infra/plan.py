@@ -131,23 +131,42 @@ def summary(cfg: stack_config.StackConfig, result: offline.PlanResult) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+# What a user's config mistake raises while loading a stack (reported, never a traceback).
+CONFIG_ERRORS = (stack_config.ConfigError, FileNotFoundError, yaml.YAMLError)
+
+
+def report_config_error(stack: str, err: Exception, stderr: TextIO) -> None:
+    if isinstance(err, stack_config.ConfigError):
+        print(f"error: stack {stack!r}: {err}", file=stderr)
+    elif isinstance(err, yaml.YAMLError):
+        where = " ".join(str(err).split())
+        print(f"error: stack {stack!r}: Pulumi.yaml is not valid YAML: {where}", file=stderr)
+    else:  # FileNotFoundError, offline.StackFileError: a missing or unreadable stack file
+        print(f"error: {err}", file=stderr)
+
+
+def load_config_for_cli(stack: str, root: Optional[Path], stderr: TextIO) -> Optional[stack_config.StackConfig]:
+    """The validated config of a stack, or None after printing why not (for the CLIs' exit 2)."""
+    try:
+        return load_config(stack, root)
+    except CONFIG_ERRORS as err:
+        report_config_error(stack, err, stderr)
+        return None
+
+
 def run_cli(stack: str, out: Optional[str], stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
+    import pulumi
+
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     try:
         cfg, result = plan(stack)
-    except stack_config.ConfigError as err:
+    except CONFIG_ERRORS as err:
+        report_config_error(stack, err, stderr)
+        return EXIT_BAD_CONFIG
+    except pulumi.RunError as err:  # the program refused the config at run time (placement, ...)
         print(f"error: stack {stack!r}: {err}", file=stderr)
         return EXIT_BAD_CONFIG
-    except FileNotFoundError as err:
-        print(f"error: {err}", file=stderr)
-        return EXIT_BAD_CONFIG
-    except Exception as err:  # the program refused the config at run time (placement, ...)
-        message = str(err)
-        if type(err).__name__ == "RunError":
-            print(f"error: stack {stack!r}: {message}", file=stderr)
-            return EXIT_BAD_CONFIG
-        raise
     stdout.write(summary(cfg, result))
     if out:
         write_files(result, Path(out))

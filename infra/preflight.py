@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, TextIO
 
-import yaml
 
 from infra import offline
 from stacks import config as stack_config
@@ -552,22 +551,13 @@ def run_cli(
     """The CLI: load the config like the offline plan, run the checks, print them; the exit code."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-    from infra.plan import load_config
+    from infra.plan import load_config_for_cli
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     root = Path(root) if root is not None else offline.PROJECT_ROOT
-    try:
-        cfg = load_config(stack, root)
-    except stack_config.ConfigError as err:
-        print(f"error: stack {stack!r}: {err}", file=stderr)
-        return EXIT_BAD_CONFIG
-    except FileNotFoundError as err:
-        print(f"error: {err}", file=stderr)
-        return EXIT_BAD_CONFIG
-    except yaml.YAMLError as err:
-        where = " ".join(str(err).split())
-        print(f"error: stack {stack!r}: Pulumi.yaml or Pulumi.{stack}.yaml is not valid YAML: {where}", file=stderr)
+    cfg = load_config_for_cli(stack, root, stderr)
+    if cfg is None:
         return EXIT_BAD_CONFIG
 
     try:

@@ -11,7 +11,7 @@ import ipaddress
 import json
 import re
 from functools import lru_cache
-from typing import Any, Callable, Literal, Mapping, Optional, TypeVar
+from typing import Any, Literal, Mapping, Optional, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel

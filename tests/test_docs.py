@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-from pathlib import Path
 from typing import Any, Optional
 
 import pytest
