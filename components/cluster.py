@@ -124,6 +124,10 @@ class Cluster(pulumi.ComponentResource):
             public_subnet_ids=args.public_subnet_ids,
             node_associate_public_ip_address=False,
             skip_default_node_group=True,
+            # Use the security group EKS creates for the cluster (all traffic among its members, and
+            # the control plane) for nodes, EFA interfaces and the FSx/EFS rules. Without this,
+            # pulumi-eks adds groups of its own and cluster_security_group_id names one of those.
+            skip_default_security_groups=True,
             authentication_mode=eks.AuthenticationMode.API,
             access_entries=access_entries,
             create_oidc_provider=True,

@@ -82,6 +82,8 @@ def test_cluster_inputs(dev_plan):
     i = cluster.inputs
     assert i["authenticationMode"] == "API"
     assert i["skipDefaultNodeGroup"] is True
+    # cluster_security_group_id must be the EKS-created group the nodes carry (see components/cluster.py).
+    assert i["skipDefaultSecurityGroups"] is True
     assert i["createOidcProvider"] is True
     assert i["nodeAssociatePublicIpAddress"] is False
     assert set(i["enabledClusterLogTypes"]) == {"api", "audit", "authenticator", "controllerManager", "scheduler"}
