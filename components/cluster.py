@@ -138,7 +138,10 @@ class Cluster(pulumi.ComponentResource):
             endpoint_private_access=args.endpoint_private_access,
             deletion_protection=args.deletion_protection,
             vpc_cni_options=eks.VpcCniOptionsArgs(addon_version=args.vpc_cni_version),
-            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(version=args.coredns_version),
+            # CoreDNS is a Deployment: created here, before any node exists, the add-on stays
+            # DEGRADED until the provider times out. It is created after the system nodes instead
+            # (``coredns_addon`` below, called by the blueprint).
+            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
             kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(version=args.kube_proxy_version),
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group]),
@@ -156,12 +159,15 @@ class Cluster(pulumi.ComponentResource):
             opts=after_cluster,
         )
 
+        self.coredns_version = args.coredns_version
+        self._tags = tags
         self.node_role = node_role
         self.node_role_attachments = attachments
         self.kms_key_arn = key.arn
         self.cluster_security_group_id = self.eks.cluster_security_group_id
         self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
         self.oidc_provider_arn = self.eks.oidc_provider_arn
+        self.coredns: Optional[aws.eks.Addon] = None
         self.register_outputs(
             {
                 "clusterName": args.cluster_name,
@@ -170,3 +176,17 @@ class Cluster(pulumi.ComponentResource):
                 "nodeRoleArn": node_role.arn,
             }
         )
+
+    def add_coredns(self, after: list[pulumi.Resource]) -> aws.eks.Addon:
+        """The CoreDNS managed add-on, created once ``after`` (the system node group) exists."""
+        self.coredns = aws.eks.Addon(
+            "cluster-coredns",
+            cluster_name=self.cluster_name,
+            addon_name="coredns",
+            addon_version=self.coredns_version,
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            tags=self._tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks, *after]),
+        )
+        return self.coredns

@@ -23,7 +23,6 @@ from components.iam import pod_identity_role
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 NFS_PORT = 2049
-ALL_TAINTS = [{"operator": "Exists"}]
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,9 @@ class CsiDriver:
     node_config: dict
 
 
-EFS_CSI = CsiDriver("aws-efs-csi-driver", "efs-csi-controller-sa", "service-role/AmazonEFSCSIDriverPolicy", {"node": {"tolerations": ALL_TAINTS}})
+# The EFS node DaemonSet tolerates every taint by default (chart value node.tolerations:
+# [{operator: Exists}]), so no configuration is sent: add-on schemas reject unknown keys.
+EFS_CSI = CsiDriver("aws-efs-csi-driver", "efs-csi-controller-sa", "service-role/AmazonEFSCSIDriverPolicy", {})
 FSX_CSI = CsiDriver("aws-fsx-csi-driver", "fsx-csi-controller-sa", "AmazonFSxFullAccess", {"node": {"tolerateAllTaints": True}})
 
 
@@ -76,7 +77,7 @@ def _csi_addon(
         addon_name=driver.addon_name,
         addon_version=addon_version,
         pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=driver.service_account)],
-        configuration_values=json.dumps(driver.node_config),
+        configuration_values=json.dumps(driver.node_config) if driver.node_config else None,
         resolve_conflicts_on_create="OVERWRITE",
         resolve_conflicts_on_update="OVERWRITE",
         tags=tags,
@@ -273,7 +274,6 @@ class FsxStore(pulumi.ComponentResource):
 
         # Persistent file systems are encrypted with a key of ours; scratch ones with FSx's own.
         key = _storage_key(name, self, f"FSx for Lustre of {args.cluster_name}", args.protect, tags) if persistent else None
-        link_on_fs = args.s3_bucket and args.deployment_type != "PERSISTENT_2"
         s3_path = f"s3://{args.s3_bucket}/{args.s3_prefix}".rstrip("/") if args.s3_bucket else None
         self.file_system = aws.fsx.LustreFileSystem(
             f"{name}-fs",
@@ -286,15 +286,12 @@ class FsxStore(pulumi.ComponentResource):
             file_system_type_version="2.15",
             data_compression_type="LZ4",
             kms_key_id=key.arn if key else None,
-            # SCRATCH_1/2 and PERSISTENT_1 link S3 on the file system itself; PERSISTENT_2 uses a
-            # data repository association below.
-            import_path=s3_path if link_on_fs else None,
-            export_path=s3_path if link_on_fs and args.s3_export else None,
-            auto_import_policy="NEW_CHANGED_DELETED" if link_on_fs else None,
             tags={**tags, "Name": f"{args.cluster_name}-lustre"},
             opts=pulumi.ResourceOptions(parent=self, depends_on=rules, protect=args.protect),
         )
-        if args.s3_bucket and not link_on_fs:
+        # Lustre 2.12+ links S3 through data repository associations (the file system's own
+        # import/export paths are the Lustre 2.10 way); SCRATCH_1 has none (config refuses it).
+        if args.s3_bucket:
             events = ["NEW", "CHANGED", "DELETED"]
             aws.fsx.DataRepositoryAssociation(
                 f"{name}-s3",

@@ -722,6 +722,8 @@ def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:
             )
         )
     if f.s3 is not None:
+        if f.deployment_type == "SCRATCH_1":
+            problems.append(Problem(f"{k}.s3", "an S3 link needs SCRATCH_2, PERSISTENT_1 or PERSISTENT_2 (SCRATCH_1 has no data repository associations)"))
         if not _BUCKET.match(f.s3.bucket):
             problems.append(Problem(f"{k}.s3.bucket", f"{_fmt(f.s3.bucket)} is not an S3 bucket name (just the name, no s3:// or path)"))
         if f.s3.prefix.startswith("/"):

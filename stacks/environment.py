@@ -160,6 +160,8 @@ def build(cfg: StackConfig, placement: Placement | None = None) -> dict[str, Any
         opts=pulumi.ResourceOptions(depends_on=cluster.node_role_attachments),
     )
 
+    cluster.add_coredns(after=[system])
+
     gpu_groups: dict[str, NodeGroup] = {}
     for g in cfg.gpu_node_groups:
         placement_cfg = g.placement
@@ -220,7 +222,7 @@ def build_services(
     # Pods of the services need a node to run on, and add-ons need the cluster.
     on_cluster = pulumi.ResourceOptions(provider=provider, depends_on=[system])
     k8s_component = pulumi.ResourceOptions(providers=[provider], depends_on=[system])
-    cluster_ready: list[pulumi.Resource] = [cluster.eks, cluster.pod_identity_agent, system]
+    cluster_ready: list[pulumi.Resource] = [cluster.eks, cluster.pod_identity_agent, system, cluster.coredns]
     outputs: dict[str, Any] = {"trainingNamespace": sv.training_namespace}
     # What the jobs need in place first, and the claims of the stores that exist.
     job_prerequisites: list[pulumi.Resource] = [cluster.pod_identity_agent]

@@ -626,3 +626,9 @@ def test_bad_taint_value_and_reserved_taint_key():
 def test_region_that_does_not_exist_is_refused_before_anything_runs():
     msg = _only_problem(minimal_values(**{"aws:region": "us-west-9"}), "aws:region")
     _assert_mentions(msg, "'us-west-9'", "us-west-2")
+
+
+def test_s3_link_on_scratch_1_is_refused():
+    values = minimal_values(storage={"fsx": {"deploymentType": "SCRATCH_1", "storageCapacityGiB": 1200, "s3": {"bucket": "data"}}})
+    msg = _only_problem(values, f"{NS}:storage.fsx.s3")
+    _assert_mentions(msg, "SCRATCH_1", "SCRATCH_2", "PERSISTENT_2")

@@ -365,9 +365,9 @@ def test_efs_csi_addon_is_pinned_with_its_own_pod_identity_role(dev_plan):
     role, sa, policies = _role_of_addon(dev_plan, addon)
     assert sa == "efs-csi-controller-sa"
     assert policies == {"arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy"}
-    # The driver's node DaemonSet must run on tainted GPU nodes.
-    tolerations = json.loads(addon.inputs["configurationValues"])["node"]["tolerations"]
-    assert all(_tolerates(tolerations, t) for t in _gpu_taints(dev_plan))
+    # The driver's node DaemonSet tolerates every taint by default; nothing is sent that the
+    # add-on's configuration schema could reject.
+    assert "configurationValues" not in addon.inputs
 
 
 @pytest.mark.parametrize("variant", ["dev", "prod"])
@@ -507,13 +507,15 @@ def test_fsx_persistent_2_links_s3_through_a_data_repository_association(prod_pl
     assert set(dra.inputs["s3"]["autoExportPolicy"]["events"]) == {"NEW", "CHANGED", "DELETED"}
 
 
-def test_fsx_scratch_2_links_s3_on_the_file_system(lean_plan):
+def test_fsx_scratch_2_links_s3_through_a_data_repository_association(lean_plan):
     fs = _child(lean_plan, FSX_STORE, FSX_FS)
     assert fs.inputs["deploymentType"] == "SCRATCH_2"
     assert fs.inputs["storageCapacity"] == 2400
-    assert fs.inputs["importPath"] == f"s3://{SCRATCH_BUCKET}"
-    assert "exportPath" not in fs.inputs, "export was not asked for"
-    assert lean_plan.of_type(DRA) == []
+    # Lustre 2.15 links S3 with data repository associations, not the file system's import path.
+    assert not {"importPath", "exportPath", "autoImportPolicy"} & set(fs.inputs)
+    (dra,) = lean_plan.of_type(DRA)
+    assert dra.inputs["dataRepositoryPath"] == f"s3://{SCRATCH_BUCKET}"
+    assert "autoExportPolicy" not in dra.inputs["s3"], "export was not asked for"
 
 
 def test_fsx_without_s3_has_no_link(dev_plan):
@@ -561,7 +563,7 @@ def test_fsx_static_pv_and_claim(plans, variant, capacity):
 @pytest.mark.parametrize(
     "fsx,expect",
     [
-        ({"deploymentType": "PERSISTENT_1", "storageCapacityGiB": 4800, "perUnitStorageThroughput": 100, "s3": {"bucket": "p1-data"}}, "importPath"),
+        ({"deploymentType": "PERSISTENT_1", "storageCapacityGiB": 4800, "perUnitStorageThroughput": 100, "s3": {"bucket": "p1-data"}}, "dra"),
         ({"deploymentType": "SCRATCH_1", "storageCapacityGiB": 3600}, None),
     ],
 )
@@ -574,9 +576,9 @@ def test_fsx_other_deployment_types(fsx, expect):
     assert fs.inputs.get("perUnitStorageThroughput") == fsx.get("perUnitStorageThroughput")
     assert ("kmsKeyId" in fs.inputs) is persistent
     assert len(_children(plan, FSX_STORE, KMS_KEY)) == (1 if persistent else 0)
-    if expect == "importPath":
-        assert fs.inputs["importPath"] == "s3://p1-data"
-        assert plan.of_type(DRA) == []
+    if expect == "dra":
+        assert "importPath" not in fs.inputs
+        assert [d.inputs["dataRepositoryPath"] for d in plan.of_type(DRA)] == ["s3://p1-data"]
     assert _obj(plan, PV, FSX_STORE)["spec"]["capacity"]["storage"] == f"{fsx['storageCapacityGiB']}Gi"
 
 
