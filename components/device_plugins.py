@@ -12,7 +12,6 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
 @dataclass
@@ -21,6 +20,8 @@ class DevicePluginsArgs:
     nvidia_repo: str
     efa_chart_version: Optional[str]  # None: do not install
     efa_repo: str
+    # The taint every GPU node carries ({key, value, effect}); both plugins tolerate it.
+    gpu_taint: dict[str, str] = field(default_factory=dict)
     # Node label every GPU node carries / every EFA-enabled GPU node carries.
     gpu_node_label: dict[str, str] = field(default_factory=dict)
     efa_node_label: dict[str, str] = field(default_factory=dict)
@@ -45,6 +46,7 @@ class DevicePlugins(pulumi.ComponentResource):
     def __init__(self, name: str, args: DevicePluginsArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gputraining:components:DevicePlugins", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        gpu_toleration = {"key": args.gpu_taint["key"], "operator": "Exists", "effect": args.gpu_taint["effect"]}
         self.nvidia: Optional[k8s.helm.v3.Release] = None
         self.efa: Optional[k8s.helm.v3.Release] = None
 
@@ -59,7 +61,7 @@ class DevicePlugins(pulumi.ComponentResource):
                 values={
                     # Only on GPU nodes, tolerating their taint.
                     "affinity": _require_labels(args.gpu_node_label),
-                    "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, GPU_TOLERATION],
+                    "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, gpu_toleration],
                     # MOFED mounts every uverbs device into GPU pods and clashes with the EFA plugin.
                     "mofedEnabled": False,
                     "gfd": {"enabled": False},
@@ -79,7 +81,7 @@ class DevicePlugins(pulumi.ComponentResource):
                 values={
                     # The chart's default tolerations leave out the GPU taint: without this it never
                     # runs on GPU nodes and no pod gets vpc.amazonaws.com/efa.
-                    "tolerations": [GPU_TOLERATION],
+                    "tolerations": [gpu_toleration],
                     "nodeSelector": dict(args.efa_node_label),
                     "supportedInstanceLabels": {
                         "keys": ["node.kubernetes.io/instance-type"],

@@ -207,6 +207,7 @@ class FsxStoreArgs:
     addon_version: str
     deployment_type: str
     storage_capacity_gib: int
+    lustre_version: str  # FSx for Lustre version (infra/versions.py)
     per_unit_storage_throughput: Optional[int] = None
     s3_bucket: Optional[str] = None
     s3_prefix: str = ""
@@ -283,7 +284,7 @@ class FsxStore(pulumi.ComponentResource):
             storage_capacity=args.storage_capacity_gib,
             storage_type="SSD",
             per_unit_storage_throughput=args.per_unit_storage_throughput if persistent else None,
-            file_system_type_version="2.15",
+            file_system_type_version=args.lustre_version,
             data_compression_type="LZ4",
             kms_key_id=key.arn if key else None,
             tags={**tags, "Name": f"{args.cluster_name}-lustre"},

@@ -51,6 +51,9 @@ SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 EFS_CSI_ADDON = "v3.4.1-eksbuild.1"
 FSX_CSI_ADDON = "v1.9.0-eksbuild.1"
 CLOUDWATCH_OBSERVABILITY_ADDON = "v6.3.0-eksbuild.1"
+# FSx for Lustre version: 2.15 is offered for every deployment type and links S3 through data
+# repository associations; the AL2023 Lustre client is 2.15.
+FSX_LUSTRE_VERSION = "2.15"
 
 # NVIDIA device plugin chart (https://nvidia.github.io/k8s-device-plugin). 0.19.0-0.19.2 mount
 # every uverbs device and clash with the EFA plugin; 0.20.0 is the newest in the chart index of

@@ -18,7 +18,7 @@ from components.etcd import Etcd, EtcdArgs
 from components.jobs import JobsContext, TrainingJobs, TrainingJobsArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs
-from components.node_group import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, NodeGroup, NodeGroupArgs
+from components.node_group import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL, NodeGroup, NodeGroupArgs
 from components.operators import MpiOperator, MpiOperatorArgs, TrainingOperator, TrainingOperatorArgs
 from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
 from infra import versions
@@ -244,6 +244,7 @@ def build_services(
                 nvidia_repo=versions.NVIDIA_DEVICE_PLUGIN_REPO,
                 efa_chart_version=versions.EFA_DEVICE_PLUGIN_CHART if sv.efa_device_plugin else None,
                 efa_repo=versions.EFA_DEVICE_PLUGIN_REPO,
+                gpu_taint=dict(GPU_TAINT),
                 gpu_node_label=dict(GPU_PRESENT_LABEL),
                 efa_node_label=dict(EFA_PRESENT_LABEL),
                 efa_instance_types=efa_types,
@@ -286,6 +287,7 @@ def build_services(
                 namespace=namespace.metadata.name,
                 addon_version=versions.FSX_CSI_ADDON,
                 deployment_type=f.deployment_type,
+                lustre_version=versions.FSX_LUSTRE_VERSION,
                 storage_capacity_gib=f.storage_capacity_gib,
                 per_unit_storage_throughput=f.per_unit_storage_throughput,
                 s3_bucket=f.s3.bucket if f.s3 else None,
