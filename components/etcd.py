@@ -16,6 +16,8 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from facts.kube import PART_OF
+
 CLIENT_PORT = 2379
 PEER_PORT = 2380
 
@@ -42,7 +44,7 @@ class Etcd(pulumi.ComponentResource):
         super().__init__("gputraining:components:Etcd", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         app = args.name
-        labels = {"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": app, "app.kubernetes.io/part-of": "gpu-training"}
+        labels = {"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": app, "app.kubernetes.io/part-of": PART_OF}
         peers = f"{app}-peers"
         peer_host = f"$(POD_NAME).{peers}.{args.namespace_name}.svc"
 

@@ -23,10 +23,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
-GPU_PRESENT_LABEL = {"nvidia.com/gpu.present": "true"}
-EFA_PRESENT_LABEL = {"vpc.amazonaws.com/efa.present": "true"}
-NODE_GROUP_LABEL = "gputraining/node-group"
+from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL
 EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
 EKS_CAPACITY_TYPE = {"on-demand": "ON_DEMAND", "spot": "SPOT", "capacity-block": "CAPACITY_BLOCK"}
 

@@ -207,7 +207,7 @@ class FsxStoreArgs:
     addon_version: str
     deployment_type: str
     storage_capacity_gib: int
-    lustre_version: str  # FSx for Lustre version (infra/versions.py)
+    lustre_version: str  # FSx for Lustre version (facts/versions.py)
     per_unit_storage_throughput: Optional[int] = None
     s3_bucket: Optional[str] = None
     s3_prefix: str = ""

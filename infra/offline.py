@@ -21,7 +21,6 @@ from typing import Any, Callable, Optional
 
 import pulumi
 import pulumi.resource as pulumi_resource
-import yaml
 from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime.config import set_all_config
@@ -29,7 +28,6 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 ACCOUNT_ID = "123456789012"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 # Wire-format signatures of the Pulumi RPC layer.
 _SIG_KEY = "4dabf18193072939515e22adb298388d"
@@ -418,47 +416,3 @@ def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
-
-
-# ---------------------------------------------------------------------------------------------
-# Stack files
-# ---------------------------------------------------------------------------------------------
-
-
-class StackFileError(FileNotFoundError):
-    """A stack file that is missing or cannot be read as a stack config."""
-
-
-def read_project(root: Path = PROJECT_ROOT) -> dict[str, Any]:
-    return yaml.safe_load((root / "Pulumi.yaml").read_text())
-
-
-def read_stack_config(stack: str, root: Path = PROJECT_ROOT) -> tuple[str, dict[str, Any]]:
-    """The project name and the stack's config as the engine would assemble it: project-level
-    defaults from Pulumi.yaml, overridden by Pulumi.<stack>.yaml. Keys without a namespace belong
-    to the project."""
-    project = read_project(root)
-    name = project["name"]
-    path = root / f"Pulumi.{stack}.yaml"
-    if not path.exists():
-        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
-        raise FileNotFoundError(f"no stack file {path.name}; stacks here: {', '.join(known) or 'none'}")
-    values: dict[str, Any] = {}
-    for key, spec in (project.get("config") or {}).items():
-        full = key if ":" in key else f"{name}:{key}"
-        if isinstance(spec, dict) and ("default" in spec or "value" in spec):
-            values[full] = spec.get("value", spec.get("default"))
-        elif not isinstance(spec, dict):
-            values[full] = spec
-    try:
-        stack_doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise StackFileError(f"{path.name} is not valid YAML: {err}") from None
-    if not isinstance(stack_doc, dict) or not isinstance(stack_doc.get("config") or {}, dict):
-        raise StackFileError(f"{path.name} must be a map with a 'config:' map inside")
-    for key, value in (stack_doc.get("config") or {}).items():
-        full = key if ":" in key else f"{name}:{key}"
-        if isinstance(value, dict) and "secure" in value:
-            value = "[secret]"
-        values[full] = value
-    return name, values

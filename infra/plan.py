@@ -17,22 +17,25 @@ from typing import Any, Optional, TextIO
 
 import yaml
 
-from infra import catalog, offline
+from facts import catalog
+from facts.paths import PROJECT_ROOT
+from infra import offline
 from stacks import config as stack_config
+from stacks.config.stackfile import read_stack_config
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
 
 
 def load_config(stack: str, root: Optional[Path] = None) -> stack_config.StackConfig:
-    project, values = offline.read_stack_config(stack, root or offline.PROJECT_ROOT)
+    project, values = read_stack_config(stack, root or PROJECT_ROOT)
     return stack_config.load(values, project, stack)
 
 
 def plan(stack: str, root: Optional[Path] = None) -> tuple[stack_config.StackConfig, offline.PlanResult]:
     """Validate the stack's config, then run the program offline. Raises ConfigError first."""
-    root = root or offline.PROJECT_ROOT
+    root = root or PROJECT_ROOT
     cfg = load_config(stack, root)
-    project, values = offline.read_stack_config(stack, root)
+    project, values = read_stack_config(stack, root)
     from infra import program  # imported late: the program module imports pulumi resources
 
     result = offline.run(program.main, values, project=project, stack=stack, region=cfg.region)

@@ -7,7 +7,7 @@ credential chain and AWS environment variables, e.g. AWS_PROFILE or AWS_ENDPOINT
 emulator; the region is the stack's ``aws:region``) and prints one line per check:
 
 - every configured instance type is offered in the region, and the GPU types in the GPU AZ
-  (with ``auto``, the AZ is picked by ``stacks.environment.choose_gpu_az``, the function the
+  (with ``auto``, the AZ is picked by ``stacks.placement.choose_gpu_az``, the function the
   Pulumi program uses at preview time, so both always agree);
 - EFA is supported where the config uses it, with as many interfaces as the catalog wires;
 - the on-demand (and spot) vCPU quota for P instances covers every group at its maxSize
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, TextIO
 
 
-from infra import offline
+from facts.paths import PROJECT_ROOT
 from stacks import config as stack_config
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
@@ -209,7 +209,7 @@ def _region_facts(cfg: stack_config.StackConfig, session: Any) -> tuple[list[str
 
 def _check_placement(ctx: _Context) -> list[CheckResult]:
     """Instance types in the region, the GPU AZ (chosen like the program does), the subnet AZs."""
-    from stacks.environment import PlacementError, choose_gpu_az, choose_subnet_azs
+    from stacks.placement import PlacementError, choose_gpu_az, choose_subnet_azs
 
     cfg, region = ctx.cfg, ctx.cfg.region
     results: list[CheckResult] = []
@@ -287,12 +287,12 @@ def _check_placement(ctx: _Context) -> list[CheckResult]:
 
 
 def _check_efa(ctx: _Context) -> list[CheckResult]:
-    from infra import catalog
+    from infra import aws_catalog
 
     groups = [g for g in ctx.cfg.gpu_node_groups if g.efa_interfaces > 0]
     if not groups:
         return []
-    described = catalog.describe([g.instance_type for g in groups], session=ctx.session, region=ctx.cfg.region)
+    described = aws_catalog.describe([g.instance_type for g in groups], session=ctx.session, region=ctx.cfg.region)
     results = []
     for g in groups:
         check = f"EFA for GPU group {g.name} ({g.instance_type})"
@@ -311,7 +311,7 @@ def _check_efa(ctx: _Context) -> list[CheckResult]:
                     FAIL,
                     check,
                     f"the group wires {g.efa_interfaces} EFA interfaces (instance catalog) but EC2 reports at most {it.efa_interfaces} for {g.instance_type}",
-                    "correct the instance catalog (infra/catalog.py) to what EC2 reports",
+                    "correct the instance catalog (facts/catalog.py) to what EC2 reports",
                 )
             )
         else:
@@ -555,7 +555,7 @@ def run_cli(
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    root = Path(root) if root is not None else offline.PROJECT_ROOT
+    root = Path(root) if root is not None else PROJECT_ROOT
     cfg = load_config_for_cli(stack, root, stderr)
     if cfg is None:
         return EXIT_BAD_CONFIG

@@ -9,6 +9,7 @@ from pulumi.runtime import config as runtime_config
 
 from stacks import config as stack_config
 from stacks import environment
+from stacks.placement import PlacementError
 
 
 def raw_config() -> dict[str, Any]:
@@ -30,7 +31,7 @@ def main() -> dict[str, Any]:
     cfg = load_config()
     try:
         outputs = environment.build(cfg)
-    except environment.PlacementError as err:
+    except PlacementError as err:
         raise pulumi.RunError(str(err)) from None
     for key, value in outputs.items():
         pulumi.export(key, value)

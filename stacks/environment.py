@@ -1,119 +1,102 @@
 """The environment blueprint: wires the components into one environment from a validated
-``StackConfig``. The GPU AZ is chosen here once and flows to everything that must agree on it
-(the GPU subnet, every GPU node group and its placement group; later FSx and the jobs).
+``StackConfig``, one short function per concern. The GPU AZ is chosen once (``stacks/placement.py``)
+and flows to everything that must agree on it: the GPU subnet, every GPU node group and its
+placement group, FSx and the jobs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 import pulumi
-import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.cluster import Cluster, ClusterArgs
 from components.device_plugins import DevicePlugins, DevicePluginsArgs
 from components.etcd import Etcd, EtcdArgs
-from components.jobs import JobsContext, TrainingJobs, TrainingJobsArgs
+from components.jobs import TrainingJobs, TrainingJobsArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs
-from components.node_group import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL, NodeGroup, NodeGroupArgs
+from components.node_group import NodeGroup, NodeGroupArgs
 from components.operators import MpiOperator, MpiOperatorArgs, TrainingOperator, TrainingOperatorArgs
 from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
-from infra import versions
-from infra.offline import PROJECT_ROOT
-from stacks.config import NAMESPACE, StackConfig
-from stacks.jobs_config import job_targets
+from facts import versions
+from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
+from facts.paths import PROJECT_ROOT
+from jobs.base import JobsContext
+from stacks.config import GpuNodeGroupConfig, StackConfig
+from stacks.config.jobs import job_targets
+from stacks.placement import Placement, PlacementError, resolve_placement
+
+__all__ = ["build", "Placement", "PlacementError"]
 
 
-class PlacementError(Exception):
-    """The configured instance types cannot be placed in the requested AZ(s)."""
-
-
-@dataclass(frozen=True)
-class Placement:
-    gpu_availability_zone: str
-    availability_zones: list[str]  # the private-subnet AZs, sorted; the GPU AZ is one of them
-
-
-def choose_gpu_az(requested: str, region_azs: list[str], offered: dict[str, set[str]], gpu_types: list[str]) -> str:
-    """Pick the GPU AZ: the requested one after checking it offers every GPU type, or with
-    ``auto`` the first AZ (by name) that offers all of them. ``offered`` maps type -> AZs."""
-    key = f"{NAMESPACE}:gpuAvailabilityZone"
-    if requested != "auto":
-        if requested not in region_azs:
-            raise PlacementError(f"{key}: {requested!r} is not an available AZ of the region; available: {', '.join(region_azs)}")
-        missing = [t for t in gpu_types if requested not in offered.get(t, set())]
-        if missing:
-            where = "; ".join(f"{t} is offered in {', '.join(sorted(offered.get(t, ()))) or 'no AZ of the region'}" for t in missing)
-            raise PlacementError(f"{key}: {requested!r} does not offer {', '.join(missing)} ({where})")
-        return requested
-    candidates = [az for az in sorted(region_azs) if all(az in offered.get(t, set()) for t in gpu_types)]
-    if not candidates:
-        where = "; ".join(f"{t}: {', '.join(sorted(offered.get(t, ()))) or 'none'}" for t in gpu_types)
-        raise PlacementError(
-            f"{key}: 'auto' found no single AZ that offers every GPU type ({where}); "
-            "split the node groups across stacks or choose types offered together"
-        )
-    return candidates[0]
-
-
-def choose_subnet_azs(gpu_az: str, region_azs: list[str], count: int) -> list[str]:
-    """The GPU AZ plus the next AZs by name, ``count`` in all, sorted."""
-    others = [az for az in sorted(region_azs) if az != gpu_az]
-    if len(others) < count - 1:
-        raise PlacementError(
-            f"{NAMESPACE}:network.availabilityZoneCount: {count} AZs asked for but the region has {len(others) + 1}"
-        )
-    return sorted([gpu_az] + others[: count - 1])
-
-
-def resolve_placement(cfg: StackConfig) -> Placement:
-    """Ask AWS (through the provider's invokes, so credentials and region come from the stack)
-    which AZs exist and which offer the GPU types, then choose."""
-    zones = aws.get_availability_zones(state="available", filters=[{"name": "opt-in-status", "values": ["opt-in-not-required"]}])
-    region_azs = sorted(zones.names)
-    gpu_types = cfg.gpu_instance_types
-    offered: dict[str, set[str]] = {t: set() for t in gpu_types}
-    if gpu_types:
-        result = aws.ec2.get_instance_type_offerings(
-            location_type="availability-zone",
-            filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=gpu_types)],
-        )
-        for t, loc in zip(result.instance_types, result.locations):
-            offered.setdefault(t, set()).add(loc)
-    if gpu_types:
-        gpu_az = choose_gpu_az(cfg.gpu_availability_zone, region_azs, offered, gpu_types)
-    elif cfg.gpu_availability_zone != "auto":
-        gpu_az = choose_gpu_az(cfg.gpu_availability_zone, region_azs, offered, [])
-    else:
-        gpu_az = region_azs[0]
-    return Placement(gpu_az, choose_subnet_azs(gpu_az, region_azs, cfg.network.availability_zone_count))
-
-
-def build(cfg: StackConfig, placement: Placement | None = None) -> dict[str, Any]:
+def build(cfg: StackConfig, placement: Optional[Placement] = None) -> dict[str, Any]:
     """Register the environment's resources; returns the stack outputs."""
     placement = placement or resolve_placement(cfg)
     gpu_az = placement.gpu_availability_zone
     tags = {"gputraining/project": cfg.project, "gputraining/stack": cfg.stack, **cfg.tags}
-    k8s_version = cfg.cluster.kubernetes_version
 
-    network = Network(
+    network = _network(cfg, placement, tags)
+    cluster = _cluster(cfg, network, tags)
+    system = _node_group(
+        SYSTEM_GROUP,
+        cfg,
+        cluster,
+        network,
+        tags,
+        subnet_ids=network.private_subnet_ids,
+        instance_type=cfg.system_node_group.instance_type,
+        ami_type=versions.SYSTEM_AMI_TYPE,
+        min_size=cfg.system_node_group.min_size,
+        desired_size=cfg.system_node_group.desired_size,
+        max_size=cfg.system_node_group.max_size,
+        disk_size_gib=cfg.system_node_group.disk_size_gib,
+    )
+    cluster.add_coredns(after=[system])
+    gpu_groups = {g.name: _gpu_node_group(g, gpu_az, cfg, cluster, network, tags) for g in cfg.gpu_node_groups}
+
+    services = build_services(cfg, gpu_az, network, cluster, system, tags)
+
+    return {
+        **services,
+        "clusterName": cfg.cluster_name,
+        "kubeconfig": cluster.kubeconfig,
+        "gpuAvailabilityZone": gpu_az,
+        "availabilityZones": placement.availability_zones,
+        "vpcId": network.vpc_id,
+        "privateSubnetIds": network.private_subnet_ids,
+        "publicSubnetIds": network.public_subnet_ids,
+        "gpuSubnetId": network.gpu_subnet_id,
+        "nodeGroupNames": {SYSTEM_GROUP: system.node_group_name, **{n: ng.node_group_name for n, ng in gpu_groups.items()}},
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Network, cluster, node groups
+# ---------------------------------------------------------------------------------------------
+
+
+def _network(cfg: StackConfig, placement: Placement, tags: dict[str, str]) -> Network:
+    return Network(
         "network",
         NetworkArgs(
             cluster_name=cfg.cluster_name,
             region=cfg.region,
             vpc_cidr=cfg.network.vpc_cidr,
             availability_zones=placement.availability_zones,
-            gpu_availability_zone=gpu_az,
+            gpu_availability_zone=placement.gpu_availability_zone,
             private_subnet_prefix=cfg.network.private_subnet_prefix,
             nat_per_az=cfg.network.nat_gateways == "perAz",
             tags=tags,
         ),
     )
 
-    cluster = Cluster(
+
+def _cluster(cfg: StackConfig, network: Network, tags: dict[str, str]) -> Cluster:
+    k8s_version = cfg.cluster.kubernetes_version
+    return Cluster(
         "cluster",
         ClusterArgs(
             cluster_name=cfg.cluster_name,
@@ -135,175 +118,186 @@ def build(cfg: StackConfig, placement: Placement | None = None) -> dict[str, Any
         ),
     )
 
-    common = dict(
-        cluster=cluster.eks,
-        cluster_name=cfg.cluster_name,
-        cluster_security_group_id=cluster.cluster_security_group_id,
-        node_role=cluster.node_role,
-        vpc_id=network.vpc_id,
-        kubernetes_version=k8s_version,
-        tags=tags,
-    )
-    s = cfg.system_node_group
-    system = NodeGroup(
-        "system",
+
+def _node_group(name: str, cfg: StackConfig, cluster: Cluster, network: Network, tags: dict[str, str], **args: Any) -> NodeGroup:
+    """A node group with what every group shares (cluster, role, VPC, version, tags)."""
+    return NodeGroup(
+        name,
         NodeGroupArgs(
-            **common,
-            subnet_ids=network.private_subnet_ids,
-            instance_type=s.instance_type,
-            ami_type=versions.SYSTEM_AMI_TYPE,
-            min_size=s.min_size,
-            desired_size=s.desired_size,
-            max_size=s.max_size,
-            disk_size_gib=s.disk_size_gib,
+            cluster=cluster.eks,
+            cluster_name=cfg.cluster_name,
+            cluster_security_group_id=cluster.cluster_security_group_id,
+            node_role=cluster.node_role,
+            vpc_id=network.vpc_id,
+            kubernetes_version=cfg.cluster.kubernetes_version,
+            tags=tags,
+            **args,
         ),
         opts=pulumi.ResourceOptions(depends_on=cluster.node_role_attachments),
     )
 
-    cluster.add_coredns(after=[system])
 
-    gpu_groups: dict[str, NodeGroup] = {}
-    for g in cfg.gpu_node_groups:
-        placement_cfg = g.placement
-        gpu_groups[g.name] = NodeGroup(
-            f"gpu-{g.name}",
-            NodeGroupArgs(
-                **common,
-                subnet_ids=[network.gpu_subnet_id],
-                availability_zone=gpu_az,
-                instance_type=g.instance_type,
-                ami_type=versions.GPU_AMI_TYPE,
-                min_size=g.min_size,
-                desired_size=g.desired_size,
-                max_size=g.max_size,
-                disk_size_gib=g.disk_size_gib,
-                capacity_type=g.capacity_type,
-                capacity_reservation_id=g.capacity_reservation_id,
-                efa_interfaces=g.efa_interfaces,
-                placement_group=placement_cfg.mode,
-                placement_group_name=placement_cfg.name,
-                gpu=True,
-                group_name=g.name,
-                labels=dict(g.labels),
-                taints=[t.model_dump() for t in g.taints],
-            ),
-            opts=pulumi.ResourceOptions(depends_on=cluster.node_role_attachments),
-        )
-
-    services = build_services(cfg, gpu_az, network, cluster, system, gpu_groups, tags)
-
-    return {
-        **services,
-        "clusterName": cfg.cluster_name,
-        "kubeconfig": cluster.kubeconfig,
-        "gpuAvailabilityZone": gpu_az,
-        "availabilityZones": placement.availability_zones,
-        "vpcId": network.vpc_id,
-        "privateSubnetIds": network.private_subnet_ids,
-        "publicSubnetIds": network.public_subnet_ids,
-        "gpuSubnetId": network.gpu_subnet_id,
-        "nodeGroupNames": {"system": system.node_group_name, **{n: ng.node_group_name for n, ng in gpu_groups.items()}},
-    }
-
-
-def build_services(
-    cfg: StackConfig,
-    gpu_az: str,
-    network: Network,
-    cluster: Cluster,
-    system: NodeGroup,
-    gpu_groups: dict[str, NodeGroup],
-    tags: dict[str, str],
-) -> dict[str, Any]:
-    """Cluster services: device plugins, storage, operators, etcd, monitoring. Every Kubernetes
-    object goes through one provider bound to the new cluster."""
-    sv = cfg.services
-    provider = k8s.Provider("k8s", kubeconfig=cluster.kubeconfig, opts=pulumi.ResourceOptions(depends_on=[cluster.eks]))
-    # Pods of the services need a node to run on, and add-ons need the cluster.
-    on_cluster = pulumi.ResourceOptions(provider=provider, depends_on=[system])
-    k8s_component = pulumi.ResourceOptions(providers=[provider], depends_on=[system])
-    cluster_ready: list[pulumi.Resource] = [cluster.eks, cluster.pod_identity_agent, system, cluster.coredns]
-    outputs: dict[str, Any] = {"trainingNamespace": sv.training_namespace}
-    # What the jobs need in place first, and the claims of the stores that exist.
-    job_prerequisites: list[pulumi.Resource] = [cluster.pod_identity_agent]
-    claims: dict[str, str] = {}
-    etcd_endpoint = None
-
-    namespace = k8s.core.v1.Namespace(
-        "training-namespace",
-        metadata=k8s.meta.v1.ObjectMetaArgs(name=sv.training_namespace, labels={"app.kubernetes.io/part-of": "gpu-training"}),
-        opts=on_cluster,
+def _gpu_node_group(g: GpuNodeGroupConfig, gpu_az: str, cfg: StackConfig, cluster: Cluster, network: Network, tags: dict[str, str]) -> NodeGroup:
+    placement = g.placement
+    return _node_group(
+        f"gpu-{g.name}",
+        cfg,
+        cluster,
+        network,
+        tags,
+        subnet_ids=[network.gpu_subnet_id],
+        availability_zone=gpu_az,
+        instance_type=g.instance_type,
+        ami_type=versions.GPU_AMI_TYPE,
+        min_size=g.min_size,
+        desired_size=g.desired_size,
+        max_size=g.max_size,
+        disk_size_gib=g.disk_size_gib,
+        capacity_type=g.capacity_type,
+        capacity_reservation_id=g.capacity_reservation_id,
+        efa_interfaces=g.efa_interfaces,
+        placement_group=placement.mode,
+        placement_group_name=placement.name,
+        gpu=True,
+        group_name=g.name,
+        labels=dict(g.labels),
+        taints=[t.model_dump() for t in g.taints],
     )
 
-    efa_types = sorted({g.instance_type for g in cfg.gpu_node_groups if g.efa_enabled})
-    if sv.nvidia_device_plugin or sv.efa_device_plugin:
-        DevicePlugins(
-            "device-plugins",
-            DevicePluginsArgs(
-                nvidia_chart_version=versions.NVIDIA_DEVICE_PLUGIN_CHART if sv.nvidia_device_plugin else None,
-                nvidia_repo=versions.NVIDIA_DEVICE_PLUGIN_REPO,
-                efa_chart_version=versions.EFA_DEVICE_PLUGIN_CHART if sv.efa_device_plugin else None,
-                efa_repo=versions.EFA_DEVICE_PLUGIN_REPO,
-                gpu_taint=dict(GPU_TAINT),
-                gpu_node_label=dict(GPU_PRESENT_LABEL),
-                efa_node_label=dict(EFA_PRESENT_LABEL),
-                efa_instance_types=efa_types,
-            ),
-            opts=k8s_component,
-        )
 
-    st = cfg.storage
-    if st.efs.enabled:
-        efs = EfsStore(
-            "efs",
-            EfsStoreArgs(
-                cluster_name=cfg.cluster_name,
-                vpc_id=network.vpc_id,
-                subnet_ids=network.private_subnet_ids,
-                node_security_group_id=cluster.cluster_security_group_id,
-                namespace=namespace.metadata.name,
-                addon_version=versions.EFS_CSI_ADDON,
-                throughput_mode=st.efs.throughput_mode,
-                performance_mode=st.efs.performance_mode,
-                protect=st.deletion_protection,
-                cluster_ready=cluster_ready,
-                tags=tags,
-            ),
-            opts=k8s_component,
-        )
-        outputs.update(efsFileSystemId=efs.file_system_id, efsClaim=EfsStore.CLAIM)
-        claims["efs"] = EfsStore.CLAIM
-        job_prerequisites.append(efs)
-    if st.fsx.enabled:
-        f = st.fsx
-        fsx = FsxStore(
-            "fsx",
-            FsxStoreArgs(
-                cluster_name=cfg.cluster_name,
-                vpc_id=network.vpc_id,
-                subnet_id=network.gpu_subnet_id,
-                availability_zone=gpu_az,
-                node_security_group_id=cluster.cluster_security_group_id,
-                namespace=namespace.metadata.name,
-                addon_version=versions.FSX_CSI_ADDON,
-                deployment_type=f.deployment_type,
-                lustre_version=versions.FSX_LUSTRE_VERSION,
-                storage_capacity_gib=f.storage_capacity_gib,
-                per_unit_storage_throughput=f.per_unit_storage_throughput,
-                s3_bucket=f.s3.bucket if f.s3 else None,
-                s3_prefix=f.s3.prefix if f.s3 else "",
-                s3_file_system_path=f.s3.file_system_path if f.s3 else "/s3",
-                s3_export=f.s3.export if f.s3 else False,
-                protect=st.deletion_protection,
-                cluster_ready=cluster_ready,
-                tags=tags,
-            ),
-            opts=k8s_component,
-        )
-        outputs.update(fsxFileSystemId=fsx.file_system_id, fsxDnsName=fsx.dns_name, fsxClaim=FsxStore.CLAIM)
-        claims["fsx"] = FsxStore.CLAIM
-        job_prerequisites.append(fsx)
+# ---------------------------------------------------------------------------------------------
+# Cluster services
+# ---------------------------------------------------------------------------------------------
 
+
+@dataclass
+class _Services:
+    """What the services build on, and what the jobs will need from them."""
+
+    cfg: StackConfig
+    gpu_az: str
+    network: Network
+    cluster: Cluster
+    tags: dict[str, str]
+    namespace: k8s.core.v1.Namespace
+    k8s_component: pulumi.ResourceOptions  # a component whose children go through the k8s provider
+    cluster_ready: list[pulumi.Resource]  # what add-ons wait for
+    outputs: dict[str, Any]
+    job_prerequisites: list[pulumi.Resource] = field(default_factory=list)
+    claims: dict[str, str] = field(default_factory=dict)
+    etcd_endpoint: Optional[str] = None
+
+
+def build_services(cfg: StackConfig, gpu_az: str, network: Network, cluster: Cluster, system: NodeGroup, tags: dict[str, str]) -> dict[str, Any]:
+    """Cluster services: device plugins, storage, operators, etcd, monitoring, jobs. Every
+    Kubernetes object goes through one provider bound to the new cluster."""
+    provider = k8s.Provider("k8s", kubeconfig=cluster.kubeconfig, opts=pulumi.ResourceOptions(depends_on=[cluster.eks]))
+    # Pods of the services need a node to run on, and add-ons need the cluster.
+    namespace = k8s.core.v1.Namespace(
+        "training-namespace",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=cfg.services.training_namespace, labels={"app.kubernetes.io/part-of": PART_OF}),
+        opts=pulumi.ResourceOptions(provider=provider, depends_on=[system]),
+    )
+    s = _Services(
+        cfg=cfg,
+        gpu_az=gpu_az,
+        network=network,
+        cluster=cluster,
+        tags=tags,
+        namespace=namespace,
+        k8s_component=pulumi.ResourceOptions(providers=[provider], depends_on=[system]),
+        cluster_ready=[cluster.eks, cluster.pod_identity_agent, system, cluster.coredns],
+        outputs={"trainingNamespace": cfg.services.training_namespace},
+        job_prerequisites=[cluster.pod_identity_agent],
+    )
+    for add in (_device_plugins, _efs, _fsx, _operators, _etcd, _monitoring):
+        add(s)
+    _jobs(s, provider)
+    return s.outputs
+
+
+def _device_plugins(s: _Services) -> None:
+    sv = s.cfg.services
+    if not (sv.nvidia_device_plugin or sv.efa_device_plugin):
+        return
+    DevicePlugins(
+        "device-plugins",
+        DevicePluginsArgs(
+            nvidia_chart_version=versions.NVIDIA_DEVICE_PLUGIN_CHART if sv.nvidia_device_plugin else None,
+            nvidia_repo=versions.NVIDIA_DEVICE_PLUGIN_REPO,
+            efa_chart_version=versions.EFA_DEVICE_PLUGIN_CHART if sv.efa_device_plugin else None,
+            efa_repo=versions.EFA_DEVICE_PLUGIN_REPO,
+            gpu_taint=dict(GPU_TAINT),
+            gpu_node_label=dict(GPU_PRESENT_LABEL),
+            efa_node_label=dict(EFA_PRESENT_LABEL),
+            efa_instance_types=sorted({g.instance_type for g in s.cfg.gpu_node_groups if g.efa_enabled}),
+        ),
+        opts=s.k8s_component,
+    )
+
+
+def _efs(s: _Services) -> None:
+    st = s.cfg.storage
+    if not st.efs.enabled:
+        return
+    efs = EfsStore(
+        "efs",
+        EfsStoreArgs(
+            cluster_name=s.cfg.cluster_name,
+            vpc_id=s.network.vpc_id,
+            subnet_ids=s.network.private_subnet_ids,
+            node_security_group_id=s.cluster.cluster_security_group_id,
+            namespace=s.namespace.metadata.name,
+            addon_version=versions.EFS_CSI_ADDON,
+            throughput_mode=st.efs.throughput_mode,
+            performance_mode=st.efs.performance_mode,
+            protect=st.deletion_protection,
+            cluster_ready=s.cluster_ready,
+            tags=s.tags,
+        ),
+        opts=s.k8s_component,
+    )
+    s.outputs.update(efsFileSystemId=efs.file_system_id, efsClaim=EfsStore.CLAIM)
+    s.claims["efs"] = EfsStore.CLAIM
+    s.job_prerequisites.append(efs)
+
+
+def _fsx(s: _Services) -> None:
+    st = s.cfg.storage
+    f = st.fsx
+    if not f.enabled:
+        return
+    fsx = FsxStore(
+        "fsx",
+        FsxStoreArgs(
+            cluster_name=s.cfg.cluster_name,
+            vpc_id=s.network.vpc_id,
+            subnet_id=s.network.gpu_subnet_id,
+            availability_zone=s.gpu_az,
+            node_security_group_id=s.cluster.cluster_security_group_id,
+            namespace=s.namespace.metadata.name,
+            addon_version=versions.FSX_CSI_ADDON,
+            deployment_type=f.deployment_type,
+            lustre_version=versions.FSX_LUSTRE_VERSION,
+            storage_capacity_gib=f.storage_capacity_gib,
+            per_unit_storage_throughput=f.per_unit_storage_throughput,
+            s3_bucket=f.s3.bucket if f.s3 else None,
+            s3_prefix=f.s3.prefix if f.s3 else "",
+            s3_file_system_path=f.s3.file_system_path if f.s3 else "/s3",
+            s3_export=f.s3.export if f.s3 else False,
+            protect=st.deletion_protection,
+            cluster_ready=s.cluster_ready,
+            tags=s.tags,
+        ),
+        opts=s.k8s_component,
+    )
+    s.outputs.update(fsxFileSystemId=fsx.file_system_id, fsxDnsName=fsx.dns_name, fsxClaim=FsxStore.CLAIM)
+    s.claims["fsx"] = FsxStore.CLAIM
+    s.job_prerequisites.append(fsx)
+
+
+def _operators(s: _Services) -> None:
+    sv = s.cfg.services
     if sv.mpi_operator:
         mpi = MpiOperator(
             "mpi-operator",
@@ -312,71 +306,82 @@ def build_services(
                 manifest_sha256=versions.MPI_OPERATOR_MANIFEST_SHA256,
                 version=versions.MPI_OPERATOR_VERSION,
             ),
-            opts=k8s_component,
+            opts=s.k8s_component,
         )
-        job_prerequisites.append(mpi)
+        s.job_prerequisites.append(mpi)
     if sv.training_operator:
         training = TrainingOperator(
             "training-operator",
             # Relative to the project folder, where Pulumi runs the program: an absolute path would
             # make every checkout's state differ.
             TrainingOperatorArgs(kustomization_dir=versions.TRAINING_OPERATOR_KUSTOMIZATION),
-            opts=k8s_component,
+            opts=s.k8s_component,
         )
-        job_prerequisites.append(training)
+        s.job_prerequisites.append(training)
 
-    if cfg.etcd.enabled:
-        etcd = Etcd(
-            "etcd",
-            EtcdArgs(
-                namespace=namespace.metadata.name,
-                namespace_name=sv.training_namespace,
-                image=versions.ETCD_IMAGE,
-                replicas=cfg.etcd.replicas,
-                cpu=cfg.etcd.cpu,
-                memory=cfg.etcd.memory,
-                node_selector={NODE_GROUP_LABEL: "system"},
-            ),
-            opts=k8s_component,
-        )
-        outputs["etcdEndpoint"] = etcd.endpoint
-        etcd_endpoint = etcd.endpoint
-        job_prerequisites.append(etcd)
 
-    if cfg.monitoring.enabled:
-        mon = Monitoring(
-            "monitoring",
-            MonitoringArgs(
+def _etcd(s: _Services) -> None:
+    e = s.cfg.etcd
+    if not e.enabled:
+        return
+    etcd = Etcd(
+        "etcd",
+        EtcdArgs(
+            namespace=s.namespace.metadata.name,
+            namespace_name=s.cfg.services.training_namespace,
+            image=versions.ETCD_IMAGE,
+            replicas=e.replicas,
+            cpu=e.cpu,
+            memory=e.memory,
+            node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
+        ),
+        opts=s.k8s_component,
+    )
+    s.outputs["etcdEndpoint"] = etcd.endpoint
+    s.etcd_endpoint = etcd.endpoint
+    s.job_prerequisites.append(etcd)
+
+
+def _monitoring(s: _Services) -> None:
+    m = s.cfg.monitoring
+    if not m.enabled:
+        return
+    mon = Monitoring(
+        "monitoring",
+        MonitoringArgs(
+            cluster_name=s.cfg.cluster_name,
+            region=s.cfg.region,
+            addon_version=versions.CLOUDWATCH_OBSERVABILITY_ADDON,
+            log_retention_days=m.log_retention_days,
+            dashboard=m.dashboard,
+            cluster_ready=s.cluster_ready,
+            tags=s.tags,
+        ),
+    )
+    if mon.dashboard_name:
+        s.outputs["dashboardName"] = mon.dashboard_name
+
+
+def _jobs(s: _Services, provider: k8s.Provider) -> None:
+    cfg = s.cfg
+    if not cfg.jobs:
+        return
+    jobs = TrainingJobs(
+        "jobs",
+        TrainingJobsArgs(
+            jobs=cfg.jobs,
+            context=JobsContext(
+                namespace=cfg.services.training_namespace,
+                targets=job_targets(cfg.gpu_node_groups, s.gpu_az),
+                claims=s.claims,
+                etcd_endpoint=s.etcd_endpoint,
+                system_node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
                 cluster_name=cfg.cluster_name,
                 region=cfg.region,
-                addon_version=versions.CLOUDWATCH_OBSERVABILITY_ADDON,
-                log_retention_days=cfg.monitoring.log_retention_days,
-                dashboard=cfg.monitoring.dashboard,
-                cluster_ready=cluster_ready,
-                tags=tags,
             ),
-        )
-        if mon.dashboard_name:
-            outputs["dashboardName"] = mon.dashboard_name
-
-    if cfg.jobs:
-        jobs = TrainingJobs(
-            "jobs",
-            TrainingJobsArgs(
-                jobs=cfg.jobs,
-                context=JobsContext(
-                    namespace=sv.training_namespace,
-                    targets=job_targets(cfg.gpu_node_groups, gpu_az),
-                    claims=claims,
-                    etcd_endpoint=etcd_endpoint,
-                    system_node_selector={NODE_GROUP_LABEL: "system"},
-                    cluster_name=cfg.cluster_name,
-                    region=cfg.region,
-                ),
-                tags=tags,
-                depends_on=[namespace, *job_prerequisites],
-            ),
-            opts=pulumi.ResourceOptions(providers=[provider]),
-        )
-        outputs["jobs"] = jobs.job_names
-    return outputs
+            tags=s.tags,
+            depends_on=[s.namespace, *s.job_prerequisites],
+        ),
+        opts=pulumi.ResourceOptions(providers=[provider]),
+    )
+    s.outputs["jobs"] = jobs.job_names

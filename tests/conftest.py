@@ -15,6 +15,7 @@ if str(ROOT) not in sys.path:
 
 from infra import offline  # noqa: E402
 from stacks import config as stack_config  # noqa: E402
+from stacks.config.stackfile import read_stack_config  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 NS = stack_config.NAMESPACE
@@ -39,7 +40,7 @@ def minimal_values(**sections: Any) -> dict[str, Any]:
 
 
 def dev_values() -> dict[str, Any]:
-    _, values = offline.read_stack_config("dev", ROOT)
+    _, values = read_stack_config("dev", ROOT)
     return values
 
 

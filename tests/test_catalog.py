@@ -7,7 +7,8 @@ import botocore.exceptions
 import moto
 import pytest
 
-from infra import catalog
+from facts import catalog
+from infra import aws_catalog
 
 REGION = "us-west-2"
 # No longer returned by DescribeInstanceTypes (and not in moto's recording); their rows come from
@@ -56,7 +57,7 @@ def aws(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def described(aws) -> dict[str, catalog.InstanceType]:
-    return catalog.describe(list(catalog.BUILTIN), session=aws)
+    return aws_catalog.describe(list(catalog.BUILTIN), session=aws)
 
 
 def test_describe_returns_every_builtin_type_except_the_old_p3_sizes(described):
@@ -105,7 +106,7 @@ def test_old_p3_sizes_are_in_the_table_without_efa():
 
 
 def test_describe_returns_nothing_for_the_old_p3_sizes(aws):
-    assert catalog.describe(sorted(NOT_DESCRIBED), session=aws) == {}
+    assert aws_catalog.describe(sorted(NOT_DESCRIBED), session=aws) == {}
 
 
 def test_one_unknown_name_does_not_hide_the_others(aws):
@@ -113,13 +114,13 @@ def test_one_unknown_name_does_not_hide_the_others(aws):
     ec2 = aws.client("ec2")
     with pytest.raises(botocore.exceptions.ClientError, match="InvalidInstanceType"):
         ec2.describe_instance_types(InstanceTypes=["p3.2xlarge", "p4d.24xlarge"])
-    found = catalog.describe(["p3.2xlarge", "p4d.24xlarge", "p4d.24xlarge"], session=aws)
+    found = aws_catalog.describe(["p3.2xlarge", "p4d.24xlarge", "p4d.24xlarge"], session=aws)
     assert list(found) == ["p4d.24xlarge"]
     assert found["p4d.24xlarge"] == catalog.BUILTIN["p4d.24xlarge"]
 
 
 def test_describe_with_a_region_and_no_session(aws):
-    found = catalog.describe(["p5en.48xlarge"], region=REGION)
+    found = aws_catalog.describe(["p5en.48xlarge"], region=REGION)
     assert found["p5en.48xlarge"].efa_interfaces == 16
 
 

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from infra import catalog, offline, versions
+from facts import catalog, versions
+from infra import offline
 from stacks import config as stack_config
 from stacks.config import ConfigError, Problem, decode_config_values, load
 from tests.conftest import NS, dev_values, minimal_values

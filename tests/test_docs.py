@@ -21,10 +21,10 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from components import jobs as J
-from infra import catalog
+import jobs as J
+from facts import catalog
 from stacks import config as C
-from stacks import jobs_config
+from stacks.config import jobs as jobs_config
 from tests.conftest import ROOT, minimal_values, run_stack
 
 DOC = ROOT / "docs" / "jobs.md"
@@ -252,7 +252,7 @@ def test_the_instance_table_matches_the_catalog():
 
 def test_the_validation_section_names_the_refused_keys():
     section = _section(DOC_TEXT, re.compile(r"^## Validation"))
-    for key in [*jobs_config._DERIVED_KEYS, *J.EFA_ENV_NAMES, "NCCL_DEBUG"]:
+    for key in [*jobs_config.DERIVED_KEYS, *J.EFA_ENV_NAMES, "NCCL_DEBUG"]:
         assert f"`{key}`" in section, key
 
 

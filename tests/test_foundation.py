@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from infra import catalog, versions
+from facts import catalog, versions
 from tests.conftest import minimal_values, run_stack
 
 VPC = "aws:ec2/vpc:Vpc"

@@ -22,11 +22,13 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from components import jobs as J
-from components.node_group import GPU_TAINT, NODE_GROUP_LABEL
-from infra import catalog, offline, versions
+import jobs as J
+from components.jobs import TrainingJobs, TrainingJobsArgs
+from facts.kube import GPU_TAINT, NODE_GROUP_LABEL
+from facts import catalog, versions
+from infra import offline
 from stacks.config import GpuNodeGroupConfig
-from stacks.jobs_config import job_targets
+from stacks.config.jobs import job_targets
 
 AZ = "us-west-2b"
 TRAIN_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:2026.11"
@@ -61,7 +63,7 @@ def make_ctx(**changes: Any) -> J.JobsContext:
     return J.JobsContext(**values)
 
 
-def spec(kind: str, group: str = "p4d", **over: Any) -> J.JobSpec:
+def spec(kind: str, group: str = "p4d", **over: Any) -> J.JobBase:
     """A realistic job of ``kind`` on ``group`` (config-shaped, camelCase)."""
     common_env = dict(env={"EPOCHS": 2, "AMP": True}, secretEnv={"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}})
     volumes = [{"name": "fsx", "mountPath": "/fsx"}, {"name": "efs", "mountPath": "/efs", "readOnly": True}]
@@ -494,7 +496,7 @@ def test_data_stage_is_a_job_on_system_nodes_with_its_own_service_account(group)
 
 
 def test_data_stage_policy_reads_only_the_bucket_prefix():
-    policy = J.data_stage_policy(spec("data-stage"), "aws")
+    policy = spec("data-stage").pod_identity_policy("aws")
     statements = {s["Sid"]: s for s in policy["Statement"]}
     assert set(statements) == {"ListPrefix", "ReadPrefix"}
     assert statements["ListPrefix"]["Action"] == "s3:ListBucket"
@@ -502,7 +504,7 @@ def test_data_stage_policy_reads_only_the_bucket_prefix():
     assert statements["ListPrefix"]["Condition"] == {"StringLike": {"s3:prefix": ["coco/2017/", "coco/2017/*"]}}
     assert statements["ReadPrefix"] == {"Sid": "ReadPrefix", "Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::ml-datasets/coco/2017/*"}
     assert "*" not in json.dumps([s["Action"] for s in policy["Statement"]])
-    whole = J.data_stage_policy(spec("data-stage", source="s3://ml-datasets"), "aws-us-gov")
+    whole = spec("data-stage", source="s3://ml-datasets").pod_identity_policy("aws-us-gov")
     assert [s["Resource"] for s in whole["Statement"]] == ["arn:aws-us-gov:s3:::ml-datasets", "arn:aws-us-gov:s3:::ml-datasets/*"]
     assert "Condition" not in whole["Statement"][0]
 
@@ -525,10 +527,10 @@ def test_tensorboard_reads_the_log_path_and_is_cluster_internal_unless_exposed(e
 
 
 def test_pod_hostnames():
-    assert J.pod_hostnames(spec("mpi", nodes=3)) == ["maskrcnn-worker-2", "maskrcnn-launcher"]
-    assert J.pod_hostnames(spec("pytorch-elastic")) == ["imagenet-worker-2"]  # maxNodes 3
-    assert J.pod_hostnames(spec("paddle")) == ["ctr-worker-1", "ctr-master-1"]
-    assert J.pod_hostnames(spec("tensorboard")) == []
+    assert spec("mpi", nodes=3).pod_hostnames() == ["maskrcnn-worker-2", "maskrcnn-launcher"]
+    assert spec("pytorch-elastic").pod_hostnames() == ["imagenet-worker-2"]  # maxNodes 3
+    assert spec("paddle").pod_hostnames() == ["ctr-worker-1", "ctr-master-1"]
+    assert spec("tensorboard").pod_hostnames() == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -679,9 +681,9 @@ def component_plan():
     def program() -> dict[str, Any]:
         provider = k8s.Provider("k8s", kubeconfig="{}", opts=pulumi.ResourceOptions())
         namespace = k8s.core.v1.Namespace("training", metadata={"name": "training"}, opts=pulumi.ResourceOptions(provider=provider))
-        component = J.TrainingJobs(
+        component = TrainingJobs(
             "jobs",
-            J.TrainingJobsArgs(jobs=jobs, context=ctx, tags={"env": "test"}, depends_on=[namespace]),
+            TrainingJobsArgs(jobs=jobs, context=ctx, tags={"env": "test"}, depends_on=[namespace]),
             opts=pulumi.ResourceOptions(providers=[provider]),
         )
         seen.update(provider=provider, component=component)
@@ -743,7 +745,7 @@ def test_data_stage_role_is_trusted_by_pod_identity_and_reads_only_its_prefix(co
     (policy,) = plan.of_type(ROLE_POLICY)
     assert policy.inputs["role"] == role.id
     document = json.loads(policy.inputs["policy"])
-    assert document == J.data_stage_policy(spec("data-stage"), "aws")
+    assert document == spec("data-stage").pod_identity_policy("aws")
     resources = [s["Resource"] for s in document["Statement"]]
     assert resources == ["arn:aws:s3:::ml-datasets", "arn:aws:s3:::ml-datasets/coco/2017/*"]
 
@@ -775,7 +777,7 @@ def test_component_without_data_stage_creates_no_aws_resources():
 
     def program() -> dict[str, Any]:
         provider = k8s.Provider("k8s", kubeconfig="{}")
-        J.TrainingJobs("jobs", J.TrainingJobsArgs(jobs=jobs, context=make_ctx()), opts=pulumi.ResourceOptions(provider=provider))
+        TrainingJobs("jobs", TrainingJobsArgs(jobs=jobs, context=make_ctx()), opts=pulumi.ResourceOptions(provider=provider))
         return {}
 
     plan = offline.run(program, {"aws:region": "us-west-2"}, project="gpu-training", stack="test")
@@ -798,7 +800,7 @@ def test_a_changed_training_job_is_replaced_not_patched(monkeypatch):
 
     def program() -> dict[str, Any]:
         provider = k8s.Provider("k8s", kubeconfig="{}")
-        J.TrainingJobs("jobs", J.TrainingJobsArgs(jobs=[spec("mpi"), spec("pytorch-elastic")], context=make_ctx()), opts=pulumi.ResourceOptions(provider=provider))
+        TrainingJobs("jobs", TrainingJobsArgs(jobs=[spec("mpi"), spec("pytorch-elastic")], context=make_ctx()), opts=pulumi.ResourceOptions(provider=provider))
         return {}
 
     offline.run(program, {"aws:region": "us-west-2"}, project="gpu-training", stack="test")

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import infra.plan as plan_module
-from infra import catalog
+from facts import catalog
 from infra.__main__ import main
 from tests.conftest import NS, ROOT
 
@@ -335,11 +335,11 @@ def test_stack_is_required():
 
 
 def test_stack_file_that_is_not_yaml_exits_2_with_the_reason(tmp_path, monkeypatch, capsys):
-    from infra import offline, plan as plan_mod
+    from infra import plan as plan_mod
 
-    (tmp_path / "Pulumi.yaml").write_text((offline.PROJECT_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
     (tmp_path / "Pulumi.broken.yaml").write_text("config:\n  gpu-training:network:\n    vpcCidr: 10.0.0.0/16: x\n")
-    monkeypatch.setattr(offline, "PROJECT_ROOT", tmp_path)
+    monkeypatch.setattr(plan_mod, "PROJECT_ROOT", tmp_path)
     code = plan_mod.run_cli("broken", str(tmp_path / "out"))
     err = capsys.readouterr().err
     assert code == 2

@@ -26,7 +26,7 @@ from infra import offline
 from infra import preflight
 from infra.__main__ import main
 from stacks import config as stack_config
-from stacks.environment import choose_gpu_az
+from stacks.placement import choose_gpu_az
 
 CR_ID = "cr-0123456789abcdef0"
 

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from components import operators
-from infra import versions
-from infra.offline import PROJECT_ROOT
+from facts import versions
+from facts.paths import PROJECT_ROOT
 from stacks import config as stack_config
 from stacks.config import ConfigError, load
 from tests.conftest import NS, dev_values, minimal_values, run_stack

@@ -6,15 +6,15 @@ they never repeat a number.
 
 Two sources give the same ``InstanceType`` shape:
 - ``BUILTIN``: a table that works offline (no AWS account needed);
-- ``from_describe_instance_types``: reads ``ec2.describe_instance_types`` with boto3 when
-  credentials are present.
+- ``from_describe_instance_types``: turns one item of ``ec2.describe_instance_types`` into the
+  same shape (``infra/aws_catalog.py`` makes that call with boto3).
 The built-in table is checked against AWS's recorded data in the tests (moto ships it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 __all__ = [
     "InstanceType",
@@ -23,7 +23,6 @@ __all__ = [
     "SYSTEM_TYPES",
     "get",
     "from_describe_instance_types",
-    "describe",
 ]
 
 
@@ -146,28 +145,3 @@ def from_describe_instance_types(item: Mapping[str, Any]) -> InstanceType:
         network_cards=int(network.get("MaximumNetworkCards", 1)),
         efa_rdma=known.efa_rdma if known else False,
     )
-
-
-def describe(names: Iterable[str], session: Any = None, region: Optional[str] = None) -> dict[str, InstanceType]:
-    """Read the facts for ``names`` from AWS with boto3 (``ec2.describe_instance_types``).
-
-    Types AWS does not return (not offered in the region) are absent from the result.
-    """
-    import boto3  # imported here so the offline paths never need AWS libraries loaded
-
-    session = session or boto3.session.Session(region_name=region)
-    ec2 = session.client("ec2", region_name=region)
-    wanted = sorted(set(names))
-    found: dict[str, InstanceType] = {}
-    paginator = ec2.get_paginator("describe_instance_types")
-    # Ask for each name separately: DescribeInstanceTypes fails the whole call on one unknown name.
-    for name in wanted:
-        try:
-            for page in paginator.paginate(InstanceTypes=[name]):
-                for item in page.get("InstanceTypes", []):
-                    found[item["InstanceType"]] = from_describe_instance_types(item)
-        except ec2.exceptions.ClientError as err:  # pragma: no cover - exercised against real AWS
-            if err.response.get("Error", {}).get("Code") != "InvalidInstanceType":
-                raise
-    return found
-

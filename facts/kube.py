@@ -1,0 +1,23 @@
+"""Well-known Kubernetes labels and taints the stack sets on nodes and that pods select on.
+
+Node groups set them, device plugins, services and jobs select or tolerate them: one definition
+each, so the two sides cannot drift apart.
+"""
+
+from __future__ import annotations
+
+# Every GPU node carries this taint; only pods that tolerate it (jobs, device plugins, GPU agents)
+# land on GPU nodes.
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+# Set on every GPU node (the NVIDIA device plugin's chart selects on it).
+GPU_PRESENT_LABEL = {"nvidia.com/gpu.present": "true"}
+# Set on nodes with EFA interfaces (the EFA device plugin's chart selects on it).
+EFA_PRESENT_LABEL = {"vpc.amazonaws.com/efa.present": "true"}
+# The config name of a node group ("system" or a GPU group's name) on each of its nodes.
+NODE_GROUP_LABEL = "gputraining/node-group"
+# The node-group label value of the system group (etcd, operators, data-stage jobs run there).
+SYSTEM_GROUP = "system"
+# Kubernetes' well-known zone label.
+ZONE_LABEL = "topology.kubernetes.io/zone"
+# app.kubernetes.io/part-of of everything the stack creates in Kubernetes.
+PART_OF = "gpu-training"

@@ -1,0 +1,259 @@
+"""What every job kind shares: the spec base classes, the node group a job runs on (``JobTarget``)
+and what the builders get from the stack (``JobsContext``).
+
+A job kind is a ``JobBase`` subclass in its own module (``jobs/<kind>.py``) that declares its
+fields and implements ``build``; it may add its own checks (``check``, ``check_environment``) and
+say which operator it needs (``OPERATOR``). ``jobs/registry.py`` lists the kinds. Everything that
+depends on the hardware comes from the target node group's ``JobTarget``, never typed twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Mapping, Optional, Sequence, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic.alias_generators import to_camel
+
+from facts.catalog import InstanceType
+from facts.kube import GPU_TAINT, NODE_GROUP_LABEL, ZONE_LABEL
+from facts.problems import Problem
+from jobs import checks
+
+Manifest = dict[str, Any]
+EnvValue = Union[StrictBool, int, float, str]
+VOLUME_NAMES = ("fsx", "efs")
+GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}
+# Env names the builders derive from the target on EFA groups; a job cannot set them.
+EFA_ENV_NAMES = ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE")
+
+
+class SpecModel(BaseModel):
+    """Base of every job model: camelCase keys, unknown keys refused, values frozen."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class SecretKeyRef(SpecModel):
+    """An env value taken from a Kubernetes Secret in the jobs' namespace (never inline)."""
+
+    secret: str = Field(description="Secret name in the jobs' namespace")
+    key: str = Field(description="key inside the Secret")
+
+
+class VolumeMount(SpecModel):
+    """One of the stack's shared volumes mounted into the job's GPU pods."""
+
+    name: Literal["fsx", "efs"] = Field(description="`fsx` or `efs` (the stack's claims)")
+    mount_path: str = Field(description="absolute path in the container, e.g. /fsx")
+    read_only: bool = Field(False, description="mount read-only")
+
+
+# ---------------------------------------------------------------------------------------------
+# The stack as jobs see it
+# ---------------------------------------------------------------------------------------------
+
+
+def toleration(taint: Mapping[str, str]) -> dict[str, str]:
+    """The toleration that matches ``taint`` (``Equal`` when it has a value, else ``Exists``)."""
+    if taint.get("value"):
+        return {"key": taint["key"], "operator": "Equal", "value": taint["value"], "effect": taint.get("effect", "NoSchedule")}
+    return {"key": taint["key"], "operator": "Exists", "effect": taint.get("effect", "NoSchedule")}
+
+
+@dataclass(frozen=True)
+class JobTarget:
+    """One GPU node group as jobs see it. GPU and EFA numbers come from the instance catalog."""
+
+    group: str
+    instance_type: str
+    gpus: int
+    efa_interfaces: int  # 0 = no EFA (type without EFA, or EFA switched off on the group)
+    efa_rdma: bool
+    max_nodes: int
+    availability_zone: str
+    node_selector: dict[str, str]
+    tolerations: list[dict[str, str]]
+    gpu_model: Optional[str] = None
+
+    @classmethod
+    def from_instance(
+        cls,
+        group: str,
+        instance: InstanceType,
+        *,
+        efa_interfaces: int,
+        max_nodes: int,
+        availability_zone: str,
+        extra_taints: Sequence[Mapping[str, str]] = (),
+    ) -> "JobTarget":
+        """The target for a node group of ``instance`` built by ``NodeGroup``: its group label and
+        AZ as node selector, the GPU taint and the group's own taints tolerated."""
+        if not instance.is_gpu:
+            raise ValueError(f"{instance.name} has no GPU: jobs target GPU node groups only")
+        if not 0 <= efa_interfaces <= instance.efa_interfaces:
+            raise ValueError(f"{instance.name} has {instance.efa_interfaces} EFA interfaces, not {efa_interfaces}")
+        return cls(
+            group=group,
+            instance_type=instance.name,
+            gpus=instance.gpus,
+            efa_interfaces=efa_interfaces,
+            efa_rdma=instance.efa_rdma and efa_interfaces > 0,
+            max_nodes=max_nodes,
+            availability_zone=availability_zone,
+            node_selector={NODE_GROUP_LABEL: group, ZONE_LABEL: availability_zone},
+            tolerations=[dict(GPU_TOLERATION)] + [toleration(t) for t in extra_taints],
+            gpu_model=instance.gpu_model,
+        )
+
+
+@dataclass
+class JobsContext:
+    """What the builders need from the stack."""
+
+    namespace: str  # the jobs' namespace
+    targets: dict[str, JobTarget]  # GPU node group name -> its target
+    claims: dict[str, str]  # volume name ("fsx"/"efs") -> PVC name; only stores that exist
+    etcd_endpoint: Optional[str]  # host:port of the stack's etcd (v2 API), None when etcd is off
+    system_node_selector: dict[str, str]  # where system jobs (data-stage, tensorboard) run
+    cluster_name: str  # the EKS cluster (Pod Identity associations)
+    system_tolerations: list[dict[str, str]] = field(default_factory=list)  # tolerations of system pods
+    region: Optional[str] = None  # AWS region for the AWS CLI of data-stage jobs (sourceRegion wins)
+
+
+@dataclass(frozen=True)
+class GroupFacts:
+    """A GPU node group as the job checks see it (before the AZ is known)."""
+
+    name: str
+    instance: InstanceType
+    efa_interfaces: int  # what the group attaches (0 with EFA off)
+    max_size: int
+
+
+@dataclass(frozen=True)
+class JobEnvironment:
+    """What the rest of the stack offers a job: checked for every enabled job."""
+
+    groups: Mapping[str, GroupFacts]  # GPU node group name -> facts
+    volumes: frozenset[str]  # shared stores that exist ("fsx", "efs")
+    operators: frozenset[str]  # operators installed ("mpi", "training")
+    etcd_enabled: bool  # the stack runs etcd for PyTorch rendezvous
+
+
+class JobBuildError(ValueError):
+    """A spec the context cannot serve (the config checks report these as problems first)."""
+
+
+OPERATOR_TITLE = {"mpi": "the MPI operator", "training": "the training operator"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Specs
+# ---------------------------------------------------------------------------------------------
+
+
+class JobBase(SpecModel):
+    """Fields and behaviour every job kind has."""
+
+    # Which cluster operator runs this kind: "mpi" (mpi-operator), "training" (training-operator)
+    # or None (plain Kubernetes objects).
+    OPERATOR: ClassVar[Optional[str]] = None
+    # Env names a job of this kind may not set, with the reason.
+    RESERVED_ENV: ClassVar[Mapping[str, str]] = {n: "is derived from the node group (set on EFA groups only)" for n in EFA_ENV_NAMES}
+
+    kind: str = Field(description="the job kind (see docs/jobs.md)")
+    name: str = Field(description="Kubernetes name of the job, unique in the stack")
+    enabled: bool = Field(True, description="`false` keeps the job in config but emits nothing")
+    image: str = Field(description="container image, pinned by tag (not `latest`) or digest")
+    args: list[str] = Field(default_factory=list, description="arguments after the command")
+    env: dict[str, EnvValue] = Field(default_factory=dict, description="plain environment variables")
+    secret_env: dict[str, SecretKeyRef] = Field(default_factory=dict, description="environment variables from Secrets: `{NAME: {secret, key}}`")
+
+    def build(self, ctx: JobsContext) -> list[Manifest]:
+        """The job's Kubernetes manifests (pure: no Pulumi, no AWS)."""
+        raise NotImplementedError
+
+    def pod_hostnames(self) -> list[str]:
+        """The longest pod hostnames the operators give this job's pods (each must be <= 63)."""
+        return []
+
+    def check(self, key: str, problems: list[Problem]) -> None:
+        """Checks of the job on its own (run for disabled jobs too)."""
+        checks.check_name(self.name, self.pod_hostnames(), f"{key}.name", problems)
+        checks.check_image(self.image, f"{key}.image", problems)
+        checks.check_env(self.env, self.secret_env, dict(self.RESERVED_ENV), key, problems)
+
+    def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
+        """Checks against the rest of the stack (enabled jobs only)."""
+        if self.OPERATOR is not None and self.OPERATOR not in env.operators:
+            on = ", ".join(sorted(env.operators)) or "none"
+            problems.append(
+                Problem(
+                    f"{key}.kind",
+                    f"{self.kind!r} jobs need {OPERATOR_TITLE[self.OPERATOR]} ({self.OPERATOR!r}), which is not enabled in this stack (enabled operators: {on})",
+                )
+            )
+
+    def pod_identity_policy(self, partition: str) -> Optional[dict[str, Any]]:
+        """An IAM policy for the job's own service account (bound through EKS Pod Identity), or
+        None when the job needs no AWS access."""
+        return None
+
+    def pod_identity_description(self, namespace: str) -> str:
+        """The description of the job's IAM role (when it has one)."""
+        return f"job {namespace}/{self.name}"
+
+
+class GpuJob(JobBase):
+    """A job whose workers own whole nodes of one GPU node group."""
+
+    node_group: str = Field(description="the GPU node group the job runs on")
+    nodes: int = Field(1, ge=1, description="worker nodes (one worker pod per node, all its GPUs)")
+    volumes: list[VolumeMount] = Field(default_factory=list, description="shared volumes to mount: `{name: fsx|efs, mountPath, readOnly}`")
+    efa: Optional[bool] = Field(
+        None, description="default: EFA wherever the group has it; `true`: the job needs EFA; `false`: run without EFA even on an EFA group"
+    )
+
+    def target(self, ctx: JobsContext) -> JobTarget:
+        target = ctx.targets.get(self.node_group)
+        if target is None:
+            raise JobBuildError(f"job {self.name!r}: node group {self.node_group!r} is not one of {sorted(ctx.targets)}")
+        return target
+
+    def check(self, key: str, problems: list[Problem]) -> None:
+        super().check(key, problems)
+        checks.check_mounts([(v.name, v.mount_path) for v in self.volumes], key, problems)
+
+    def max_workers(self) -> int:
+        """The most worker nodes the job can run on at once."""
+        return self.nodes
+
+    def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
+        super().check_environment(key, problems, env)
+        for j, v in enumerate(self.volumes):
+            checks.check_volume(v.name, env.volumes, f"{key}.volumes[{j}].name", problems)
+        g = env.groups.get(self.node_group)
+        if g is None:
+            known = ", ".join(repr(n) for n in sorted(env.groups)) or "none (add one under gpuNodeGroups)"
+            problems.append(Problem(f"{key}.nodeGroup", f"{checks.fmt(self.node_group)} is not a GPU node group of this stack; known groups: {known}"))
+            return
+        if self.nodes > g.max_size:
+            problems.append(Problem(f"{key}.nodes", f"{self.nodes} is more than node group {g.name!r} can hold (maxSize {g.max_size})"))
+        if self.efa is True and not g.efa_interfaces:
+            why = "its efa setting is off" if g.instance.efa_supported else f"{g.instance.name} has no EFA"
+            problems.append(Problem(f"{key}.efa", f"true is not allowed: node group {g.name!r} runs without EFA ({why}); use an EFA group or drop efa"))
+        self.check_group(key, problems, g)
+
+    def check_group(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
+        """Kind-specific checks against the target group (the group exists)."""
+
+
+class SystemJob(JobBase):
+    """A job on the system nodes that reads or writes one shared volume."""
+
+    volume: Literal["fsx", "efs"] = Field(description="the shared volume: `fsx` or `efs`")
+
+    def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
+        super().check_environment(key, problems, env)
+        checks.check_volume(self.volume, env.volumes, f"{key}.volume", problems)

@@ -1,0 +1,108 @@
+"""Checks every job kind shares: names and pod hostnames, images, env, mounts, paths, volumes.
+
+Each appends a ``Problem`` naming the config key, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any, Iterable, Mapping
+
+from facts.problems import Problem
+from facts.problems import fmt as fmt
+
+# Pod hostnames (and so job names plus their suffix) must be DNS-1035 labels of at most 63.
+MAX_HOSTNAME = 63
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+S3_URI = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?$")
+REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+
+
+def check_name(name: str, hostnames: list[str], k: str, problems: list[Problem]) -> None:
+    """A DNS-1035 name whose longest pod hostname still fits 63 characters."""
+    if not DNS1035_LABEL.match(name) or len(name) > MAX_HOSTNAME:
+        problems.append(
+            Problem(
+                k,
+                f"{fmt(name)} is not a valid Kubernetes name: lower-case letters, digits and '-', "
+                f"starting with a letter and ending with a letter or digit, at most {MAX_HOSTNAME} characters",
+            )
+        )
+        return
+    host = max(hostnames, key=len) if hostnames else ""
+    if len(host) > MAX_HOSTNAME:
+        room = MAX_HOSTNAME - (len(host) - len(name))
+        problems.append(
+            Problem(
+                k,
+                f"{fmt(name)} makes the pod hostname {host!r} {len(host)} characters long; hostnames are at most "
+                f"{MAX_HOSTNAME}: shorten the name to at most {room} characters",
+            )
+        )
+
+
+def check_image(image: str, k: str, problems: list[Problem]) -> None:
+    """An image reference pinned by a tag other than latest, or by digest."""
+    if not image or any(c.isspace() for c in image):
+        problems.append(Problem(k, f"{fmt(image)} is not an image reference"))
+        return
+    if "@" in image:
+        return
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last or last.endswith(":latest"):
+        problems.append(Problem(k, f"{fmt(image)} is not pinned: give a tag other than 'latest' (or a digest) so every run gets the same image"))
+
+
+def check_env(env: Mapping[str, Any], secret_env: Mapping[str, Any], reserved: Mapping[str, str], k: str, problems: list[Problem]) -> None:
+    """Valid variable names, none of the derived ones, one source each, valid Secret references."""
+    for field, names in (("env", list(env)), ("secretEnv", list(secret_env))):
+        for name in names:
+            if not _ENV_NAME.match(name):
+                problems.append(Problem(f"{k}.{field}.{name}", f"{fmt(name)} is not an environment variable name (letters, digits and '_', not starting with a digit)"))
+            elif name in reserved:
+                problems.append(Problem(f"{k}.{field}.{name}", f"{reserved[name]}; remove it"))
+    for name in sorted(set(env) & set(secret_env)):
+        problems.append(Problem(f"{k}.secretEnv.{name}", "is set in env too; give each variable one source"))
+    for name, ref in secret_env.items():
+        if not _DNS1123_SUBDOMAIN.match(ref.secret) or len(ref.secret) > 253:
+            problems.append(Problem(f"{k}.secretEnv.{name}.secret", f"{fmt(ref.secret)} is not a valid Kubernetes Secret name"))
+        if not _SECRET_KEY.match(ref.key):
+            problems.append(Problem(f"{k}.secretEnv.{name}.key", f"{fmt(ref.key)} is not a valid Secret key (letters, digits, '-', '_' and '.')"))
+
+
+def check_relative_path(path: str, k: str, problems: list[Problem]) -> None:
+    """A path inside a volume: no '..'."""
+    parts = [p for p in path.split("/") if p]
+    if ".." in parts:
+        problems.append(Problem(k, f"{fmt(path)} is not allowed: a path inside the volume, without '..'"))
+
+
+def check_mounts(mounts: Iterable[tuple[str, str]], k: str, problems: list[Problem]) -> None:
+    """Each volume mounted once, at its own absolute path, not over / or /dev/shm."""
+    names: dict[str, int] = {}
+    paths: dict[str, int] = {}
+    for j, (name, mount_path) in enumerate(mounts):
+        vk = f"{k}.volumes[{j}]"
+        if name in names:
+            problems.append(Problem(f"{vk}.name", f"{fmt(name)} is mounted by volumes[{names[name]}] already"))
+        names.setdefault(name, j)
+        path = posixpath.normpath(mount_path) if mount_path.startswith("/") else mount_path
+        if not mount_path.startswith("/") or ".." in mount_path.split("/"):
+            problems.append(Problem(f"{vk}.mountPath", f"{fmt(mount_path)} is not allowed: an absolute path like '/fsx'"))
+        elif path == "/" or path == "/dev/shm" or path.startswith("/dev/shm/"):
+            problems.append(Problem(f"{vk}.mountPath", f"{fmt(mount_path)} is not allowed: '/' and '/dev/shm' (the shared-memory volume) are taken"))
+        elif path in paths:
+            problems.append(Problem(f"{vk}.mountPath", f"{fmt(mount_path)} is used by volumes[{paths[path]}] already"))
+        paths.setdefault(path, j)
+
+
+def check_volume(name: str, volumes: Iterable[str], k: str, problems: list[Problem]) -> None:
+    """The volume's store is enabled in the stack."""
+    available = set(volumes)
+    if name not in available:
+        on = ", ".join(sorted(available)) or "none"
+        problems.append(Problem(k, f"{fmt(name)} is not available: its store is not enabled in this stack (enabled stores: {on})"))

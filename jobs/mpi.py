@@ -1,0 +1,106 @@
+"""``mpi``: any MPI program (Horovod/TensorFlow, ...) as a ``kubeflow.org/v2beta1`` MPIJob run by
+the MPI operator. ``MpiBase`` is shared with ``nccl-test``: slotsPerWorker and ``mpirun -np`` come
+from the group's GPUs, the launcher waits for the workers, and the env is forwarded with ``-x``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal, Mapping, Sequence
+
+from pydantic import Field
+
+from jobs import pod
+from jobs.base import GpuJob, JobsContext, JobTarget, Manifest
+
+MPIJOB_API_VERSION = "kubeflow.org/v2beta1"  # mpi-operator v0.8.0
+# mpi-operator v2 reaches the workers over SSH: they run sshd (the operator mounts the keys).
+SSHD_COMMAND = ("/usr/sbin/sshd", "-De")
+LAUNCHER_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}}
+
+
+class MpiBase(GpuJob):
+    """What MPIJob kinds share."""
+
+    OPERATOR = "mpi"
+
+    mpirun_args: list[str] = Field(default_factory=list, description="extra mpirun arguments, before the command")
+    worker_command: list[str] = Field(
+        default_factory=lambda: list(SSHD_COMMAND), min_length=1, description="what the workers run (sshd for mpi-operator v2)"
+    )
+    command: list[str] = Field(min_length=1, description="what mpirun runs on every rank")
+
+    def pod_hostnames(self) -> list[str]:
+        return [f"{self.name}-worker-{self.nodes - 1}", f"{self.name}-launcher"]
+
+    def derived_env(self) -> dict[str, str]:
+        """Env this kind always sets (besides the EFA settings)."""
+        return {}
+
+    def build(self, ctx: JobsContext) -> list[Manifest]:
+        return [mpijob(self, ctx, self.derived_env())]
+
+
+class MpiJobSpec(MpiBase):
+    """Any MPI program (Horovod/TensorFlow, ...) as an MPIJob; ``command`` is what mpirun runs."""
+
+    kind: Literal["mpi"] = Field(description="`mpi`")
+    image: str = Field(description="the training image (with Open MPI and sshd)")
+
+
+def mpirun_command(spec: MpiBase, target: JobTarget, forward: Sequence[str]) -> list[str]:
+    """``mpirun`` over every GPU of every worker: one rank per GPU (-np = nodes x GPUs), no CPU
+    binding (the frameworks pin their own threads), and the environment forwarded with ``-x``:
+    ranks start through sshd on the workers and would not see the container's env otherwise."""
+    cmd = ["mpirun", "--allow-run-as-root", "-np", str(spec.nodes * target.gpus), "--bind-to", "none", "--map-by", "slot"]
+    for name in ["PATH", "LD_LIBRARY_PATH", *forward]:
+        cmd += ["-x", name]
+    return cmd + list(spec.mpirun_args) + list(spec.command) + list(spec.args)
+
+
+def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dict[str, Any]:
+    """The MPIJob of an MPI kind."""
+    target = spec.target(ctx)
+    efa = pod.job_efa_interfaces(spec, target)
+    derived = {**pod.efa_env(efa, target.efa_rdma), **extra_env}
+    env = pod.env(spec, derived)
+    forward = [e["name"] for e in env]
+    volumes, mounts = pod.pvc_volumes(spec, ctx)
+
+    # The launcher runs on the GPU group without GPU or EFA requests. It uses the training image,
+    # which is large and already cached on those nodes (not worth pulling onto small system nodes),
+    # and it stays in the workers' AZ. It is created only once every worker is Ready
+    # (WaitForWorkersReady), so mpirun never starts before the worker hostnames resolve.
+    launcher = {
+        "name": "launcher",
+        "image": spec.image,
+        "command": mpirun_command(spec, target, forward),
+        "env": env,
+        "resources": copy.deepcopy(LAUNCHER_RESOURCES),
+    }
+    worker = pod.gpu_worker_container("worker", spec.image, spec.worker_command, None, env, mounts, target.gpus, efa)
+    return {
+        "apiVersion": MPIJOB_API_VERSION,
+        "kind": "MPIJob",
+        "metadata": pod.metadata(spec, ctx),
+        "spec": {
+            "slotsPerWorker": target.gpus,
+            "launcherCreationPolicy": "WaitForWorkersReady",
+            # Running: once the launcher is done the workers (sshd, holding the GPUs) are removed;
+            # the launcher pod and its log stay.
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 6},
+            "mpiReplicaSpecs": {
+                "Launcher": {
+                    "replicas": 1,
+                    "restartPolicy": "OnFailure",
+                    "template": pod.template(spec, pod.gpu_pod_spec(target, [launcher], [], shm=False), "launcher"),
+                },
+                "Worker": {
+                    # Always set: an omitted Worker.replicas is 0 and the job never starts.
+                    "replicas": spec.nodes,
+                    "restartPolicy": "Never",
+                    "template": pod.template(spec, pod.gpu_pod_spec(target, [worker], volumes), "worker"),
+                },
+            },
+        },
+    }

@@ -1,0 +1,90 @@
+"""``paddle``: PaddlePaddle as a ``kubeflow.org/v1`` PaddleJob, collective (trainers only) or ps
+(parameter servers + trainers). In training-operator v1 the parameter servers are the ``Master``
+replicas."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal, Optional
+
+from pydantic import Field
+
+from facts.problems import Problem
+from jobs import pod
+from jobs.base import GpuJob, JobsContext, Manifest
+from jobs.pytorch_elastic import TRAINING_API_VERSION
+
+PSERVER_RESOURCES = {"requests": {"cpu": "4", "memory": "8Gi"}}
+
+
+class PaddleSpec(GpuJob):
+    """PaddlePaddle as a PaddleJob: collective (trainers only) or ps (parameter servers + trainers).
+    In training-operator v1 the parameter servers are the ``Master`` replicas."""
+
+    OPERATOR = "training"
+
+    kind: Literal["paddle"] = Field(description="`paddle`")
+    image: str = Field(description="a PaddlePaddle GPU image")
+    command: list[str] = Field(min_length=1, description="the entry point of every replica")
+    mode: Literal["collective", "ps"] = Field("collective", description="`collective` (trainers only) or `ps` (parameter servers + trainers)")
+    pservers: Optional[int] = Field(None, ge=1, description="parameter servers, mode `ps` only (default 1)")
+
+    @property
+    def parameter_servers(self) -> int:
+        if self.mode != "ps":
+            return 0
+        return self.pservers if self.pservers is not None else 1
+
+    def pod_hostnames(self) -> list[str]:
+        hosts = [f"{self.name}-worker-{self.nodes - 1}"]
+        if self.parameter_servers:
+            hosts.append(f"{self.name}-master-{self.parameter_servers - 1}")
+        return hosts
+
+    def check(self, key: str, problems: list[Problem]) -> None:
+        super().check(key, problems)
+        if self.mode != "ps" and self.pservers is not None:
+            problems.append(Problem(f"{key}.pservers", f"{self.pservers} is only used with mode 'ps' (mode is {self.mode!r})"))
+
+    def build(self, ctx: JobsContext) -> list[Manifest]:
+        target = self.target(ctx)
+        efa = pod.job_efa_interfaces(self, target)
+        volumes, mounts = pod.pvc_volumes(self, ctx)
+        env = pod.env(self, pod.efa_env(efa, target.efa_rdma))
+        # The training operator requires a container named "paddle" in every replica.
+        trainer = pod.gpu_worker_container("paddle", self.image, self.command, self.args, env, mounts, target.gpus, efa)
+        replicas: dict[str, Any] = {}
+        if self.parameter_servers:
+            # PS mode: the Master replicas are the parameter servers (training-operator v1 knows only
+            # Master and Worker; with a Master present it runs PaddleJobs in PS mode). CPU work that
+            # talks TCP to the trainers: on the same nodes and AZ, no GPU, no EFA.
+            pserver: dict[str, Any] = {
+                "name": "paddle",
+                "image": self.image,
+                "command": list(self.command),
+                "resources": copy.deepcopy(PSERVER_RESOURCES),
+                "volumeMounts": [dict(pod.SHM_MOUNT)] + copy.deepcopy(mounts),
+            }
+            if self.args:
+                pserver["args"] = list(self.args)
+            ps_env = pod.env(self, {})
+            if ps_env:
+                pserver["env"] = ps_env
+            replicas["Master"] = {
+                "replicas": self.parameter_servers,
+                "restartPolicy": "OnFailure",
+                "template": pod.template(self, pod.gpu_pod_spec(target, [pserver], volumes), "pserver"),
+            }
+        replicas["Worker"] = {
+            "replicas": self.nodes,
+            "restartPolicy": "OnFailure",
+            "template": pod.template(self, pod.gpu_pod_spec(target, [trainer], volumes), "trainer"),
+        }
+        return [
+            {
+                "apiVersion": TRAINING_API_VERSION,
+                "kind": "PaddleJob",
+                "metadata": pod.metadata(self, ctx),
+                "spec": {"paddleReplicaSpecs": replicas},
+            }
+        ]

@@ -1,0 +1,120 @@
+"""``pytorch-elastic``: PyTorch DDP with TorchElastic as a ``kubeflow.org/v1`` PyTorchJob with
+``elasticPolicy``, rendezvousing on the stack's etcd (or c10d). The training operator sets the
+PET_* variables torchrun reads (rendezvous, nnodes min:max, nproc per node, max restarts)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import Field, model_validator
+
+from facts.problems import Problem
+from jobs import pod
+from jobs.base import GpuJob, GroupFacts, JobBuildError, JobEnvironment, JobsContext, Manifest
+
+TRAINING_API_VERSION = "kubeflow.org/v1"  # training-operator v1.9.4 (PyTorchJob, PaddleJob)
+
+
+class PyTorchElasticSpec(GpuJob):
+    """PyTorch DDP with TorchElastic as a PyTorchJob with elasticPolicy. ``nodes`` is the number of
+    workers to start with; min/max default to it (fixed size) and ``nodes`` defaults to minNodes."""
+
+    OPERATOR = "training"
+
+    kind: Literal["pytorch-elastic"] = Field(description="`pytorch-elastic`")
+    image: str = Field(description="the training image; with the etcd backends it must have `python-etcd`")
+    command: list[str] = Field(min_length=1, description="the entry point, e.g. `[torchrun, /workspace/train.py]`")
+    min_nodes: Optional[int] = Field(None, ge=1, description="fewest nodes the job keeps running with (default: nodes)")
+    max_nodes: Optional[int] = Field(None, ge=1, description="most nodes (default: nodes)")
+    max_restarts: int = Field(3, ge=0, description="restarts of the worker group torchrun allows")
+    rdzv_backend: Literal["etcd", "etcd-v2", "c10d"] = Field("etcd", description="rendezvous backend: `etcd`/`etcd-v2` (the stack's etcd) or `c10d`")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nodes_default_to_min(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "nodes" not in data:
+            low = data.get("minNodes", data.get("min_nodes"))
+            if isinstance(low, int) and not isinstance(low, bool):
+                data = {**data, "nodes": low}
+        return data
+
+    @property
+    def elastic_min(self) -> int:
+        return self.min_nodes if self.min_nodes is not None else self.nodes
+
+    @property
+    def elastic_max(self) -> int:
+        return self.max_nodes if self.max_nodes is not None else max(self.nodes, self.elastic_min)
+
+    def max_workers(self) -> int:
+        return max(self.elastic_max, self.nodes)
+
+    def pod_hostnames(self) -> list[str]:
+        return [f"{self.name}-worker-{self.max_workers() - 1}"]
+
+    def check(self, key: str, problems: list[Problem]) -> None:
+        super().check(key, problems)
+        low, high = self.elastic_min, self.elastic_max
+        if low > high:
+            problems.append(Problem(f"{key}.minNodes", f"{low} is greater than maxNodes {high}"))
+        elif not low <= self.nodes <= high:
+            problems.append(Problem(f"{key}.nodes", f"{self.nodes} is outside minNodes..maxNodes ({low}..{high}); the job starts with this many nodes"))
+
+    def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
+        if self.rdzv_backend in ("etcd", "etcd-v2") and not env.etcd_enabled:
+            problems.append(
+                Problem(f"{key}.rdzvBackend", f"{self.rdzv_backend!r} needs the stack's etcd, which is disabled; enable etcd or use rdzvBackend 'c10d'")
+            )
+        super().check_environment(key, problems, env)
+
+    def check_group(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
+        if self.elastic_max > group.max_size:
+            problems.append(Problem(f"{key}.maxNodes", f"{self.elastic_max} is more than node group {group.name!r} can hold (maxSize {group.max_size})"))
+
+    def build(self, ctx: JobsContext) -> list[Manifest]:
+        target = self.target(ctx)
+        efa = pod.job_efa_interfaces(self, target)
+        volumes, mounts = pod.pvc_volumes(self, ctx)
+        env = pod.env(self, pod.efa_env(efa, target.efa_rdma))
+        # The training operator requires a container named "pytorch"; it sets PET_* (rendezvous,
+        # nnodes min:max, nproc per node, max restarts) for torchrun / torch.distributed.run.
+        container = pod.gpu_worker_container("pytorch", self.image, self.command, self.args, env, mounts, target.gpus, efa)
+        policy: dict[str, Any] = {
+            "rdzvBackend": self.rdzv_backend,
+            "minReplicas": self.elastic_min,
+            "maxReplicas": self.elastic_max,
+            "maxRestarts": self.max_restarts,
+        }
+        if self.rdzv_backend in ("etcd", "etcd-v2"):
+            if not ctx.etcd_endpoint:
+                raise JobBuildError(f"job {self.name!r}: rdzvBackend {self.rdzv_backend!r} needs the stack's etcd, which is off")
+            policy["rdzvHost"], policy["rdzvPort"] = etcd_host_port(ctx.etcd_endpoint)
+        # c10d: the operator points the rendezvous at <name>-worker-0.
+        return [
+            {
+                "apiVersion": TRAINING_API_VERSION,
+                "kind": "PyTorchJob",
+                "metadata": pod.metadata(self, ctx),
+                "spec": {
+                    "nprocPerNode": str(target.gpus),
+                    "elasticPolicy": policy,
+                    # Only Worker replicas: elasticPolicy rendezvous needs no Master.
+                    "pytorchReplicaSpecs": {
+                        "Worker": {
+                            "replicas": self.nodes,
+                            "restartPolicy": "OnFailure",
+                            "template": pod.template(self, pod.gpu_pod_spec(target, [container], volumes), "worker"),
+                        }
+                    },
+                },
+            }
+        ]
+
+
+def etcd_host_port(endpoint: str) -> tuple[str, int]:
+    """``host:port`` (with or without a scheme) split for elasticPolicy's rdzvHost/rdzvPort."""
+    text = endpoint.split("://", 1)[-1].rstrip("/")
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise JobBuildError(f"etcd endpoint {endpoint!r} is not host:port")
+    return host, int(port)

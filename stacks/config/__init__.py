@@ -1,0 +1,65 @@
+"""The typed, validated stack config: everything a user sets per environment in Pulumi.<env>.yaml.
+
+- ``models``: the sections and their fields, each with a one-line description;
+- ``loading``: the engine's flat ``{"ns:key": value}`` map into a ``StackConfig`` (``load``);
+- ``checks``: cross-field checks (CIDRs, catalog types, FSx sizes, names, ...);
+- ``jobs``: the job section, parsed by the job kinds' own models and checks;
+- ``errors``: pydantic's errors as ``Problem``s; ``stackfile``: reading Pulumi.<stack>.yaml.
+
+Keys live in the project's namespace (``gpu-training:<key>``) plus ``aws:region``. Validation runs
+before any resource is registered and reports every problem at once, each naming the config key,
+the bad value and what is allowed (``ConfigError``).
+"""
+
+from facts.problems import ConfigError, Problem
+from stacks.config.checks import FSX_CAPACITY_STEP, FSX_THROUGHPUT, LOG_RETENTION_DAYS, RESERVED_NAMESPACES, fsx_capacity_allowed, known_regions
+from stacks.config.loading import decode_config_values, load
+from stacks.config.models import (
+    FOREIGN_NAMESPACES_ALLOWED,
+    NAMESPACE,
+    SECTIONS,
+    ClusterConfig,
+    EfsConfig,
+    EtcdConfig,
+    FsxConfig,
+    GpuNodeGroupConfig,
+    MonitoringConfig,
+    NetworkConfig,
+    PlacementGroupConfig,
+    S3LinkConfig,
+    ServicesConfig,
+    StackConfig,
+    StorageConfig,
+    SystemNodeGroupConfig,
+    Taint,
+)
+
+__all__ = [
+    "FOREIGN_NAMESPACES_ALLOWED",
+    "FSX_CAPACITY_STEP",
+    "FSX_THROUGHPUT",
+    "LOG_RETENTION_DAYS",
+    "NAMESPACE",
+    "RESERVED_NAMESPACES",
+    "SECTIONS",
+    "ClusterConfig",
+    "ConfigError",
+    "EfsConfig",
+    "EtcdConfig",
+    "FsxConfig",
+    "GpuNodeGroupConfig",
+    "MonitoringConfig",
+    "NetworkConfig",
+    "PlacementGroupConfig",
+    "Problem",
+    "S3LinkConfig",
+    "ServicesConfig",
+    "StackConfig",
+    "StorageConfig",
+    "SystemNodeGroupConfig",
+    "Taint",
+    "decode_config_values",
+    "fsx_capacity_allowed",
+    "known_regions",
+    "load",
+]

@@ -1,0 +1,339 @@
+"""Checks that need more than one field of the stack config, the catalog or AWS's limits.
+
+Each appends a ``Problem`` naming the config key, the bad value and what is allowed; ``load`` runs
+them all on every section that parsed, so one typo does not hide other problems.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional
+
+from facts import catalog, versions
+from facts.problems import Problem
+from facts.problems import fmt as _fmt
+from stacks.config.models import (
+    NAMESPACE,
+    ClusterConfig,
+    EtcdConfig,
+    GpuNodeGroupConfig,
+    MonitoringConfig,
+    NetworkConfig,
+    ServicesConfig,
+    StorageConfig,
+    SystemNodeGroupConfig,
+)
+
+
+@lru_cache(maxsize=1)
+def known_regions() -> frozenset[str]:
+    """Every EC2 region botocore knows (read from its bundled endpoint data; no AWS call)."""
+    try:
+        import botocore.session
+    except ImportError:  # pragma: no cover - botocore is a pinned requirement
+        return frozenset()
+    session = botocore.session.get_session()
+    regions: set[str] = set()
+    for partition in session.get_available_partitions():
+        regions.update(session.get_available_regions("ec2", partition_name=partition))
+    return frozenset(regions)
+
+
+
+@dataclass(frozen=True)
+class Sections:
+    """The parsed sections the checks (and the job section) look at; None: given but invalid."""
+
+    network: Optional[NetworkConfig]
+    cluster: Optional[ClusterConfig]
+    system: Optional[SystemNodeGroupConfig]
+    groups: list[Optional[GpuNodeGroupConfig]]
+    storage: Optional[StorageConfig]
+    etcd: Optional[EtcdConfig]
+    services: Optional[ServicesConfig]
+    monitoring: Optional[MonitoringConfig]
+
+
+def check_all(az: str, region: str, s: Sections, problems: list[Problem]) -> None:
+    """Every cross-field check, on each section that parsed."""
+    _check_az(az, region, problems)
+    if s.network is not None:
+        _check_network(s.network, problems)
+    if s.cluster is not None:
+        _check_cluster(s.cluster, problems)
+    if s.system is not None:
+        _check_system(s.system, problems)
+    _check_gpu_groups(s.groups, problems)
+    if s.storage is not None:
+        _check_storage(s.storage, problems)
+    if s.etcd is not None:
+        _check_etcd(s.etcd, problems)
+    if s.services is not None:
+        _check_services(s.services, problems)
+    if s.monitoring is not None and s.monitoring.log_retention_days not in LOG_RETENTION_DAYS:
+        problems.append(
+            Problem(f"{NAMESPACE}:monitoring.logRetentionDays", f"{s.monitoring.log_retention_days} is not a CloudWatch retention; use one of {LOG_RETENTION_DAYS}")
+        )
+
+
+def _check_az(az: str, region: str, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:gpuAvailabilityZone"
+    if az == "auto":
+        return
+    if not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d[a-z]", az):
+        problems.append(Problem(k, f"{_fmt(az)} is not allowed: use 'auto' or an AZ name like '{region or 'us-west-2'}b'"))
+    elif region and not az.startswith(region):
+        problems.append(Problem(k, f"{_fmt(az)} is not in the stack's region {region!r}; use an AZ of {region} or 'auto'"))
+
+
+def _check_network(n: NetworkConfig, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:network"
+    try:
+        net = ipaddress.ip_network(n.vpc_cidr, strict=True)
+    except ValueError as err:
+        problems.append(Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not a valid IPv4 CIDR block ({err})"))
+        return
+    if net.version != 4:
+        problems.append(Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not allowed: an IPv4 CIDR block is required"))
+        return
+    if not 16 <= net.prefixlen <= 28:
+        problems.append(Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not allowed: AWS VPCs are /16 to /28"))
+        return
+    if not any(net.subnet_of(ipaddress.ip_network(r)) for r in RFC1918):
+        problems.append(
+            Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not a private range; use 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 space")
+        )
+    # Private subnets take one /private_subnet_prefix block each; public subnets share one more.
+    needed = n.availability_zone_count + 1
+    if n.private_subnet_prefix <= net.prefixlen:
+        have = 0
+    else:
+        have = 2 ** (n.private_subnet_prefix - net.prefixlen)
+    if have < needed:
+        problems.append(
+            Problem(
+                f"{k}.vpcCidr",
+                f"{_fmt(n.vpc_cidr)} is too small: {n.availability_zone_count} AZs need {needed} "
+                f"/{n.private_subnet_prefix} blocks ({n.availability_zone_count} private subnets + 1 for the public subnets) "
+                f"but it holds {have}; use a larger VPC CIDR or a longer network.privateSubnetPrefix",
+            )
+        )
+    elif n.private_subnet_prefix + 4 > 28:
+        problems.append(
+            Problem(f"{k}.privateSubnetPrefix", f"{n.private_subnet_prefix} leaves no room for public subnets (/{n.private_subnet_prefix + 4} > /28)")
+        )
+
+
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+RFC1918 = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+_ARN = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:(role|user|assumed-role)/[\w+=,.@/-]+$")
+
+
+def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:cluster"
+    if c.kubernetes_version not in versions.KUBERNETES_SUPPORTED:
+        problems.append(
+            Problem(
+                f"{k}.kubernetesVersion",
+                f"{_fmt(c.kubernetes_version)} is not supported; use one of {', '.join(versions.KUBERNETES_SUPPORTED)}",
+            )
+        )
+    if c.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}", c.name):
+        problems.append(Problem(f"{k}.name", f"{_fmt(c.name)} is not a valid EKS cluster name (letters, digits, - and _, up to 100)"))
+    for i, cidr in enumerate(c.endpoint_public_access_cidrs):
+        try:
+            ipaddress.ip_network(cidr, strict=True)
+        except ValueError as err:
+            problems.append(Problem(f"{k}.endpointPublicAccessCidrs[{i}]", f"{_fmt(cidr)} is not a valid CIDR block ({err})"))
+    if not c.endpoint_public_access and not c.endpoint_private_access:
+        problems.append(Problem(f"{k}.endpointPrivateAccess", "false together with endpointPublicAccess false leaves no way to reach the API server"))
+    for i, arn in enumerate(c.admin_principals):
+        if not _ARN.match(arn):
+            problems.append(
+                Problem(f"{k}.adminPrincipals[{i}]", f"{_fmt(arn)} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/Admin")
+            )
+    if len(set(c.admin_principals)) != len(c.admin_principals):
+        problems.append(Problem(f"{k}.adminPrincipals", "lists the same principal twice"))
+    if c.log_retention_days not in LOG_RETENTION_DAYS:
+        problems.append(Problem(f"{k}.logRetentionDays", f"{c.log_retention_days} is not a CloudWatch retention; use one of {LOG_RETENTION_DAYS}"))
+
+
+def _check_scaling(k: str, min_size: int, desired: int, max_size: int, problems: list[Problem]) -> None:
+    if min_size > max_size:
+        problems.append(Problem(f"{k}.minSize", f"{min_size} is greater than maxSize {max_size}"))
+    elif not min_size <= desired <= max_size:
+        problems.append(Problem(f"{k}.desiredSize", f"{desired} is outside minSize..maxSize ({min_size}..{max_size})"))
+
+
+def _check_system(s: SystemNodeGroupConfig, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:systemNodeGroup"
+    it = catalog.get(s.instance_type)
+    if it is None:
+        problems.append(
+            Problem(f"{k}.instanceType", f"{_fmt(s.instance_type)} is not in the instance catalog; use one of {', '.join(catalog.SYSTEM_TYPES)}")
+        )
+    elif it.is_gpu:
+        problems.append(Problem(f"{k}.instanceType", f"{_fmt(s.instance_type)} is a GPU type; system nodes use one of {', '.join(catalog.SYSTEM_TYPES)}"))
+    _check_scaling(k, s.min_size, s.desired_size, s.max_size, problems)
+    if s.max_size < 1:
+        problems.append(Problem(f"{k}.maxSize", "must be at least 1: system pods need a node"))
+
+
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+RESERVED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io", "eks.amazonaws.com")
+
+
+def _reserved_label(key: str) -> bool:
+    """Labels in these domains (or their subdomains) are refused by kubelet or owned by EKS."""
+    if "/" not in key:
+        return False
+    domain = key.split("/", 1)[0]
+    return any(domain == d or domain.endswith("." + d) for d in RESERVED_LABEL_DOMAINS)
+
+
+def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list[Problem]) -> None:
+    base = f"{NAMESPACE}:gpuNodeGroups"
+    seen: dict[str, int] = {}
+    for i, g in enumerate(groups):
+        if g is None:
+            continue
+        k = f"{base}[{i}]"
+        if not _K8S_NAME.match(g.name) or len(g.name) > 32:
+            problems.append(
+                Problem(f"{k}.name", f"{_fmt(g.name)} is not allowed: lower-case letters, digits and '-', starting and ending with a letter or digit, at most 32 characters")
+            )
+        if g.name in seen:
+            problems.append(Problem(f"{k}.name", f"{_fmt(g.name)} is used by gpuNodeGroups[{seen[g.name]}] too; node group names must be unique"))
+        else:
+            seen[g.name] = i
+        it = catalog.get(g.instance_type)
+        if it is None or not it.is_gpu:
+            problems.append(
+                Problem(f"{k}.instanceType", f"{_fmt(g.instance_type)} is not a GPU type in the instance catalog; use one of {', '.join(catalog.GPU_TYPES)}")
+            )
+        elif g.efa and not it.efa_supported:
+            efa_types = ", ".join(t for t in catalog.GPU_TYPES if catalog.BUILTIN[t].efa_supported)
+            problems.append(Problem(f"{k}.efa", f"true is not allowed: {g.instance_type} has no EFA; EFA types are {efa_types}"))
+        _check_scaling(k, g.min_size, g.desired_size, g.max_size, problems)
+        if g.capacity_type == "capacity-block" and not g.capacity_reservation_id:
+            problems.append(Problem(f"{k}.capacityReservationId", "is required with capacityType 'capacity-block' (the cr-... id of the block)"))
+        if g.capacity_reservation_id and not re.fullmatch(r"cr-[0-9a-f]{8,17}", g.capacity_reservation_id):
+            problems.append(Problem(f"{k}.capacityReservationId", f"{_fmt(g.capacity_reservation_id)} is not a capacity reservation id like cr-0123456789abcdef0"))
+        if g.capacity_type == "spot" and g.capacity_reservation_id:
+            problems.append(Problem(f"{k}.capacityReservationId", "cannot be used with capacityType 'spot'"))
+        pg = g.placement_group
+        if pg is not None:
+            if pg.mode == "existing" and not pg.name:
+                problems.append(Problem(f"{k}.placementGroup.name", "is required with mode 'existing'"))
+            if pg.mode != "existing" and pg.name:
+                problems.append(Problem(f"{k}.placementGroup.name", f"{_fmt(pg.name)} is only used with mode 'existing' (mode is {pg.mode!r})"))
+            if pg.mode == "create" and g.capacity_reservation_id:
+                problems.append(
+                    Problem(f"{k}.placementGroup.mode", "'create' cannot be combined with a capacity reservation/block; use 'none' or the reservation's own placement group with 'existing'")
+                )
+        for lk, lv in g.labels.items():
+            if not _LABEL_KEY.match(lk) or _reserved_label(lk):
+                problems.append(
+                    Problem(f"{k}.labels.{lk}", f"{_fmt(lk)} is not an allowed label key (a valid Kubernetes label key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)")
+                )
+            if not _LABEL_VALUE.match(lv):
+                problems.append(Problem(f"{k}.labels.{lk}", f"{_fmt(lv)} is not a valid Kubernetes label value"))
+        for j, t in enumerate(g.taints):
+            if not _LABEL_KEY.match(t.key) or _reserved_label(t.key):
+                problems.append(Problem(f"{k}.taints[{j}].key", f"{_fmt(t.key)} is not an allowed taint key (a valid Kubernetes key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)"))
+            if not _LABEL_VALUE.match(t.value):
+                problems.append(Problem(f"{k}.taints[{j}].value", f"{_fmt(t.value)} is not a valid taint value (up to 63 letters, digits, '-', '_', '.')"))
+            if t.key == "nvidia.com/gpu":
+                problems.append(Problem(f"{k}.taints[{j}].key", "'nvidia.com/gpu' is set on every GPU group already; list only extra taints"))
+
+
+# FSx for Lustre rules (AWS FSx API reference, CreateFileSystem StorageCapacity and
+# PerUnitStorageThroughput): 1200 GiB, 2400 GiB, then steps of 3600 (SCRATCH_1) or 2400 (others).
+FSX_CAPACITY_STEP = {"SCRATCH_1": 3600, "SCRATCH_2": 2400, "PERSISTENT_1": 2400, "PERSISTENT_2": 2400}
+FSX_THROUGHPUT = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def fsx_capacity_allowed(deployment_type: str, capacity: int) -> bool:
+    step = FSX_CAPACITY_STEP[deployment_type]
+    return capacity in (1200, 2400) or (capacity > 2400 and capacity % step == 0)
+
+
+def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:
+    e = st.efs
+    if e.enabled and e.performance_mode == "maxIO" and e.throughput_mode == "elastic":
+        problems.append(
+            Problem(f"{NAMESPACE}:storage.efs.performanceMode", "'maxIO' is not allowed with throughputMode 'elastic' (EFS offers Elastic throughput with generalPurpose only); use generalPurpose, or throughputMode bursting")
+        )
+    k = f"{NAMESPACE}:storage.fsx"
+    f = st.fsx
+    if not f.enabled:
+        return
+    step = FSX_CAPACITY_STEP[f.deployment_type]
+    if not fsx_capacity_allowed(f.deployment_type, f.storage_capacity_gib):
+        problems.append(
+            Problem(
+                f"{k}.storageCapacityGiB",
+                f"{f.storage_capacity_gib} is not allowed for {f.deployment_type}: use 1200, 2400 or a multiple of {step} GiB",
+            )
+        )
+    allowed = FSX_THROUGHPUT.get(f.deployment_type)
+    if allowed is None and f.per_unit_storage_throughput is not None:
+        problems.append(
+            Problem(f"{k}.perUnitStorageThroughput", f"{f.per_unit_storage_throughput} is not allowed: {f.deployment_type} has no per-unit throughput setting (PERSISTENT_1/PERSISTENT_2 only)")
+        )
+    if allowed is not None and f.per_unit_storage_throughput is None:
+        problems.append(
+            Problem(f"{k}.perUnitStorageThroughput", f"is required for {f.deployment_type}: one of {', '.join(map(str, allowed))} (MB/s/TiB)")
+        )
+    elif allowed is not None and f.per_unit_storage_throughput not in allowed:
+        problems.append(
+            Problem(
+                f"{k}.perUnitStorageThroughput",
+                f"{_fmt(f.per_unit_storage_throughput)} is not allowed for {f.deployment_type}: use one of {', '.join(map(str, allowed))} (MB/s/TiB)",
+            )
+        )
+    if f.s3 is not None:
+        if f.deployment_type == "SCRATCH_1":
+            problems.append(Problem(f"{k}.s3", "an S3 link needs SCRATCH_2, PERSISTENT_1 or PERSISTENT_2 (SCRATCH_1 has no data repository associations)"))
+        if not _BUCKET.match(f.s3.bucket):
+            problems.append(Problem(f"{k}.s3.bucket", f"{_fmt(f.s3.bucket)} is not an S3 bucket name (just the name, no s3:// or path)"))
+        if f.s3.prefix.startswith("/"):
+            problems.append(Problem(f"{k}.s3.prefix", f"{_fmt(f.s3.prefix)} must not start with '/'"))
+        if not f.s3.file_system_path.startswith("/"):
+            problems.append(Problem(f"{k}.s3.fileSystemPath", f"{_fmt(f.s3.file_system_path)} must be an absolute path like /s3"))
+
+
+def _quantity(text: str, suffixes: str) -> bool:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)" + suffixes, text)
+    return bool(m) and float(m.group(1)) > 0
+
+
+def _check_etcd(e: EtcdConfig, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:etcd"
+    if e.replicas not in (1, 3, 5):
+        problems.append(Problem(f"{k}.replicas", f"{e.replicas} is not allowed: use 1 (dev), 3 or 5 (an odd count keeps a quorum)"))
+    if not _quantity(e.cpu, r"m?"):
+        problems.append(Problem(f"{k}.cpu", f"{_fmt(e.cpu)} is not a positive Kubernetes CPU quantity like 250m or 1"))
+    if not _quantity(e.memory, r"(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?"):
+        problems.append(Problem(f"{k}.memory", f"{_fmt(e.memory)} is not a positive Kubernetes memory quantity like 512Mi, 1Gi or 1G"))
+
+
+# Namespaces that exist already or that the stack's services create for themselves.
+RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "mpi-operator", "kubeflow", "amazon-cloudwatch")
+
+
+def _check_services(sv: ServicesConfig, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:services"
+    ns = sv.training_namespace
+    if not _K8S_NAME.match(ns) or len(ns) > 63 or ns.startswith("kube-"):
+        problems.append(Problem(f"{k}.trainingNamespace", f"{_fmt(ns)} is not allowed: a Kubernetes namespace name (lower-case letters, digits, '-'), not kube-*"))
+    elif ns in RESERVED_NAMESPACES:
+        problems.append(
+            Problem(f"{k}.trainingNamespace", f"{_fmt(ns)} is not allowed: it belongs to Kubernetes or to a service this stack installs ({', '.join(RESERVED_NAMESPACES)})")
+        )

@@ -1,0 +1,68 @@
+"""pydantic's validation errors as config ``Problem``s: each names the full config key, the bad
+value and what is allowed (for an unknown key, the keys the model accepts there)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from facts.problems import Problem
+from facts.problems import fmt as _fmt
+
+T = TypeVar("T", bound=BaseModel)
+
+
+def _allowed_keys(model: type, loc: tuple) -> list[str]:
+    """The config keys a model accepts at ``loc`` (a pydantic error location inside ``model``)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        field = next((f for n, f in current.model_fields.items() if part in (n, f.alias)), None)
+        if field is None:
+            return []
+        current = _model_in(field.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return sorted(f.alias or n for n, f in current.model_fields.items())
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    """The BaseModel inside Optional[...] / list[...] annotations, if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def pydantic_problems(prefix: str, err: ValidationError, model: type = BaseModel) -> list[Problem]:
+    out = []
+    for e in err.errors(include_url=False):
+        loc = prefix
+        for part in e["loc"]:
+            loc += f"[{part}]" if isinstance(part, int) else f".{part}"
+        kind = e["type"]
+        if kind == "extra_forbidden":
+            key = e["loc"][-1]
+            allowed = _allowed_keys(model, e["loc"][:-1])
+            msg = f"unknown key {key!r}" + (f"; allowed keys are: {', '.join(allowed)}" if allowed else "")
+        elif kind == "missing":
+            msg = "is required"
+        else:
+            msg = f"{_fmt(e.get('input'))} is not allowed: {e['msg']}"
+        out.append(Problem(loc, msg))
+    return out
+
+
+def parse(model: type[T], prefix: str, raw: Any, problems: list[Problem]) -> Optional[T]:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        problems.extend(pydantic_problems(prefix, err, model))
+        return None

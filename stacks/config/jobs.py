@@ -1,0 +1,138 @@
+"""The ``jobs`` section of the stack config: parsing each entry into its kind's spec model and
+running the kind's checks, on its own and against the rest of the stack.
+
+Disabled jobs (``enabled: false``) are parsed and checked for what they are on their own (types,
+names, env), but not against the environment (node group, volumes, operators, etcd): a job can be
+switched off because its node group or operator is gone.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional
+
+from facts import catalog
+from facts.problems import Problem
+from facts.problems import fmt as _fmt
+from jobs.base import GroupFacts, JobBase, JobEnvironment, JobTarget
+from jobs.registry import JOB_KINDS
+from stacks.config.errors import parse
+from stacks.config.models import NAMESPACE, EtcdConfig, GpuNodeGroupConfig, ServicesConfig, StorageConfig
+
+_KIND_NAMES = ", ".join(repr(k) for k in JOB_KINDS)
+# Keys people carry over from hand-written manifests; each is derived from the node group.
+DERIVED_KEYS = {
+    "slotsPerWorker": "the GPUs per node of the group's instance type",
+    "gpusPerNode": "the GPUs per node of the group's instance type (a worker owns a whole node)",
+    "nprocPerNode": "the GPUs per node of the group's instance type",
+    "replicas": "nodes",
+    "efaInterfaces": "the EFA interfaces of the group (set efa: false to run without EFA)",
+}
+
+
+def _gpu_type(g: GpuNodeGroupConfig) -> bool:
+    it = catalog.get(g.instance_type)
+    return it is not None and it.is_gpu
+
+
+def group_facts(g: GpuNodeGroupConfig) -> GroupFacts:
+    return GroupFacts(name=g.name, instance=g.instance, efa_interfaces=g.efa_interfaces, max_size=g.max_size)
+
+
+def job_targets(groups: Iterable[GpuNodeGroupConfig], availability_zone: str) -> dict[str, JobTarget]:
+    """One ``JobTarget`` per GPU node group, from the catalog facts of its instance type, the EFA
+    interfaces the group attaches, its maxSize, the GPU AZ and the group's own taints."""
+    return {
+        g.name: JobTarget.from_instance(
+            g.name,
+            g.instance,
+            efa_interfaces=g.efa_interfaces,
+            max_nodes=g.max_size,
+            availability_zone=availability_zone,
+            extra_taints=[t.model_dump() for t in g.taints],
+        )
+        for g in groups
+    }
+
+
+def job_environment(
+    groups: Iterable[Optional[GpuNodeGroupConfig]],
+    storage: Optional[StorageConfig],
+    services: Optional[ServicesConfig],
+    etcd: Optional[EtcdConfig],
+) -> JobEnvironment:
+    """What the stack offers jobs (sections that did not parse count as their defaults)."""
+    storage = storage or StorageConfig()
+    services = services or ServicesConfig()
+    return JobEnvironment(
+        groups={g.name: group_facts(g) for g in groups if g is not None},
+        volumes=frozenset(name for name, on in (("efs", storage.efs.enabled), ("fsx", storage.fsx.enabled)) if on),
+        operators=frozenset(name for name, on in (("mpi", services.mpi_operator), ("training", services.training_operator)) if on),
+        etcd_enabled=(etcd or EtcdConfig()).enabled,
+    )
+
+
+def parse_job_section(
+    raw: Any,
+    raw_groups: Any,
+    groups: list[Optional[GpuNodeGroupConfig]],
+    sections: Any,
+    problems: list[Problem],
+) -> list[JobBase]:
+    """The job section of ``load``: ``raw_groups`` is the gpuNodeGroups value as written, ``groups``
+    what parsed of it (None where a group has problems of its own, already reported: jobs on those
+    groups are not checked against them)."""
+    raw_list = raw_groups if isinstance(raw_groups, list) else []
+    invalid = {str(item.get("name")) for item, g in zip(raw_list, groups) if g is None and isinstance(item, dict)}
+    # A group whose instance type is not a GPU type of the catalog is reported by the group checks.
+    invalid |= {g.name for g in groups if g is not None and not _gpu_type(g)}
+    usable = [g for g in groups if g is not None and g.name not in invalid]
+    env = job_environment(usable, sections.storage, sections.services, sections.etcd)
+    return parse_jobs(raw, f"{NAMESPACE}:jobs", problems, env, invalid_groups=invalid)
+
+
+def parse_jobs(raw: Any, key: str, problems: list[Problem], env: JobEnvironment, invalid_groups: Iterable[str] = ()) -> list[JobBase]:
+    """Parse and check the ``jobs`` list; append a ``Problem`` for every problem found.
+
+    Returns the jobs that parsed (disabled ones included, with ``enabled`` False); the caller
+    raises ``ConfigError`` if ``problems`` grew.
+    """
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        problems.append(Problem(key, f"{_fmt(raw)} is not allowed: expected a list of jobs"))
+        return []
+    skip = set(invalid_groups)
+    specs: list[JobBase] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(raw):
+        k = f"{key}[{i}]"
+        spec = _parse_job(item, k, problems)
+        if spec is None:
+            continue
+        if spec.name in seen:
+            problems.append(Problem(f"{k}.name", f"{_fmt(spec.name)} is used by jobs[{seen[spec.name]}] too; job names must be unique"))
+        else:
+            seen[spec.name] = i
+        spec.check(k, problems)
+        if spec.enabled and getattr(spec, "node_group", None) not in skip:
+            spec.check_environment(k, problems, env)
+        specs.append(spec)
+    return specs
+
+
+def _parse_job(item: Any, k: str, problems: list[Problem]) -> Optional[JobBase]:
+    if not isinstance(item, dict):
+        problems.append(Problem(k, f"{_fmt(item)} is not allowed: expected a map with at least name and kind"))
+        return None
+    kind = item.get("kind")
+    if kind is None:
+        problems.append(Problem(f"{k}.kind", f"is required: one of {_KIND_NAMES}"))
+        return None
+    if not isinstance(kind, str) or kind not in JOB_KINDS:
+        problems.append(Problem(f"{k}.kind", f"{_fmt(kind)} is not a job kind; use one of {_KIND_NAMES}"))
+        return None
+    body = dict(item)
+    for derived, source in DERIVED_KEYS.items():
+        if derived in body:
+            problems.append(Problem(f"{k}.{derived}", f"{_fmt(body.pop(derived))} is not allowed: it is derived from {source}; remove it"))
+    return parse(JOB_KINDS[kind], k, body, problems)

@@ -1,0 +1,142 @@
+"""Loading the stack config: the engine's flat ``{"ns:key": value}`` map into a ``StackConfig``.
+
+``load`` parses every section with its model, runs the cross-field checks and the job section,
+and raises ``ConfigError`` listing every problem found. Nothing here touches Pulumi or AWS.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping, Optional
+
+from facts.problems import ConfigError, Problem
+from facts.problems import fmt as _fmt
+from stacks.config import checks
+from stacks.config.errors import parse as _parse
+from stacks.config.jobs import parse_job_section
+from stacks.config.models import (
+    FOREIGN_NAMESPACES_ALLOWED,
+    NAMESPACE,
+    SECTIONS,
+    ClusterConfig,
+    EtcdConfig,
+    GpuNodeGroupConfig,
+    NetworkConfig,
+    ServicesConfig,
+    StackConfig,
+    StorageConfig,
+    SystemNodeGroupConfig,
+)
+
+def decode_config_values(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn the engine's flat config map (``ns:key`` -> JSON text or plain string) into values."""
+    # The engine passes structured values (maps, lists) as JSON text and scalars as plain text.
+    # Scalars stay text: the models coerce "3" or "true" where a number or a flag is expected.
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        decoded = value
+        if isinstance(value, str) and value[:1] in "[{":
+            try:
+                decoded = json.loads(value)
+            except ValueError:
+                pass
+        out[key] = decoded
+    return out
+
+
+def load(flat: Mapping[str, Any], project: str, stack: str) -> StackConfig:
+    """Validate a stack's config (``{"ns:key": value}``) and return the typed config.
+
+    Raises ``ConfigError`` listing every problem found.
+    """
+    problems: list[Problem] = []
+    values = _project_values(flat, problems)
+    region = _region(flat.get("aws:region"), problems)
+    parsed = _parse_sections(values, problems)
+    groups: list[Optional[GpuNodeGroupConfig]] = parsed.get("gpu_node_groups", [])
+    sections = _checked_sections(values, parsed, region, problems)
+    if "jobs" in values:
+        parsed["jobs"] = parse_job_section(values["jobs"], values.get("gpuNodeGroups"), groups, sections, problems)
+    if problems:
+        raise ConfigError(problems)
+    parsed["gpu_node_groups"] = [g for g in groups if g is not None]
+    return StackConfig(project=project, stack=stack, region=region, **parsed)
+
+
+def _project_values(flat: Mapping[str, Any], problems: list[Problem]) -> dict[str, Any]:
+    """The values of the project's namespace by key; unknown keys and namespaces are problems."""
+    values: dict[str, Any] = {}
+    for full_key, value in sorted(flat.items()):
+        ns, _, key = full_key.partition(":")
+        if ns == NAMESPACE:
+            if key not in SECTIONS:
+                allowed = ", ".join(sorted(SECTIONS))
+                problems.append(Problem(full_key, f"unknown key; allowed keys are: {allowed}"))
+                continue
+            values[key] = value
+        elif ns not in FOREIGN_NAMESPACES_ALLOWED:
+            problems.append(Problem(full_key, f"unknown namespace {ns!r}; this project reads {NAMESPACE}:* and aws:region"))
+    return values
+
+
+def _region(region: Any, problems: list[Problem]) -> str:
+    if not region:
+        problems.append(Problem("aws:region", "is required (e.g. us-west-2)"))
+        return ""
+    if not isinstance(region, str) or not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region):
+        problems.append(Problem("aws:region", f"{_fmt(region)} is not an AWS region name like 'us-west-2'"))
+    elif checks.known_regions() and region not in checks.known_regions():
+        known = ", ".join(sorted(checks.known_regions()))
+        problems.append(Problem("aws:region", f"{_fmt(region)} is not an AWS region known to this toolkit's AWS SDK (botocore); known: {known}"))
+    return region if isinstance(region, str) else ""
+
+
+def _parse_sections(values: dict[str, Any], problems: list[Problem]) -> dict[str, Any]:
+    """Each section through its model (the job section is parsed last, against the others)."""
+    parsed: dict[str, Any] = {}
+    for name, (field, model) in SECTIONS.items():
+        if name not in values or model == "jobs":
+            continue
+        raw, key = values[name], f"{NAMESPACE}:{name}"
+        if model is str:
+            if not isinstance(raw, str):
+                problems.append(Problem(key, f"{_fmt(raw)} is not allowed: expected a string"))
+            else:
+                parsed[field] = raw
+        elif model is dict:
+            if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+                problems.append(Problem(key, f"{_fmt(raw)} is not allowed: expected a map of strings"))
+            else:
+                parsed[field] = raw
+        elif model is list:
+            if not isinstance(raw, list):
+                problems.append(Problem(key, f"{_fmt(raw)} is not allowed: expected a list of node groups"))
+                continue
+            parsed[field] = [_parse(GpuNodeGroupConfig, f"{key}[{i}]", item, problems) for i, item in enumerate(raw)]
+        else:
+            section = _parse(model, key, {} if raw is None else raw, problems)
+            if section is not None:
+                parsed[field] = section
+    return parsed
+
+
+def _checked_sections(values: dict[str, Any], parsed: dict[str, Any], region: str, problems: list[Problem]) -> checks.Sections:
+    """Run the cross-field checks on every section that parsed (a section given but invalid is
+    None and skipped), so one typo does not hide other problems."""
+
+    def section(name: str, field: str, default: Any) -> Any:
+        return parsed.get(field, None if name in values else default)
+
+    sections = checks.Sections(
+        network=section("network", "network", NetworkConfig()),
+        cluster=section("cluster", "cluster", ClusterConfig()),
+        system=section("systemNodeGroup", "system_node_group", SystemNodeGroupConfig()),
+        groups=parsed.get("gpu_node_groups", []),
+        storage=section("storage", "storage", StorageConfig()),
+        etcd=section("etcd", "etcd", EtcdConfig()),
+        services=section("services", "services", ServicesConfig()),
+        monitoring=parsed.get("monitoring"),
+    )
+    checks.check_all(parsed.get("gpu_availability_zone", "auto"), region, sections, problems)
+    return sections
