@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -32,8 +32,8 @@ class ClusterArgs:
     cluster_name: str
     kubernetes_version: str
     vpc_id: pulumi.Input[str]
-    private_subnet_ids: list[pulumi.Input[str]]
-    public_subnet_ids: list[pulumi.Input[str]]
+    private_subnet_ids: Sequence[pulumi.Input[str]]
+    public_subnet_ids: Sequence[pulumi.Input[str]]
     endpoint_public_access: bool
     endpoint_public_access_cidrs: list[str]
     endpoint_private_access: bool
@@ -95,7 +95,7 @@ class Cluster(pulumi.ComponentResource):
             aws.iam.RolePolicyAttachment(
                 f"{name}-node-{policy}",
                 role=node_role.name,
-                policy_arn=partition.apply(lambda p, policy=policy: f"arn:{p}:iam::aws:policy/{policy}"),
+                policy_arn=pulumi.Output.format("arn:{0}:iam::aws:policy/{1}", partition, policy),
                 opts=child,
             )
             for policy in NODE_MANAGED_POLICIES
@@ -165,7 +165,7 @@ class Cluster(pulumi.ComponentResource):
         self.node_role_attachments = attachments
         self.kms_key_arn = key.arn
         self.cluster_security_group_id = self.eks.cluster_security_group_id
-        self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
+        self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(self.eks.kubeconfig_json)
         self.oidc_provider_arn = self.eks.oidc_provider_arn
         self.coredns: Optional[aws.eks.Addon] = None
         self.register_outputs(

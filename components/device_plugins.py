@@ -13,7 +13,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 
-
 @dataclass
 class DevicePluginsArgs:
     nvidia_chart_version: Optional[str]  # None: do not install
@@ -34,9 +33,7 @@ def _require_labels(labels: dict[str, str]) -> dict:
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": k, "operator": "In", "values": [v]} for k, v in sorted(labels.items())]}
-                ]
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": k, "operator": "In", "values": [v]} for k, v in sorted(labels.items())]}]
             }
         }
     }

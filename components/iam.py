@@ -52,7 +52,7 @@ def pod_identity_role(
         aws.iam.RolePolicyAttachment(
             f"{name}-{short}",
             role=role.name,
-            policy_arn=partition.apply(lambda p, policy=policy: f"arn:{p}:iam::aws:policy/{policy}"),
+            policy_arn=pulumi.Output.format("arn:{0}:iam::aws:policy/{1}", partition, policy),
             opts=opts,
         )
     if inline_policy is not None:

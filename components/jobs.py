@@ -79,9 +79,7 @@ class TrainingJobs(pulumi.ComponentResource):
             self.resources[spec.name] = created
 
         self.job_names = [j.name for j in enabled]
-        self.register_outputs(
-            {"jobs": self.job_names, "disabledJobs": [j.name for j in args.jobs if not j.enabled], "namespace": ctx.namespace}
-        )
+        self.register_outputs({"jobs": self.job_names, "disabledJobs": [j.name for j in args.jobs if not j.enabled], "namespace": ctx.namespace})
 
     def _register(self, prefix: str, manifest: dict[str, Any], depends_on: list[pulumi.Resource]) -> pulumi.Resource:
         api, kind = manifest["apiVersion"], manifest["kind"]

@@ -30,7 +30,7 @@ class NetworkArgs:
 def subnet_plan(vpc_cidr: str, azs: list[str], private_prefix: int) -> tuple[list[str], list[str]]:
     """CIDRs for the private subnets (one /private_prefix block per AZ) and the public subnets
     (one /private_prefix+4 each, carved from the next free block)."""
-    vpc = ipaddress.ip_network(vpc_cidr)
+    vpc = ipaddress.IPv4Network(vpc_cidr)
     blocks = list(vpc.subnets(new_prefix=private_prefix))
     private = [str(b) for b in blocks[: len(azs)]]
     public_pool = list(blocks[len(azs)].subnets(new_prefix=private_prefix + 4))
@@ -60,9 +60,7 @@ class Network(pulumi.ComponentResource):
             tags={**tags, "Name": f"{args.cluster_name}-vpc"},
             opts=child,
         )
-        igw = aws.ec2.InternetGateway(
-            f"{name}-igw", vpc_id=vpc.id, tags={**tags, "Name": f"{args.cluster_name}-igw"}, opts=child
-        )
+        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags={**tags, "Name": f"{args.cluster_name}-igw"}, opts=child)
 
         private_cidrs, public_cidrs = subnet_plan(args.vpc_cidr, args.availability_zones, args.private_subnet_prefix)
 
@@ -76,7 +74,7 @@ class Network(pulumi.ComponentResource):
 
         public_subnets: list[aws.ec2.Subnet] = []
         nat_gateways: list[aws.ec2.NatGateway] = []
-        for az, cidr in zip(args.availability_zones, public_cidrs):
+        for az, cidr in zip(args.availability_zones, public_cidrs, strict=True):
             subnet = aws.ec2.Subnet(
                 f"{name}-public-{az}",
                 vpc_id=vpc.id,
@@ -102,7 +100,7 @@ class Network(pulumi.ComponentResource):
 
         private_subnets: list[aws.ec2.Subnet] = []
         private_rts: list[aws.ec2.RouteTable] = []
-        for i, (az, cidr) in enumerate(zip(args.availability_zones, private_cidrs)):
+        for i, (az, cidr) in enumerate(zip(args.availability_zones, private_cidrs, strict=True)):
             nat = nat_gateways[i] if args.nat_per_az else nat_gateways[0]
             subnet = aws.ec2.Subnet(
                 f"{name}-private-{az}",
@@ -146,7 +144,7 @@ class Network(pulumi.ComponentResource):
         self.availability_zones = list(args.availability_zones)
         self.private_subnet_ids = [s.id for s in private_subnets]
         self.public_subnet_ids = [s.id for s in public_subnets]
-        self.private_subnets_by_az = dict(zip(args.availability_zones, self.private_subnet_ids))
+        self.private_subnets_by_az = dict(zip(args.availability_zones, self.private_subnet_ids, strict=True))
         self.gpu_subnet_id = self.private_subnets_by_az[args.gpu_availability_zone]
         self.register_outputs(
             {

@@ -17,13 +17,14 @@ No subnet is set on the interfaces: EKS picks it from the node group's subnets.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Literal, Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
 from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL
+
 EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
 EKS_CAPACITY_TYPE = {"on-demand": "ON_DEMAND", "spot": "SPOT", "capacity-block": "CAPACITY_BLOCK"}
 
@@ -35,7 +36,7 @@ class NodeGroupArgs:
     cluster_security_group_id: pulumi.Input[str]
     node_role: aws.iam.Role
     vpc_id: pulumi.Input[str]
-    subnet_ids: list[pulumi.Input[str]]
+    subnet_ids: Sequence[pulumi.Input[str]]
     instance_type: str
     ami_type: str
     min_size: int
@@ -195,19 +196,12 @@ class NodeGroup(pulumi.ComponentResource):
             instance_types=[args.instance_type],
             ami_type=args.ami_type,
             capacity_type=EKS_CAPACITY_TYPE[args.capacity_type],
-            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
-                min_size=args.min_size, desired_size=args.desired_size, max_size=args.max_size
-            ),
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=args.min_size, desired_size=args.desired_size, max_size=args.max_size),
             subnet_ids=args.subnet_ids,
-            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
-                id=launch_template.id, version=launch_template.latest_version.apply(str)
-            ),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=launch_template.id, version=launch_template.latest_version.apply(str)),
             version=args.kubernetes_version,
             labels=labels,
-            taints=[
-                aws.eks.NodeGroupTaintArgs(key=t["key"], value=t.get("value") or None, effect=EKS_TAINT_EFFECT[t["effect"]])
-                for t in taints
-            ],
+            taints=[aws.eks.NodeGroupTaintArgs(key=t["key"], value=t.get("value") or None, effect=EKS_TAINT_EFFECT[t["effect"]]) for t in taints],
             tags=tags,
             opts=child,
         )

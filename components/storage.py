@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -94,7 +94,7 @@ def _csi_addon(
 class EfsStoreArgs:
     cluster_name: str
     vpc_id: pulumi.Input[str]
-    subnet_ids: list[pulumi.Input[str]]  # the private subnets: one mount target each
+    subnet_ids: Sequence[pulumi.Input[str]]  # the private subnets: one mount target each
     node_security_group_id: pulumi.Input[str]
     namespace: pulumi.Input[str]
     addon_version: str

@@ -30,4 +30,3 @@ def describe(names: Iterable[str], session: Any = None, region: Optional[str] = 
             if err.response.get("Error", {}).get("Code") != "InvalidInstanceType":
                 raise
     return found
-

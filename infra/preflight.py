@@ -24,13 +24,13 @@ Exit codes: 0 every check passed or was skipped; 1 a check failed, or no usable 
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, TextIO
-
 
 from facts.paths import PROJECT_ROOT
 from stacks import config as stack_config
@@ -231,8 +231,7 @@ def _check_placement(ctx: _Context) -> list[CheckResult]:
             az_result = CheckResult(
                 PASS,
                 "GPU AZ",
-                f"'auto' picked {ctx.gpu_az}, {why}; pin it so it can never move: "
-                f"set {az_key}: {ctx.gpu_az} in {ctx.stack_file}",
+                f"'auto' picked {ctx.gpu_az}, {why}; pin it so it can never move: set {az_key}: {ctx.gpu_az} in {ctx.stack_file}",
             )
         else:
             offers = f"offers {', '.join(gpu_types)}" if gpu_types else "is an available AZ"
@@ -243,7 +242,9 @@ def _check_placement(ctx: _Context) -> list[CheckResult]:
             fix = "choose GPU types that one AZ offers together, or split the groups across stacks"
         else:
             candidates = [az for az in ctx.region_azs if all(az in ctx.offered.get(t, set()) for t in gpu_types)]
-            fix = f"set {az_key} to one of {_list(candidates)} (or 'auto') in {ctx.stack_file}" if candidates else "choose GPU types that one AZ offers together"
+            fix = (
+                f"set {az_key} to one of {_list(candidates)} (or 'auto') in {ctx.stack_file}" if candidates else "choose GPU types that one AZ offers together"
+            )
         az_result = CheckResult(FAIL, "GPU AZ", str(err), fix)
 
     if ctx.gpu_az is not None:
@@ -251,9 +252,13 @@ def _check_placement(ctx: _Context) -> list[CheckResult]:
             ctx.subnet_azs = choose_subnet_azs(ctx.gpu_az, ctx.region_azs, cfg.network.availability_zone_count)
         except PlacementError as err:
             ctx.subnet_azs = None
-            subnet_result = CheckResult(FAIL, "subnet AZs", str(err), f"lower network.availabilityZoneCount in {ctx.stack_file} to at most {len(ctx.region_azs)}")
+            subnet_result = CheckResult(
+                FAIL, "subnet AZs", str(err), f"lower network.availabilityZoneCount in {ctx.stack_file} to at most {len(ctx.region_azs)}"
+            )
         else:
-            subnet_result = CheckResult(PASS, "subnet AZs", f"private subnets in {', '.join(ctx.subnet_azs)} (the GPU AZ {ctx.gpu_az} and {len(ctx.subnet_azs) - 1} more)")
+            subnet_result = CheckResult(
+                PASS, "subnet AZs", f"private subnets in {', '.join(ctx.subnet_azs)} (the GPU AZ {ctx.gpu_az} and {len(ctx.subnet_azs) - 1} more)"
+            )
     else:
         subnet_result = CheckResult(SKIP, "subnet AZs", "not checked: no GPU AZ")
 
@@ -266,9 +271,7 @@ def _check_placement(ctx: _Context) -> list[CheckResult]:
         check = f"{t} ({', '.join(users[t])})"
         azs = ctx.offered.get(t, set())
         if not azs:
-            results.append(
-                CheckResult(FAIL, check, f"no AZ of {region} offers {t}", f"choose another instance type or region in {ctx.stack_file}")
-            )
+            results.append(CheckResult(FAIL, check, f"no AZ of {region} offers {t}", f"choose another instance type or region in {ctx.stack_file}"))
             continue
         if t == cfg.system_node_group.instance_type and ctx.subnet_azs:
             missing = [az for az in ctx.subnet_azs if az not in azs]
@@ -299,11 +302,18 @@ def _check_efa(ctx: _Context) -> list[CheckResult]:
         it = described.get(g.instance_type)
         if it is None:
             results.append(
-                CheckResult(FAIL, check, f"EC2 DescribeInstanceTypes does not know {g.instance_type} in {ctx.cfg.region}", f"choose a type offered in {ctx.cfg.region}")
+                CheckResult(
+                    FAIL, check, f"EC2 DescribeInstanceTypes does not know {g.instance_type} in {ctx.cfg.region}", f"choose a type offered in {ctx.cfg.region}"
+                )
             )
         elif not it.efa_supported:
             results.append(
-                CheckResult(FAIL, check, f"EC2 reports no EFA support for {g.instance_type}; the group would wire {g.efa_interfaces} EFA interface(s)", f"set efa: false for group {g.name} in {ctx.stack_file}")
+                CheckResult(
+                    FAIL,
+                    check,
+                    f"EC2 reports no EFA support for {g.instance_type}; the group would wire {g.efa_interfaces} EFA interface(s)",
+                    f"set efa: false for group {g.name} in {ctx.stack_file}",
+                )
             )
         elif it.efa_interfaces < g.efa_interfaces:
             results.append(
@@ -358,11 +368,22 @@ def _check_quotas(ctx: _Context) -> list[CheckResult]:
             quota = QUOTAS.get(family, {}).get(capacity_type)
             if quota is None:
                 results.append(
-                    CheckResult(SKIP, f"{capacity_type} vCPU quota for {family.upper()} instances", f"no Service Quotas code known for {family.upper()} instances; check it in the Service Quotas console")
+                    CheckResult(
+                        SKIP,
+                        f"{capacity_type} vCPU quota for {family.upper()} instances",
+                        f"no Service Quotas code known for {family.upper()} instances; check it in the Service Quotas console",
+                    )
                 )
                 continue
             code, name = quota
-            results.extend(_guard(f"{capacity_type} vCPU quota {code} ({name})", "service-quotas GetServiceQuota", "servicequotas:GetServiceQuota", lambda: _quota_line(ctx, capacity_type, code, name, groups, blocks)))
+            results.extend(
+                _guard(
+                    f"{capacity_type} vCPU quota {code} ({name})",
+                    "service-quotas GetServiceQuota",
+                    "servicequotas:GetServiceQuota",
+                    functools.partial(_quota_line, ctx, capacity_type, code, name, groups, blocks),
+                )
+            )
     return results
 
 
@@ -403,7 +424,7 @@ def _check_reservations(ctx: _Context) -> list[CheckResult]:
             continue
         check = f"capacity reservation {g.capacity_reservation_id} (GPU group {g.name})"
         results.extend(
-            _guard(check, "ec2 DescribeCapacityReservations", "ec2:DescribeCapacityReservations", lambda g=g, check=check: _reservation_line(ctx, g, check))
+            _guard(check, "ec2 DescribeCapacityReservations", "ec2:DescribeCapacityReservations", functools.partial(_reservation_line, ctx, g, check))
         )
     return results
 
@@ -470,11 +491,20 @@ def _check_kubernetes(ctx: _Context) -> list[CheckResult]:
         if not match:
             offered = sorted({i.get("clusterVersion", "?") for i in _paginate(eks, "describe_cluster_versions", "clusterVersions")})
             return [
-                CheckResult(FAIL, check, f"EKS does not list {version}; it offers {_list(offered)}", f"set cluster.kubernetesVersion in {ctx.stack_file} to an offered version")
+                CheckResult(
+                    FAIL,
+                    check,
+                    f"EKS does not list {version}; it offers {_list(offered)}",
+                    f"set cluster.kubernetesVersion in {ctx.stack_file} to an offered version",
+                )
             ]
         status = str(match[0].get("versionStatus") or match[0].get("status") or "").lower().replace("_", "-")
         if status == "unsupported":
-            return [CheckResult(FAIL, check, f"EKS lists {version} as unsupported", f"set cluster.kubernetesVersion in {ctx.stack_file} to a version in standard support")]
+            return [
+                CheckResult(
+                    FAIL, check, f"EKS lists {version} as unsupported", f"set cluster.kubernetesVersion in {ctx.stack_file} to a version in standard support"
+                )
+            ]
         if status == "extended-support":
             return [CheckResult(PASS, check, "offered, in extended support (billed extra per cluster hour); plan an upgrade")]
         return [CheckResult(PASS, check, f"offered ({status or 'status not reported'})")]
@@ -496,7 +526,12 @@ def run_checks(cfg: stack_config.StackConfig, session: Any, stack_file: Optional
         facts["azs"], facts["offered"] = _region_facts(cfg, session)
         return []
 
-    results += _guard(f"instance type offerings in {cfg.region}", "ec2 DescribeInstanceTypeOfferings", "ec2:DescribeAvailabilityZones and ec2:DescribeInstanceTypeOfferings", region)
+    results += _guard(
+        f"instance type offerings in {cfg.region}",
+        "ec2 DescribeInstanceTypeOfferings",
+        "ec2:DescribeAvailabilityZones and ec2:DescribeInstanceTypeOfferings",
+        region,
+    )
     if "azs" in facts:
         ctx = _Context(cfg, session, stack_file, facts["azs"], facts["offered"])
         results += _check_placement(ctx)

@@ -62,7 +62,9 @@ def check_env(env: Mapping[str, Any], secret_env: Mapping[str, Any], reserved: M
     for field, names in (("env", list(env)), ("secretEnv", list(secret_env))):
         for name in names:
             if not _ENV_NAME.match(name):
-                problems.append(Problem(f"{k}.{field}.{name}", f"{fmt(name)} is not an environment variable name (letters, digits and '_', not starting with a digit)"))
+                problems.append(
+                    Problem(f"{k}.{field}.{name}", f"{fmt(name)} is not an environment variable name (letters, digits and '_', not starting with a digit)")
+                )
             elif name in reserved:
                 problems.append(Problem(f"{k}.{field}.{name}", f"{reserved[name]}; remove it"))
     for name in sorted(set(env) & set(secret_env)):

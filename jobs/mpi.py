@@ -25,9 +25,7 @@ class MpiBase(GpuJob):
     OPERATOR = "mpi"
 
     mpirun_args: list[str] = Field(default_factory=list, description="extra mpirun arguments, before the command")
-    worker_command: list[str] = Field(
-        default_factory=lambda: list(SSHD_COMMAND), min_length=1, description="what the workers run (sshd for mpi-operator v2)"
-    )
+    worker_command: list[str] = Field(default_factory=lambda: list(SSHD_COMMAND), min_length=1, description="what the workers run (sshd for mpi-operator v2)")
     command: list[str] = Field(min_length=1, description="what mpirun runs on every rank")
 
     def pod_hostnames(self) -> list[str]:

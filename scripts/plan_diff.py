@@ -111,7 +111,7 @@ def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
         return out
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         out = []
-        for i, (a, b) in enumerate(zip(old, new)):
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
             out.extend(changed_paths(a, b, f"{prefix}[{i}]"))
         return out
     return [] if old == new else [prefix or "(value)"]
@@ -154,8 +154,13 @@ class Diff:
     @property
     def empty(self) -> bool:
         return not (
-            self.resources_added or self.resources_removed or self.resources_changed
-            or self.manifests_added or self.manifests_removed or self.manifests_changed or self.outputs_changed
+            self.resources_added
+            or self.resources_removed
+            or self.resources_changed
+            or self.manifests_added
+            or self.manifests_removed
+            or self.manifests_changed
+            or self.outputs_changed
         )
 
 

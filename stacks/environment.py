@@ -192,6 +192,7 @@ def build_services(cfg: StackConfig, gpu_az: str, network: Network, cluster: Clu
     """Cluster services: device plugins, storage, operators, etcd, monitoring, jobs. Every
     Kubernetes object goes through one provider bound to the new cluster."""
     provider = k8s.Provider("k8s", kubeconfig=cluster.kubeconfig, opts=pulumi.ResourceOptions(depends_on=[cluster.eks]))
+    assert cluster.coredns is not None, "build() adds CoreDNS before the services"
     # Pods of the services need a node to run on, and add-ons need the cluster.
     namespace = k8s.core.v1.Namespace(
         "training-namespace",

@@ -39,8 +39,7 @@ def choose_gpu_az(requested: str, region_azs: list[str], offered: dict[str, set[
     if not candidates:
         where = "; ".join(f"{t}: {', '.join(sorted(offered.get(t, ()))) or 'none'}" for t in gpu_types)
         raise PlacementError(
-            f"{key}: 'auto' found no single AZ that offers every GPU type ({where}); "
-            "split the node groups across stacks or choose types offered together"
+            f"{key}: 'auto' found no single AZ that offers every GPU type ({where}); split the node groups across stacks or choose types offered together"
         )
     return candidates[0]
 
@@ -49,9 +48,7 @@ def choose_subnet_azs(gpu_az: str, region_azs: list[str], count: int) -> list[st
     """The GPU AZ plus the next AZs by name, ``count`` in all, sorted."""
     others = [az for az in sorted(region_azs) if az != gpu_az]
     if len(others) < count - 1:
-        raise PlacementError(
-            f"{NAMESPACE}:network.availabilityZoneCount: {count} AZs asked for but the region has {len(others) + 1}"
-        )
+        raise PlacementError(f"{NAMESPACE}:network.availabilityZoneCount: {count} AZs asked for but the region has {len(others) + 1}")
     return sorted([gpu_az] + others[: count - 1])
 
 
@@ -67,7 +64,7 @@ def resolve_placement(cfg: StackConfig) -> Placement:
             location_type="availability-zone",
             filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=gpu_types)],
         )
-        for t, loc in zip(result.instance_types, result.locations):
+        for t, loc in zip(result.instance_types, result.locations, strict=True):
             offered.setdefault(t, set()).add(loc)
     if gpu_types:
         gpu_az = choose_gpu_az(cfg.gpu_availability_zone, region_azs, offered, gpu_types)

@@ -604,7 +604,13 @@ def test_problem_and_error_text():
 
 
 def test_unset_desired_size_follows_min_size():
-    cfg = load(minimal_values(gpuNodeGroups=[{"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 1, "maxSize": 3}], systemNodeGroup={"minSize": 3, "maxSize": 5}), "gpu-training", "t")
+    cfg = load(
+        minimal_values(
+            gpuNodeGroups=[{"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 1, "maxSize": 3}], systemNodeGroup={"minSize": 3, "maxSize": 5}
+        ),
+        "gpu-training",
+        "t",
+    )
     assert cfg.gpu_node_groups[0].desired_size == 1
     assert cfg.system_node_group.desired_size == 3
     # An explicit desiredSize still wins, and is still checked.

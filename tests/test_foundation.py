@@ -138,9 +138,7 @@ def test_admin_principals_become_access_entries_with_cluster_admin():
 
 
 def test_endpoint_access_from_config():
-    plan = run_stack(
-        minimal_values(cluster={"endpointPublicAccess": True, "endpointPublicAccessCidrs": ["203.0.113.0/24"], "endpointPrivateAccess": True})
-    )
+    plan = run_stack(minimal_values(cluster={"endpointPublicAccess": True, "endpointPublicAccessCidrs": ["203.0.113.0/24"], "endpointPrivateAccess": True}))
     (cluster,) = plan.of_type(EKS)
     assert cluster.inputs["publicAccessCidrs"] == ["203.0.113.0/24"]
     assert cluster.inputs["endpointPrivateAccess"] is True
@@ -151,7 +149,11 @@ def test_endpoint_access_from_config():
 
 
 def test_node_role_has_only_node_policies(dev_plan):
-    attached = sorted(r.inputs["policyArn"].split("/")[-1] for r in dev_plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") if r.name.startswith("cluster-node-"))
+    attached = sorted(
+        r.inputs["policyArn"].split("/")[-1]
+        for r in dev_plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if r.name.startswith("cluster-node-")
+    )
     assert attached == sorted(["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy"])
     assert not any("FSx" in a or "EFS" in a or "CloudWatch" in a for a in attached)
 
@@ -273,9 +275,7 @@ def test_capacity_block_targets_the_reservation_without_a_new_placement_group():
 
 
 def test_existing_placement_group_is_used_by_name():
-    plan = run_stack(
-        minimal_values(gpuNodeGroups=[{"name": "p4d", "instanceType": "p4d.24xlarge", "placementGroup": {"mode": "existing", "name": "team-pg"}}])
-    )
+    plan = run_stack(minimal_values(gpuNodeGroups=[{"name": "p4d", "instanceType": "p4d.24xlarge", "placementGroup": {"mode": "existing", "name": "team-pg"}}]))
     assert not plan.of_type(PG)
     assert _lt_of(plan, "gpu-p4d").inputs["placement"]["groupName"] == "team-pg"
 
@@ -303,7 +303,9 @@ def test_every_taggable_resource_carries_the_stack_tags(dev_plan):
     untagged = [
         (r.type, r.name)
         for r in dev_plan.records
-        if r.custom and r.type.startswith("aws:") and "tags" not in r.inputs
+        if r.custom
+        and r.type.startswith("aws:")
+        and "tags" not in r.inputs
         and r.type
         not in {
             "aws:ec2/routeTableAssociation:RouteTableAssociation",

@@ -24,8 +24,8 @@ import yaml
 
 import jobs as J
 from components.jobs import TrainingJobs, TrainingJobsArgs
-from facts.kube import GPU_TAINT, NODE_GROUP_LABEL
 from facts import catalog, versions
+from facts.kube import GPU_TAINT, NODE_GROUP_LABEL
 from infra import offline
 from stacks.config import GpuNodeGroupConfig
 from stacks.config.jobs import job_targets
@@ -69,18 +69,43 @@ def spec(kind: str, group: str = "p4d", **over: Any) -> J.JobBase:
     volumes = [{"name": "fsx", "mountPath": "/fsx"}, {"name": "efs", "mountPath": "/efs", "readOnly": True}]
     raw: dict[str, Any] = {
         "mpi": dict(
-            name="maskrcnn", kind="mpi", nodeGroup=group, nodes=2, image=TRAIN_IMAGE,
-            command=["python", "/workspace/train_maskrcnn.py"], args=["--data", "/fsx/coco"],
-            mpirunArgs=["--mca", "pml", "^ucx"], volumes=volumes, **common_env,
+            name="maskrcnn",
+            kind="mpi",
+            nodeGroup=group,
+            nodes=2,
+            image=TRAIN_IMAGE,
+            command=["python", "/workspace/train_maskrcnn.py"],
+            args=["--data", "/fsx/coco"],
+            mpirunArgs=["--mca", "pml", "^ucx"],
+            volumes=volumes,
+            **common_env,
         ),
         "nccl-test": dict(name="nccl", kind="nccl-test", nodeGroup=group),
         "pytorch-elastic": dict(
-            name="imagenet", kind="pytorch-elastic", nodeGroup=group, nodes=2, minNodes=1, maxNodes=3, maxRestarts=10,
-            image=TRAIN_IMAGE, command=["torchrun", "/workspace/main.py"], args=["--arch", "resnet50"], volumes=volumes, **common_env,
+            name="imagenet",
+            kind="pytorch-elastic",
+            nodeGroup=group,
+            nodes=2,
+            minNodes=1,
+            maxNodes=3,
+            maxRestarts=10,
+            image=TRAIN_IMAGE,
+            command=["torchrun", "/workspace/main.py"],
+            args=["--arch", "resnet50"],
+            volumes=volumes,
+            **common_env,
         ),
         "paddle": dict(
-            name="ctr", kind="paddle", nodeGroup=group, nodes=2, mode="ps", pservers=2, image=TRAIN_IMAGE,
-            command=["python", "-m", "paddle.distributed.launch", "train.py"], volumes=volumes[1:], **common_env,
+            name="ctr",
+            kind="paddle",
+            nodeGroup=group,
+            nodes=2,
+            mode="ps",
+            pservers=2,
+            image=TRAIN_IMAGE,
+            command=["python", "-m", "paddle.distributed.launch", "train.py"],
+            volumes=volumes[1:],
+            **common_env,
         ),
         "data-stage": dict(name="stage-coco", kind="data-stage", source="s3://ml-datasets/coco/2017", volume="fsx", path="coco/2017"),
         "tensorboard": dict(name="tb", kind="tensorboard", volume="efs", logPath="runs/maskrcnn"),
@@ -650,7 +675,12 @@ def test_core_objects_validate_against_the_kubernetes_schema(core_schema, label,
 def test_custom_resource_pod_templates_are_valid_pods(core_schema, label, cr):
     for role, rs in replicas(cr).items():
         template = rs["template"]
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{cr['metadata']['name']}-{role.lower()}-0", **template["metadata"]}, "spec": template["spec"]}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{cr['metadata']['name']}-{role.lower()}-0", **template["metadata"]},
+            "spec": template["spec"],
+        }
         core_schema(pod)
 
 
@@ -721,9 +751,16 @@ def test_component_children_are_parented_and_use_the_given_provider(component_pl
     assert component.parent is None
     children = plan.children_of(COMPONENT, "jobs")
     assert {r.type for r in children} >= {
-        "kubernetes:kubeflow.org/v2beta1:MPIJob", "kubernetes:kubeflow.org/v1:PyTorchJob", "kubernetes:kubeflow.org/v1:PaddleJob",
-        "kubernetes:batch/v1:Job", "kubernetes:apps/v1:Deployment", "kubernetes:core/v1:Service", "kubernetes:core/v1:ServiceAccount",
-        ROLE, ROLE_POLICY, ASSOCIATION,
+        "kubernetes:kubeflow.org/v2beta1:MPIJob",
+        "kubernetes:kubeflow.org/v1:PyTorchJob",
+        "kubernetes:kubeflow.org/v1:PaddleJob",
+        "kubernetes:batch/v1:Job",
+        "kubernetes:apps/v1:Deployment",
+        "kubernetes:core/v1:Service",
+        "kubernetes:core/v1:ServiceAccount",
+        ROLE,
+        ROLE_POLICY,
+        ASSOCIATION,
     }
     others = [r for r in plan.records if r not in children and r.type != COMPONENT]
     assert {r.type for r in others} == {"pulumi:providers:kubernetes", "kubernetes:core/v1:Namespace"}, "no provider of its own"

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-
 from conftest import NS, ROOT, dev_values, run_stack
+
 from infra import plan as infra_plan
 
 _spec = importlib.util.spec_from_file_location("plan_diff", ROOT / "scripts" / "plan_diff.py")

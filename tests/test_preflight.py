@@ -19,11 +19,10 @@ import botocore.loaders
 import botocore.session
 import pytest
 import yaml
+from conftest import NS, ROOT, dev_values, minimal_values
 from moto import mock_aws
 
-from conftest import NS, ROOT, dev_values, minimal_values
-from infra import offline
-from infra import preflight
+from infra import offline, preflight
 from infra.__main__ import main
 from stacks import config as stack_config
 from stacks.placement import choose_gpu_az
@@ -318,7 +317,9 @@ def test_unreadable_quota_is_a_skip_not_a_failure(session):
 
 def test_default_quota_is_used_when_no_applied_value(session):
     answer_quotas(session, {})
-    answer(session, "service-quotas", "GetAWSDefaultServiceQuota", lambda request: {"Quota": {"QuotaCode": json.loads(request["body"])["QuotaCode"], "Value": 0.0}})
+    answer(
+        session, "service-quotas", "GetAWSDefaultServiceQuota", lambda request: {"Quota": {"QuotaCode": json.loads(request["body"])["QuotaCode"], "Value": 0.0}}
+    )
     quota = by_check(preflight.run_checks(dev_cfg(), session), "on-demand vCPU quota")
     assert quota.status == preflight.FAIL and "0 vCPUs (AWS default)" in quota.detail and "short by 192" in quota.detail
 

@@ -66,9 +66,7 @@ EKS_TAINT_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PR
 KUSTOMIZATION = PROJECT_ROOT / "manifests" / "training-operator" / "kustomization.yaml"
 # The CRDs the training operator v1.9 standalone overlay installs upstream (kubeflow/training-operator
 # manifests/base/crds): any of them the plan installs itself must be deleted from the overlay.
-TRAINING_OPERATOR_UPSTREAM_CRDS = {
-    f"{kind}.kubeflow.org" for kind in ("tfjobs", "pytorchjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")
-}
+TRAINING_OPERATOR_UPSTREAM_CRDS = {f"{kind}.kubeflow.org" for kind in ("tfjobs", "pytorchjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")}
 
 # ----------------------------------------------------------------------------------------------
 # Variant stacks (module-scoped: each full run costs ~0.6 s)
@@ -819,7 +817,9 @@ def test_etcd_client_service_and_endpoint_output(plans, variant):
     ns = plan.outputs["trainingNamespace"]
     sts, _ = _etcd(plan)
     clients = [
-        r.inputs for r in _children(plan, ETCD, SERVICE) if any(p["port"] == 2379 for p in r.inputs["spec"]["ports"]) and r.inputs["spec"].get("clusterIP") != "None"
+        r.inputs
+        for r in _children(plan, ETCD, SERVICE)
+        if any(p["port"] == 2379 for p in r.inputs["spec"]["ports"]) and r.inputs["spec"].get("clusterIP") != "None"
     ]
     assert len(clients) == 1
     (svc,) = clients
@@ -882,13 +882,7 @@ def test_dashboard_shows_gpu_and_efa_metrics_of_the_cluster(plans, variant, clus
     dash = _child(plan, MONITORING, DASHBOARD)
     assert plan.outputs["dashboardName"] == dash.inputs["dashboardName"]
     body = json.loads(dash.inputs["dashboardBody"])
-    expressions = [
-        m["expression"]
-        for w in body["widgets"]
-        for row in w["properties"]["metrics"]
-        for m in row
-        if isinstance(m, dict) and "expression" in m
-    ]
+    expressions = [m["expression"] for w in body["widgets"] for row in w["properties"]["metrics"] for m in row if isinstance(m, dict) and "expression" in m]
     for metric in ("node_gpu_utilization", "node_gpu_memory_utilization", "node_efa_rx_bytes", "node_efa_tx_bytes"):
         hits = [e for e in expressions if f'MetricName="{metric}"' in e]
         assert hits, metric
@@ -1013,7 +1007,14 @@ FSX_KEY = f"{NS}:storage.fsx"
 
 @pytest.mark.parametrize(
     "deployment,capacity,step",
-    [("SCRATCH_1", 4800, "3600"), ("SCRATCH_1", 6000, "3600"), ("SCRATCH_2", 3600, "2400"), ("PERSISTENT_1", 3600, "2400"), ("PERSISTENT_2", 1800, "2400"), ("SCRATCH_2", 0, "2400")],
+    [
+        ("SCRATCH_1", 4800, "3600"),
+        ("SCRATCH_1", 6000, "3600"),
+        ("SCRATCH_2", 3600, "2400"),
+        ("PERSISTENT_1", 3600, "2400"),
+        ("PERSISTENT_2", 1800, "2400"),
+        ("SCRATCH_2", 0, "2400"),
+    ],
 )
 def test_fsx_capacity_off_the_step_is_rejected(deployment, capacity, step):
     fsx = {"deploymentType": deployment, "storageCapacityGiB": capacity}
@@ -1130,7 +1131,12 @@ def test_bad_training_namespace(namespace):
         ("storage", {"deletionProtecton": False}, "storage.deletionProtecton", ["deletionProtection", "efs", "fsx"]),
         ("storage", {"fsx": {"s3": {"bucket": "ok-bucket", "path": "/x"}}}, "storage.fsx.s3.path", ["bucket", "prefix", "fileSystemPath", "export"]),
         ("etcd", {"replica": 3}, "etcd.replica", ["replicas", "cpu", "memory", "enabled"]),
-        ("services", {"mpiOperators": False}, "services.mpiOperators", ["mpiOperator", "trainingOperator", "nvidiaDevicePlugin", "efaDevicePlugin", "trainingNamespace"]),
+        (
+            "services",
+            {"mpiOperators": False},
+            "services.mpiOperators",
+            ["mpiOperator", "trainingOperator", "nvidiaDevicePlugin", "efaDevicePlugin", "trainingNamespace"],
+        ),
         ("monitoring", {"dashbord": False}, "monitoring.dashbord", ["dashboard", "enabled", "logRetentionDays"]),
     ],
 )

@@ -13,7 +13,6 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
-
 from conftest import ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -164,7 +163,7 @@ def test_deploy_dev_workflow():
     assert pulumi["with"]["command"] == "up"
     assert "dev" in pulumi["with"]["stack-name"] and "prod" not in pulumi["with"]["stack-name"]
     assert pulumi["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
-    assert "python -m infra preflight --stack \"$STACK\"" in runs(job) and job["env"]["STACK"] == "dev"
+    assert 'python -m infra preflight --stack "$STACK"' in runs(job) and job["env"]["STACK"] == "dev"
 
 
 @pytest.mark.parametrize("path", [PREVIEW, DEPLOY], ids=lambda p: p.name)

@@ -42,7 +42,6 @@ def known_regions() -> frozenset[str]:
     return frozenset(regions)
 
 
-
 @dataclass(frozen=True)
 class Sections:
     """The parsed sections the checks (and the job section) look at; None: given but invalid."""
@@ -75,7 +74,9 @@ def check_all(az: str, region: str, s: Sections, problems: list[Problem]) -> Non
         _check_services(s.services, problems)
     if s.monitoring is not None and s.monitoring.log_retention_days not in LOG_RETENTION_DAYS:
         problems.append(
-            Problem(f"{NAMESPACE}:monitoring.logRetentionDays", f"{s.monitoring.log_retention_days} is not a CloudWatch retention; use one of {LOG_RETENTION_DAYS}")
+            Problem(
+                f"{NAMESPACE}:monitoring.logRetentionDays", f"{s.monitoring.log_retention_days} is not a CloudWatch retention; use one of {LOG_RETENTION_DAYS}"
+            )
         )
 
 
@@ -102,10 +103,8 @@ def _check_network(n: NetworkConfig, problems: list[Problem]) -> None:
     if not 16 <= net.prefixlen <= 28:
         problems.append(Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not allowed: AWS VPCs are /16 to /28"))
         return
-    if not any(net.subnet_of(ipaddress.ip_network(r)) for r in RFC1918):
-        problems.append(
-            Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not a private range; use 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 space")
-        )
+    if not any(net.subnet_of(ipaddress.IPv4Network(r)) for r in RFC1918):
+        problems.append(Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not a private range; use 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 space"))
     # Private subnets take one /private_subnet_prefix block each; public subnets share one more.
     needed = n.availability_zone_count + 1
     if n.private_subnet_prefix <= net.prefixlen:
@@ -152,9 +151,7 @@ def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
         problems.append(Problem(f"{k}.endpointPrivateAccess", "false together with endpointPublicAccess false leaves no way to reach the API server"))
     for i, arn in enumerate(c.admin_principals):
         if not _ARN.match(arn):
-            problems.append(
-                Problem(f"{k}.adminPrincipals[{i}]", f"{_fmt(arn)} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/Admin")
-            )
+            problems.append(Problem(f"{k}.adminPrincipals[{i}]", f"{_fmt(arn)} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/Admin"))
     if len(set(c.admin_principals)) != len(c.admin_principals):
         problems.append(Problem(f"{k}.adminPrincipals", "lists the same principal twice"))
     if c.log_retention_days not in LOG_RETENTION_DAYS:
@@ -172,9 +169,7 @@ def _check_system(s: SystemNodeGroupConfig, problems: list[Problem]) -> None:
     k = f"{NAMESPACE}:systemNodeGroup"
     it = catalog.get(s.instance_type)
     if it is None:
-        problems.append(
-            Problem(f"{k}.instanceType", f"{_fmt(s.instance_type)} is not in the instance catalog; use one of {', '.join(catalog.SYSTEM_TYPES)}")
-        )
+        problems.append(Problem(f"{k}.instanceType", f"{_fmt(s.instance_type)} is not in the instance catalog; use one of {', '.join(catalog.SYSTEM_TYPES)}"))
     elif it.is_gpu:
         problems.append(Problem(f"{k}.instanceType", f"{_fmt(s.instance_type)} is a GPU type; system nodes use one of {', '.join(catalog.SYSTEM_TYPES)}"))
     _check_scaling(k, s.min_size, s.desired_size, s.max_size, problems)
@@ -205,7 +200,10 @@ def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list
         k = f"{base}[{i}]"
         if not _K8S_NAME.match(g.name) or len(g.name) > 32:
             problems.append(
-                Problem(f"{k}.name", f"{_fmt(g.name)} is not allowed: lower-case letters, digits and '-', starting and ending with a letter or digit, at most 32 characters")
+                Problem(
+                    f"{k}.name",
+                    f"{_fmt(g.name)} is not allowed: lower-case letters, digits and '-', starting and ending with a letter or digit, at most 32 characters",
+                )
             )
         if g.name in seen:
             problems.append(Problem(f"{k}.name", f"{_fmt(g.name)} is used by gpuNodeGroups[{seen[g.name]}] too; node group names must be unique"))
@@ -223,7 +221,9 @@ def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list
         if g.capacity_type == "capacity-block" and not g.capacity_reservation_id:
             problems.append(Problem(f"{k}.capacityReservationId", "is required with capacityType 'capacity-block' (the cr-... id of the block)"))
         if g.capacity_reservation_id and not re.fullmatch(r"cr-[0-9a-f]{8,17}", g.capacity_reservation_id):
-            problems.append(Problem(f"{k}.capacityReservationId", f"{_fmt(g.capacity_reservation_id)} is not a capacity reservation id like cr-0123456789abcdef0"))
+            problems.append(
+                Problem(f"{k}.capacityReservationId", f"{_fmt(g.capacity_reservation_id)} is not a capacity reservation id like cr-0123456789abcdef0")
+            )
         if g.capacity_type == "spot" and g.capacity_reservation_id:
             problems.append(Problem(f"{k}.capacityReservationId", "cannot be used with capacityType 'spot'"))
         pg = g.placement_group
@@ -234,18 +234,29 @@ def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list
                 problems.append(Problem(f"{k}.placementGroup.name", f"{_fmt(pg.name)} is only used with mode 'existing' (mode is {pg.mode!r})"))
             if pg.mode == "create" and g.capacity_reservation_id:
                 problems.append(
-                    Problem(f"{k}.placementGroup.mode", "'create' cannot be combined with a capacity reservation/block; use 'none' or the reservation's own placement group with 'existing'")
+                    Problem(
+                        f"{k}.placementGroup.mode",
+                        "'create' cannot be combined with a capacity reservation/block; use 'none' or the reservation's own placement group with 'existing'",
+                    )
                 )
         for lk, lv in g.labels.items():
             if not _LABEL_KEY.match(lk) or _reserved_label(lk):
                 problems.append(
-                    Problem(f"{k}.labels.{lk}", f"{_fmt(lk)} is not an allowed label key (a valid Kubernetes label key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)")
+                    Problem(
+                        f"{k}.labels.{lk}",
+                        f"{_fmt(lk)} is not an allowed label key (a valid Kubernetes label key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)",
+                    )
                 )
             if not _LABEL_VALUE.match(lv):
                 problems.append(Problem(f"{k}.labels.{lk}", f"{_fmt(lv)} is not a valid Kubernetes label value"))
         for j, t in enumerate(g.taints):
             if not _LABEL_KEY.match(t.key) or _reserved_label(t.key):
-                problems.append(Problem(f"{k}.taints[{j}].key", f"{_fmt(t.key)} is not an allowed taint key (a valid Kubernetes key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)"))
+                problems.append(
+                    Problem(
+                        f"{k}.taints[{j}].key",
+                        f"{_fmt(t.key)} is not an allowed taint key (a valid Kubernetes key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)",
+                    )
+                )
             if not _LABEL_VALUE.match(t.value):
                 problems.append(Problem(f"{k}.taints[{j}].value", f"{_fmt(t.value)} is not a valid taint value (up to 63 letters, digits, '-', '_', '.')"))
             if t.key == "nvidia.com/gpu":
@@ -268,7 +279,10 @@ def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:
     e = st.efs
     if e.enabled and e.performance_mode == "maxIO" and e.throughput_mode == "elastic":
         problems.append(
-            Problem(f"{NAMESPACE}:storage.efs.performanceMode", "'maxIO' is not allowed with throughputMode 'elastic' (EFS offers Elastic throughput with generalPurpose only); use generalPurpose, or throughputMode bursting")
+            Problem(
+                f"{NAMESPACE}:storage.efs.performanceMode",
+                "'maxIO' is not allowed with throughputMode 'elastic' (EFS offers Elastic throughput with generalPurpose only); use generalPurpose, or throughputMode bursting",
+            )
         )
     k = f"{NAMESPACE}:storage.fsx"
     f = st.fsx
@@ -285,12 +299,13 @@ def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:
     allowed = FSX_THROUGHPUT.get(f.deployment_type)
     if allowed is None and f.per_unit_storage_throughput is not None:
         problems.append(
-            Problem(f"{k}.perUnitStorageThroughput", f"{f.per_unit_storage_throughput} is not allowed: {f.deployment_type} has no per-unit throughput setting (PERSISTENT_1/PERSISTENT_2 only)")
+            Problem(
+                f"{k}.perUnitStorageThroughput",
+                f"{f.per_unit_storage_throughput} is not allowed: {f.deployment_type} has no per-unit throughput setting (PERSISTENT_1/PERSISTENT_2 only)",
+            )
         )
     if allowed is not None and f.per_unit_storage_throughput is None:
-        problems.append(
-            Problem(f"{k}.perUnitStorageThroughput", f"is required for {f.deployment_type}: one of {', '.join(map(str, allowed))} (MB/s/TiB)")
-        )
+        problems.append(Problem(f"{k}.perUnitStorageThroughput", f"is required for {f.deployment_type}: one of {', '.join(map(str, allowed))} (MB/s/TiB)"))
     elif allowed is not None and f.per_unit_storage_throughput not in allowed:
         problems.append(
             Problem(
@@ -311,7 +326,7 @@ def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:
 
 def _quantity(text: str, suffixes: str) -> bool:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)" + suffixes, text)
-    return bool(m) and float(m.group(1)) > 0
+    return m is not None and float(m.group(1)) > 0
 
 
 def _check_etcd(e: EtcdConfig, problems: list[Problem]) -> None:
@@ -332,8 +347,13 @@ def _check_services(sv: ServicesConfig, problems: list[Problem]) -> None:
     k = f"{NAMESPACE}:services"
     ns = sv.training_namespace
     if not _K8S_NAME.match(ns) or len(ns) > 63 or ns.startswith("kube-"):
-        problems.append(Problem(f"{k}.trainingNamespace", f"{_fmt(ns)} is not allowed: a Kubernetes namespace name (lower-case letters, digits, '-'), not kube-*"))
+        problems.append(
+            Problem(f"{k}.trainingNamespace", f"{_fmt(ns)} is not allowed: a Kubernetes namespace name (lower-case letters, digits, '-'), not kube-*")
+        )
     elif ns in RESERVED_NAMESPACES:
         problems.append(
-            Problem(f"{k}.trainingNamespace", f"{_fmt(ns)} is not allowed: it belongs to Kubernetes or to a service this stack installs ({', '.join(RESERVED_NAMESPACES)})")
+            Problem(
+                f"{k}.trainingNamespace",
+                f"{_fmt(ns)} is not allowed: it belongs to Kubernetes or to a service this stack installs ({', '.join(RESERVED_NAMESPACES)})",
+            )
         )

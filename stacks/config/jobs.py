@@ -8,7 +8,7 @@ switched off because its node group or operator is gone.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Optional
 
 from facts import catalog
 from facts.problems import Problem
@@ -82,7 +82,7 @@ def parse_job_section(
     what parsed of it (None where a group has problems of its own, already reported: jobs on those
     groups are not checked against them)."""
     raw_list = raw_groups if isinstance(raw_groups, list) else []
-    invalid = {str(item.get("name")) for item, g in zip(raw_list, groups) if g is None and isinstance(item, dict)}
+    invalid = {str(item.get("name")) for item, g in zip(raw_list, groups, strict=True) if g is None and isinstance(item, dict)}
     # A group whose instance type is not a GPU type of the catalog is reported by the group checks.
     invalid |= {g.name for g in groups if g is not None and not _gpu_type(g)}
     usable = [g for g in groups if g is not None and g.name not in invalid]

@@ -29,6 +29,7 @@ from stacks.config.models import (
     SystemNodeGroupConfig,
 )
 
+
 def decode_config_values(flat: Mapping[str, Any]) -> dict[str, Any]:
     """Turn the engine's flat config map (``ns:key`` -> JSON text or plain string) into values."""
     # The engine passes structured values (maps, lists) as JSON text and scalars as plain text.

@@ -171,12 +171,8 @@ class FsxConfig(ConfigModel):
 
     enabled: bool = Field(True, description="FSx for Lustre + CSI driver + PV/PVC `fsx-claim`")
     deployment_type: FsxDeploymentType = Field("SCRATCH_2", description="`SCRATCH_1`, `SCRATCH_2`, `PERSISTENT_1`, `PERSISTENT_2`")
-    storage_capacity_gib: int = Field(
-        1200, alias="storageCapacityGiB", description="1200, 2400, then steps of 2400 (3600 for SCRATCH_1)"
-    )
-    per_unit_storage_throughput: Optional[int] = Field(
-        None, description="MB/s/TiB: PERSISTENT_1 50/100/200; PERSISTENT_2 125/250/500/1000"
-    )
+    storage_capacity_gib: int = Field(1200, alias="storageCapacityGiB", description="1200, 2400, then steps of 2400 (3600 for SCRATCH_1)")
+    per_unit_storage_throughput: Optional[int] = Field(None, description="MB/s/TiB: PERSISTENT_1 50/100/200; PERSISTENT_2 125/250/500/1000")
     s3: Optional[S3LinkConfig] = Field(None, description="`{bucket, prefix, fileSystemPath: /s3, export: false}`: import (and export) an S3 prefix")
 
 

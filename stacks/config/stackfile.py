@@ -12,7 +12,6 @@ import yaml
 from facts.paths import PROJECT_ROOT
 
 
-
 class StackFileError(FileNotFoundError):
     """A stack file that is missing or cannot be read as a stack config."""
 
