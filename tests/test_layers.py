@@ -1,0 +1,87 @@
+"""The layers import one way, from low to high: facts -> jobs -> components -> stacks -> infra.
+
+A module may import its own layer and the layers below it, never one above. ``components`` and
+``jobs`` know nothing of stack config or boto3; ``facts`` imports nothing of ours; and the program
+``pulumi up`` runs never loads the offline engine or Pulumi's mocks.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+LAYERS = ["facts", "jobs", "components", "stacks", "infra"]
+RANK = {name: i for i, name in enumerate(LAYERS)}
+# Third-party packages a layer must not import (at any depth of its own modules).
+FORBIDDEN_EXTERNAL = {
+    "facts": {"pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes", "boto3", "botocore", "pydantic", "yaml"},
+    "jobs": {"pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes", "boto3", "botocore", "yaml"},
+    "components": {"boto3", "botocore"},
+}
+
+
+def imports_of(source: str) -> list[tuple[int, str]]:
+    """(line, dotted module) for every import in ``source``, at any depth (function-level too)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.lineno, node.module))
+            # `from facts import catalog` imports facts.catalog
+            out += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return out
+
+
+def violations(layer: str, source: str, where: str) -> list[str]:
+    found = []
+    for line, module in imports_of(source):
+        top = module.split(".")[0]
+        if top in RANK and RANK[top] > RANK[layer]:
+            found.append(f"{where}:{line} imports {module} ({top} is above {layer})")
+        if top in FORBIDDEN_EXTERNAL.get(layer, set()):
+            found.append(f"{where}:{line} imports {module} ({layer} must not use {top})")
+    return found
+
+
+def layer_modules() -> list[tuple[str, Path]]:
+    return [(layer, path) for layer in LAYERS for path in sorted((ROOT / layer).rglob("*.py"))]
+
+
+def test_every_layer_exists_and_has_modules():
+    for layer in LAYERS:
+        assert (ROOT / layer / "__init__.py").exists(), layer
+    assert len(layer_modules()) > 20
+
+
+@pytest.mark.parametrize("layer,path", layer_modules(), ids=lambda v: str(v.relative_to(ROOT)) if isinstance(v, Path) else v)
+def test_imports_point_down(layer: str, path: Path):
+    assert violations(layer, path.read_text(), str(path.relative_to(ROOT))) == []
+
+
+def test_the_checker_catches_upward_and_forbidden_imports():
+    source = "import pulumi\nfrom stacks.config import load\n\ndef f():\n    from infra import offline\n    import boto3\n"
+    found = violations("components", source, "x.py")
+    assert [f.split(" imports ")[1].split(" ")[0] for f in found] == ["stacks.config", "stacks.config.load", "infra", "infra.offline", "boto3"]
+    assert violations("facts", "import pydantic\n", "y.py") and violations("jobs", "import pulumi_aws as aws\n", "z.py")
+    assert violations("infra", "from stacks import environment\nfrom facts import catalog\n", "w.py") == []
+
+
+def test_the_pulumi_program_does_not_load_the_offline_engine():
+    """What `pulumi up` runs (__main__.py -> infra.program) loads neither the offline engine nor the
+    tooling around it (plan, preflight, moto). (The Pulumi SDK itself imports its mocks module on
+    `import pulumi`; what matters is that our mock engine is never set up.)"""
+    code = (
+        "import sys; sys.path.insert(0, '.');"
+        "import infra.program;"
+        "bad = sorted(m for m in sys.modules if m in ('infra.offline', 'infra.plan', 'infra.preflight', 'infra.aws_catalog', 'moto', 'boto3'));"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == ""
