@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# Set up (first run only) and run the tests: bash scripts/test.sh [pytest args]
+# Set up (first run only), check the code and run the tests: bash scripts/test.sh [pytest args]
+# ruff (lint + format) and mypy must be clean; then the fast test suite. The integration tests with
+# real torchrun and etcd have their own command: bash scripts/test_integration.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-exec .venv/bin/python -m pytest "$@"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
+.venv/bin/python scripts/config_reference.py --check
+exec .venv/bin/python -m pytest --ignore=tests/integration "$@"

@@ -15,16 +15,16 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 import yaml
-from pydantic import BaseModel
 
 import jobs as J
 from facts import catalog
 from stacks import config as C
 from stacks.config import jobs as jobs_config
+from stacks.config import reference
 from tests.conftest import ROOT, minimal_values, run_stack
 
 DOC = ROOT / "docs" / "jobs.md"
@@ -261,71 +261,79 @@ def test_the_validation_section_names_the_refused_keys():
 # ---------------------------------------------------------------------------------------------
 
 
-def _documented_keys() -> set[str]:
-    """Dotted config paths named in the first column of the tables of "## Configuration reference".
-    `a.b.c` / `d` and `a.b/c` name siblings (a.b.d, a.c); the table after a line mentioning
-    "GPU node group" lists the keys of one gpuNodeGroups entry."""
-    section = _section(README.read_text(), re.compile(r"^## Configuration reference"))
-    keys: set[str] = set()
-    table_prefix: Optional[str] = None
-    last_text = ""
-    in_table = False
-    for line in section.splitlines():
-        if not line.startswith("|"):
-            in_table = False
-            if line.strip():
-                last_text = line
-            continue
-        if not in_table:
-            in_table = True
-            table_prefix = "gpuNodeGroups" if "GPU node group" in last_text else None
-        first = _cells(line)[0]
-        prefix = ""
-        for segment in re.findall(r"`([^`]+)`", first):
-            for part in segment.split("/"):
-                part = part.strip().removesuffix("[]")
-                if not part:
-                    continue
-                if "." in part:
-                    full, prefix = part, part.rsplit(".", 1)[0]
-                else:
-                    full = f"{prefix}.{part}" if prefix else part
-                keys.add(f"{table_prefix}.{full}" if table_prefix else full)
+def _readme_block() -> str:
+    text = README.read_text()
+    start, end = text.index(reference.BEGIN), text.index(reference.END) + len(reference.END)
+    return text[start:end]
+
+
+def _readme_keys() -> list[str]:
+    """The first-column keys of the generated tables; the second table's are gpuNodeGroups[] keys."""
+    keys, table = [], 0
+    for line in _readme_block().splitlines():
+        if line.startswith("| key |"):
+            table += 1
+        m = re.match(r"^\| `([^`]+)` \|", line)
+        if m:
+            keys.append(m.group(1) if table == 1 else f"gpuNodeGroups[].{m.group(1)}")
     return keys
 
 
-def _mentioned(path: str, keys: set[str]) -> bool:
-    return path in keys or any(k.startswith(path + ".") for k in keys)
+def _resolve(path: str) -> bool:
+    """Whether a dotted key (``a.b[].c``) names a field of the config models."""
+    if path == "aws:region":
+        return True
+    model: Any = C.StackConfig
+    for part in path.split("."):
+        part = part.removesuffix("[]")
+        if model is None:
+            return False
+        field = next((f for n, f in model.model_fields.items() if part == (f.alias or n)), None)
+        if field is None:
+            return False
+        model = reference._model_in(field.annotation)
+        if part == "jobs":
+            model = None
+    return True
 
 
-def test_the_readme_tables_mention_every_top_level_key():
-    keys = _documented_keys()
-    missing = [name for name in C.SECTIONS if not _mentioned(name, keys)]
-    assert not missing, f"README configuration reference tables do not mention: {missing}"
+def _all_model_paths(model: Any, prefix: str = "") -> set[str]:
+    """Every key of the stack file, walking the models independently of the generator."""
+    out = set()
+    for n, f in model.model_fields.items():
+        if model is C.StackConfig and n in ("project", "stack", "region"):
+            continue
+        key = prefix + (f.alias or n)
+        inner = reference._model_in(f.annotation)
+        is_list = getattr(f.annotation, "__origin__", None) is list
+        if inner is None or n == "jobs":
+            out.add(key)
+            continue
+        if is_list or f.default is None:
+            out.add(key + ("[]" if is_list else ""))
+        out |= _all_model_paths(inner, key + ("[]." if is_list else "."))
+    return out
 
 
-README_MODELS: list[tuple[str, type[BaseModel]]] = [
-    ("network", C.NetworkConfig),
-    ("cluster", C.ClusterConfig),
-    ("systemNodeGroup", C.SystemNodeGroupConfig),
-    ("gpuNodeGroups", C.GpuNodeGroupConfig),
-    ("storage", C.StorageConfig),
-    ("storage.efs", C.EfsConfig),
-    ("storage.fsx", C.FsxConfig),
-    ("etcd", C.EtcdConfig),
-    ("services", C.ServicesConfig),
-    ("monitoring", C.MonitoringConfig),
-]
+def test_the_readme_configuration_reference_is_the_generated_one():
+    assert reference.markdown() in README.read_text(), "run: .venv/bin/python scripts/config_reference.py --write"
 
 
-@pytest.mark.parametrize("prefix,model", README_MODELS, ids=[p for p, _ in README_MODELS])
-def test_the_readme_tables_mention_every_field(prefix, model):
-    keys = _documented_keys()
-    missing = [f"{prefix}.{f.alias or n}" for n, f in model.model_fields.items() if not _mentioned(f"{prefix}.{f.alias or n}", keys)]
-    assert not missing, f"README configuration reference tables do not mention: {missing}"
+def test_every_documented_key_exists_in_the_models():
+    keys = _readme_keys()
+    assert len(keys) > 50
+    assert [k for k in keys if not _resolve(k)] == []
+    assert not _resolve("network.noSuchKey") and not _resolve("gpuNodeGroups[].taints[].colour")
 
 
-def test_the_readme_key_parser_is_not_vacuous():
-    keys = _documented_keys()
-    assert {"network.vpcCidr", "systemNodeGroup.desiredSize", "storage.efs.performanceMode", "gpuNodeGroups.capacityType"} <= keys
-    assert not _mentioned("network.noSuchKey", keys)
+def test_no_config_key_is_left_undocumented():
+    documented = set(_readme_keys())
+    missing = sorted(_all_model_paths(C.StackConfig) - documented)
+    assert missing == [], f"README configuration reference does not document: {missing}"
+    assert {"network.vpcCidr", "storage.fsx.s3.bucket", "gpuNodeGroups[].taints[].effect", "jobs"} <= documented
+
+
+def test_every_config_field_has_a_one_line_description():
+    for model in (C.StackConfig, C.NetworkConfig, C.ClusterConfig, C.SystemNodeGroupConfig, C.GpuNodeGroupConfig, C.Taint, C.PlacementGroupConfig):
+        for name, field in model.model_fields.items():
+            assert field.description and "\n" not in field.description, f"{model.__name__}.{name}"
