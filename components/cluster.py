@@ -29,22 +29,22 @@ NODE_MANAGED_POLICIES = (
 
 @dataclass
 class ClusterArgs:
-    cluster_name: str
-    kubernetes_version: str
-    vpc_id: pulumi.Input[str]
-    private_subnet_ids: Sequence[pulumi.Input[str]]
-    public_subnet_ids: Sequence[pulumi.Input[str]]
-    endpoint_public_access: bool
-    endpoint_public_access_cidrs: list[str]
-    endpoint_private_access: bool
-    admin_principals: list[str]
-    vpc_cni_version: str
-    coredns_version: str
-    kube_proxy_version: str
-    pod_identity_agent_version: str
-    log_retention_days: int = 30
-    deletion_protection: bool = False
-    tags: dict[str, str] = field(default_factory=dict)
+    cluster_name: str  # EKS cluster name; also names the KMS alias and the control-plane log group
+    kubernetes_version: str  # EKS control-plane Kubernetes version, e.g. "1.36"
+    vpc_id: pulumi.Input[str]  # the VPC the cluster runs in
+    private_subnet_ids: Sequence[pulumi.Input[str]]  # private subnets of the control plane's network interfaces (the node subnets)
+    public_subnet_ids: Sequence[pulumi.Input[str]]  # public subnets, handed to EKS too (internet-facing load balancers); nodes never get public IPs
+    endpoint_public_access: bool  # serve the Kubernetes API on a public endpoint
+    endpoint_public_access_cidrs: list[str]  # CIDRs that may reach the public endpoint (ignored when it is off)
+    endpoint_private_access: bool  # serve the Kubernetes API on a private endpoint inside the VPC
+    admin_principals: list[str]  # IAM role/user ARNs given cluster-admin through access entries
+    vpc_cni_version: str  # version of the VPC CNI managed add-on
+    coredns_version: str  # version of the CoreDNS managed add-on, created later by add_coredns (after the system nodes)
+    kube_proxy_version: str  # version of the kube-proxy managed add-on
+    pod_identity_agent_version: str  # version of the EKS Pod Identity agent managed add-on
+    log_retention_days: int = 30  # retention of the control-plane log group /aws/eks/<cluster_name>/cluster, in days
+    deletion_protection: bool = False  # EKS deletion protection on the cluster
+    tags: dict[str, str] = field(default_factory=dict)  # tags on every AWS resource of the component
 
 
 def assume_role_policy(service: str) -> str:

@@ -15,18 +15,18 @@ import pulumi_kubernetes as k8s
 
 @dataclass
 class DevicePluginsArgs:
-    nvidia_chart_version: Optional[str]  # None: do not install
-    nvidia_repo: str
-    efa_chart_version: Optional[str]  # None: do not install
-    efa_repo: str
+    nvidia_chart_version: Optional[str]  # NVIDIA device plugin chart version; None: do not install
+    nvidia_repo: str  # Helm repository URL of the NVIDIA device plugin chart
+    efa_chart_version: Optional[str]  # EFA device plugin chart version; None: do not install
+    efa_repo: str  # Helm repository URL of the EFA device plugin chart
     # The taint every GPU node carries ({key, value, effect}); both plugins tolerate it.
     gpu_taint: dict[str, str] = field(default_factory=dict)
     # Node label every GPU node carries / every EFA-enabled GPU node carries.
-    gpu_node_label: dict[str, str] = field(default_factory=dict)
-    efa_node_label: dict[str, str] = field(default_factory=dict)
-    # The EFA-capable instance types the stack runs (the EFA chart's node affinity lists types).
+    gpu_node_label: dict[str, str] = field(default_factory=dict)  # the NVIDIA plugin's required node affinity
+    efa_node_label: dict[str, str] = field(default_factory=dict)  # the EFA plugin's node selector
+    # The EFA-capable instance types the stack runs (the EFA chart's node affinity lists types); empty: no EFA plugin.
     efa_instance_types: list[str] = field(default_factory=list)
-    namespace: str = "kube-system"
+    namespace: str = "kube-system"  # namespace of both Helm releases
 
 
 def _require_labels(labels: dict[str, str]) -> dict:

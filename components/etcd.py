@@ -24,14 +24,14 @@ PEER_PORT = 2380
 
 @dataclass
 class EtcdArgs:
-    namespace: pulumi.Input[str]
-    namespace_name: str
-    image: str
-    replicas: int = 1
-    cpu: str = "250m"
-    memory: str = "512Mi"
-    node_selector: dict[str, str] = field(default_factory=dict)
-    name: str = "etcd"
+    namespace: pulumi.Input[str]  # namespace of the objects (the training namespace's output, so they wait for it)
+    namespace_name: str  # the same namespace as plain text, for the members' DNS names, the cluster token and the endpoint
+    image: str  # etcd image, 3.5 (3.6 removed the v2 API, --enable-v2, that PyTorch's etcd rendezvous needs)
+    replicas: int = 1  # members: 1, 3 or 5; above 1 they spread over nodes and a PodDisruptionBudget keeps a quorum
+    cpu: str = "250m"  # CPU request per member
+    memory: str = "512Mi"  # memory request and limit per member
+    node_selector: dict[str, str] = field(default_factory=dict)  # node labels the members must run on (the system group); empty: any node
+    name: str = "etcd"  # name of the StatefulSet and client Service (peers: <name>-peers), and the instance label
 
 
 def initial_cluster(name: str, namespace: str, replicas: int) -> str:

@@ -28,13 +28,13 @@ DASHBOARD_METRICS = (
 
 @dataclass
 class MonitoringArgs:
-    cluster_name: str
-    region: str
-    addon_version: str
-    log_retention_days: int = 30
-    dashboard: bool = True
-    cluster_ready: list[pulumi.Resource] = field(default_factory=list)
-    tags: dict[str, str] = field(default_factory=dict)
+    cluster_name: str  # EKS cluster that gets the add-on; also names the log groups and the dashboard
+    region: str  # AWS region of the dashboard's metrics
+    addon_version: str  # version of the amazon-cloudwatch-observability managed add-on
+    log_retention_days: int = 30  # retention of the Container Insights log groups, in days
+    dashboard: bool = True  # create the <cluster_name>-gpu CloudWatch dashboard (GPU and EFA per node)
+    cluster_ready: list[pulumi.Resource] = field(default_factory=list)  # what the add-on waits for (cluster, Pod Identity agent, nodes, CoreDNS)
+    tags: dict[str, str] = field(default_factory=dict)  # tags on the log groups, the agent's IAM role and the add-on
 
 
 def dashboard_body(cluster_name: str, region: str) -> dict:

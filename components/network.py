@@ -16,15 +16,15 @@ import pulumi_aws as aws
 
 @dataclass
 class NetworkArgs:
-    cluster_name: str
-    region: str
-    vpc_cidr: str
+    cluster_name: str  # EKS cluster name: the Name tags and the kubernetes.io/cluster/<name> subnet tag
+    region: str  # AWS region (the S3 gateway endpoint's service name)
+    vpc_cidr: str  # the VPC's IPv4 range, carved into the private and public subnets
     # Private subnets go to these AZs, in this order. The GPU AZ must be one of them.
     availability_zones: list[str]
-    gpu_availability_zone: str
-    private_subnet_prefix: int = 19
-    nat_per_az: bool = False
-    tags: dict[str, str] = field(default_factory=dict)
+    gpu_availability_zone: str  # the GPU nodes' AZ; its private subnet becomes gpu_subnet_id (tag gputraining/gpu-az)
+    private_subnet_prefix: int = 19  # prefix length of each private subnet (public subnets are 4 bits longer)
+    nat_per_az: bool = False  # a NAT gateway per AZ; False: one, shared by every private subnet
+    tags: dict[str, str] = field(default_factory=dict)  # tags on every AWS resource of the component
 
 
 def subnet_plan(vpc_cidr: str, azs: list[str], private_prefix: int) -> tuple[list[str], list[str]]:

@@ -31,35 +31,35 @@ EKS_CAPACITY_TYPE = {"on-demand": "ON_DEMAND", "spot": "SPOT", "capacity-block":
 
 @dataclass
 class NodeGroupArgs:
-    cluster: eks.Cluster
-    cluster_name: str
-    cluster_security_group_id: pulumi.Input[str]
-    node_role: aws.iam.Role
-    vpc_id: pulumi.Input[str]
-    subnet_ids: Sequence[pulumi.Input[str]]
-    instance_type: str
-    ami_type: str
-    min_size: int
-    desired_size: int
-    max_size: int
-    disk_size_gib: int
-    kubernetes_version: Optional[str] = None
-    capacity_type: Literal["on-demand", "spot", "capacity-block"] = "on-demand"
-    capacity_reservation_id: Optional[str] = None
+    cluster: eks.Cluster  # the pulumi-eks cluster the group joins
+    cluster_name: str  # EKS cluster name; the node group is named <cluster_name>-<component name>
+    cluster_security_group_id: pulumi.Input[str]  # the cluster security group EKS created, on every node (and EFA interface)
+    node_role: aws.iam.Role  # IAM role of the nodes
+    vpc_id: pulumi.Input[str]  # VPC of the EFA security group
+    subnet_ids: Sequence[pulumi.Input[str]]  # subnets EKS launches the nodes in (a GPU group: the GPU AZ's private subnet)
+    instance_type: str  # EC2 instance type of every node
+    ami_type: str  # EKS AMI type, e.g. AL2023_x86_64_NVIDIA
+    min_size: int  # fewest nodes
+    desired_size: int  # nodes to start with
+    max_size: int  # most nodes
+    disk_size_gib: int  # size of the encrypted gp3 root volume, GiB
+    kubernetes_version: Optional[str] = None  # kubelet version of the nodes; None: the cluster's
+    capacity_type: Literal["on-demand", "spot", "capacity-block"] = "on-demand"  # how instances are bought; capacity-block also sets the market type
+    capacity_reservation_id: Optional[str] = None  # capacity reservation or block (cr-...) the launch template targets; None: none
     # EFA interfaces to attach (0 = no EFA), the type's network cards to spread them over.
     efa_interfaces: int = 0
     # Placement: "create" a cluster placement group in `availability_zone`, use an "existing" one
     # by name, or "none".
     placement_group: Literal["create", "existing", "none"] = "none"
-    placement_group_name: Optional[str] = None
-    availability_zone: Optional[str] = None
-    gpu: bool = False
+    placement_group_name: Optional[str] = None  # the placement group's name, with placement_group "existing"
+    availability_zone: Optional[str] = None  # the group's one AZ; required with EFA and with placement_group "create"
+    gpu: bool = False  # a GPU group: adds the GPU node label and the GPU taint
     # The name jobs and operators use for this group (label gputraining/node-group); defaults to
     # the component's name.
     group_name: Optional[str] = None
-    labels: dict[str, str] = field(default_factory=dict)
-    taints: list[dict[str, str]] = field(default_factory=list)
-    tags: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)  # extra node labels (the node-group, GPU and EFA labels are added)
+    taints: list[dict[str, str]] = field(default_factory=list)  # extra node taints {key, value, effect} (a GPU group also gets the GPU taint)
+    tags: dict[str, str] = field(default_factory=dict)  # tags on the AWS resources, instances and volumes (plus gputraining/node-group)
 
 
 def efa_network_interfaces(count: int, security_group_ids: list[pulumi.Input[str]]) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:

@@ -92,17 +92,17 @@ def _csi_addon(
 
 @dataclass
 class EfsStoreArgs:
-    cluster_name: str
-    vpc_id: pulumi.Input[str]
+    cluster_name: str  # EKS cluster that gets the CSI add-on; also names the security group, file system and PV
+    vpc_id: pulumi.Input[str]  # VPC of the NFS security group
     subnet_ids: Sequence[pulumi.Input[str]]  # the private subnets: one mount target each
-    node_security_group_id: pulumi.Input[str]
-    namespace: pulumi.Input[str]
-    addon_version: str
-    throughput_mode: str = "elastic"
-    performance_mode: str = "generalPurpose"
-    protect: bool = False
+    node_security_group_id: pulumi.Input[str]  # the nodes' security group (the cluster security group), allowed NFS in
+    namespace: pulumi.Input[str]  # namespace of the PVC (the training namespace)
+    addon_version: str  # version of the aws-efs-csi-driver managed add-on
+    throughput_mode: str = "elastic"  # EFS throughput mode: "elastic" or "bursting"
+    performance_mode: str = "generalPurpose"  # EFS performance mode: "generalPurpose" or "maxIO"
+    protect: bool = False  # protect the file system and its KMS key from `pulumi destroy`
     cluster_ready: list[pulumi.Resource] = field(default_factory=list)  # what the add-on needs first
-    tags: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)  # tags on every AWS resource of the component
 
 
 class EfsStore(pulumi.ComponentResource):
@@ -198,24 +198,24 @@ class EfsStore(pulumi.ComponentResource):
 
 @dataclass
 class FsxStoreArgs:
-    cluster_name: str
-    vpc_id: pulumi.Input[str]
+    cluster_name: str  # EKS cluster that gets the CSI add-on; also names the security group, file system and PV
+    vpc_id: pulumi.Input[str]  # VPC of the Lustre security group
     subnet_id: pulumi.Input[str]  # the GPU AZ's private subnet
     availability_zone: str  # the GPU AZ (for the record; the subnet decides)
-    node_security_group_id: pulumi.Input[str]
-    namespace: pulumi.Input[str]
-    addon_version: str
-    deployment_type: str
-    storage_capacity_gib: int
+    node_security_group_id: pulumi.Input[str]  # the nodes' security group: Lustre ports open both ways with the file system's
+    namespace: pulumi.Input[str]  # namespace of the PVC (the training namespace)
+    addon_version: str  # version of the aws-fsx-csi-driver managed add-on
+    deployment_type: str  # SCRATCH_1, SCRATCH_2, PERSISTENT_1 or PERSISTENT_2; persistent ones get a KMS key of ours
+    storage_capacity_gib: int  # file system size in GiB, also the PV's and PVC's capacity
     lustre_version: str  # FSx for Lustre version (facts/versions.py)
-    per_unit_storage_throughput: Optional[int] = None
-    s3_bucket: Optional[str] = None
-    s3_prefix: str = ""
-    s3_file_system_path: str = "/s3"
-    s3_export: bool = False
-    protect: bool = False
-    cluster_ready: list[pulumi.Resource] = field(default_factory=list)
-    tags: dict[str, str] = field(default_factory=dict)
+    per_unit_storage_throughput: Optional[int] = None  # MB/s per TiB, used by PERSISTENT_* only
+    s3_bucket: Optional[str] = None  # bucket linked through a data repository association; None: no S3 link
+    s3_prefix: str = ""  # key prefix inside s3_bucket
+    s3_file_system_path: str = "/s3"  # where the linked S3 data appears inside the file system
+    s3_export: bool = False  # also export changes back to S3 (import is always on)
+    protect: bool = False  # protect the file system and its KMS key from `pulumi destroy`
+    cluster_ready: list[pulumi.Resource] = field(default_factory=list)  # what the add-on needs first
+    tags: dict[str, str] = field(default_factory=dict)  # tags on every AWS resource of the component
 
 
 class FsxStore(pulumi.ComponentResource):
