@@ -11,10 +11,10 @@ from pydantic import Field
 from facts.problems import Problem
 from facts.versions import AWS_CLI_IMAGE
 from jobs import checks, pod
-from jobs.base import JobsContext, Manifest, SystemJob
+from jobs.base import JobsContext, Manifest, RunJob, SystemJob
 
 
-class DataStageSpec(SystemJob):
+class DataStageSpec(SystemJob, RunJob):
     """Copies an S3 prefix into ``path`` on a shared volume (a batch Job on the system nodes)."""
 
     kind: Literal["data-stage"] = Field(description="`data-stage`")
@@ -95,9 +95,8 @@ class DataStageSpec(SystemJob):
                 "apiVersion": "batch/v1",
                 "kind": "Job",
                 # A copy of a large prefix can take hours: `pulumi up` does not wait for it
-                # (kubectl wait / logs do). No ttlSecondsAfterFinished: a Job that deletes itself
-                # would be recreated by the next `pulumi up`.
+                # (kubectl wait / logs do).
                 "metadata": pod.metadata(self, ctx, annotations={"pulumi.com/skipAwait": "true"}),
-                "spec": {"backoffLimit": 3, "template": pod.template(self, spec, "stage")},
+                "spec": {**self.bounds(), "template": pod.template(self, spec, "stage")},
             },
         ]

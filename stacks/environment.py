@@ -22,7 +22,7 @@ from components.node_group import NodeGroup, NodeGroupArgs
 from components.operators import MpiOperator, MpiOperatorArgs, TrainingOperator, TrainingOperatorArgs
 from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
 from facts import versions
-from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
+from facts.kube import EFA_HUGEPAGES_2MI_PAGES, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
 from facts.paths import PROJECT_ROOT
 from jobs.base import JobsContext
 from stacks.config import GpuNodeGroupConfig, StackConfig
@@ -156,6 +156,7 @@ def _gpu_node_group(g: GpuNodeGroupConfig, gpu_az: str, cfg: StackConfig, cluste
         capacity_type=g.capacity_type,
         capacity_reservation_id=g.capacity_reservation_id,
         efa_interfaces=g.efa_interfaces,
+        hugepages_2mi=EFA_HUGEPAGES_2MI_PAGES if g.efa_interfaces else 0,
         placement_group=placement.mode,
         placement_group_name=placement.name,
         gpu=True,
