@@ -776,7 +776,7 @@ def test_b_rerun_after_bumping_run_succeeds(tmp_path: Path, dev_objects: list[di
         elif env1["PET_RDZV_ID"] == env2["PET_RDZV_ID"]:
             problems.append(f"bumping `run` leaves elasticPolicy.rdzvId at {env1['PET_RDZV_ID']!r}: the re-run meets the first run's closed rendezvous")
     except PlanError as err:
-        problems.append(f"the plan rejects `run` on the pytorch-elastic job (the feature has not landed): {err}")
+        problems.append(f"the plan rejects `run` on the pytorch-elastic job: {err}")
         first = second = require_elastic_jobs(dev_objects, "the dev plan")[0]
         env1 = env2 = operator_pod_env(first)
         notes.append("(ran the job exactly as the dev plan emits it, twice, instead)")
