@@ -617,11 +617,11 @@ class Launcher:
 
 
 def job_nodes(job: Mapping[str, Any]) -> int:
-    """Nodes to run for a job: its elastic maximum (PET_NNODES max), at least 2 for a multi-node world.
-
-    The operator creates Worker.replicas pods (1 in dev); maxReplicas is what the job may grow to.
-    """
+    """Nodes to run for a job: the Worker pods the operator creates (``Worker.replicas``), which must be
+    the elastic maximum (PET_NNODES max): an elastic job starts big and shrinks when nodes go."""
     high = int(operator_pod_env(job)["PET_NNODES"].split(":")[-1])
+    workers = int(job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"])
+    assert workers == high, f"PyTorchJob {job['metadata']['name']} starts {workers} worker(s), not its maximum {high}"
     assert high >= 2, f"PyTorchJob {job['metadata']['name']} allows at most {high} node(s): PET_NNODES {operator_pod_env(job)['PET_NNODES']!r}"
     return high
 
