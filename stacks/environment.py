@@ -13,7 +13,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.cluster import Cluster, ClusterArgs
-from components.device_plugins import DevicePlugins, DevicePluginsArgs
+from components.device_plugins import ChartFile, DevicePlugins, DevicePluginsArgs
 from components.etcd import Etcd, EtcdArgs
 from components.jobs import TrainingJobs, TrainingJobsArgs
 from components.monitoring import Monitoring, MonitoringArgs
@@ -22,7 +22,7 @@ from components.node_group import NodeGroup, NodeGroupArgs
 from components.operators import MpiOperator, MpiOperatorArgs, TrainingOperator, TrainingOperatorArgs
 from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
 from facts import versions
-from facts.kube import EFA_HUGEPAGES_2MI_PAGES, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
+from facts.kube import EFA_HUGEPAGES_2MI_PAGES, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
 from facts.paths import PROJECT_ROOT
 from jobs.base import JobsContext
 from stacks.config import GpuNodeGroupConfig, StackConfig
@@ -225,14 +225,16 @@ def _device_plugins(s: _Services) -> None:
     DevicePlugins(
         "device-plugins",
         DevicePluginsArgs(
-            nvidia_chart_version=versions.NVIDIA_DEVICE_PLUGIN_CHART if sv.nvidia_device_plugin else None,
-            nvidia_repo=versions.NVIDIA_DEVICE_PLUGIN_REPO,
-            efa_chart_version=versions.EFA_DEVICE_PLUGIN_CHART if sv.efa_device_plugin else None,
-            efa_repo=versions.EFA_DEVICE_PLUGIN_REPO,
-            gpu_taint=dict(GPU_TAINT),
+            nvidia_chart=ChartFile(versions.NVIDIA_DEVICE_PLUGIN_CHART_FILE, versions.NVIDIA_DEVICE_PLUGIN_CHART_SHA256, versions.NVIDIA_DEVICE_PLUGIN_CHART)
+            if sv.nvidia_device_plugin
+            else None,
+            efa_chart=ChartFile(versions.EFA_DEVICE_PLUGIN_CHART_FILE, versions.EFA_DEVICE_PLUGIN_CHART_SHA256, versions.EFA_DEVICE_PLUGIN_CHART)
+            if sv.efa_device_plugin
+            else None,
             gpu_node_label=dict(GPU_PRESENT_LABEL),
             efa_node_label=dict(EFA_PRESENT_LABEL),
             efa_instance_types=sorted({g.instance_type for g in s.cfg.gpu_node_groups if g.efa_enabled}),
+            project_root=PROJECT_ROOT,
         ),
         opts=s.k8s_component,
     )

