@@ -61,6 +61,9 @@ class NodeGroupArgs:
     labels: dict[str, str] = field(default_factory=dict)  # extra node labels (the node-group, GPU and EFA labels are added)
     taints: list[dict[str, str]] = field(default_factory=list)  # extra node taints {key, value, effect} (a GPU group also gets the GPU taint)
     hugepages_2mi: int = 0  # 2 MiB huge pages each node reserves at boot, before kubelet starts (0: none; EFA groups need them)
+    # IMDSv2 hops: 1 keeps pods without host networking away from the node role's credentials; 2 lets
+    # them read instance metadata (the EFS/FSx CSI controllers on system nodes do at start-up).
+    imds_hop_limit: int = 2
     tags: dict[str, str] = field(default_factory=dict)  # tags on the AWS resources, instances and volumes (plus gputraining/node-group)
 
 
@@ -200,8 +203,7 @@ class NodeGroup(pulumi.ComponentResource):
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
                 http_endpoint="enabled",
                 http_tokens="required",
-                # 2 so that agents in pods (CloudWatch, device plugins) can still read instance metadata.
-                http_put_response_hop_limit=2,
+                http_put_response_hop_limit=args.imds_hop_limit,
             ),
             # With EFA the interfaces carry the security groups; otherwise the template does.
             vpc_security_group_ids=None if network_interfaces else security_group_ids,

@@ -157,6 +157,10 @@ def _gpu_node_group(g: GpuNodeGroupConfig, gpu_az: str, cfg: StackConfig, cluste
         capacity_reservation_id=g.capacity_reservation_id,
         efa_interfaces=g.efa_interfaces,
         hugepages_2mi=EFA_HUGEPAGES_2MI_PAGES if g.efa_interfaces else 0,
+        # Training code runs here: pods cannot reach IMDS (one hop). What needs instance metadata on GPU
+        # nodes runs with host networking (VPC CNI, kube-proxy, the CSI node plugins, the CloudWatch
+        # agent and Fluent Bit of the observability add-on, the Pod Identity agent).
+        imds_hop_limit=1,
         placement_group=placement.mode,
         placement_group_name=placement.name,
         gpu=True,
@@ -290,6 +294,9 @@ def _fsx(s: _Services) -> None:
             s3_file_system_path=f.s3.file_system_path if f.s3 else "/s3",
             s3_export=f.s3.export if f.s3 else False,
             protect=st.deletion_protection,
+            backup_retention_days=f.backup_retention_days,
+            backup_start_time=f.backup_start_time,
+            final_backup=f.final_backup,
             cluster_ready=s.cluster_ready,
             tags=s.tags,
         ),

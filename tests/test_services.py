@@ -467,11 +467,18 @@ def test_fsx_security_group_lustre_ports_from_nodes_and_itself_before_the_file_s
     }
     assert len(ingress) == 4
     assert all(not {"cidrIpv4", "cidrIpv6"} & set(r.inputs) for r in ingress)
-    # Every rule of the store exists before the file system.
+    # The file system waits only for its own group's rules (among its servers, and out), not for
+    # those referencing the cluster's security group: it is created beside the cluster. The PV
+    # waits for the rules between the nodes and the file servers.
     rules = _children(plan, FSX_STORE, INGRESS) + _children(plan, FSX_STORE, EGRESS)
-    assert len(rules) >= 4
+    assert len(rules) == 7
+    pv = _child(plan, FSX_STORE, PV)
     for r in rules:
-        assert {"type": r.type, "name": r.name} in fs.depends_on, r.name
+        touches_nodes = cluster_sg in (r.inputs.get("referencedSecurityGroupId"), r.inputs.get("securityGroupId"))
+        assert ({"type": r.type, "name": r.name} in fs.depends_on) != touches_nodes, r.name
+        if touches_nodes:
+            assert {"type": r.type, "name": r.name} in pv.depends_on, r.name
+    assert not any(d["type"].startswith("eks:") for d in fs.depends_on)
 
 
 def test_fsx_scratch_deployment_from_config_without_throughput_or_key(dev_plan):

@@ -313,6 +313,18 @@ def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:
                 f"{_fmt(f.per_unit_storage_throughput)} is not allowed for {f.deployment_type}: use one of {', '.join(map(str, allowed))} (MB/s/TiB)",
             )
         )
+    if not f.deployment_type.startswith("PERSISTENT"):
+        if f.backup_retention_days:
+            problems.append(
+                Problem(
+                    f"{k}.backupRetentionDays",
+                    f"{f.backup_retention_days} is not allowed: {f.deployment_type} has no backups (PERSISTENT_1/PERSISTENT_2 only); use 0",
+                )
+            )
+        if f.final_backup:
+            problems.append(Problem(f"{k}.finalBackup", f"true is not allowed: {f.deployment_type} has no backups (PERSISTENT_1/PERSISTENT_2 only)"))
+    if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", f.backup_start_time):
+        problems.append(Problem(f"{k}.backupStartTime", f"{_fmt(f.backup_start_time)} is not a UTC time HH:MM like 03:00"))
     if f.s3 is not None:
         if f.deployment_type == "SCRATCH_1":
             problems.append(Problem(f"{k}.s3", "an S3 link needs SCRATCH_2, PERSISTENT_1 or PERSISTENT_2 (SCRATCH_1 has no data repository associations)"))

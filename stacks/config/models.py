@@ -174,6 +174,9 @@ class FsxConfig(ConfigModel):
     storage_capacity_gib: int = Field(1200, alias="storageCapacityGiB", description="1200, 2400, then steps of 2400 (3600 for SCRATCH_1)")
     per_unit_storage_throughput: Optional[int] = Field(None, description="MB/s/TiB: PERSISTENT_1 50/100/200; PERSISTENT_2 125/250/500/1000")
     s3: Optional[S3LinkConfig] = Field(None, description="`{bucket, prefix, fileSystemPath: /s3, export: false}`: import (and export) an S3 prefix")
+    backup_retention_days: int = Field(0, ge=0, le=90, description="days of daily automatic backups, 0-90 (PERSISTENT types only; 0: none)")
+    backup_start_time: str = Field("03:00", description="UTC time `HH:MM` of the daily automatic backup")
+    final_backup: bool = Field(False, description="take a backup when the file system is deleted (PERSISTENT types only)")
 
 
 class StorageConfig(ConfigModel):
