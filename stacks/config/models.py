@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from facts import catalog, versions
@@ -192,8 +192,16 @@ class EtcdConfig(ConfigModel):
 
     enabled: bool = Field(True, description="etcd for elastic rendezvous")
     replicas: int = Field(1, description="members: 1, 3 or 5")
-    cpu: str = Field("250m", description="CPU request per member")
+    cpu: str = Field("250m", description="CPU request per member (a Kubernetes quantity: `250m`, `1`, `0.5`)")
     memory: str = Field("512Mi", description="memory request (and limit) per member")
+
+    @field_validator("cpu", "memory", mode="before")
+    @classmethod
+    def _quantity_as_text(cls, value: Any) -> Any:
+        """YAML reads `cpu: 1` as a number; a Kubernetes quantity is its text."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return format(value, "g") if isinstance(value, float) else str(value)
+        return value
 
 
 class ServicesConfig(ConfigModel):
