@@ -9,10 +9,9 @@
 
 from __future__ import annotations
 
-import copy
 import hashlib
+import pickle
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
@@ -29,25 +28,32 @@ class ManifestChecksumError(Exception):
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# Parsed manifests by the sha256 of their bytes, pickled: the file is read and checked on every
+# call, parsed once per process (tests plan many stacks), and every caller gets objects of its own.
+_parsed: dict[str, bytes] = {}
+
+
 def load_manifest(path: Path, sha256: str) -> list[dict[str, Any]]:
     """The documents of a vendored manifest, after checking it is the pinned file."""
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != sha256:
         raise ManifestChecksumError(f"{path} has sha256 {digest}, expected {sha256}: it is not the pinned upstream file")
-    return copy.deepcopy(_parse(digest, data))
+    snapshot = _parsed.get(digest)
+    if snapshot is None:
+        snapshot = _parsed[digest] = pickle.dumps(_parse(data), protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.loads(snapshot)
 
 
-@lru_cache(maxsize=8)
-def _parse(digest: str, data: bytes) -> list[dict[str, Any]]:
+def _parse(data: bytes) -> list[dict[str, Any]]:
     return [doc for doc in yaml.load_all(data, Loader=_Loader) if doc]
 
 
 @dataclass
 class MpiOperatorArgs:
-    manifest: Path
-    manifest_sha256: str
-    version: str
+    manifest: Path  # the vendored install manifest of the release
+    manifest_sha256: str  # sha256 of that file as pinned in facts/versions.py; any other file is refused
+    version: str  # the release, e.g. "v0.8.0", registered as the component's output
 
 
 # The kinds an operator's install manifest may hold, as typed resources. Anything else is refused,

@@ -9,19 +9,21 @@ Used by the offline plan (``python -m infra plan``) and by the tests.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import hashlib
 import importlib.util
 import json
+import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pulumi
 import pulumi.resource as pulumi_resource
-from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_pulumi_func
@@ -80,10 +82,7 @@ def az_offerings(region: str) -> dict[str, set[str]]:
     base = _moto_resources()
     path = base / "instance_type_offerings" / "availability-zone" / f"{region}.json.gz" if base else None
     if path is None or not path.exists():
-        raise RuntimeError(
-            f"no recorded AWS offering data for region {region!r} (install the dev requirements; "
-            "moto ships the data)"
-        )
+        raise RuntimeError(f"no recorded AWS offering data for region {region!r} (install the dev requirements; moto ships the data)")
     offered: dict[str, set[str]] = {}
     for item in json.loads(gzip.decompress(path.read_bytes())):
         offered.setdefault(item["InstanceType"], set()).add(item["Location"])
@@ -154,7 +153,11 @@ class OfflineMocks(pulumi_mocks.Mocks):
         if typ == "aws:ec2/securityGroup:SecurityGroup":
             return {"arn": f"arn:aws:ec2:{self.region}:{ACCOUNT_ID}:security-group/{rid}"}
         if typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
-            return {"dnsName": f"{rid}.fsx.{self.region}.amazonaws.com", "mountName": _digest("mount", name, n=8), "networkInterfaceIds": ["eni-" + _digest("eni", name)]}
+            return {
+                "dnsName": f"{rid}.fsx.{self.region}.amazonaws.com",
+                "mountName": _digest("mount", name, n=8),
+                "networkInterfaceIds": ["eni-" + _digest("eni", name)],
+            }
         if typ == "aws:efs/fileSystem:FileSystem":
             return {"dnsName": f"{rid}.efs.{self.region}.amazonaws.com"}
         if typ == "eks:index:Cluster":
@@ -214,6 +217,37 @@ def _urn_parts(urn: str) -> tuple[str, str]:
 def _ref(urn: str) -> dict[str, str]:
     typ, name = _urn_parts(urn)
     return {"type": typ, "name": name}
+
+
+def _wire_dict(struct: Any, references: list[dict[str, Any]]) -> dict[str, Any]:
+    """A ``google.protobuf.Struct`` -> plain dict, as ``json_format.MessageToDict`` gives it (numbers
+    as floats, signature keys kept), appending every resource reference found to ``references``.
+
+    A direct walk of the Struct: MessageToDict goes through the descriptors for every value and is
+    several times slower on the large objects (CRD schemas) the plan registers.
+    """
+    out = {key: _wire_value(value, references) for key, value in struct.fields.items()}
+    if out.get(_SIG_KEY) == _SIG_RESOURCE:
+        references.append(out)
+    return out
+
+
+def _wire_value(value: Any, references: list[dict[str, Any]]) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "struct_value":
+        return _wire_dict(value.struct_value, references)
+    if kind == "list_value":
+        return [_wire_value(v, references) for v in value.list_value.values]
+    if kind == "number_value":
+        number = value.number_value
+        if math.isinf(number) or math.isnan(number):  # as MessageToDict: not representable in JSON
+            raise ValueError(f"cannot record the number {number} (Infinity and NaN have no JSON form)")
+        return number
+    if kind == "bool_value":
+        return value.bool_value
+    return None  # null_value, or a Value with nothing set
 
 
 def _plain(value: Any) -> Any:
@@ -281,13 +315,17 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     def RegisterResource(self, request):
         if request.type == "pulumi:pulumi:Stack":
             return super().RegisterResource(request)
-        raw = json_format.MessageToDict(request.object, preserving_proto_field_name=True)
+        references: list[dict[str, Any]] = []
+        raw = _wire_dict(request.object, references)
         # Resource references among the inputs (a cluster handed to a node group) reach the mocks
         # as their URN: deserializing them for real would start lookups on another event loop.
-        sanitized = type(request)()
-        sanitized.CopyFrom(request)
-        sanitized.object.Clear()
-        sanitized.object.update(_without_references(raw))
+        # Most registrations hold none, and go to the mocks as they came.
+        sanitized = request
+        if references:
+            sanitized = type(request)()
+            sanitized.CopyFrom(request)
+            sanitized.object.Clear()
+            sanitized.object.update(_without_references(raw))
         response = super().RegisterResource(sanitized)
         parent = None
         if request.parent and not _urn_parts(request.parent)[0] == "pulumi:pulumi:Stack":
@@ -351,6 +389,33 @@ class PlanResult:
         return out
 
 
+_heap_frozen = False
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Keep Python's cyclic garbage collector out of the way of a run.
+
+    A run allocates a few hundred thousand objects (registrations, outputs, the SDK's type
+    information), so the collector runs often, and every full collection walks every object in the
+    process: the SDK modules alone leave about 300,000. That was about half the time of a first run.
+    So: what is alive before the first run (modules, classes, the SDK's tables) lives as long as the
+    process and is moved out of the collector's sight once (``gc.freeze``); during the run the
+    collector is off, and the run's garbage cycles (a few MB) go at the first collection after it.
+    """
+    global _heap_frozen
+    if not _heap_frozen:
+        gc.freeze()
+        _heap_frozen = True
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def flat_config(values: dict[str, Any]) -> dict[str, str]:
     """Values -> the engine's wire form (structured values as JSON text)."""
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
@@ -396,7 +461,8 @@ def run(
 
     pulumi_resource.register_resource = register_in_order
     try:
-        _sync_await(run_pulumi_func(body))
+        with collector_paused():
+            _sync_await(run_pulumi_func(body))
     finally:
         pulumi_resource.register_resource = original_register
         if saved_env_config is not None:

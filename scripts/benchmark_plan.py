@@ -1,46 +1,163 @@
-"""Benchmark: how long the offline plan of a stack takes. Prints figures; asserts nothing.
+"""Benchmark: the offline plan against the floor of importing the SDK modules it uses. Prints
+figures; asserts nothing.
 
-    .venv/bin/python scripts/benchmark_plan.py [--stack dev] [--runs 5]
+    .venv/bin/python scripts/benchmark_plan.py [--stack dev] [--runs 5] [--in-process 3]
 
-The first run includes importing the Pulumi SDKs; later runs in the same process show the cost of
-the program itself (config validation, the mocks, recording every registration).
+Each run starts fresh processes, one after the other (the order flips every run):
+
+- floor: ``python -c`` that only imports the SDK modules the plan leaves loaded (``pulumi`` with
+  its mocks, the ``pulumi_aws`` / ``pulumi_eks`` / ``pulumi_kubernetes`` modules the program
+  touches, ``pydantic``, ``yaml``). The list is taken from ``sys.modules`` after a plan of the same
+  stack in a process of its own, and the benchmark checks that the floor loads exactly those.
+  ``pulumi_aws`` registers its subpackages as lazy modules that run only when first used, so the
+  floor touches each one, as the program's first use does.
+- floor*: the same imports, and the heap frozen at the end, as the plan command does: the
+  interpreter's exit then skips a last full collection (about 0.5 s over ~300,000 objects).
+- plan: ``python -m infra plan --stack STACK --out DIR``, the whole command, files included.
+- statements: ``python -c "import pulumi, pulumi_aws.ec2, ..."`` with the entry points only: it
+  leaves ``pulumi_aws.ec2`` and the other lazy subpackages unrun, so it is lower than the floor.
+
+Then every run's figures, the medians and the ratios. The process that lists the modules also
+times the plan in-process: importing the program and the SDKs, the first plan, later plans.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+SDK_PACKAGES = ("pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes", "pydantic", "yaml")
+
+# Run in a process of its own: plans the stack (in-process timings), then lists the SDK modules
+# left loaded. A module still a lazy stub (pulumi's or importlib's _LazyModule) was never run.
+_PROBE = """
+import json, statistics, sys, time
+sys.path.insert(0, {root!r})
+t0 = time.perf_counter()
+from infra import plan, program
+t_import = time.perf_counter() - t0
+times = []
+for _ in range({runs}):
+    start = time.perf_counter()
+    _, result = plan.plan({stack!r})
+    times.append(time.perf_counter() - start)
+loaded = sorted(
+    name for name, module in sys.modules.items()
+    if module is not None and name.split(".")[0] in {packages!r} and type(module).__name__ != "_LazyModule"
+)
+print(json.dumps({{"import": t_import, "plans": times, "resources": len(result.records),
+                  "objects": len(result.kubernetes_objects()), "modules": loaded}}))
+"""
+
+# The floor: import the modules, touching each (an attribute lookup runs a lazy module, as the
+# program's first use of it does), then list what is loaded, as the probe does. With ``freeze``,
+# the heap is frozen at the end, so that the interpreter's exit does not collect it (as the plan
+# command does): the same imports without the ~0.5 s exit collection of ~300,000 objects.
+_FLOOR = """
+import gc, importlib, sys
+for name in {names!r}:
+    getattr(importlib.import_module(name), "__all__", None)
+if {freeze!r}:
+    gc.freeze()
+if {report!r}:
+    loaded = sorted(
+        name for name, module in sys.modules.items()
+        if module is not None and name.split(".")[0] in {packages!r} and type(module).__name__ != "_LazyModule"
+    )
+    print("\\n".join(loaded))
+"""
+
+
+def entry_points(modules: list[str]) -> list[str]:
+    """The modules a program would name in its imports: each top-level package, the deepest
+    loaded packages under it (``pulumi_aws.ec2``, ``pulumi_kubernetes.core.v1``), and the mocks."""
+    loaded = set(modules)
+    packages = {m.rsplit(".", 1)[0] for m in modules if "." in m}  # a module with a loaded child is a package
+    leaves = [m for m in sorted(packages) if not any(p.startswith(m + ".") for p in packages)]
+    wanted = {m for m in modules if "." not in m} | ({"pulumi.runtime.mocks"} & loaded)
+    # Below pulumi, pydantic and yaml the packages are the SDK's own internals, imported by the top.
+    wanted |= {m for m in leaves if m.split(".")[0] in ("pulumi_aws", "pulumi_eks", "pulumi_kubernetes")}
+    return sorted(wanted)
+
+
+def timed(cmd: list[str]) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd[:4])} ...\n{proc.stderr}")
+    return elapsed
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stack", default="dev")
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=5, help="alternating runs of the floor and the plan (default 5)")
+    parser.add_argument("--in-process", type=int, default=3, help="plans in one process, for the in-process figures (default 3)")
     args = parser.parse_args()
+    py = sys.executable
 
-    t0 = time.perf_counter()
-    from infra import plan  # noqa: E402  (import cost is part of the first figure)
+    probe = subprocess.run(
+        [py, "-c", _PROBE.format(root=str(ROOT), runs=max(1, args.in_process), stack=args.stack, packages=SDK_PACKAGES)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        sys.exit(f"the plan of stack {args.stack} failed:\n{probe.stderr}")
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    modules: list[str] = found["modules"]
+    names = entry_points(modules)
 
-    t_import = time.perf_counter() - t0
-    times = []
-    resources = 0
-    for _ in range(args.runs):
-        start = time.perf_counter()
-        _, result = plan.plan(args.stack)
-        times.append(time.perf_counter() - start)
-        resources = len(result.records)
-    print(f"stack {args.stack}: {resources} resources registered")
-    print(f"import of the program and SDKs: {t_import:.2f} s")
-    print(f"offline plan, first run:  {times[0]:.2f} s")
-    if len(times) > 1:
-        rest = times[1:]
-        print(f"offline plan, later runs: median {statistics.median(rest):.2f} s, min {min(rest):.2f} s, max {max(rest):.2f} s ({len(rest)} runs)")
+    floor_cmd = [py, "-c", _FLOOR.format(names=modules, freeze=False, report=False, packages=SDK_PACKAGES)]
+    frozen_cmd = [py, "-c", _FLOOR.format(names=modules, freeze=True, report=False, packages=SDK_PACKAGES)]
+    statements_cmd = [py, "-c", "import " + ", ".join(names)]
+    check = subprocess.run([py, "-c", _FLOOR.format(names=modules, freeze=False, report=True, packages=SDK_PACKAGES)], cwd=ROOT, capture_output=True, text=True)
+    floor_loads = set(check.stdout.split())
+
+    print(f"stack {args.stack}: {found['resources']} resources registered, {found['objects']} Kubernetes objects")
+    by_package = ", ".join(f"{p} {sum(1 for m in modules if m.split('.')[0] == p)}" for p in SDK_PACKAGES)
+    print(f"SDK modules loaded by the plan: {len(modules)} ({by_package})")
+    print(f"  entry points: {', '.join(names)}")
+    missing, extra = sorted(set(modules) - floor_loads), sorted(floor_loads - set(modules))
+    print(f"  the floor loads {len(floor_loads)} of them" + (f"; missing {missing[:5]}" if missing else "") + (f"; also {extra[:5]}" if extra else ""))
+    print()
+    print("floor: imports those modules; floor*: the same, exit without a last collection (as the plan command);")
+    print("statements: `import <entry points>` only, which leaves pulumi_aws's lazy subpackages unrun. See --help.")
+
+    columns = ("floor", "floor*", "plan", "statements")
+    figures: dict[str, list[float]] = {c: [] for c in columns}
+    with tempfile.TemporaryDirectory(prefix="benchmark-plan-") as tmp:
+        plan_cmd = [py, "-m", "infra", "plan", "--stack", args.stack, "--out", str(Path(tmp) / "out")]
+        commands = {"floor": floor_cmd, "floor*": frozen_cmd, "plan": plan_cmd, "statements": statements_cmd}
+        for cmd in commands.values():  # warm the file cache and the bytecode
+            timed(cmd)
+        print(f"{'run':>4}" + "".join(f"{c + ' s':>14}" for c in columns) + f"{'plan/floor':>12}")
+        for i in range(args.runs):
+            order = columns if i % 2 == 0 else tuple(reversed(columns))
+            run = {c: timed(commands[c]) for c in order}
+            for c in columns:
+                figures[c].append(run[c])
+            print(f"{i + 1:>4}" + "".join(f"{run[c]:>14.2f}" for c in columns) + f"{run['plan'] / run['floor']:>12.2f}")
+
+    med = {c: statistics.median(figures[c]) for c in columns}
+    print()
+    print(f"median of {args.runs}: " + ", ".join(f"{c} {med[c]:.2f} s" for c in columns))
+    print(
+        f"ratio plan / floor: {med['plan'] / med['floor']:.2f} (plan / floor*: {med['plan'] / med['floor*']:.2f}; plan / statements: {med['plan'] / med['statements']:.2f})"
+    )
+    later = found["plans"][1:]
+    print(
+        f"in-process: importing the program and SDKs {found['import']:.2f} s, first plan {found['plans'][0]:.2f} s"
+        + (f", later plans median {statistics.median(later):.2f} s ({len(later)})" if later else "")
+    )
     return 0
 
 

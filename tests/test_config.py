@@ -641,3 +641,15 @@ def test_s3_link_on_scratch_1_is_refused():
     values = minimal_values(storage={"fsx": {"deploymentType": "SCRATCH_1", "storageCapacityGiB": 1200, "s3": {"bucket": "data"}}})
     msg = _only_problem(values, f"{NS}:storage.fsx.s3")
     _assert_mentions(msg, "SCRATCH_1", "SCRATCH_2", "PERSISTENT_2")
+
+
+def test_known_regions_are_botocores_ec2_regions():
+    """known_regions reads botocore's endpoint file directly (fast); it must name the same regions
+    a botocore session lists for EC2."""
+    import botocore.session
+
+    from stacks.config.checks import known_regions
+
+    session = botocore.session.get_session()
+    expected = {r for p in session.get_available_partitions() for r in session.get_available_regions("ec2", partition_name=p)}
+    assert known_regions() == expected and "us-west-2" in expected

@@ -6,10 +6,13 @@ them all on every section that parsed, so one typo does not hide other problems.
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
+import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Optional
 
 from facts import aws_names, catalog, versions
@@ -30,16 +33,17 @@ from stacks.config.models import (
 
 @lru_cache(maxsize=1)
 def known_regions() -> frozenset[str]:
-    """Every EC2 region botocore knows (read from its bundled endpoint data; no AWS call)."""
-    try:
-        import botocore.session
-    except ImportError:  # pragma: no cover - botocore is a pinned requirement
+    """Every AWS region botocore knows: the regions of each partition in its bundled endpoint data
+    (read as a file: no AWS call, and no botocore session to build, which costs ~0.1 s)."""
+    spec = importlib.util.find_spec("botocore")
+    if spec is None or spec.origin is None:  # pragma: no cover - botocore is a pinned requirement
         return frozenset()
-    session = botocore.session.get_session()
-    regions: set[str] = set()
-    for partition in session.get_available_partitions():
-        regions.update(session.get_available_regions("ec2", partition_name=partition))
-    return frozenset(regions)
+    path = Path(spec.origin).parent / "data" / "endpoints.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):  # pragma: no cover - a broken botocore install
+        return frozenset()
+    return frozenset(region for partition in data.get("partitions", []) for region in partition.get("regions", {}))
 
 
 @dataclass(frozen=True)
