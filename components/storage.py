@@ -37,10 +37,12 @@ class CsiDriver:
     node_config: dict
 
 
-# The EFS node DaemonSet tolerates every taint by default (chart value node.tolerations:
-# [{operator: Exists}]), so no configuration is sent: add-on schemas reject unknown keys.
+# No configuration values are sent: both node DaemonSets tolerate every taint by default (EFS chart
+# node.tolerations [{operator: Exists}]; FSx chart 1.17.0 / driver v1.9.0 node.tolerateAllTaints:
+# true), so they run on tainted GPU nodes as they are, and values that restate defaults only add a
+# schema to break on a future build.
 EFS_CSI = CsiDriver("aws-efs-csi-driver", "efs-csi-controller-sa", "service-role/AmazonEFSCSIDriverPolicy", {})
-FSX_CSI = CsiDriver("aws-fsx-csi-driver", "fsx-csi-controller-sa", "AmazonFSxFullAccess", {"node": {"tolerateAllTaints": True}})
+FSX_CSI = CsiDriver("aws-fsx-csi-driver", "fsx-csi-controller-sa", "AmazonFSxFullAccess", {})
 
 
 def _storage_key(name: str, parent: pulumi.Resource, description: str, protect: bool, tags: dict[str, str]) -> aws.kms.Key:

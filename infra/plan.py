@@ -228,6 +228,9 @@ def run_cli(stack: str, out: Optional[str], stdout: Optional[TextIO] = None, std
     except pulumi.RunError as err:  # the program refused the config at run time (placement, ...)
         print(f"error: stack {stack!r}: {err}", file=stderr)
         return EXIT_BAD_CONFIG
+    except offline.OfflineDataError as err:  # a region the offline engine has no AWS data for
+        print(f"error: stack {stack!r}: {err}", file=stderr)
+        return EXIT_BAD_CONFIG
     with offline.collector_paused():  # writing the files allocates much as well
         stdout.write(summary(cfg, result))
         if out:

@@ -151,7 +151,7 @@ def test_every_generated_config_plans_or_is_refused_naming_its_key(i, tmp_path, 
         ("config:\n  aws:region: eu-north-9\n", "not an AWS region known"),
         # A real region the offline plan has no recorded offering data for: refused by the offline
         # plan with the reason (a real `pulumi up` asks AWS instead).
-        ("config:\n  aws:region: ap-southeast-7\n", "no recorded AWS offering data"),
+        ("config:\n  aws:region: ap-southeast-7\n", "no recorded AWS offering data for region 'ap-southeast-7' (it has: "),
     ],
 )
 def test_yaml_surprises_in_the_stack_file_are_refused_with_the_reason(text, expect, tmp_path, monkeypatch):

@@ -123,7 +123,7 @@ def schedulable(pod: dict[str, Any], node: dict[str, Any]) -> bool:
     NoSchedule/NoExecute taint tolerated."""
     if any(node["labels"].get(k) != v for k, v in (pod.get("nodeSelector") or {}).items()):
         return False
-    required = (((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    required = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
     terms = required.get("nodeSelectorTerms") or []
     if terms and not any(all(_expression(e, node["labels"]) for e in term.get("matchExpressions") or []) for term in terms):
         return False

@@ -530,14 +530,15 @@ def test_fsx_without_s3_has_no_link(dev_plan):
     assert dev_plan.of_type(DRA) == []
 
 
-def test_fsx_csi_addon_is_pinned_with_its_own_role_and_tolerates_all_taints(dev_plan):
+def test_fsx_csi_addon_is_pinned_with_its_own_role_and_sends_no_values_that_restate_defaults(dev_plan):
     addon = _addon(dev_plan, "aws-fsx-csi-driver")
     assert addon is not None and addon.parent["type"] == FSX_STORE
     assert addon.inputs["addonVersion"] == versions.FSX_CSI_ADDON
     _, sa, policies = _role_of_addon(dev_plan, addon)
     assert sa == "fsx-csi-controller-sa"
     assert policies == {"arn:aws:iam::aws:policy/AmazonFSxFullAccess"}
-    assert json.loads(addon.inputs["configurationValues"])["node"]["tolerateAllTaints"] is True
+    # node.tolerateAllTaints is true by default in the driver's chart (1.17.0): nothing to send.
+    assert "configurationValues" not in addon.inputs
 
 
 @pytest.mark.parametrize("variant,capacity", [("dev", 1200), ("prod", 2400), ("lean", 2400)])
@@ -861,16 +862,15 @@ def test_disabling_etcd_removes_it_and_its_output(lean_plan):
 # ----------------------------------------------------------------------------------------------
 
 
-def test_cloudwatch_addon_is_pinned_with_its_agent_role_and_tolerates_every_taint(dev_plan):
+def test_cloudwatch_addon_is_pinned_with_its_agent_role_and_sends_no_values_that_restate_defaults(dev_plan):
     addon = _addon(dev_plan, "amazon-cloudwatch-observability")
     assert addon is not None and addon.parent["type"] == MONITORING
     assert addon.inputs["addonVersion"] == versions.CLOUDWATCH_OBSERVABILITY_ADDON
     _, sa, policies = _role_of_addon(dev_plan, addon)
     assert sa == "cloudwatch-agent"
     assert "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy" in policies
-    tolerations = json.loads(addon.inputs["configurationValues"])["tolerations"]
-    assert all(_tolerates(tolerations, t) for t in _gpu_taints(dev_plan))
-    assert _tolerates(tolerations, {"key": "anything/else", "value": "x", "effect": "NoExecute"}), "every node, every taint"
+    # The chart's defaults (6.3.0) already tolerate every taint and keep Container Insights' metrics.
+    assert "configurationValues" not in addon.inputs
 
 
 @pytest.mark.parametrize("variant,cluster,retention", [("dev", "gpu-training-dev", 7), ("prod", PROD_CLUSTER, 90)])
