@@ -21,7 +21,7 @@ import yaml
 
 from facts import catalog
 from facts.paths import PROJECT_ROOT
-from infra import offline
+from infra import critical_path, offline
 from stacks import config as stack_config
 from stacks.config.stackfile import read_stack_config
 
@@ -184,6 +184,8 @@ def summary(cfg: stack_config.StackConfig, result: offline.PlanResult) -> str:
             lines.append(f"      {n:>3} {typ}")
     k8s = result.kubernetes_objects()
     lines.append(f"Kubernetes objects: {len(k8s)}")
+    lines.append("")
+    lines.append(critical_path.describe(critical_path.estimate(result.records)).rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 
