@@ -9,16 +9,14 @@ EFA group, whatever extra taints a group carries, and neither on the system node
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from components.device_plugins import ChartChecksumError, ChartFile
 from facts import versions
+from infra import releases
 from tests.conftest import ROOT, minimal_values, run_stack
 
 HELM = ROOT / ".tools" / "bin" / "helm"
@@ -48,34 +46,16 @@ def plan():
     return run_stack(minimal_values(gpuNodeGroups=GROUPS))
 
 
-def render(release_inputs: dict[str, Any], tmp: Path) -> list[dict[str, Any]]:
-    values = tmp / f"{release_inputs['name']}-values.yaml"
-    values.write_text(yaml.safe_dump(release_inputs.get("values") or {}))
-    out = subprocess.run(
-        [
-            str(HELM),
-            "template",
-            release_inputs["name"],
-            str(ROOT / release_inputs["chart"]),
-            "--namespace",
-            release_inputs["namespace"],
-            "--kube-version",
-            f"{versions.KUBERNETES_DEFAULT}.0",
-            "-f",
-            str(values),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
-
-
 @pytest.fixture(scope="module")
-def rendered(plan, tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
-    tmp = tmp_path_factory.mktemp("helm")
-    return {r.inputs["name"]: render(r.inputs, tmp) for r in plan.of_type(RELEASE)}
+def rendered(plan) -> dict[str, list[dict[str, Any]]]:
+    """Each release rendered the way the offline plan does it (infra/releases.py: the real helm)."""
+    out = releases.render(plan, versions.KUBERNETES_DEFAULT)
+    assert out.note is None
+    by_release: dict[str, list[dict[str, Any]]] = {}
+    it = iter(out.objects)
+    for name, objects in out.per_release.items():
+        by_release[name] = [next(it) for _ in objects]
+    return by_release
 
 
 def node_groups(plan) -> list[dict[str, Any]]:
@@ -180,3 +160,20 @@ def test_a_tampered_chart_is_refused(tmp_path):
         ChartFile("c.tgz", versions.EFA_DEVICE_PLUGIN_CHART_SHA256, versions.EFA_DEVICE_PLUGIN_CHART).verified(tmp_path)
     good = ChartFile(versions.EFA_DEVICE_PLUGIN_CHART_FILE, versions.EFA_DEVICE_PLUGIN_CHART_SHA256, versions.EFA_DEVICE_PLUGIN_CHART)
     assert good.verified(ROOT) == versions.EFA_DEVICE_PLUGIN_CHART_FILE
+
+
+def test_the_plan_command_writes_what_the_releases_install(tmp_path, capsys):
+    from infra import plan as plan_mod
+
+    assert plan_mod.run_cli("dev", str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "Helm release nvidia-device-plugin installs" in out and "DaemonSet/aws-efa-k8s-device-plugin" in out
+    import yaml
+
+    docs = list(yaml.safe_load_all((tmp_path / "releases.yaml").read_text()))
+    assert {d["kind"] for d in docs} >= {"DaemonSet", "ServiceAccount", "ClusterRole"}
+
+
+def test_without_helm_the_plan_says_so(plan, tmp_path):
+    note = releases.render(plan, versions.KUBERNETES_DEFAULT, helm=tmp_path / "no-helm").note
+    assert note and "not rendered" in note and "scripts/plan.sh" in note
