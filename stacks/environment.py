@@ -323,9 +323,11 @@ def _operators(s: _Services) -> None:
     if sv.training_operator:
         training = TrainingOperator(
             "training-operator",
-            # Relative to the project folder, where Pulumi runs the program: an absolute path would
-            # make every checkout's state differ.
-            TrainingOperatorArgs(kustomization_dir=versions.TRAINING_OPERATOR_KUSTOMIZATION),
+            TrainingOperatorArgs(
+                manifest=PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST,
+                manifest_sha256=versions.TRAINING_OPERATOR_MANIFEST_SHA256,
+                version=versions.TRAINING_OPERATOR_REF,
+            ),
             opts=s.k8s_component,
         )
         s.job_prerequisites.append(training)

@@ -141,7 +141,7 @@ def test_references_name_resources_in_the_file(resources):
 
 def test_manifests_yaml_holds_the_kubernetes_objects_of_resources_json(dev_runs, resources):
     text = (dev_runs["a"]["dir"] / "manifests.yaml").read_text()
-    docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    docs = [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d is not None]
     expected = [
         r["inputs"]
         for r in resources

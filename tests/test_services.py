@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import urllib.parse
 from collections import Counter
 from pathlib import Path
 
@@ -50,6 +49,7 @@ STATEFUL_SET = "kubernetes:apps/v1:StatefulSet"
 PDB = "kubernetes:policy/v1:PodDisruptionBudget"
 CRD = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 DIRECTORY = "kubernetes:kustomize/v2:Directory"
+WEBHOOK = "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
 
 COMPONENT = "gputraining:components:"
 EFS_STORE = COMPONENT + "EfsStore"
@@ -714,20 +714,102 @@ def _patch(target_kind: str, target_name: str):
     return yaml.safe_load(found[0]["patch"])
 
 
-def test_training_operator_is_a_kustomize_directory_of_the_overlay(dev_plan):
-    (d,) = dev_plan.of_type(DIRECTORY)
-    assert d.parent == {"type": TRAINING_OPERATOR, "name": "training-operator"}
-    assert (PROJECT_ROOT / d.inputs["directory"]).resolve() == KUSTOMIZATION.parent.resolve()
-    assert not Path(d.inputs["directory"]).is_absolute(), "an absolute path makes every checkout differ"
-    assert KUSTOMIZATION.is_file()
+def _training_manifest():
+    return operators.load_manifest(PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST, versions.TRAINING_OPERATOR_MANIFEST_SHA256)
 
 
-def test_training_operator_overlay_uses_the_pinned_ref():
+def _training_children(plan):
+    return plan.children_of(TRAINING_OPERATOR, "training-operator")
+
+
+def test_training_operator_manifest_objects_are_registered_as_typed_resources(dev_plan):
+    children = _training_children(dev_plan)
+    assert len(children) == 10
+    assert all(r.type.startswith("kubernetes:") and r.custom for r in children)
+    assert Counter(r.inputs["kind"] for r in children) == Counter(
+        {
+            "Namespace": 1,
+            "CustomResourceDefinition": 2,
+            "ServiceAccount": 1,
+            "ClusterRole": 1,
+            "ClusterRoleBinding": 1,
+            "Secret": 1,
+            "Service": 1,
+            "Deployment": 1,
+            "ValidatingWebhookConfiguration": 1,
+        }
+    )
+    # Registered as rendered: each object equals its document in the vendored manifest, but the
+    # Secret's empty `data`, which the SDK would make a secret output.
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in _training_manifest()}
+    (secret_doc,) = [d for d in docs.values() if d["kind"] == "Secret"]
+    assert secret_doc.pop("data") == {}
+    got = {(r.inputs["kind"], r.inputs["metadata"]["name"]): r.inputs for r in children}
+    assert got == docs
+    for r in children:
+        assert r.type.endswith(":" + r.inputs["kind"])
+        assert r.name == f"training-operator-{r.inputs['kind'].lower()}-{r.inputs['metadata']['name']}"
+    # Nothing is left for kustomize (or git) at `pulumi up`.
+    assert dev_plan.of_type(DIRECTORY) == []
+    assert not [r for r in dev_plan.records if r.type.startswith("kubernetes:kustomize/")]
+
+
+def test_training_operator_deployment_runs_the_release_image_in_its_namespace(dev_plan):
+    children = _training_children(dev_plan)
+    (dep,) = [r.inputs for r in children if r.inputs["kind"] == "Deployment"]
+    (ns,) = [r.inputs for r in children if r.inputs["kind"] == "Namespace"]
+    assert ns["metadata"]["name"] == "kubeflow"
+    assert dep["metadata"]["namespace"] == "kubeflow"
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    # The v1.9.4 overlay's image: the build of the commit before the release tag.
+    assert container["image"] == "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"
+    assert container["args"] == [f"--enable-scheme={s}" for s in versions.TRAINING_OPERATOR_SCHEMES]
+    namespaced = [r.inputs for r in children if "namespace" in r.inputs["metadata"]]
+    assert {o["kind"] for o in namespaced} == {"ServiceAccount", "Secret", "Service", "Deployment"}
+    assert {o["metadata"]["namespace"] for o in namespaced} == {"kubeflow"}
+
+
+def test_training_operator_objects_are_ordered(dev_plan):
+    """Namespace, CRDs, RBAC and the certificate Secret first; then the Service and the webhook
+    configuration; the Deployment last, so its readiness means the webhook has its CA."""
+    children = _training_children(dev_plan)
+    ref = {r.inputs["kind"]: {"type": r.type, "name": r.name} for r in children}
+    foundation = [r for r in children if r.inputs["kind"] in operators.FOUNDATION_KINDS]
+    assert {r.inputs["kind"] for r in foundation} == {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret"}
+    assert len(foundation) == 7
+    foundation_refs = sorted(({"type": r.type, "name": r.name} for r in foundation), key=lambda d: (d["type"], d["name"]))
+    by_kind = {r.inputs["kind"]: r for r in children}
+    for r in foundation:
+        assert r.depends_on == [], r.name
+    for kind in ("Service", "ValidatingWebhookConfiguration"):
+        assert by_kind[kind].depends_on == foundation_refs, kind
+    dep = by_kind["Deployment"]
+    assert ref["Service"] in dep.depends_on
+    assert ref["ValidatingWebhookConfiguration"] in dep.depends_on
+    assert all(f in dep.depends_on for f in foundation_refs)
+    assert ref["Deployment"] not in by_kind["ValidatingWebhookConfiguration"].depends_on
+    # Registration order follows the same stages.
+    kinds = [r.inputs["kind"] for r in children]
+    assert kinds.index("Deployment") == len(kinds) - 1
+    assert max(kinds.index(k) for k in ("Namespace", "Secret", "ClusterRoleBinding")) < kinds.index("Service")
+
+
+def test_the_jobs_wait_for_every_training_operator_object(dev_plan):
+    children = {(r.type, r.name) for r in _training_children(dev_plan)}
+    (job,) = dev_plan.of_type("kubernetes:kubeflow.org/v1:PyTorchJob")
+    assert children <= {(d["type"], d["name"]) for d in job.depends_on}
+
+
+def test_training_operator_overlay_builds_on_the_vendored_release():
     (resource,) = _kustomization()["resources"]
-    url = urllib.parse.urlsplit(resource)
-    assert url.netloc == "github.com"
-    assert url.path == "/kubeflow/training-operator.git/manifests/overlays/standalone"
-    assert urllib.parse.parse_qs(url.query) == {"ref": [versions.TRAINING_OPERATOR_REF]}
+    assert "://" not in resource and "?" not in resource, "the overlay must not fetch anything"
+    target = (KUSTOMIZATION.parent / resource).resolve()
+    upstream = PROJECT_ROOT / versions.TRAINING_OPERATOR_UPSTREAM
+    assert target == (upstream / "manifests" / "overlays" / "standalone").resolve()
+    assert (target / "kustomization.yaml").is_file()
+    assert upstream.name == f"training-operator-{versions.TRAINING_OPERATOR_REF}"
+    assert Path(versions.TRAINING_OPERATOR_MANIFEST).name == f"training-operator-{versions.TRAINING_OPERATOR_REF}.yaml"
+    assert (PROJECT_ROOT / versions.TRAINING_OPERATOR_KUSTOMIZATION).resolve() == KUSTOMIZATION.parent.resolve()
     assert _version(versions.TRAINING_OPERATOR_REF)[:2] == (1, 9)
 
 
@@ -760,21 +842,32 @@ def _deleted_crds() -> set[str]:
     return out
 
 
+def test_training_operator_installs_upstreams_crds_but_the_deleted_ones(dev_plan):
+    crds = {r.inputs["metadata"]["name"] for r in _children(dev_plan, TRAINING_OPERATOR, CRD)}
+    # mpijobs belongs to the MPI operator; tf/jax/xgboost are schemes the operator does not run.
+    assert _deleted_crds() == {"mpijobs.kubeflow.org", "tfjobs.kubeflow.org", "jaxjobs.kubeflow.org", "xgboostjobs.kubeflow.org"}
+    assert crds == TRAINING_OPERATOR_UPSTREAM_CRDS - _deleted_crds()
+    (mpijobs,) = [o for o in dev_plan.kubernetes_objects() if o["kind"] == "CustomResourceDefinition" and o["metadata"]["name"] == "mpijobs.kubeflow.org"]
+    assert [v["name"] for v in mpijobs["spec"]["versions"]] == ["v2beta1"], "mpijobs.kubeflow.org must be the MPI operator's"
+
+
 @pytest.mark.parametrize("variant", ["dev", "prod", "lean", "off"])
 def test_no_crd_is_defined_twice(plans, variant):
     plan = plans[variant]
     names = [o["metadata"]["name"] for o in plan.kubernetes_objects() if o["kind"] == "CustomResourceDefinition"]
     assert len(names) == len(set(names)), names
-    if plan.of_type(DIRECTORY):
-        # The overlay installs upstream's CRDs: any the plan installs itself must be deleted from it.
-        assert set(names) & TRAINING_OPERATOR_UPSTREAM_CRDS <= _deleted_crds()
+    if _training_children(plan):
+        # The overlay installs upstream's CRDs: any the plan installs otherwise must be deleted from it.
+        others = {r.inputs["metadata"]["name"] for r in plan.of_type(CRD) if r.parent != {"type": TRAINING_OPERATOR, "name": "training-operator"}}
+        assert others & TRAINING_OPERATOR_UPSTREAM_CRDS <= _deleted_crds()
 
 
 def test_disabling_the_operators_removes_them(off_plan):
     assert off_plan.of_type(DIRECTORY) == []
     assert [r for r in off_plan.records if r.type in (MPI_OPERATOR, TRAINING_OPERATOR)] == []
     assert off_plan.of_type(CRD) == []
-    assert not [o for o in off_plan.kubernetes_objects() if o["metadata"].get("name") == "mpi-operator"]
+    assert off_plan.of_type(WEBHOOK) == []
+    assert not [o for o in off_plan.kubernetes_objects() if o["metadata"].get("name") in ("mpi-operator", "training-operator", "kubeflow")]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -929,7 +1022,7 @@ def test_every_kubernetes_resource_goes_through_that_provider(dev_plan):
     (provider,) = dev_plan.of_type(K8S_PROVIDER)
     kube = [r for r in dev_plan.records if r.type.startswith("kubernetes:")]
     assert len(kube) > 20
-    assert {r.type for r in kube} >= {RELEASE, DIRECTORY, CRD, STATEFUL_SET, PV, PVC, NAMESPACE}
+    assert {r.type for r in kube} >= {RELEASE, WEBHOOK, CRD, STATEFUL_SET, PV, PVC, NAMESPACE}
     for r in kube:
         assert r.options.get("provider") == {"type": K8S_PROVIDER, "name": provider.name}, (r.type, r.name)
 
