@@ -44,6 +44,7 @@ class ClusterArgs:
     pod_identity_agent_version: str  # version of the EKS Pod Identity agent managed add-on
     log_retention_days: int = 30  # retention of the control-plane log group /aws/eks/<cluster_name>/cluster, in days
     deletion_protection: bool = False  # EKS deletion protection on the cluster
+    upgrade_support_type: str = "STANDARD"  # EKS upgrade policy: STANDARD (upgraded at end of standard support) or EXTENDED (paid)
     tags: dict[str, str] = field(default_factory=dict)  # tags on every AWS resource of the component
 
 
@@ -137,6 +138,9 @@ class Cluster(pulumi.ComponentResource):
             public_access_cidrs=args.endpoint_public_access_cidrs if args.endpoint_public_access else None,
             endpoint_private_access=args.endpoint_private_access,
             deletion_protection=args.deletion_protection,
+            # STANDARD: when the version leaves standard support EKS upgrades the cluster instead of
+            # moving it to paid extended support (EKS's default is EXTENDED).
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=args.upgrade_support_type),
             vpc_cni_options=eks.VpcCniOptionsArgs(addon_version=args.vpc_cni_version),
             # CoreDNS is a Deployment: created here, before any node exists, the add-on stays
             # DEGRADED until the provider times out. It is created after the system nodes instead

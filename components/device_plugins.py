@@ -1,32 +1,58 @@
-"""DevicePlugins: the NVIDIA and EFA Kubernetes device plugins, from their upstream Helm charts.
+"""DevicePlugins: the NVIDIA and EFA Kubernetes device plugins, from their upstream Helm charts,
+installed from the vendored chart packages (checked against their sha256 first).
 
 The AL2023 NVIDIA AMI carries the driver and the EFA kernel module but neither device plugin; without
-them no pod can request `nvidia.com/gpu` or `vpc.amazonaws.com/efa`.
+them no pod can request `nvidia.com/gpu` or `vpc.amazonaws.com/efa`. Both plugins tolerate every
+taint: a GPU group may carry taints of its own (and its jobs tolerate them), and a plugin that does
+not run there leaves those jobs Pending. Node affinity keeps each plugin on its own nodes.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 
+class ChartChecksumError(ValueError):
+    """A vendored chart package whose sha256 is not the pinned one."""
+
+
+@dataclass(frozen=True)
+class ChartFile:
+    """A vendored Helm chart package."""
+
+    path: str  # the .tgz, relative to the project folder (where Pulumi runs the program)
+    sha256: str  # its pinned sha256
+    version: str  # the chart version inside it
+
+    def verified(self, root: Path = Path(".")) -> str:
+        """The path, after checking the package's sha256 (a mismatch raises ChartChecksumError)."""
+        digest = hashlib.sha256((root / self.path).read_bytes()).hexdigest()
+        if digest != self.sha256:
+            raise ChartChecksumError(f"{self.path}: sha256 {digest} is not the pinned {self.sha256}")
+        return self.path
+
+
+# Both plugins tolerate every taint; their node affinity keeps them on GPU / EFA nodes.
+TOLERATE_ALL = [{"operator": "Exists"}]
+
+
 @dataclass
 class DevicePluginsArgs:
-    nvidia_chart_version: Optional[str]  # NVIDIA device plugin chart version; None: do not install
-    nvidia_repo: str  # Helm repository URL of the NVIDIA device plugin chart
-    efa_chart_version: Optional[str]  # EFA device plugin chart version; None: do not install
-    efa_repo: str  # Helm repository URL of the EFA device plugin chart
-    # The taint every GPU node carries ({key, value, effect}); both plugins tolerate it.
-    gpu_taint: dict[str, str] = field(default_factory=dict)
+    nvidia_chart: Optional["ChartFile"]  # the vendored NVIDIA device plugin chart; None: do not install
+    efa_chart: Optional["ChartFile"]  # the vendored EFA device plugin chart; None: do not install
     # Node label every GPU node carries / every EFA-enabled GPU node carries.
     gpu_node_label: dict[str, str] = field(default_factory=dict)  # the NVIDIA plugin's required node affinity
     efa_node_label: dict[str, str] = field(default_factory=dict)  # the EFA plugin's node selector
     # The EFA-capable instance types the stack runs (the EFA chart's node affinity lists types); empty: no EFA plugin.
     efa_instance_types: list[str] = field(default_factory=list)
     namespace: str = "kube-system"  # namespace of both Helm releases
+    project_root: Path = Path(".")  # where the chart paths are relative to (the program's working directory)
 
 
 def _require_labels(labels: dict[str, str]) -> dict:
@@ -43,22 +69,19 @@ class DevicePlugins(pulumi.ComponentResource):
     def __init__(self, name: str, args: DevicePluginsArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gputraining:components:DevicePlugins", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        gpu_toleration = {"key": args.gpu_taint["key"], "operator": "Exists", "effect": args.gpu_taint["effect"]}
         self.nvidia: Optional[k8s.helm.v3.Release] = None
         self.efa: Optional[k8s.helm.v3.Release] = None
 
-        if args.nvidia_chart_version:
+        if args.nvidia_chart:
             self.nvidia = k8s.helm.v3.Release(
                 f"{name}-nvidia",
                 name="nvidia-device-plugin",
-                chart="nvidia-device-plugin",
-                version=args.nvidia_chart_version,
-                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=args.nvidia_repo),
+                chart=args.nvidia_chart.verified(args.project_root),
                 namespace=args.namespace,
                 values={
-                    # Only on GPU nodes, tolerating their taint.
+                    # Only on GPU nodes, whatever their taints.
                     "affinity": _require_labels(args.gpu_node_label),
-                    "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, gpu_toleration],
+                    "tolerations": list(TOLERATE_ALL),
                     # MOFED mounts every uverbs device into GPU pods and clashes with the EFA plugin.
                     "mofedEnabled": False,
                     "gfd": {"enabled": False},
@@ -67,18 +90,16 @@ class DevicePlugins(pulumi.ComponentResource):
                 opts=child,
             )
 
-        if args.efa_chart_version and args.efa_instance_types:
+        if args.efa_chart and args.efa_instance_types:
             self.efa = k8s.helm.v3.Release(
                 f"{name}-efa",
                 name="aws-efa-k8s-device-plugin",
-                chart="aws-efa-k8s-device-plugin",
-                version=args.efa_chart_version,
-                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=args.efa_repo),
+                chart=args.efa_chart.verified(args.project_root),
                 namespace=args.namespace,
                 values={
-                    # The chart's default tolerations leave out the GPU taint: without this it never
-                    # runs on GPU nodes and no pod gets vpc.amazonaws.com/efa.
-                    "tolerations": [gpu_toleration],
+                    # The chart's default tolerations leave out the GPU taint (and any other): without
+                    # this it never runs on GPU nodes and no pod gets vpc.amazonaws.com/efa.
+                    "tolerations": list(TOLERATE_ALL),
                     "nodeSelector": dict(args.efa_node_label),
                     "supportedInstanceLabels": {
                         "keys": ["node.kubernetes.io/instance-type"],

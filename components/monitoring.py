@@ -91,14 +91,10 @@ class Monitoring(pulumi.ComponentResource):
             addon_name="amazon-cloudwatch-observability",
             addon_version=args.addon_version,
             pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=self.SERVICE_ACCOUNT)],
-            configuration_values=json.dumps(
-                {
-                    # Agents (and the DCGM exporter) on every node, tainted GPU nodes included.
-                    "tolerations": [{"operator": "Exists"}],
-                    # Keep the Container Insights metrics (node_gpu_*, node_efa_*) the dashboard reads.
-                    "otelContainerInsights": {"enabled": False},
-                }
-            ),
+            # No configuration values: the add-on's defaults (chart 6.3.0) already put the agents and
+            # the DCGM exporter on every node, tainted GPU nodes included (tolerations [{operator:
+            # Exists}]), and keep the Container Insights metrics (node_gpu_*, node_efa_*) the
+            # dashboard reads (otelContainerInsights.enabled: false).
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             tags=tags,

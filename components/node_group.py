@@ -16,6 +16,7 @@ No subnet is set on the interfaces: EKS picks it from the node group's subnets.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Sequence
 
@@ -59,7 +60,47 @@ class NodeGroupArgs:
     group_name: Optional[str] = None
     labels: dict[str, str] = field(default_factory=dict)  # extra node labels (the node-group, GPU and EFA labels are added)
     taints: list[dict[str, str]] = field(default_factory=list)  # extra node taints {key, value, effect} (a GPU group also gets the GPU taint)
+    hugepages_2mi: int = 0  # 2 MiB huge pages each node reserves at boot, before kubelet starts (0: none; EFA groups need them)
+    # IMDSv2 hops: 1 keeps pods without host networking away from the node role's credentials; 2 lets
+    # them read instance metadata (the EFS/FSx CSI controllers on system nodes do at start-up).
+    imds_hop_limit: int = 2
     tags: dict[str, str] = field(default_factory=dict)  # tags on the AWS resources, instances and volumes (plus gputraining/node-group)
+
+
+USER_DATA_BOUNDARY = "//gputraining"
+
+
+def hugepages_user_data(pages: int) -> str:
+    """Launch-template user data (MIME multi-part, which EKS merges with its own nodeadm config)
+    whose shell part reserves ``pages`` 2 MiB huge pages. cloud-init runs it in cloud-final, and
+    nodeadm starts kubelet only after cloud-final (nodeadm-run.service), so kubelet advertises the
+    pages as hugepages-2Mi. A larger reservation already in place is kept; the sysctl.d file keeps
+    the count across reboots."""
+    script = "\n".join(
+        [
+            "#!/bin/bash",
+            "set -euo pipefail",
+            f"want={pages}",
+            "have=$(cat /proc/sys/vm/nr_hugepages)",
+            'if [ "$have" -lt "$want" ]; then sysctl -w vm.nr_hugepages="$want"; fi',
+            'echo "vm.nr_hugepages = $(cat /proc/sys/vm/nr_hugepages)" > /etc/sysctl.d/90-gputraining-hugepages.conf',
+            "grep -E 'HugePages_(Total|Free)' /proc/meminfo",
+        ]
+    )
+    return "\n".join(
+        [
+            "MIME-Version: 1.0",
+            f'Content-Type: multipart/mixed; boundary="{USER_DATA_BOUNDARY}"',
+            "",
+            f"--{USER_DATA_BOUNDARY}",
+            'Content-Type: text/x-shellscript; charset="us-ascii"',
+            "",
+            script,
+            "",
+            f"--{USER_DATA_BOUNDARY}--",
+            "",
+        ]
+    )
 
 
 def efa_network_interfaces(count: int, security_group_ids: list[pulumi.Input[str]]) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
@@ -162,8 +203,7 @@ class NodeGroup(pulumi.ComponentResource):
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
                 http_endpoint="enabled",
                 http_tokens="required",
-                # 2 so that agents in pods (CloudWatch, device plugins) can still read instance metadata.
-                http_put_response_hop_limit=2,
+                http_put_response_hop_limit=args.imds_hop_limit,
             ),
             # With EFA the interfaces carry the security groups; otherwise the template does.
             vpc_security_group_ids=None if network_interfaces else security_group_ids,
@@ -171,6 +211,7 @@ class NodeGroup(pulumi.ComponentResource):
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=placement_name) if placement_name else None,
             instance_market_options=market_options,
             capacity_reservation_specification=reservation,
+            user_data=base64.b64encode(hugepages_user_data(args.hugepages_2mi).encode()).decode() if args.hugepages_2mi else None,
             tag_specifications=[
                 aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags={**tags, "Name": node_group_name}),
                 aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="volume", tags={**tags, "Name": node_group_name}),

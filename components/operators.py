@@ -1,10 +1,15 @@
-"""Training operators.
+"""Training operators, each installed from a vendored manifest decoded into typed objects, so
+every object shows in the plan and `pulumi up` needs neither git nor the network.
 
 - ``MpiOperator``: Kubeflow MPI operator (kubeflow.org/v2beta1 MPIJob) from its release's install
-  manifest, decoded into typed objects so every object shows in the plan.
-- ``TrainingOperator``: Kubeflow training operator v1 (PyTorchJob, PaddleJob) from a kustomize
-  overlay that runs only the schemes we use and drops its own v1 MPIJob CRD: both operators define
-  ``mpijobs.kubeflow.org``, and installing both unchanged makes them fight over it.
+  manifest.
+- ``TrainingOperator``: Kubeflow training operator v1 (PyTorchJob, PaddleJob) from the manifest
+  rendered from our overlay of its release's standalone overlay
+  (manifests/training-operator/kustomization.yaml), which runs only the schemes we use and drops its
+  own v1 MPIJob CRD: both operators define ``mpijobs.kubeflow.org``, and installing both unchanged
+  makes them fight over it.
+
+Both check the manifest's sha256 against the pin in facts/versions.py before reading it.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import hashlib
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, ClassVar, Optional, Protocol, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -38,7 +43,7 @@ def load_manifest(path: Path, sha256: str) -> list[dict[str, Any]]:
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != sha256:
-        raise ManifestChecksumError(f"{path} has sha256 {digest}, expected {sha256}: it is not the pinned upstream file")
+        raise ManifestChecksumError(f"{path} has sha256 {digest}, expected {sha256}: it is not the pinned file (manifests/vendor/SOURCES.md)")
     snapshot = _parsed.get(digest)
     if snapshot is None:
         snapshot = _parsed[digest] = pickle.dumps(_parse(data), protocol=pickle.HIGHEST_PROTOCOL)
@@ -61,6 +66,7 @@ class MpiOperatorArgs:
 KIND_CLASSES = {
     ("v1", "Namespace"): k8s.core.v1.Namespace,
     ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
+    ("v1", "Secret"): k8s.core.v1.Secret,
     ("v1", "Service"): k8s.core.v1.Service,
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): k8s.apiextensions.v1.CustomResourceDefinition,
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.rbac.v1.ClusterRole,
@@ -68,16 +74,55 @@ KIND_CLASSES = {
     ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
     ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): k8s.admissionregistration.v1.ValidatingWebhookConfiguration,
 }
-# Registered first, and waited for by everything else (workloads need their namespace, CRDs and RBAC).
-FOUNDATION_KINDS = ("Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-_TOP_LEVEL = {"metadata": "metadata", "spec": "spec", "rules": "rules", "aggregationRule": "aggregation_rule", "roleRef": "role_ref", "subjects": "subjects"}
+# Registered first, and waited for by everything else (workloads need their namespace, CRDs, RBAC
+# and the Secrets they mount: the training operator keeps its webhook certificate in one). They go
+# side by side: a namespaced one may reach the API server before its Namespace, and the Kubernetes
+# provider retries such a create (it tolerates that misordering by design).
+FOUNDATION_KINDS = ("Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Secret")
+# Registered after the foundation, and waited for by the workloads. A webhook configuration must
+# exist before the operator that serves it starts: the training operator writes its CA into the
+# configuration and reports ready only once it has, so its Deployment being ready (which `pulumi up`
+# waits for) means the webhook answers. Registered after the Deployment instead, the webhook would
+# exist, with failurePolicy Fail and no CA yet, while the jobs waiting for the operator are created.
+FRONT_KINDS = ("Service", "ValidatingWebhookConfiguration")
+_TOP_LEVEL = {
+    "metadata": "metadata",
+    "spec": "spec",
+    "rules": "rules",
+    "aggregationRule": "aggregation_rule",
+    "roleRef": "role_ref",
+    "subjects": "subjects",
+    "data": "data",
+    "type": "type",
+    "webhooks": "webhooks",
+}
 
 
-def register_objects(name: str, objects: list[dict[str, Any]], parent: pulumi.Resource) -> list[pulumi.CustomResource]:
-    """Register manifest objects as typed resources: foundation kinds first, workloads after them."""
-    ordered = sorted(objects, key=lambda o: (o["kind"] not in FOUNDATION_KINDS, FOUNDATION_KINDS.index(o["kind"]) if o["kind"] in FOUNDATION_KINDS else 0))
-    foundation: list[pulumi.Resource] = []
+def _stage(kind: str) -> tuple[int, int]:
+    """(stage, place within it): foundation, then front, then workloads (each in manifest order)."""
+    if kind in FOUNDATION_KINDS:
+        return (0, FOUNDATION_KINDS.index(kind))
+    if kind in FRONT_KINDS:
+        return (1, FRONT_KINDS.index(kind))
+    return (2, 0)
+
+
+def register_objects(
+    name: str,
+    objects: list[dict[str, Any]],
+    parent: pulumi.Resource,
+    aliases: Optional[Callable[[dict[str, Any]], Sequence[pulumi.Alias]]] = None,
+) -> list[pulumi.CustomResource]:
+    """Register manifest objects as typed resources, named ``<name>-<kind>-<object name>``, each as
+    its document says (but an empty Secret ``data``): the foundation kinds first, then the front
+    kinds, then the workloads. Each object waits for every object of the stages before its own.
+    ``aliases``, when given, names the earlier identities of each object's resource."""
+    ordered = sorted(objects, key=lambda o: _stage(o["kind"]))
+    earlier: list[pulumi.Resource] = []  # every object of the stages before the current one
+    current: list[pulumi.Resource] = []
+    stage = 0
     created = []
     for obj in ordered:
         cls = KIND_CLASSES.get((obj["apiVersion"], obj["kind"]))
@@ -87,41 +132,77 @@ def register_objects(name: str, objects: list[dict[str, Any]], parent: pulumi.Re
         if unknown:
             raise ValueError(f"{name}: {obj['kind']} {obj['metadata']['name']} has fields {sorted(unknown)} this component does not pass on")
         kwargs = {_TOP_LEVEL[k]: v for k, v in obj.items() if k in _TOP_LEVEL}
-        is_foundation = obj["kind"] in FOUNDATION_KINDS
+        if obj["kind"] == "Secret" and kwargs.get("data") == {}:
+            # The SDK makes a Secret's data a secret output, which the plan can only show as
+            # "[secret]"; an empty map holds nothing to hide, and the API server stores the same
+            # Secret without it (the training operator fills it with its webhook certificate).
+            del kwargs["data"]
+        obj_stage = _stage(obj["kind"])[0]
+        if obj_stage != stage:
+            earlier.extend(current)
+            current, stage = [], obj_stage
         res = cls(
             f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}",
             **kwargs,
-            opts=pulumi.ResourceOptions(parent=parent, depends_on=[] if is_foundation else list(foundation)),
+            opts=pulumi.ResourceOptions(parent=parent, depends_on=list(earlier), aliases=list(aliases(obj)) if aliases else None),
         )
-        if obj["kind"] in ("Namespace", "CustomResourceDefinition"):
-            foundation.append(res)
-        elif is_foundation:
-            foundation.append(res)
+        current.append(res)
         created.append(res)
     return created
 
 
-class MpiOperator(pulumi.ComponentResource):
-    def __init__(self, name: str, args: MpiOperatorArgs, opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__("gputraining:components:MpiOperator", name, None, opts)
+class _ManifestArgs(Protocol):
+    manifest: Path
+    manifest_sha256: str
+    version: str
+
+
+class _VendoredOperator(pulumi.ComponentResource):
+    """An operator installed from a vendored manifest: checked against its pinned sha256, every
+    object registered as a typed child resource (``register_objects``)."""
+
+    TYPE: ClassVar[str]
+
+    def __init__(self, name: str, args: _ManifestArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(self.TYPE, name, None, opts)
         objects = load_manifest(args.manifest, args.manifest_sha256)
-        self.objects = register_objects(name, objects, self)
+        self.objects = register_objects(name, objects, self, self._object_aliases(name))
         self.register_outputs({"version": args.version})
+
+    def _object_aliases(self, name: str) -> Optional[Callable[[dict[str, Any]], Sequence[pulumi.Alias]]]:
+        """The earlier identities of the objects' resources, if they had any."""
+        return None
+
+
+class MpiOperator(_VendoredOperator):
+    TYPE = "gputraining:components:MpiOperator"
 
 
 @dataclass
 class TrainingOperatorArgs:
-    kustomization_dir: str  # relative to the project folder (Pulumi's working directory)
+    manifest: Path  # the manifest rendered from manifests/training-operator (upstream overlay + our patches)
+    manifest_sha256: str  # sha256 of that file as pinned in facts/versions.py; any other file is refused
+    version: str  # the upstream release the overlay builds on, e.g. "v1.9.4", registered as the component's output
 
 
-class TrainingOperator(pulumi.ComponentResource):
-    def __init__(self, name: str, args: TrainingOperatorArgs, opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__("gputraining:components:TrainingOperator", name, None, opts)
-        # Built by the Kubernetes provider with kustomize at `pulumi up` (it fetches the pinned
-        # upstream overlay). The offline plan shows this one resource and its directory.
-        self.directory = k8s.kustomize.v2.Directory(
-            f"{name}-kustomize",
-            directory=str(args.kustomization_dir),
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        self.register_outputs({"directory": str(args.kustomization_dir)})
+def kustomize_directory_child_name(directory: str, obj: dict[str, Any]) -> str:
+    """The name pulumi-kubernetes' ``kustomize.v2.Directory`` gives the resource of an object it
+    installs: ``<directory>:<namespace>/<name>``, or ``<directory>:<name>`` for a cluster-scoped one."""
+    meta = obj["metadata"]
+    return f"{directory}:{meta['namespace']}/{meta['name']}" if meta.get("namespace") else f"{directory}:{meta['name']}"
+
+
+class TrainingOperator(_VendoredOperator):
+    TYPE = "gputraining:components:TrainingOperator"
+
+    def _object_aliases(self, name: str) -> Optional[Callable[[dict[str, Any]], Sequence[pulumi.Alias]]]:
+        # Stacks made before the manifest was vendored hold these objects as the children of a
+        # kustomize.v2.Directory "<name>-kustomize" under this component. The aliases make each
+        # resource here the same resource as that child, so `pulumi up` on such a stack keeps the
+        # objects and updates them in place. Without them `pulumi up` would create these resources
+        # anew, which the provider refuses for objects that exist (AlreadyExists); with its
+        # upsertExistingObjects on, it would take them over and then delete them with the
+        # Directory's resources: CRDs (and every job of their kinds), namespace, operator.
+        directory = f"{name}-kustomize"
+        directory_urn = pulumi.create_urn(directory, "kubernetes:kustomize/v2:Directory", parent=self)
+        return lambda obj: [pulumi.Alias(name=kustomize_directory_child_name(directory, obj), parent=directory_urn)]

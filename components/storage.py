@@ -37,10 +37,12 @@ class CsiDriver:
     node_config: dict
 
 
-# The EFS node DaemonSet tolerates every taint by default (chart value node.tolerations:
-# [{operator: Exists}]), so no configuration is sent: add-on schemas reject unknown keys.
+# No configuration values are sent: both node DaemonSets tolerate every taint by default (EFS chart
+# node.tolerations [{operator: Exists}]; FSx chart 1.17.0 / driver v1.9.0 node.tolerateAllTaints:
+# true), so they run on tainted GPU nodes as they are, and values that restate defaults only add a
+# schema to break on a future build.
 EFS_CSI = CsiDriver("aws-efs-csi-driver", "efs-csi-controller-sa", "service-role/AmazonEFSCSIDriverPolicy", {})
-FSX_CSI = CsiDriver("aws-fsx-csi-driver", "fsx-csi-controller-sa", "AmazonFSxFullAccess", {"node": {"tolerateAllTaints": True}})
+FSX_CSI = CsiDriver("aws-fsx-csi-driver", "fsx-csi-controller-sa", "AmazonFSxFullAccess", {})
 
 
 def _storage_key(name: str, parent: pulumi.Resource, description: str, protect: bool, tags: dict[str, str]) -> aws.kms.Key:
@@ -214,6 +216,9 @@ class FsxStoreArgs:
     s3_file_system_path: str = "/s3"  # where the linked S3 data appears inside the file system
     s3_export: bool = False  # also export changes back to S3 (import is always on)
     protect: bool = False  # protect the file system and its KMS key from `pulumi destroy`
+    backup_retention_days: int = 0  # days of daily automatic backups (PERSISTENT only; 0: none)
+    backup_start_time: str = "03:00"  # UTC HH:MM of the daily backup
+    final_backup: bool = False  # take a backup when the file system is deleted (PERSISTENT only)
     cluster_ready: list[pulumi.Resource] = field(default_factory=list)  # what the add-on needs first
     tags: dict[str, str] = field(default_factory=dict)  # tags on every AWS resource of the component
 
@@ -234,10 +239,15 @@ class FsxStore(pulumi.ComponentResource):
             tags={**tags, "Name": f"{args.cluster_name}-fsx"},
             opts=child,
         )
+        # The file system needs only its own group's rules (the file servers talk to each other and
+        # out); the rules between it and the nodes reference the cluster's security group and come
+        # with the cluster, in parallel with the file system (PERSISTENT_2 takes ~15 minutes), and
+        # the PV waits for them.
         rules: list[pulumi.Resource] = []
+        node_rules: list[pulumi.Resource] = []
         for lo, hi in LUSTRE_PORTS:
             for source, ref in (("nodes", args.node_security_group_id), ("self", sg.id)):
-                rules.append(
+                (node_rules if source == "nodes" else rules).append(
                     aws.vpc.SecurityGroupIngressRule(
                         f"{name}-lustre-{lo}-{hi}-from-{source}",
                         security_group_id=sg.id,
@@ -250,7 +260,7 @@ class FsxStore(pulumi.ComponentResource):
                     )
                 )
             # The file servers talk back to the clients on the same ports.
-            rules.append(
+            node_rules.append(
                 aws.vpc.SecurityGroupIngressRule(
                     f"{name}-lustre-{lo}-{hi}-to-nodes",
                     security_group_id=args.node_security_group_id,
@@ -287,6 +297,12 @@ class FsxStore(pulumi.ComponentResource):
             file_system_type_version=args.lustre_version,
             data_compression_type="LZ4",
             kms_key_id=key.arn if key else None,
+            # Daily automatic backups (PERSISTENT only) and a final backup when the file system is
+            # deleted; AWS allows neither on SCRATCH file systems.
+            automatic_backup_retention_days=args.backup_retention_days if persistent else None,
+            daily_automatic_backup_start_time=args.backup_start_time if persistent and args.backup_retention_days else None,
+            copy_tags_to_backups=True if persistent and args.backup_retention_days else None,
+            skip_final_backup=(not args.final_backup) if persistent else None,
             tags={**tags, "Name": f"{args.cluster_name}-lustre"},
             opts=pulumi.ResourceOptions(parent=self, depends_on=rules, protect=args.protect),
         )
@@ -325,7 +341,8 @@ class FsxStore(pulumi.ComponentResource):
                     volume_attributes={"dnsname": self.file_system.dns_name, "mountname": self.file_system.mount_name},
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[addon]),
+            # A pod can mount it only once the nodes may reach the file servers.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[addon, *node_rules]),
         )
         self.claim = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-pvc",

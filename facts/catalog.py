@@ -38,6 +38,8 @@ class InstanceType:
     gpu_memory_mib: int = 0  # per GPU
     efa_interfaces: int = 0  # maximum EFA interfaces; 0 = no EFA
     network_cards: int = 1
+    # Network bandwidth over all network cards, Gbit/s (EC2's peak figure; "up to" for burstable).
+    network_gbps: float = 0
     # GPUDirect RDMA over EFA (FI_EFA_USE_DEVICE_RDMA=1): A100 (p4d) and newer. Not reported by
     # DescribeInstanceTypes, so it comes from this table.
     efa_rdma: bool = False
@@ -66,7 +68,7 @@ class InstanceType:
 _GIB = 1024
 
 
-def _gpu(name, vcpus, mem_gib, gpus, model, gpu_mem_mib, efa, cards, rdma=False) -> InstanceType:
+def _gpu(name, vcpus, mem_gib, gpus, model, gpu_mem_mib, efa, cards, gbps, rdma=False) -> InstanceType:
     return InstanceType(
         name=name,
         vcpus=vcpus,
@@ -76,41 +78,42 @@ def _gpu(name, vcpus, mem_gib, gpus, model, gpu_mem_mib, efa, cards, rdma=False)
         gpu_memory_mib=gpu_mem_mib,
         efa_interfaces=efa,
         network_cards=cards,
+        network_gbps=gbps,
         efa_rdma=rdma,
     )
 
 
-def _cpu(name, vcpus, mem_gib) -> InstanceType:
-    return InstanceType(name=name, vcpus=vcpus, memory_mib=mem_gib * _GIB)
+def _cpu(name, vcpus, mem_gib, gbps) -> InstanceType:
+    return InstanceType(name=name, vcpus=vcpus, memory_mib=mem_gib * _GIB, network_gbps=gbps)
 
 
 # Source: EC2 DescribeInstanceTypes (as recorded by moto 5.2.5) and the EC2 accelerated computing
 # instance pages; p3.2xlarge/8xlarge/16xlarge are no longer listed by DescribeInstanceTypes in
 # most regions, so their row comes from the EC2 documentation. See ../shared/REFERENCE.md.
 _GPU_ROWS = [
-    #    name             vCPU  GiB   GPUs model   GPU MiB  EFA cards RDMA
-    _gpu("p3.2xlarge", 8, 61, 1, "V100", 16384, 0, 1),
-    _gpu("p3.8xlarge", 32, 244, 4, "V100", 16384, 0, 1),
-    _gpu("p3.16xlarge", 64, 488, 8, "V100", 16384, 0, 1),
-    _gpu("p3dn.24xlarge", 96, 768, 8, "V100", 32768, 1, 1),
-    _gpu("p4d.24xlarge", 96, 1152, 8, "A100", 40960, 4, 4, rdma=True),
-    _gpu("p4de.24xlarge", 96, 1152, 8, "A100", 81920, 4, 4, rdma=True),
-    _gpu("p5.48xlarge", 192, 2048, 8, "H100", 81920, 32, 32, rdma=True),
-    _gpu("p5e.48xlarge", 192, 2048, 8, "H200", 144384, 32, 32, rdma=True),
-    _gpu("p5en.48xlarge", 192, 2048, 8, "H200", 144384, 16, 16, rdma=True),
+    #    name             vCPU  GiB   GPUs model   GPU MiB  EFA cards Gbps RDMA
+    _gpu("p3.2xlarge", 8, 61, 1, "V100", 16384, 0, 1, 10),
+    _gpu("p3.8xlarge", 32, 244, 4, "V100", 16384, 0, 1, 10),
+    _gpu("p3.16xlarge", 64, 488, 8, "V100", 16384, 0, 1, 25),
+    _gpu("p3dn.24xlarge", 96, 768, 8, "V100", 32768, 1, 1, 100),
+    _gpu("p4d.24xlarge", 96, 1152, 8, "A100", 40960, 4, 4, 400, rdma=True),
+    _gpu("p4de.24xlarge", 96, 1152, 8, "A100", 81920, 4, 4, 400, rdma=True),
+    _gpu("p5.48xlarge", 192, 2048, 8, "H100", 81920, 32, 32, 3200, rdma=True),
+    _gpu("p5e.48xlarge", 192, 2048, 8, "H200", 144384, 32, 32, 3200, rdma=True),
+    _gpu("p5en.48xlarge", 192, 2048, 8, "H200", 144384, 16, 16, 3200, rdma=True),
 ]
 
 # System node group types: general purpose, no GPU. c5.2xlarge is the reference setups' choice.
 _SYSTEM_ROWS = [
-    _cpu("c5.xlarge", 4, 8),
-    _cpu("c5.2xlarge", 8, 16),
-    _cpu("c5.4xlarge", 16, 32),
-    _cpu("m5.xlarge", 4, 16),
-    _cpu("m5.2xlarge", 8, 32),
-    _cpu("m5.4xlarge", 16, 64),
-    _cpu("m6i.xlarge", 4, 16),
-    _cpu("m6i.2xlarge", 8, 32),
-    _cpu("m6i.4xlarge", 16, 64),
+    _cpu("c5.xlarge", 4, 8, 10),
+    _cpu("c5.2xlarge", 8, 16, 10),
+    _cpu("c5.4xlarge", 16, 32, 10),
+    _cpu("m5.xlarge", 4, 16, 10),
+    _cpu("m5.2xlarge", 8, 32, 10),
+    _cpu("m5.4xlarge", 16, 64, 10),
+    _cpu("m6i.xlarge", 4, 16, 12.5),
+    _cpu("m6i.2xlarge", 8, 32, 12.5),
+    _cpu("m6i.4xlarge", 16, 64, 12.5),
 ]
 
 BUILTIN: Mapping[str, InstanceType] = {t.name: t for t in _GPU_ROWS + _SYSTEM_ROWS}
@@ -143,5 +146,6 @@ def from_describe_instance_types(item: Mapping[str, Any]) -> InstanceType:
         gpu_memory_mib=int((gpus[0].get("MemoryInfo") or {}).get("SizeInMiB", 0)) if gpus else 0,
         efa_interfaces=efa,
         network_cards=int(network.get("MaximumNetworkCards", 1)),
+        network_gbps=float(sum(float(c.get("PeakBandwidthInGbps", 0)) for c in network.get("NetworkCards") or [])),
         efa_rdma=known.efa_rdma if known else False,
     )

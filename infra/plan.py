@@ -21,7 +21,7 @@ import yaml
 
 from facts import catalog
 from facts.paths import PROJECT_ROOT
-from infra import offline
+from infra import critical_path, offline, releases
 from stacks import config as stack_config
 from stacks.config.stackfile import read_stack_config
 
@@ -127,11 +127,13 @@ def manifests_yaml(objects: list[dict[str, Any]], dumper: Optional[type] = None)
     return yaml.dump_all(objects, Dumper=dumper, sort_keys=False, default_flow_style=False, explicit_start=True)
 
 
-def write_files(result: offline.PlanResult, out: Path) -> None:
+def write_files(result: offline.PlanResult, out: Path, rendered: Optional[releases.Rendered] = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "resources.json").write_text(_dump_json([r.as_json() for r in result.records]))
     (out / "manifests.yaml").write_text(manifests_yaml(result.kubernetes_objects()))
     (out / "outputs.json").write_text(_dump_json(result.outputs))
+    if rendered is not None and rendered.note is None:
+        (out / "releases.yaml").write_text(manifests_yaml(rendered.objects))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,7 +141,7 @@ def write_files(result: offline.PlanResult, out: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def summary(cfg: stack_config.StackConfig, result: offline.PlanResult) -> str:
+def summary(cfg: stack_config.StackConfig, result: offline.PlanResult, rendered: Optional[releases.Rendered] = None) -> str:
     lines = []
     outputs = result.outputs
     lines.append(f"Stack {cfg.project}/{cfg.stack} in {cfg.region}: cluster {cfg.cluster_name}, Kubernetes {cfg.cluster.kubernetes_version}")
@@ -184,6 +186,13 @@ def summary(cfg: stack_config.StackConfig, result: offline.PlanResult) -> str:
             lines.append(f"      {n:>3} {typ}")
     k8s = result.kubernetes_objects()
     lines.append(f"Kubernetes objects: {len(k8s)}")
+    if rendered is not None and rendered.note:
+        lines.append(f"  {rendered.note}")
+    elif rendered is not None:
+        for name, objects in rendered.per_release.items():
+            lines.append(f"  Helm release {name} installs {len(objects)}: {', '.join(objects)}")
+    lines.append("")
+    lines.append(critical_path.describe(critical_path.estimate(result.records)).rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 
@@ -228,11 +237,16 @@ def run_cli(stack: str, out: Optional[str], stdout: Optional[TextIO] = None, std
     except pulumi.RunError as err:  # the program refused the config at run time (placement, ...)
         print(f"error: stack {stack!r}: {err}", file=stderr)
         return EXIT_BAD_CONFIG
+    except offline.OfflineDataError as err:  # a region the offline engine has no AWS data for
+        print(f"error: stack {stack!r}: {err}", file=stderr)
+        return EXIT_BAD_CONFIG
     with offline.collector_paused():  # writing the files allocates much as well
-        stdout.write(summary(cfg, result))
+        rendered = releases.render(result, cfg.cluster.kubernetes_version)  # charts are in the checkout
+        stdout.write(summary(cfg, result, rendered))
         if out:
-            write_files(result, Path(out))
-            stdout.write(f"Wrote {out}/resources.json, {out}/manifests.yaml, {out}/outputs.json\n")
+            write_files(result, Path(out), rendered)
+            extra = f", {out}/releases.yaml" if rendered.objects else ""
+            stdout.write(f"Wrote {out}/resources.json, {out}/manifests.yaml, {out}/outputs.json{extra}\n")
     if _is_the_command():
         # Nothing runs after this in `python -m infra plan`, and everything still alive is about to
         # go: spare the interpreter's exit a last full collection over it (about 0.1 s).

@@ -15,7 +15,9 @@ emulator; the region is the stack's ``aws:region``) and prints one line per chec
   same quota: this check does not see them;
 - a configured capacity reservation / capacity block exists, is of the group's type and is in
   the GPU AZ;
-- EKS offers the configured Kubernetes version in the region.
+- EKS offers the configured Kubernetes version in the region;
+- every pinned managed add-on build (``stacks/addons.py``) is published for that version, and any
+  configuration values the stack sends fit the build's configuration schema.
 
 A check the endpoint cannot answer (an emulator that does not implement the call) is a SKIP.
 Exit codes: 0 every check passed or was skipped; 1 a check failed, or no usable credentials;
@@ -25,6 +27,7 @@ Exit codes: 0 every check passed or was skipped; 1 a check failed, or no usable 
 from __future__ import annotations
 
 import functools
+import json
 import re
 import sys
 from collections import defaultdict
@@ -512,6 +515,60 @@ def _check_kubernetes(ctx: _Context) -> list[CheckResult]:
     return _guard(check, "eks DescribeClusterVersions", "eks:DescribeClusterVersions", run)
 
 
+def _check_addons(ctx: _Context) -> list[CheckResult]:
+    """Each pinned add-on build is published for the stack's Kubernetes version, and the
+    configuration values the stack sends fit the build's schema."""
+    from stacks.addons import addon_pins
+
+    eks = ctx.client("eks")
+    version = ctx.cfg.cluster.kubernetes_version
+    results: list[CheckResult] = []
+    for pin in addon_pins(ctx.cfg):
+        check = f"add-on {pin.name} {pin.version}"
+        results += _guard(check, "eks DescribeAddonVersions", "eks:DescribeAddonVersions", functools.partial(_addon_line, eks, pin, version, check))
+        if pin.configuration_values is not None:
+            check = f"add-on {pin.name} configuration values"
+            results += _guard(
+                check, "eks DescribeAddonConfiguration", "eks:DescribeAddonConfiguration", functools.partial(_addon_configuration_line, eks, pin, check)
+            )
+    return results
+
+
+def _addon_line(eks: Any, pin: Any, k8s_version: str, check: str) -> list[CheckResult]:
+    addons = _paginate(eks, "describe_addon_versions", "addons", addonName=pin.name, kubernetesVersion=k8s_version)
+    builds = [v for a in addons if a.get("addonName") == pin.name for v in a.get("addonVersions") or []]
+    names = [b.get("addonVersion", "") for b in builds]
+    default = next((b.get("addonVersion") for b in builds for c in b.get("compatibilities") or [] if c.get("defaultVersion")), None)
+    if pin.version in names:
+        return [CheckResult(PASS, check, f"published for Kubernetes {k8s_version}" + (f" (EKS's default: {default})" if default else ""))]
+    offered = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "") if names else "none"
+    return [
+        CheckResult(
+            FAIL,
+            check,
+            f"EKS has no build {pin.version} of {pin.name} for Kubernetes {k8s_version} (it offers {offered})",
+            "pin one it offers in facts/versions.py" + (f", e.g. EKS's default {default}" if default else ""),
+        )
+    ]
+
+
+def _addon_configuration_line(eks: Any, pin: Any, check: str) -> list[CheckResult]:
+    try:
+        import jsonschema
+    except ImportError:
+        return [CheckResult(SKIP, check, "not checked: the jsonschema package is not installed (it comes with the dev requirements)")]
+    answer = eks.describe_addon_configuration(addonName=pin.name, addonVersion=pin.version)
+    schema_text = answer.get("configurationSchema") or ""
+    if not schema_text:
+        return [CheckResult(FAIL, check, f"{pin.name} {pin.version} takes no configuration values, but the stack sends some", "send none for this build")]
+    try:
+        jsonschema.validate(pin.configuration_values, json.loads(schema_text))
+    except jsonschema.ValidationError as err:
+        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        return [CheckResult(FAIL, check, f"refused by the build's schema at {where}: {_one_line(err.message, 120)}", "fix the values the component sends")]
+    return [CheckResult(PASS, check, "valid for the build's configuration schema")]
+
+
 def run_checks(cfg: stack_config.StackConfig, session: Any, stack_file: Optional[str] = None) -> list[CheckResult]:
     """Run every check against the account and region ``session`` reaches; one result per line.
 
@@ -541,6 +598,7 @@ def run_checks(cfg: stack_config.StackConfig, session: Any, stack_file: Optional
     results += _check_quotas(ctx)
     results += _check_reservations(ctx)
     results += _check_kubernetes(ctx)
+    results += _check_addons(ctx)
     return results
 
 

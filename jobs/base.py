@@ -75,6 +75,7 @@ class JobTarget:
     node_selector: dict[str, str]
     tolerations: list[dict[str, str]]
     gpu_model: Optional[str] = None
+    network_gbps: float = 0  # the instance type's network bandwidth, Gbit/s
 
     @classmethod
     def from_instance(
@@ -104,6 +105,7 @@ class JobTarget:
             node_selector={NODE_GROUP_LABEL: group, ZONE_LABEL: availability_zone},
             tolerations=[dict(GPU_TOLERATION)] + [toleration(t) for t in extra_taints],
             gpu_model=instance.gpu_model,
+            network_gbps=instance.network_gbps,
         )
 
 
@@ -205,7 +207,37 @@ class JobBase(SpecModel):
         return f"job {namespace}/{self.name}"
 
 
-class GpuJob(JobBase):
+# Defaults of every run's bounds (docs/jobs.md, "Retries, deadlines and clean-up").
+# 3 retries: a job that fails three times is broken, and every retry holds whole GPU nodes.
+DEFAULT_BACKOFF_LIMIT = 3
+
+
+class RunJob(JobBase):
+    """A job that runs to completion: a run number, bounded retries, an optional deadline and
+    clean-up after it finishes."""
+
+    run: int = Field(1, ge=1, description="the run number: bump it to run the job again (a new run replaces the old one)")
+    backoff_limit: int = Field(
+        DEFAULT_BACKOFF_LIMIT, ge=0, description="retries before the job is marked Failed and its pods stop (`runPolicy.backoffLimit` / Job `backoffLimit`)"
+    )
+    active_deadline_seconds: Optional[int] = Field(None, ge=1, description="fail the job once it has run this long (default: no deadline)")
+    ttl_seconds_after_finished: Optional[int] = Field(
+        None,
+        ge=0,
+        description="delete the finished job this many seconds after it ends (default: keep it; a `pulumi refresh` then `up` would run it again)",
+    )
+
+    def bounds(self) -> dict[str, int]:
+        """The retry, deadline and clean-up settings (keys as in runPolicy and batch/v1 Job spec)."""
+        out = {"backoffLimit": self.backoff_limit}
+        if self.active_deadline_seconds is not None:
+            out["activeDeadlineSeconds"] = self.active_deadline_seconds
+        if self.ttl_seconds_after_finished is not None:
+            out["ttlSecondsAfterFinished"] = self.ttl_seconds_after_finished
+        return out
+
+
+class GpuJob(RunJob):
     """A job whose workers own whole nodes of one GPU node group."""
 
     node_group: str = Field(description="the GPU node group the job runs on")

@@ -8,13 +8,14 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
+from facts import aws_names
 from facts.problems import Problem
 from facts.versions import AWS_CLI_IMAGE
 from jobs import checks, pod
-from jobs.base import JobsContext, Manifest, SystemJob
+from jobs.base import JobsContext, Manifest, RunJob, SystemJob
 
 
-class DataStageSpec(SystemJob):
+class DataStageSpec(SystemJob, RunJob):
     """Copies an S3 prefix into ``path`` on a shared volume (a batch Job on the system nodes)."""
 
     kind: Literal["data-stage"] = Field(description="`data-stage`")
@@ -41,6 +42,8 @@ class DataStageSpec(SystemJob):
         super().check(key, problems)
         if not checks.S3_URI.match(self.source):
             problems.append(Problem(f"{key}.source", f"{checks.fmt(self.source)} is not an S3 URI like 's3://my-bucket/datasets/coco'"))
+        elif why := aws_names.bucket_problem(self.bucket):
+            problems.append(Problem(f"{key}.source", f"{checks.fmt(self.source)} names a bucket S3 does not allow: {why}"))
         checks.check_relative_path(self.path, f"{key}.path", problems)
         if self.source_region is not None and not checks.REGION.match(self.source_region):
             problems.append(Problem(f"{key}.sourceRegion", f"{checks.fmt(self.source_region)} is not an AWS region name like 'us-west-2'"))
@@ -95,9 +98,8 @@ class DataStageSpec(SystemJob):
                 "apiVersion": "batch/v1",
                 "kind": "Job",
                 # A copy of a large prefix can take hours: `pulumi up` does not wait for it
-                # (kubectl wait / logs do). No ttlSecondsAfterFinished: a Job that deletes itself
-                # would be recreated by the next `pulumi up`.
+                # (kubectl wait / logs do).
                 "metadata": pod.metadata(self, ctx, annotations={"pulumi.com/skipAwait": "true"}),
-                "spec": {"backoffLimit": 3, "template": pod.template(self, spec, "stage")},
+                "spec": {**self.bounds(), "template": pod.template(self, spec, "stage")},
             },
         ]

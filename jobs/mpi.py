@@ -10,13 +10,18 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import Field
 
-from jobs import pod
+from facts.problems import Problem
+from jobs import checks, pod
 from jobs.base import GpuJob, JobsContext, JobTarget, Manifest
 
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"  # mpi-operator v0.8.0
 # mpi-operator v2 reaches the workers over SSH: they run sshd (the operator mounts the keys).
 SSHD_COMMAND = ("/usr/sbin/sshd", "-De")
 LAUNCHER_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}}
+# Open MPI as AWS's EFA installer puts it in its images (nccl-tests, Deep Learning Containers). mpirun
+# is called by absolute path: that is Open MPI's --prefix, so the daemons it starts over ssh on the
+# workers find Open MPI even though an ssh session does not get the image's PATH.
+OPEN_MPI_MPIRUN = "/opt/amazon/openmpi/bin/mpirun"
 
 
 class MpiBase(GpuJob):
@@ -27,13 +32,28 @@ class MpiBase(GpuJob):
     mpirun_args: list[str] = Field(default_factory=list, description="extra mpirun arguments, before the command")
     worker_command: list[str] = Field(default_factory=lambda: list(SSHD_COMMAND), min_length=1, description="what the workers run (sshd for mpi-operator v2)")
     command: list[str] = Field(min_length=1, description="what mpirun runs on every rank")
+    mpirun: str = Field(
+        OPEN_MPI_MPIRUN,
+        description="absolute path of mpirun in the image (the remote daemons start from the same prefix); default: AWS's EFA images",
+    )
 
     def pod_hostnames(self) -> list[str]:
         return [f"{self.name}-worker-{self.nodes - 1}", f"{self.name}-launcher"]
 
+    def check(self, key: str, problems: list[Problem]) -> None:
+        super().check(key, problems)
+        if not self.mpirun.startswith("/") or any(c.isspace() for c in self.mpirun) or self.mpirun.endswith("/"):
+            problems.append(
+                Problem(f"{key}.mpirun", f"{checks.fmt(self.mpirun)} is not allowed: the absolute path of mpirun in the image, like {OPEN_MPI_MPIRUN}")
+            )
+
     def derived_env(self) -> dict[str, str]:
         """Env this kind always sets (besides the EFA settings)."""
         return {}
+
+    def launcher_command(self, target: JobTarget, forward: Sequence[str]) -> list[str]:
+        """What the launcher runs: mpirun over every GPU of every worker."""
+        return mpirun_command(self, target, forward)
 
     def build(self, ctx: JobsContext) -> list[Manifest]:
         return [mpijob(self, ctx, self.derived_env())]
@@ -50,7 +70,7 @@ def mpirun_command(spec: MpiBase, target: JobTarget, forward: Sequence[str]) -> 
     """``mpirun`` over every GPU of every worker: one rank per GPU (-np = nodes x GPUs), no CPU
     binding (the frameworks pin their own threads), and the environment forwarded with ``-x``:
     ranks start through sshd on the workers and would not see the container's env otherwise."""
-    cmd = ["mpirun", "--allow-run-as-root", "-np", str(spec.nodes * target.gpus), "--bind-to", "none", "--map-by", "slot"]
+    cmd = [spec.mpirun, "--allow-run-as-root", "-np", str(spec.nodes * target.gpus), "--bind-to", "none", "--map-by", "slot"]
     for name in ["PATH", "LD_LIBRARY_PATH", *forward]:
         cmd += ["-x", name]
     return cmd + list(spec.mpirun_args) + list(spec.command) + list(spec.args)
@@ -72,7 +92,7 @@ def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dic
     launcher = {
         "name": "launcher",
         "image": spec.image,
-        "command": mpirun_command(spec, target, forward),
+        "command": spec.launcher_command(target, forward),
         "env": env,
         "resources": copy.deepcopy(LAUNCHER_RESOURCES),
     }
@@ -85,8 +105,9 @@ def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dic
             "slotsPerWorker": target.gpus,
             "launcherCreationPolicy": "WaitForWorkersReady",
             # Running: once the launcher is done the workers (sshd, holding the GPUs) are removed;
-            # the launcher pod and its log stay.
-            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 6},
+            # the launcher pod and its log stay. mpi-operator applies backoffLimit, the deadline and
+            # the TTL to the launcher Job.
+            "runPolicy": {"cleanPodPolicy": "Running", **spec.bounds()},
             "mpiReplicaSpecs": {
                 "Launcher": {
                     "replicas": 1,

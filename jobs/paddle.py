@@ -85,6 +85,7 @@ class PaddleSpec(GpuJob):
                 "apiVersion": TRAINING_API_VERSION,
                 "kind": "PaddleJob",
                 "metadata": pod.metadata(self, ctx),
-                "spec": {"paddleReplicaSpecs": replicas},
+                # Running: a finished or failed job frees its GPU nodes at once.
+                "spec": {"runPolicy": {"cleanPodPolicy": "Running", **self.bounds()}, "paddleReplicaSpecs": replicas},
             }
         ]

@@ -15,12 +15,12 @@ import copy
 import posixpath
 from typing import Any, Mapping, Optional
 
-from facts.kube import PART_OF
-from jobs.base import EnvValue, GpuJob, JobBase, JobBuildError, JobsContext, JobTarget
+from facts.kube import EFA_HUGEPAGES_REQUEST, PART_OF
+from jobs.base import EnvValue, GpuJob, JobBase, JobBuildError, JobsContext, JobTarget, RunJob
 
 JOB_LABEL = "gputraining/job"
-# The EFA driver preallocates ~5128 x 2 MiB huge pages; 5120Mi is what EFA jobs commonly request.
-EFA_HUGEPAGES = "5120Mi"
+# EFA nodes reserve 5128 x 2 MiB huge pages at boot (facts/kube.py); a worker requests 5120Mi of them.
+EFA_HUGEPAGES = EFA_HUGEPAGES_REQUEST
 # Kubernetes requires a cpu or memory request next to a hugepages request. Workers get a modest
 # memory request and no memory limit: a worker owns its whole node and may use all of its memory.
 WORKER_MEMORY_REQUEST = "8Gi"
@@ -144,9 +144,16 @@ def gpu_pod_spec(target: JobTarget, containers: list[dict[str, Any]], volumes: l
     return pod
 
 
+RUN_LABEL = "gputraining/run"
+
+
 def template(spec: JobBase, pod_spec: dict[str, Any], role: str) -> dict[str, Any]:
-    """A pod template labelled with the job and the pod's role in it."""
-    return {"metadata": {"labels": {**labels(spec), "gputraining/role": role}}, "spec": pod_spec}
+    """A pod template labelled with the job, the pod's role in it and, for jobs that run to
+    completion, the run number (so bumping ``run`` changes the spec: a new run replaces the old)."""
+    pod_labels = {**labels(spec), "gputraining/role": role}
+    if isinstance(spec, RunJob):
+        pod_labels[RUN_LABEL] = str(spec.run)
+    return {"metadata": {"labels": pod_labels}, "spec": pod_spec}
 
 
 def system_pod(ctx: JobsContext, pod: dict[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,17 @@
 """``pytorch-elastic``: PyTorch DDP with TorchElastic as a ``kubeflow.org/v1`` PyTorchJob with
 ``elasticPolicy``, rendezvousing on the stack's etcd (or c10d). The training operator sets the
-PET_* variables torchrun reads (rendezvous, nnodes min:max, nproc per node, max restarts)."""
+PET_* variables torchrun reads (rendezvous backend, endpoint and id, nnodes min:max, nproc per
+node, max restarts).
+
+The rendezvous id is unique per job and per run (``<name>-<run>-<spec hash>``): torchrun's default
+id is ``none``, under which every job on the stack's etcd would meet in one world, and a second run
+would find the first run's closed rendezvous (``RendezvousClosedError``). The job starts
+``maxNodes`` workers; elastic means it keeps going down to ``minNodes`` when nodes are lost."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Literal, Optional
 
 from pydantic import Field, model_validator
@@ -27,7 +35,9 @@ class PyTorchElasticSpec(GpuJob):
     min_nodes: Optional[int] = Field(None, ge=1, description="fewest nodes the job keeps running with (default: nodes)")
     max_nodes: Optional[int] = Field(None, ge=1, description="most nodes (default: nodes)")
     max_restarts: int = Field(3, ge=0, description="restarts of the worker group torchrun allows")
-    rdzv_backend: Literal["etcd", "etcd-v2", "c10d"] = Field("etcd", description="rendezvous backend: `etcd`/`etcd-v2` (the stack's etcd) or `c10d`")
+    rendezvous: Literal["etcd", "etcd-v2", "c10d"] = Field(
+        "etcd", description="rendezvous backend: `etcd`/`etcd-v2` on the stack's etcd (the image needs `python-etcd`) or `c10d` on worker 0"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -49,6 +59,12 @@ class PyTorchElasticSpec(GpuJob):
     def max_workers(self) -> int:
         return max(self.elastic_max, self.nodes)
 
+    @property
+    def rendezvous_id(self) -> str:
+        """Unique per job, per run and per spec: ``<name>-<run>-<first 8 hex of the spec's sha256>``."""
+        spec = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
+        return f"{self.name}-{self.run}-{hashlib.sha256(spec.encode()).hexdigest()[:8]}"
+
     def pod_hostnames(self) -> list[str]:
         return [f"{self.name}-worker-{self.max_workers() - 1}"]
 
@@ -61,9 +77,9 @@ class PyTorchElasticSpec(GpuJob):
             problems.append(Problem(f"{key}.nodes", f"{self.nodes} is outside minNodes..maxNodes ({low}..{high}); the job starts with this many nodes"))
 
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
-        if self.rdzv_backend in ("etcd", "etcd-v2") and not env.etcd_enabled:
+        if self.rendezvous in ("etcd", "etcd-v2") and not env.etcd_enabled:
             problems.append(
-                Problem(f"{key}.rdzvBackend", f"{self.rdzv_backend!r} needs the stack's etcd, which is disabled; enable etcd or use rdzvBackend 'c10d'")
+                Problem(f"{key}.rendezvous", f"{self.rendezvous!r} needs the stack's etcd, which is disabled; enable etcd or use rendezvous 'c10d'")
             )
         super().check_environment(key, problems, env)
 
@@ -80,14 +96,15 @@ class PyTorchElasticSpec(GpuJob):
         # nnodes min:max, nproc per node, max restarts) for torchrun / torch.distributed.run.
         container = pod.gpu_worker_container("pytorch", self.image, self.command, self.args, env, mounts, target.gpus, efa)
         policy: dict[str, Any] = {
-            "rdzvBackend": self.rdzv_backend,
+            "rdzvBackend": self.rendezvous,
+            "rdzvId": self.rendezvous_id,
             "minReplicas": self.elastic_min,
             "maxReplicas": self.elastic_max,
             "maxRestarts": self.max_restarts,
         }
-        if self.rdzv_backend in ("etcd", "etcd-v2"):
+        if self.rendezvous in ("etcd", "etcd-v2"):
             if not ctx.etcd_endpoint:
-                raise JobBuildError(f"job {self.name!r}: rdzvBackend {self.rdzv_backend!r} needs the stack's etcd, which is off")
+                raise JobBuildError(f"job {self.name!r}: rendezvous {self.rendezvous!r} needs the stack's etcd, which is off")
             policy["rdzvHost"], policy["rdzvPort"] = etcd_host_port(ctx.etcd_endpoint)
         # c10d: the operator points the rendezvous at <name>-worker-0.
         return [
@@ -98,10 +115,13 @@ class PyTorchElasticSpec(GpuJob):
                 "spec": {
                     "nprocPerNode": str(target.gpus),
                     "elasticPolicy": policy,
-                    # Only Worker replicas: elasticPolicy rendezvous needs no Master.
+                    # Running: a finished or failed job frees its GPU nodes at once.
+                    "runPolicy": {"cleanPodPolicy": "Running", **self.bounds()},
+                    # Only Worker replicas: elasticPolicy rendezvous needs no Master. It starts with
+                    # maxNodes workers and goes on while at least minNodes are left.
                     "pytorchReplicaSpecs": {
                         "Worker": {
-                            "replicas": self.nodes,
+                            "replicas": self.elastic_max,
                             "restartPolicy": "OnFailure",
                             "template": pod.template(self, pod.gpu_pod_spec(target, [container], volumes), "worker"),
                         }

@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+.venv/bin/python scripts/k8s_tools.py   # helm, to render the Helm releases into the plan
 stack=${1:-dev}
 shift || true
 exec .venv/bin/python -m infra plan --stack "$stack" "$@"

@@ -83,11 +83,12 @@ def load_plan(folder: Optional[Path], root: Optional[Path] = None) -> Plan:
             key = (r["type"], f"{r['name']} (in {parent})")
         resources[key] = r
     manifests: dict[tuple[str, str, str, str], dict] = {}
-    path = folder / "manifests.yaml"
-    if path.exists():
-        for doc in yaml.load_all(path.read_text(), Loader=_LOADER):
-            if isinstance(doc, dict):
-                manifests[_manifest_key(doc)] = read(doc)
+    # manifests.yaml: the objects the stack registers; releases.yaml: what its Helm releases install.
+    for path in (folder / "manifests.yaml", folder / "releases.yaml"):
+        if path.exists():
+            for doc in yaml.load_all(path.read_text(), Loader=_LOADER):
+                if isinstance(doc, dict):
+                    manifests[_manifest_key(doc)] = read(doc)
     outputs_path = folder / "outputs.json"
     outputs = read(json.loads(outputs_path.read_text())) if outputs_path.exists() else {}
     return Plan(resources, manifests, outputs, present=True)

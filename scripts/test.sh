@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+.venv/bin/python scripts/k8s_tools.py   # real helm + kubectl for the render tests (.tools/bin)
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

@@ -13,7 +13,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.cluster import Cluster, ClusterArgs
-from components.device_plugins import DevicePlugins, DevicePluginsArgs
+from components.device_plugins import ChartFile, DevicePlugins, DevicePluginsArgs
 from components.etcd import Etcd, EtcdArgs
 from components.jobs import TrainingJobs, TrainingJobsArgs
 from components.monitoring import Monitoring, MonitoringArgs
@@ -22,7 +22,7 @@ from components.node_group import NodeGroup, NodeGroupArgs
 from components.operators import MpiOperator, MpiOperatorArgs, TrainingOperator, TrainingOperatorArgs
 from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
 from facts import versions
-from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
+from facts.kube import EFA_HUGEPAGES_2MI_PAGES, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
 from facts.paths import PROJECT_ROOT
 from jobs.base import JobsContext
 from stacks.config import GpuNodeGroupConfig, StackConfig
@@ -156,6 +156,11 @@ def _gpu_node_group(g: GpuNodeGroupConfig, gpu_az: str, cfg: StackConfig, cluste
         capacity_type=g.capacity_type,
         capacity_reservation_id=g.capacity_reservation_id,
         efa_interfaces=g.efa_interfaces,
+        hugepages_2mi=EFA_HUGEPAGES_2MI_PAGES if g.efa_interfaces else 0,
+        # Training code runs here: pods cannot reach IMDS (one hop). What needs instance metadata on GPU
+        # nodes runs with host networking (VPC CNI, kube-proxy, the CSI node plugins, the CloudWatch
+        # agent and Fluent Bit of the observability add-on, the Pod Identity agent).
+        imds_hop_limit=1,
         placement_group=placement.mode,
         placement_group_name=placement.name,
         gpu=True,
@@ -224,14 +229,16 @@ def _device_plugins(s: _Services) -> None:
     DevicePlugins(
         "device-plugins",
         DevicePluginsArgs(
-            nvidia_chart_version=versions.NVIDIA_DEVICE_PLUGIN_CHART if sv.nvidia_device_plugin else None,
-            nvidia_repo=versions.NVIDIA_DEVICE_PLUGIN_REPO,
-            efa_chart_version=versions.EFA_DEVICE_PLUGIN_CHART if sv.efa_device_plugin else None,
-            efa_repo=versions.EFA_DEVICE_PLUGIN_REPO,
-            gpu_taint=dict(GPU_TAINT),
+            nvidia_chart=ChartFile(versions.NVIDIA_DEVICE_PLUGIN_CHART_FILE, versions.NVIDIA_DEVICE_PLUGIN_CHART_SHA256, versions.NVIDIA_DEVICE_PLUGIN_CHART)
+            if sv.nvidia_device_plugin
+            else None,
+            efa_chart=ChartFile(versions.EFA_DEVICE_PLUGIN_CHART_FILE, versions.EFA_DEVICE_PLUGIN_CHART_SHA256, versions.EFA_DEVICE_PLUGIN_CHART)
+            if sv.efa_device_plugin
+            else None,
             gpu_node_label=dict(GPU_PRESENT_LABEL),
             efa_node_label=dict(EFA_PRESENT_LABEL),
             efa_instance_types=sorted({g.instance_type for g in s.cfg.gpu_node_groups if g.efa_enabled}),
+            project_root=PROJECT_ROOT,
         ),
         opts=s.k8s_component,
     )
@@ -287,6 +294,9 @@ def _fsx(s: _Services) -> None:
             s3_file_system_path=f.s3.file_system_path if f.s3 else "/s3",
             s3_export=f.s3.export if f.s3 else False,
             protect=st.deletion_protection,
+            backup_retention_days=f.backup_retention_days,
+            backup_start_time=f.backup_start_time,
+            final_backup=f.final_backup,
             cluster_ready=s.cluster_ready,
             tags=s.tags,
         ),
@@ -313,9 +323,11 @@ def _operators(s: _Services) -> None:
     if sv.training_operator:
         training = TrainingOperator(
             "training-operator",
-            # Relative to the project folder, where Pulumi runs the program: an absolute path would
-            # make every checkout's state differ.
-            TrainingOperatorArgs(kustomization_dir=versions.TRAINING_OPERATOR_KUSTOMIZATION),
+            TrainingOperatorArgs(
+                manifest=PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST,
+                manifest_sha256=versions.TRAINING_OPERATOR_MANIFEST_SHA256,
+                version=versions.TRAINING_OPERATOR_REF,
+            ),
             opts=s.k8s_component,
         )
         s.job_prerequisites.append(training)

@@ -16,7 +16,7 @@ REGION = "us-west-2"
 NOT_DESCRIBED = {"p3.2xlarge", "p3.8xlarge", "p3.16xlarge"}
 DESCRIBED = [n for n in catalog.BUILTIN if n not in NOT_DESCRIBED]
 
-FIELDS = ("vcpus", "memory_mib", "gpus", "gpu_model", "gpu_memory_mib", "efa_interfaces", "network_cards")
+FIELDS = ("vcpus", "memory_mib", "gpus", "gpu_model", "gpu_memory_mib", "efa_interfaces", "network_cards", "network_gbps")
 
 # The EFA interface counts the node groups must attach (the table).
 REQUIRED_EFA = {
@@ -154,7 +154,12 @@ def test_from_describe_instance_types_sums_gpus_and_keeps_the_table_rdma_flag():
         "VCpuInfo": {"DefaultVCpus": 96},
         "MemoryInfo": {"SizeInMiB": 1179648},
         "GpuInfo": {"Gpus": [{"Name": "A100", "Count": 8, "MemoryInfo": {"SizeInMiB": 40960}}]},
-        "NetworkInfo": {"EfaSupported": True, "EfaInfo": {"MaximumEfaInterfaces": 4}, "MaximumNetworkCards": 4},
+        "NetworkInfo": {
+            "EfaSupported": True,
+            "EfaInfo": {"MaximumEfaInterfaces": 4},
+            "MaximumNetworkCards": 4,
+            "NetworkCards": [{"PeakBandwidthInGbps": 100.0}] * 4,
+        },
     }
     t = catalog.from_describe_instance_types(item)
     assert t == catalog.BUILTIN["p4d.24xlarge"]

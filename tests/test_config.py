@@ -384,9 +384,11 @@ def test_node_group_that_is_not_a_map():
     _assert_mentions(msg, "'p4d.24xlarge'", "dictionary")
 
 
-def test_tags_with_non_string_values():
-    msg = _only_problem(minimal_values(tags={"env": "dev", "cost": 12}), f"{NS}:tags")
-    _assert_mentions(msg, '"cost": 12', "map of strings")
+def test_tags_with_non_string_values_name_the_tag_and_say_to_quote():
+    msg = _only_problem(minimal_values(tags={"env": "dev", "cost": 12}), f"{NS}:tags.cost")
+    _assert_mentions(msg, "12", "expected a string", 'quote it, "12"')
+    msg = _only_problem(minimal_values(tags={"backup": False}), f"{NS}:tags.backup")
+    _assert_mentions(msg, "booleans")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -319,6 +319,12 @@ def flag_values(cmd: list[str], flag: str) -> list[str]:
     return [cmd[i + 1] for i, a in enumerate(cmd[:-1]) if a == flag]
 
 
+def mpirun_of(launcher: dict[str, Any]) -> list[str]:
+    """The mpirun command of a launcher (nccl-test runs it behind its gate, after "--")."""
+    cmd = launcher["command"]
+    return cmd[cmd.index("--") + 1 :] if cmd[0] == "/bin/bash" else cmd
+
+
 @pytest.mark.parametrize("kind", ["mpi", "nccl-test"])
 @all_groups
 def test_mpijob_launcher_and_workers(kind, group):
@@ -334,8 +340,8 @@ def test_mpijob_launcher_and_workers(kind, group):
     assert cr["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
     (launcher,) = rs["Launcher"]["template"]["spec"]["containers"]
     assert "nvidia.com/gpu" not in json.dumps(launcher), "the launcher requests no GPU"
-    cmd = launcher["command"]
-    assert cmd[0] == "mpirun"
+    cmd = mpirun_of(launcher)
+    assert cmd[0] == "/opt/amazon/openmpi/bin/mpirun" == job.mpirun
     assert flag_values(cmd, "-np") == [str(job.nodes * gpus)]
     assert flag_values(cmd, "--bind-to") == ["none"]
     forwarded = set(flag_values(cmd, "-x"))
@@ -350,12 +356,12 @@ def test_mpijob_launcher_and_workers(kind, group):
 def test_mpi_forwards_efa_and_user_env_with_x():
     (cr,) = built("mpi", "p4d")
     (launcher,) = replicas(cr)["Launcher"]["template"]["spec"]["containers"]
-    forwarded = flag_values(launcher["command"], "-x")
+    forwarded = flag_values(mpirun_of(launcher), "-x")
     for name in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE", "EPOCHS", "AMP", "WANDB_API_KEY"):
         assert name in forwarded
     assert env_of(launcher)["FI_PROVIDER"] == "efa"
     # The user's mpirun arguments come before the program.
-    cmd = launcher["command"]
+    cmd = mpirun_of(launcher)
     assert cmd.index("^ucx") < cmd.index("/workspace/train_maskrcnn.py")
 
 
@@ -363,7 +369,7 @@ def test_mpi_forwards_efa_and_user_env_with_x():
 def test_np_follows_nodes(nodes):
     (cr,) = built("mpi", "p4d", nodes=nodes)
     (launcher,) = replicas(cr)["Launcher"]["template"]["spec"]["containers"]
-    assert flag_values(launcher["command"], "-np") == [str(nodes * 8)]
+    assert flag_values(mpirun_of(launcher), "-np") == [str(nodes * 8)]
     assert replicas(cr)["Worker"]["replicas"] == nodes
 
 
@@ -372,7 +378,7 @@ def test_nccl_test_runs_all_reduce_perf_with_nccl_debug_info(group):
     job = spec("nccl-test", group)
     (cr,) = J.build_manifests(job, make_ctx())
     (launcher,) = replicas(cr)["Launcher"]["template"]["spec"]["containers"]
-    cmd = launcher["command"]
+    cmd = mpirun_of(launcher)
     assert cmd[-9:] == [J.NCCL_ALL_REDUCE_PERF, "-b", "8", "-e", "2G", "-f", "2", "-g", "1"]
     assert env_of(launcher)["NCCL_DEBUG"] == "INFO" and "NCCL_DEBUG" in flag_values(cmd, "-x")
     assert job.nodes == 2, "two nodes by default: the test is about the traffic between them"
@@ -398,13 +404,15 @@ def test_pytorchjob_workers_and_elastic_policy_on_etcd(group):
     assert (cr["apiVersion"], cr["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
     rs = replicas(cr)
     assert set(rs) == {"Worker"}, "no Master with elasticPolicy"
-    assert rs["Worker"]["replicas"] == job.nodes == 2
+    # Elastic: it starts with maxNodes workers and goes on down to minNodes.
+    assert rs["Worker"]["replicas"] == job.elastic_max == 3
     (container,) = rs["Worker"]["template"]["spec"]["containers"]
     assert container["name"] == "pytorch"
     assert container["command"] == job.command and container["args"] == job.args
     assert cr["spec"]["nprocPerNode"] == str(GROUP_TYPE[group].gpus)
     assert cr["spec"]["elasticPolicy"] == {
         "rdzvBackend": "etcd",
+        "rdzvId": job.rendezvous_id,
         "rdzvHost": "etcd.training.svc",
         "rdzvPort": 2379,
         "minReplicas": 1,
@@ -415,10 +423,10 @@ def test_pytorchjob_workers_and_elastic_policy_on_etcd(group):
 
 
 def test_pytorch_rendezvous_follows_the_etcd_endpoint_and_backend():
-    (cr,) = built("pytorch-elastic", ctx=make_ctx(etcd_endpoint="etcd-client.rdzv.svc.cluster.local:32379"), rdzvBackend="etcd-v2")
+    (cr,) = built("pytorch-elastic", ctx=make_ctx(etcd_endpoint="etcd-client.rdzv.svc.cluster.local:32379"), rendezvous="etcd-v2")
     policy = cr["spec"]["elasticPolicy"]
     assert (policy["rdzvBackend"], policy["rdzvHost"], policy["rdzvPort"]) == ("etcd-v2", "etcd-client.rdzv.svc.cluster.local", 32379)
-    (cr,) = built("pytorch-elastic", ctx=make_ctx(etcd_endpoint=None), rdzvBackend="c10d")
+    (cr,) = built("pytorch-elastic", ctx=make_ctx(etcd_endpoint=None), rendezvous="c10d")
     assert cr["spec"]["elasticPolicy"]["rdzvBackend"] == "c10d"
     assert "rdzvHost" not in cr["spec"]["elasticPolicy"] and "rdzvPort" not in cr["spec"]["elasticPolicy"]
     with pytest.raises(J.JobBuildError, match="etcd"):
@@ -580,7 +588,7 @@ def every_manifest() -> list[tuple[str, dict[str, Any]]]:
             if kind == "paddle":
                 variants.append({"mode": "collective", "pservers": None})
             if kind == "pytorch-elastic":
-                variants.append({"rdzvBackend": "c10d"})
+                variants.append({"rendezvous": "c10d"})
             if kind == "tensorboard":
                 variants.append({"expose": True})
             for over in variants:

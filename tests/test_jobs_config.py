@@ -84,7 +84,7 @@ def test_a_few_lines_per_kind_parse_with_defaults():
     assert [type(s) for s in specs] == [J.MpiJobSpec, J.NcclTestSpec, J.PyTorchElasticSpec, J.PaddleSpec, J.DataStageSpec, J.TensorboardSpec]
     m, n, e, p, d, t = specs
     assert (n.image, n.nodes, n.command) == (J.NCCL_TESTS_IMAGE, 2, [J.NCCL_ALL_REDUCE_PERF])
-    assert (e.rdzv_backend, e.nodes, e.elastic_min, e.elastic_max, e.max_restarts) == ("etcd", 1, 1, 2, 3)
+    assert (e.rendezvous, e.nodes, e.elastic_min, e.elastic_max, e.max_restarts) == ("etcd", 1, 1, 2, 3)
     assert (p.mode, p.parameter_servers) == ("collective", 0)
     assert (d.image, d.bucket, d.prefix) == (J.AWS_CLI_IMAGE, "ml-datasets", "coco")
     assert (t.image, t.expose) == (J.TENSORBOARD_IMAGE, False)
@@ -225,10 +225,10 @@ def test_elastic_nodes_start_within_min_max():
 
 def test_etcd_rendezvous_needs_etcd():
     p = one([elastic()], etcd=False)
-    assert p.key == f"{KEY}[0].rdzvBackend" and "'etcd' needs the stack's etcd" in p.message and "'c10d'" in p.message
-    assert parse([elastic(rdzvBackend="c10d")], etcd=False)[1] == []
-    p = one([elastic(rdzvBackend="zookeeper")])
-    assert p.key == f"{KEY}[0].rdzvBackend" and "'zookeeper' is not allowed" in p.message
+    assert p.key == f"{KEY}[0].rendezvous" and "'etcd' needs the stack's etcd" in p.message and "'c10d'" in p.message
+    assert parse([elastic(rendezvous="c10d")], etcd=False)[1] == []
+    p = one([elastic(rendezvous="zookeeper")])
+    assert p.key == f"{KEY}[0].rendezvous" and "'zookeeper' is not allowed" in p.message
 
 
 # ----------------------------------------------------------------------------------------------

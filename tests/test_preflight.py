@@ -118,6 +118,23 @@ def answer_eks_versions(session: Any, versions: dict[str, str]) -> None:
     answer(session, "eks", "DescribeClusterVersions", respond)
 
 
+def answer_addons(session: Any, published: dict[str, list[str]] | None = None) -> None:
+    """DescribeAddonVersions as EKS answers it: by default every build the stack pins is published."""
+    from stacks.addons import addon_pins
+
+    if published is None:
+        published = {p.name: [p.version, "v0.0.1-eksbuild.1"] for p in addon_pins(dev_cfg())}
+
+    def respond(request: dict):
+        query = request.get("query_string") or {}
+        name = query.get("addonName")
+        k8s = query.get("kubernetesVersion")
+        builds = [{"addonVersion": v, "compatibilities": [{"clusterVersion": k8s, "defaultVersion": i == 0}]} for i, v in enumerate(published.get(name, []))]
+        return {"addons": [{"addonName": name, "addonVersions": builds}] if builds else []}
+
+    answer(session, "eks", "DescribeAddonVersions", respond)
+
+
 def answer_reservation(session: Any, **reservation: Any) -> None:
     cr = {
         "CapacityReservationId": CR_ID,
@@ -166,6 +183,7 @@ def reserved_group(**overrides: Any) -> dict[str, Any]:
 def test_dev_stack_passes_every_check(session):
     answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384})
     answer_eks_versions(session, {"1.35": "standard-support", "1.36": "standard-support"})
+    answer_addons(session)
     results = preflight.run_checks(dev_cfg(), session)
 
     assert statuses(results) == {preflight.PASS}, "\n".join(r.line() for r in results)
@@ -482,3 +500,56 @@ def test_cli_without_credentials_exits_1_with_one_line(monkeypatch, tmp_path, ca
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1 and captured.err.startswith("error: no AWS credentials found")
     assert "Traceback" not in captured.err and captured.out == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Managed add-on builds
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_pinned_addon_build_is_checked_for_the_kubernetes_version(session):
+    from stacks.addons import addon_pins
+
+    answer_addons(session)
+    results = preflight.run_checks(dev_cfg(), session)
+    pins = addon_pins(dev_cfg())
+    assert {p.name for p in pins} >= {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", "aws-efs-csi-driver", "aws-fsx-csi-driver"}
+    for pin in pins:
+        line = by_check(results, f"add-on {pin.name} {pin.version}")
+        assert line.status == preflight.PASS and "published for Kubernetes 1.36" in line.detail, line.line()
+
+
+def test_an_addon_build_eks_does_not_publish_fails_naming_what_it_offers(session):
+    from facts import versions
+    from stacks.addons import addon_pins
+
+    published = {p.name: [p.version] for p in addon_pins(dev_cfg())}
+    published["coredns"] = ["v1.14.3-eksbuild.20", "v1.14.3-eksbuild.19"]
+    answer_addons(session, published)
+    line = by_check(preflight.run_checks(dev_cfg(), session), f"add-on coredns {versions.COREDNS_ADDON['1.36']}")
+    assert line.status == preflight.FAIL
+    assert "it offers v1.14.3-eksbuild.20, v1.14.3-eksbuild.19" in line.detail and "v1.14.3-eksbuild.20" in line.fix
+
+
+def test_addon_checks_skip_where_the_endpoint_lacks_the_call(session):
+    results = preflight.run_checks(dev_cfg(), session)
+    lines = [r for r in results if r.check.startswith("add-on ")]
+    assert lines and {r.status for r in lines} == {preflight.SKIP}
+
+
+def test_configuration_values_are_checked_against_the_build_schema(session, monkeypatch):
+    from stacks import addons
+
+    pin = addons.AddonPin("aws-fsx-csi-driver", "v1.9.0-eksbuild.1", {"node": {"tolerateAllTaints": "yes"}})
+    schema = {
+        "type": "object",
+        "properties": {"node": {"type": "object", "properties": {"tolerateAllTaints": {"type": "boolean"}}, "additionalProperties": False}},
+    }
+    answer(
+        session, "eks", "DescribeAddonConfiguration", lambda _r: {"addonName": pin.name, "addonVersion": pin.version, "configurationSchema": json.dumps(schema)}
+    )
+    eks = session.client("eks", region_name="us-west-2")
+    (bad,) = preflight._addon_configuration_line(eks, pin, "values")
+    assert bad.status == preflight.FAIL and "node/tolerateAllTaints" in bad.detail
+    good = addons.AddonPin(pin.name, pin.version, {"node": {"tolerateAllTaints": True}})
+    assert preflight._addon_configuration_line(eks, good, "values")[0].status == preflight.PASS

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import urllib.parse
 from collections import Counter
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from facts import versions
 from facts.paths import PROJECT_ROOT
 from stacks import config as stack_config
 from stacks.config import ConfigError, load
-from tests.conftest import NS, dev_values, minimal_values, run_stack
+from tests.conftest import NS, ROOT, dev_values, minimal_values, run_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 ADDON = "aws:eks/addon:Addon"
@@ -50,6 +49,7 @@ STATEFUL_SET = "kubernetes:apps/v1:StatefulSet"
 PDB = "kubernetes:policy/v1:PodDisruptionBudget"
 CRD = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 DIRECTORY = "kubernetes:kustomize/v2:Directory"
+WEBHOOK = "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
 
 COMPONENT = "gputraining:components:"
 EFS_STORE = COMPONENT + "EfsStore"
@@ -156,8 +156,8 @@ def _children(plan, component: str, typ: str):
     return [r for r in plan.of_type(typ) if r.parent and r.parent["type"] == component]
 
 
-def _release(plan, chart: str):
-    found = [r for r in plan.of_type(RELEASE) if r.inputs["chart"] == chart]
+def _release(plan, release: str):
+    found = [r for r in plan.of_type(RELEASE) if r.inputs["name"] == release]
     assert len(found) <= 1
     return found[0] if found else None
 
@@ -266,9 +266,10 @@ def test_nvidia_device_plugin_release_is_pinned_and_runs_only_on_gpu_nodes(dev_p
     assert len(dev_plan.of_type(RELEASE)) == 2
     nv = _release(dev_plan, "nvidia-device-plugin")
     assert nv is not None and nv.parent["type"] == DEVICE_PLUGINS
-    assert nv.inputs["version"] == versions.NVIDIA_DEVICE_PLUGIN_CHART
-    assert _version(nv.inputs["version"]) >= (0, 19, 3), "0.19.0-0.19.2 clash with the EFA plugin"
-    assert nv.inputs["repositoryOpts"]["repo"] == versions.NVIDIA_DEVICE_PLUGIN_REPO == "https://nvidia.github.io/k8s-device-plugin"
+    assert _version(versions.NVIDIA_DEVICE_PLUGIN_CHART) >= (0, 19, 3), "0.19.0-0.19.2 clash with the EFA plugin"
+    # Installed from the vendored package (no chart repository at `pulumi up`), named after its version.
+    assert nv.inputs["chart"] == versions.NVIDIA_DEVICE_PLUGIN_CHART_FILE and versions.NVIDIA_DEVICE_PLUGIN_CHART in nv.inputs["chart"]
+    assert "repositoryOpts" not in nv.inputs and (ROOT / nv.inputs["chart"]).is_file()
     values = nv.inputs["values"]
     assert _requires_labels(values["affinity"], GPU_PRESENT)
     for taint in _gpu_taints(dev_plan):
@@ -282,9 +283,9 @@ def test_nvidia_device_plugin_release_is_pinned_and_runs_only_on_gpu_nodes(dev_p
 def test_efa_device_plugin_release_is_pinned_tolerates_gpu_taint_and_targets_efa_types(dev_plan):
     efa = _release(dev_plan, "aws-efa-k8s-device-plugin")
     assert efa is not None and efa.parent["type"] == DEVICE_PLUGINS
-    assert efa.inputs["version"] == versions.EFA_DEVICE_PLUGIN_CHART
-    assert _version(efa.inputs["version"]) >= (0, 5, 10)
-    assert efa.inputs["repositoryOpts"]["repo"] == versions.EFA_DEVICE_PLUGIN_REPO == "https://aws.github.io/eks-charts"
+    assert _version(versions.EFA_DEVICE_PLUGIN_CHART) >= (0, 5, 10)
+    assert efa.inputs["chart"] == versions.EFA_DEVICE_PLUGIN_CHART_FILE and versions.EFA_DEVICE_PLUGIN_CHART in efa.inputs["chart"]
+    assert "repositoryOpts" not in efa.inputs and (ROOT / efa.inputs["chart"]).is_file()
     values = efa.inputs["values"]
     for taint in _gpu_taints(dev_plan):
         assert _tolerates(values["tolerations"], taint), taint
@@ -466,11 +467,18 @@ def test_fsx_security_group_lustre_ports_from_nodes_and_itself_before_the_file_s
     }
     assert len(ingress) == 4
     assert all(not {"cidrIpv4", "cidrIpv6"} & set(r.inputs) for r in ingress)
-    # Every rule of the store exists before the file system.
+    # The file system waits only for its own group's rules (among its servers, and out), not for
+    # those referencing the cluster's security group: it is created beside the cluster. The PV
+    # waits for the rules between the nodes and the file servers.
     rules = _children(plan, FSX_STORE, INGRESS) + _children(plan, FSX_STORE, EGRESS)
-    assert len(rules) >= 4
+    assert len(rules) == 7
+    pv = _child(plan, FSX_STORE, PV)
     for r in rules:
-        assert {"type": r.type, "name": r.name} in fs.depends_on, r.name
+        touches_nodes = cluster_sg in (r.inputs.get("referencedSecurityGroupId"), r.inputs.get("securityGroupId"))
+        assert ({"type": r.type, "name": r.name} in fs.depends_on) != touches_nodes, r.name
+        if touches_nodes:
+            assert {"type": r.type, "name": r.name} in pv.depends_on, r.name
+    assert not any(d["type"].startswith("eks:") for d in fs.depends_on)
 
 
 def test_fsx_scratch_deployment_from_config_without_throughput_or_key(dev_plan):
@@ -522,14 +530,15 @@ def test_fsx_without_s3_has_no_link(dev_plan):
     assert dev_plan.of_type(DRA) == []
 
 
-def test_fsx_csi_addon_is_pinned_with_its_own_role_and_tolerates_all_taints(dev_plan):
+def test_fsx_csi_addon_is_pinned_with_its_own_role_and_sends_no_values_that_restate_defaults(dev_plan):
     addon = _addon(dev_plan, "aws-fsx-csi-driver")
     assert addon is not None and addon.parent["type"] == FSX_STORE
     assert addon.inputs["addonVersion"] == versions.FSX_CSI_ADDON
     _, sa, policies = _role_of_addon(dev_plan, addon)
     assert sa == "fsx-csi-controller-sa"
     assert policies == {"arn:aws:iam::aws:policy/AmazonFSxFullAccess"}
-    assert json.loads(addon.inputs["configurationValues"])["node"]["tolerateAllTaints"] is True
+    # node.tolerateAllTaints is true by default in the driver's chart (1.17.0): nothing to send.
+    assert "configurationValues" not in addon.inputs
 
 
 @pytest.mark.parametrize("variant,capacity", [("dev", 1200), ("prod", 2400), ("lean", 2400)])
@@ -705,20 +714,102 @@ def _patch(target_kind: str, target_name: str):
     return yaml.safe_load(found[0]["patch"])
 
 
-def test_training_operator_is_a_kustomize_directory_of_the_overlay(dev_plan):
-    (d,) = dev_plan.of_type(DIRECTORY)
-    assert d.parent == {"type": TRAINING_OPERATOR, "name": "training-operator"}
-    assert (PROJECT_ROOT / d.inputs["directory"]).resolve() == KUSTOMIZATION.parent.resolve()
-    assert not Path(d.inputs["directory"]).is_absolute(), "an absolute path makes every checkout differ"
-    assert KUSTOMIZATION.is_file()
+def _training_manifest():
+    return operators.load_manifest(PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST, versions.TRAINING_OPERATOR_MANIFEST_SHA256)
 
 
-def test_training_operator_overlay_uses_the_pinned_ref():
+def _training_children(plan):
+    return plan.children_of(TRAINING_OPERATOR, "training-operator")
+
+
+def test_training_operator_manifest_objects_are_registered_as_typed_resources(dev_plan):
+    children = _training_children(dev_plan)
+    assert len(children) == 10
+    assert all(r.type.startswith("kubernetes:") and r.custom for r in children)
+    assert Counter(r.inputs["kind"] for r in children) == Counter(
+        {
+            "Namespace": 1,
+            "CustomResourceDefinition": 2,
+            "ServiceAccount": 1,
+            "ClusterRole": 1,
+            "ClusterRoleBinding": 1,
+            "Secret": 1,
+            "Service": 1,
+            "Deployment": 1,
+            "ValidatingWebhookConfiguration": 1,
+        }
+    )
+    # Registered as rendered: each object equals its document in the vendored manifest, but the
+    # Secret's empty `data`, which the SDK would make a secret output.
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in _training_manifest()}
+    (secret_doc,) = [d for d in docs.values() if d["kind"] == "Secret"]
+    assert secret_doc.pop("data") == {}
+    got = {(r.inputs["kind"], r.inputs["metadata"]["name"]): r.inputs for r in children}
+    assert got == docs
+    for r in children:
+        assert r.type.endswith(":" + r.inputs["kind"])
+        assert r.name == f"training-operator-{r.inputs['kind'].lower()}-{r.inputs['metadata']['name']}"
+    # Nothing is left for kustomize (or git) at `pulumi up`.
+    assert dev_plan.of_type(DIRECTORY) == []
+    assert not [r for r in dev_plan.records if r.type.startswith("kubernetes:kustomize/")]
+
+
+def test_training_operator_deployment_runs_the_release_image_in_its_namespace(dev_plan):
+    children = _training_children(dev_plan)
+    (dep,) = [r.inputs for r in children if r.inputs["kind"] == "Deployment"]
+    (ns,) = [r.inputs for r in children if r.inputs["kind"] == "Namespace"]
+    assert ns["metadata"]["name"] == "kubeflow"
+    assert dep["metadata"]["namespace"] == "kubeflow"
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    # The v1.9.4 overlay's image: the build of the commit before the release tag.
+    assert container["image"] == "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"
+    assert container["args"] == [f"--enable-scheme={s}" for s in versions.TRAINING_OPERATOR_SCHEMES]
+    namespaced = [r.inputs for r in children if "namespace" in r.inputs["metadata"]]
+    assert {o["kind"] for o in namespaced} == {"ServiceAccount", "Secret", "Service", "Deployment"}
+    assert {o["metadata"]["namespace"] for o in namespaced} == {"kubeflow"}
+
+
+def test_training_operator_objects_are_ordered(dev_plan):
+    """Namespace, CRDs, RBAC and the certificate Secret first; then the Service and the webhook
+    configuration; the Deployment last, so its readiness means the webhook has its CA."""
+    children = _training_children(dev_plan)
+    ref = {r.inputs["kind"]: {"type": r.type, "name": r.name} for r in children}
+    foundation = [r for r in children if r.inputs["kind"] in operators.FOUNDATION_KINDS]
+    assert {r.inputs["kind"] for r in foundation} == {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret"}
+    assert len(foundation) == 7
+    foundation_refs = sorted(({"type": r.type, "name": r.name} for r in foundation), key=lambda d: (d["type"], d["name"]))
+    by_kind = {r.inputs["kind"]: r for r in children}
+    for r in foundation:
+        assert r.depends_on == [], r.name
+    for kind in ("Service", "ValidatingWebhookConfiguration"):
+        assert by_kind[kind].depends_on == foundation_refs, kind
+    dep = by_kind["Deployment"]
+    assert ref["Service"] in dep.depends_on
+    assert ref["ValidatingWebhookConfiguration"] in dep.depends_on
+    assert all(f in dep.depends_on for f in foundation_refs)
+    assert ref["Deployment"] not in by_kind["ValidatingWebhookConfiguration"].depends_on
+    # Registration order follows the same stages.
+    kinds = [r.inputs["kind"] for r in children]
+    assert kinds.index("Deployment") == len(kinds) - 1
+    assert max(kinds.index(k) for k in ("Namespace", "Secret", "ClusterRoleBinding")) < kinds.index("Service")
+
+
+def test_the_jobs_wait_for_every_training_operator_object(dev_plan):
+    children = {(r.type, r.name) for r in _training_children(dev_plan)}
+    (job,) = dev_plan.of_type("kubernetes:kubeflow.org/v1:PyTorchJob")
+    assert children <= {(d["type"], d["name"]) for d in job.depends_on}
+
+
+def test_training_operator_overlay_builds_on_the_vendored_release():
     (resource,) = _kustomization()["resources"]
-    url = urllib.parse.urlsplit(resource)
-    assert url.netloc == "github.com"
-    assert url.path == "/kubeflow/training-operator.git/manifests/overlays/standalone"
-    assert urllib.parse.parse_qs(url.query) == {"ref": [versions.TRAINING_OPERATOR_REF]}
+    assert "://" not in resource and "?" not in resource, "the overlay must not fetch anything"
+    target = (KUSTOMIZATION.parent / resource).resolve()
+    upstream = PROJECT_ROOT / versions.TRAINING_OPERATOR_UPSTREAM
+    assert target == (upstream / "manifests" / "overlays" / "standalone").resolve()
+    assert (target / "kustomization.yaml").is_file()
+    assert upstream.name == f"training-operator-{versions.TRAINING_OPERATOR_REF}"
+    assert Path(versions.TRAINING_OPERATOR_MANIFEST).name == f"training-operator-{versions.TRAINING_OPERATOR_REF}.yaml"
+    assert (PROJECT_ROOT / versions.TRAINING_OPERATOR_KUSTOMIZATION).resolve() == KUSTOMIZATION.parent.resolve()
     assert _version(versions.TRAINING_OPERATOR_REF)[:2] == (1, 9)
 
 
@@ -751,21 +842,32 @@ def _deleted_crds() -> set[str]:
     return out
 
 
+def test_training_operator_installs_upstreams_crds_but_the_deleted_ones(dev_plan):
+    crds = {r.inputs["metadata"]["name"] for r in _children(dev_plan, TRAINING_OPERATOR, CRD)}
+    # mpijobs belongs to the MPI operator; tf/jax/xgboost are schemes the operator does not run.
+    assert _deleted_crds() == {"mpijobs.kubeflow.org", "tfjobs.kubeflow.org", "jaxjobs.kubeflow.org", "xgboostjobs.kubeflow.org"}
+    assert crds == TRAINING_OPERATOR_UPSTREAM_CRDS - _deleted_crds()
+    (mpijobs,) = [o for o in dev_plan.kubernetes_objects() if o["kind"] == "CustomResourceDefinition" and o["metadata"]["name"] == "mpijobs.kubeflow.org"]
+    assert [v["name"] for v in mpijobs["spec"]["versions"]] == ["v2beta1"], "mpijobs.kubeflow.org must be the MPI operator's"
+
+
 @pytest.mark.parametrize("variant", ["dev", "prod", "lean", "off"])
 def test_no_crd_is_defined_twice(plans, variant):
     plan = plans[variant]
     names = [o["metadata"]["name"] for o in plan.kubernetes_objects() if o["kind"] == "CustomResourceDefinition"]
     assert len(names) == len(set(names)), names
-    if plan.of_type(DIRECTORY):
-        # The overlay installs upstream's CRDs: any the plan installs itself must be deleted from it.
-        assert set(names) & TRAINING_OPERATOR_UPSTREAM_CRDS <= _deleted_crds()
+    if _training_children(plan):
+        # The overlay installs upstream's CRDs: any the plan installs otherwise must be deleted from it.
+        others = {r.inputs["metadata"]["name"] for r in plan.of_type(CRD) if r.parent != {"type": TRAINING_OPERATOR, "name": "training-operator"}}
+        assert others & TRAINING_OPERATOR_UPSTREAM_CRDS <= _deleted_crds()
 
 
 def test_disabling_the_operators_removes_them(off_plan):
     assert off_plan.of_type(DIRECTORY) == []
     assert [r for r in off_plan.records if r.type in (MPI_OPERATOR, TRAINING_OPERATOR)] == []
     assert off_plan.of_type(CRD) == []
-    assert not [o for o in off_plan.kubernetes_objects() if o["metadata"].get("name") == "mpi-operator"]
+    assert off_plan.of_type(WEBHOOK) == []
+    assert not [o for o in off_plan.kubernetes_objects() if o["metadata"].get("name") in ("mpi-operator", "training-operator", "kubeflow")]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -853,16 +955,15 @@ def test_disabling_etcd_removes_it_and_its_output(lean_plan):
 # ----------------------------------------------------------------------------------------------
 
 
-def test_cloudwatch_addon_is_pinned_with_its_agent_role_and_tolerates_every_taint(dev_plan):
+def test_cloudwatch_addon_is_pinned_with_its_agent_role_and_sends_no_values_that_restate_defaults(dev_plan):
     addon = _addon(dev_plan, "amazon-cloudwatch-observability")
     assert addon is not None and addon.parent["type"] == MONITORING
     assert addon.inputs["addonVersion"] == versions.CLOUDWATCH_OBSERVABILITY_ADDON
     _, sa, policies = _role_of_addon(dev_plan, addon)
     assert sa == "cloudwatch-agent"
     assert "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy" in policies
-    tolerations = json.loads(addon.inputs["configurationValues"])["tolerations"]
-    assert all(_tolerates(tolerations, t) for t in _gpu_taints(dev_plan))
-    assert _tolerates(tolerations, {"key": "anything/else", "value": "x", "effect": "NoExecute"}), "every node, every taint"
+    # The chart's defaults (6.3.0) already tolerate every taint and keep Container Insights' metrics.
+    assert "configurationValues" not in addon.inputs
 
 
 @pytest.mark.parametrize("variant,cluster,retention", [("dev", "gpu-training-dev", 7), ("prod", PROD_CLUSTER, 90)])
@@ -921,7 +1022,7 @@ def test_every_kubernetes_resource_goes_through_that_provider(dev_plan):
     (provider,) = dev_plan.of_type(K8S_PROVIDER)
     kube = [r for r in dev_plan.records if r.type.startswith("kubernetes:")]
     assert len(kube) > 20
-    assert {r.type for r in kube} >= {RELEASE, DIRECTORY, CRD, STATEFUL_SET, PV, PVC, NAMESPACE}
+    assert {r.type for r in kube} >= {RELEASE, WEBHOOK, CRD, STATEFUL_SET, PV, PVC, NAMESPACE}
     for r in kube:
         assert r.options.get("provider") == {"type": K8S_PROVIDER, "name": provider.name}, (r.type, r.name)
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-from facts import catalog, versions
+from facts import aws_names, catalog, versions
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
 from stacks.config.models import (
@@ -60,9 +60,11 @@ class Sections:
     monitoring: Optional[MonitoringConfig]
 
 
-def check_all(az: str, region: str, s: Sections, problems: list[Problem]) -> None:
-    """Every cross-field check, on each section that parsed."""
+def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: list[Problem]) -> None:
+    """Every cross-field check, on each section that parsed. ``cluster_name`` is the effective one
+    (``cluster.name``, else ``<project>-<stack>``)."""
     _check_az(az, region, problems)
+    _check_derived_names(cluster_name, s, problems)
     if s.network is not None:
         _check_network(s.network, problems)
     if s.cluster is not None:
@@ -82,6 +84,55 @@ def check_all(az: str, region: str, s: Sections, problems: list[Problem]) -> Non
                 f"{NAMESPACE}:monitoring.logRetentionDays", f"{s.monitoring.log_retention_days} is not a CloudWatch retention; use one of {LOG_RETENTION_DAYS}"
             )
         )
+
+
+# The cluster name names Kubernetes objects (the PVs <cluster>-efs and <cluster>-fsx are DNS-1123
+# subdomains) and EKS node groups (<cluster>-system, <cluster>-gpu-<group>, at most 63 characters).
+_CLUSTER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _check_derived_names(cluster_name: str, s: Sections, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:cluster.name"
+    given = s.cluster is not None and s.cluster.name is not None
+    where = "" if given else " (the default <project>-<stack>; set cluster.name)"
+    if not _CLUSTER_NAME.match(cluster_name) or len(cluster_name) > aws_names.EKS_CLUSTER_NAME_MAX:
+        problems.append(
+            Problem(
+                k,
+                f"{_fmt(cluster_name)}{where} is not allowed: lower-case letters, digits and '-', starting and ending with a "
+                f"letter or digit, at most {aws_names.EKS_CLUSTER_NAME_MAX} characters (it also names Kubernetes volumes and node groups)",
+            )
+        )
+        return
+    groups = ["system"] + [f"gpu-{g.name}" for g in s.groups if g is not None]
+    longest = max(groups, key=len)
+    node_group = f"{cluster_name}-{longest}"
+    if len(node_group) > aws_names.EKS_NODEGROUP_NAME_MAX:
+        room = aws_names.EKS_NODEGROUP_NAME_MAX - len(longest) - 1
+        problems.append(
+            Problem(
+                k,
+                f"{_fmt(cluster_name)}{where} makes the node group name {node_group!r} {len(node_group)} characters long; EKS allows "
+                f"{aws_names.EKS_NODEGROUP_NAME_MAX}: use a cluster name of at most {room} characters (or shorter GPU group names)",
+            )
+        )
+
+
+def check_tags(tags: dict[str, str], problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:tags"
+    # The stack adds up to 6 tags of its own (project, stack, node group, Name, cluster, role).
+    room = aws_names.TAGS_PER_RESOURCE - 6
+    if len(tags) > room:
+        problems.append(
+            Problem(k, f"{len(tags)} tags are too many: AWS allows {aws_names.TAGS_PER_RESOURCE} per resource and the stack adds 6; at most {room}")
+        )
+    for key, value in tags.items():
+        why = aws_names.tag_key_problem(key)
+        if why:
+            problems.append(Problem(f"{k}.{key}", f"{_fmt(key)} is not allowed as a tag key: {why}"))
+        why = aws_names.tag_value_problem(value)
+        if why:
+            problems.append(Problem(f"{k}.{key}", f"{_fmt(value)} is not allowed as a tag value: {why}"))
 
 
 def _check_az(az: str, region: str, problems: list[Problem]) -> None:
@@ -132,7 +183,8 @@ def _check_network(n: NetworkConfig, problems: list[Problem]) -> None:
 
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 RFC1918 = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
-_ARN = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:(role|user|assumed-role)/[\w+=,.@/-]+$")
+_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
+_ASSUMED_ROLE = re.compile(r"^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([\w+=,.@-]+)/.+$")
 
 
 def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
@@ -144,8 +196,6 @@ def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
                 f"{_fmt(c.kubernetes_version)} is not supported; use one of {', '.join(versions.KUBERNETES_SUPPORTED)}",
             )
         )
-    if c.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}", c.name):
-        problems.append(Problem(f"{k}.name", f"{_fmt(c.name)} is not a valid EKS cluster name (letters, digits, - and _, up to 100)"))
     for i, cidr in enumerate(c.endpoint_public_access_cidrs):
         try:
             ipaddress.ip_network(cidr, strict=True)
@@ -154,7 +204,16 @@ def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
     if not c.endpoint_public_access and not c.endpoint_private_access:
         problems.append(Problem(f"{k}.endpointPrivateAccess", "false together with endpointPublicAccess false leaves no way to reach the API server"))
     for i, arn in enumerate(c.admin_principals):
-        if not _ARN.match(arn):
+        assumed = _ASSUMED_ROLE.match(arn)
+        if assumed:
+            role = f"arn:{assumed.group(1)}:iam::{assumed.group(2)}:role/{assumed.group(3)}"
+            problems.append(
+                Problem(
+                    f"{k}.adminPrincipals[{i}]",
+                    f"{_fmt(arn)} is an STS session, which EKS access entries refuse; give the role itself: {role} (with its path, if it has one)",
+                )
+            )
+        elif not _ARN.match(arn):
             problems.append(Problem(f"{k}.adminPrincipals[{i}]", f"{_fmt(arn)} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/Admin"))
     if len(set(c.admin_principals)) != len(c.admin_principals):
         problems.append(Problem(f"{k}.adminPrincipals", "lists the same principal twice"))
@@ -177,8 +236,10 @@ def _check_system(s: SystemNodeGroupConfig, problems: list[Problem]) -> None:
     elif it.is_gpu:
         problems.append(Problem(f"{k}.instanceType", f"{_fmt(s.instance_type)} is a GPU type; system nodes use one of {', '.join(catalog.SYSTEM_TYPES)}"))
     _check_scaling(k, s.min_size, s.desired_size, s.max_size, problems)
-    if s.max_size < 1:
-        problems.append(Problem(f"{k}.maxSize", "must be at least 1: system pods need a node"))
+    if s.min_size < 1:
+        problems.append(
+            Problem(f"{k}.minSize", f"{s.min_size} is not allowed: at least 1 (CoreDNS, the operators, etcd and the CSI controllers run on system nodes)")
+        )
 
 
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -271,7 +332,6 @@ def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list
 # PerUnitStorageThroughput): 1200 GiB, 2400 GiB, then steps of 3600 (SCRATCH_1) or 2400 (others).
 FSX_CAPACITY_STEP = {"SCRATCH_1": 3600, "SCRATCH_2": 2400, "PERSISTENT_1": 2400, "PERSISTENT_2": 2400}
 FSX_THROUGHPUT = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 def fsx_capacity_allowed(deployment_type: str, capacity: int) -> bool:
@@ -317,11 +377,24 @@ def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:
                 f"{_fmt(f.per_unit_storage_throughput)} is not allowed for {f.deployment_type}: use one of {', '.join(map(str, allowed))} (MB/s/TiB)",
             )
         )
+    if not f.deployment_type.startswith("PERSISTENT"):
+        if f.backup_retention_days:
+            problems.append(
+                Problem(
+                    f"{k}.backupRetentionDays",
+                    f"{f.backup_retention_days} is not allowed: {f.deployment_type} has no backups (PERSISTENT_1/PERSISTENT_2 only); use 0",
+                )
+            )
+        if f.final_backup:
+            problems.append(Problem(f"{k}.finalBackup", f"true is not allowed: {f.deployment_type} has no backups (PERSISTENT_1/PERSISTENT_2 only)"))
+    if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", f.backup_start_time):
+        problems.append(Problem(f"{k}.backupStartTime", f"{_fmt(f.backup_start_time)} is not a UTC time HH:MM like 03:00"))
     if f.s3 is not None:
         if f.deployment_type == "SCRATCH_1":
             problems.append(Problem(f"{k}.s3", "an S3 link needs SCRATCH_2, PERSISTENT_1 or PERSISTENT_2 (SCRATCH_1 has no data repository associations)"))
-        if not _BUCKET.match(f.s3.bucket):
-            problems.append(Problem(f"{k}.s3.bucket", f"{_fmt(f.s3.bucket)} is not an S3 bucket name (just the name, no s3:// or path)"))
+        why = aws_names.bucket_problem(f.s3.bucket)
+        if why:
+            problems.append(Problem(f"{k}.s3.bucket", f"{_fmt(f.s3.bucket)} is not an S3 bucket name: {why}"))
         if f.s3.prefix.startswith("/"):
             problems.append(Problem(f"{k}.s3.prefix", f"{_fmt(f.s3.prefix)} must not start with '/'"))
         if not f.s3.file_system_path.startswith("/"):

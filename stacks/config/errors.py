@@ -55,9 +55,21 @@ def pydantic_problems(prefix: str, err: ValidationError, model: type = BaseModel
         elif kind == "missing":
             msg = "is required"
         else:
-            msg = f"{_fmt(e.get('input'))} is not allowed: {e['msg']}"
+            msg = f"{_fmt(e.get('input'))} is not allowed: {e['msg']}" + yaml_hint(e.get("input"), kind)
         out.append(Problem(loc, msg))
     return out
+
+
+def yaml_hint(value: Any, kind: str = "string_type") -> str:
+    """A hint for a YAML surprise: yes/no/on/off/true/false read as booleans, digits as numbers,
+    where text was meant."""
+    if kind != "string_type":
+        return ""
+    if isinstance(value, bool):
+        return ' (YAML reads yes/no/on/off/true/false as booleans: quote the value, e.g. "no")'
+    if isinstance(value, (int, float)):
+        return f' (YAML reads it as a number: quote it, "{value}")'
+    return ""
 
 
 def parse(model: type[T], prefix: str, raw: Any, problems: list[Problem]) -> Optional[T]:

@@ -14,6 +14,7 @@ from facts.problems import ConfigError, Problem
 from facts.problems import fmt as _fmt
 from stacks.config import checks
 from stacks.config.errors import parse as _parse
+from stacks.config.errors import yaml_hint
 from stacks.config.jobs import parse_job_section
 from stacks.config.models import (
     FOREIGN_NAMESPACES_ALLOWED,
@@ -56,7 +57,8 @@ def load(flat: Mapping[str, Any], project: str, stack: str) -> StackConfig:
     region = _region(flat.get("aws:region"), problems)
     parsed = _parse_sections(values, problems)
     groups: list[Optional[GpuNodeGroupConfig]] = parsed.get("gpu_node_groups", [])
-    sections = _checked_sections(values, parsed, region, problems)
+    cluster_name = (parsed["cluster"].name if "cluster" in parsed else None) or f"{project}-{stack}"
+    sections = _checked_sections(values, parsed, region, cluster_name, problems)
     if "jobs" in values:
         parsed["jobs"] = parse_job_section(values["jobs"], values.get("gpuNodeGroups"), groups, sections, problems)
     if problems:
@@ -85,7 +87,9 @@ def _region(region: Any, problems: list[Problem]) -> str:
     if not region:
         problems.append(Problem("aws:region", "is required (e.g. us-west-2)"))
         return ""
-    if not isinstance(region, str) or not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region):
+    if isinstance(region, dict) and set(region) == {"value"}:
+        problems.append(Problem("aws:region", f"{_fmt(region)} is not allowed in a stack file: write the region itself, `aws:region: {region['value']}`"))
+    elif not isinstance(region, str) or not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region):
         problems.append(Problem("aws:region", f"{_fmt(region)} is not an AWS region name like 'us-west-2'"))
     elif checks.known_regions() and region not in checks.known_regions():
         known = ", ".join(sorted(checks.known_regions()))
@@ -106,8 +110,11 @@ def _parse_sections(values: dict[str, Any], problems: list[Problem]) -> dict[str
             else:
                 parsed[field] = raw
         elif model is dict:
-            if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+            if not isinstance(raw, dict):
                 problems.append(Problem(key, f"{_fmt(raw)} is not allowed: expected a map of strings"))
+            elif bad := [k for k, v in raw.items() if not isinstance(k, str) or not isinstance(v, str)]:
+                for k in bad:
+                    problems.append(Problem(f"{key}.{k}", f"{_fmt(raw[k])} is not allowed: expected a string{yaml_hint(raw[k]) or yaml_hint(k)}"))
             else:
                 parsed[field] = raw
         elif model is list:
@@ -122,7 +129,7 @@ def _parse_sections(values: dict[str, Any], problems: list[Problem]) -> dict[str
     return parsed
 
 
-def _checked_sections(values: dict[str, Any], parsed: dict[str, Any], region: str, problems: list[Problem]) -> checks.Sections:
+def _checked_sections(values: dict[str, Any], parsed: dict[str, Any], region: str, cluster_name: str, problems: list[Problem]) -> checks.Sections:
     """Run the cross-field checks on every section that parsed (a section given but invalid is
     None and skipped), so one typo does not hide other problems."""
 
@@ -139,5 +146,7 @@ def _checked_sections(values: dict[str, Any], parsed: dict[str, Any], region: st
         services=section("services", "services", ServicesConfig()),
         monitoring=parsed.get("monitoring"),
     )
-    checks.check_all(parsed.get("gpu_availability_zone", "auto"), region, sections, problems)
+    checks.check_all(parsed.get("gpu_availability_zone", "auto"), region, cluster_name, sections, problems)
+    if "tags" in parsed:
+        checks.check_tags(parsed["tags"], problems)
     return sections

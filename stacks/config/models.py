@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from facts import catalog, versions
@@ -174,6 +174,9 @@ class FsxConfig(ConfigModel):
     storage_capacity_gib: int = Field(1200, alias="storageCapacityGiB", description="1200, 2400, then steps of 2400 (3600 for SCRATCH_1)")
     per_unit_storage_throughput: Optional[int] = Field(None, description="MB/s/TiB: PERSISTENT_1 50/100/200; PERSISTENT_2 125/250/500/1000")
     s3: Optional[S3LinkConfig] = Field(None, description="`{bucket, prefix, fileSystemPath: /s3, export: false}`: import (and export) an S3 prefix")
+    backup_retention_days: int = Field(0, ge=0, le=90, description="days of daily automatic backups, 0-90 (PERSISTENT types only; 0: none)")
+    backup_start_time: str = Field("03:00", description="UTC time `HH:MM` of the daily automatic backup")
+    final_backup: bool = Field(False, description="take a backup when the file system is deleted (PERSISTENT types only)")
 
 
 class StorageConfig(ConfigModel):
@@ -189,8 +192,16 @@ class EtcdConfig(ConfigModel):
 
     enabled: bool = Field(True, description="etcd for elastic rendezvous")
     replicas: int = Field(1, description="members: 1, 3 or 5")
-    cpu: str = Field("250m", description="CPU request per member")
+    cpu: str = Field("250m", description="CPU request per member (a Kubernetes quantity: `250m`, `1`, `0.5`)")
     memory: str = Field("512Mi", description="memory request (and limit) per member")
+
+    @field_validator("cpu", "memory", mode="before")
+    @classmethod
+    def _quantity_as_text(cls, value: Any) -> Any:
+        """YAML reads `cpu: 1` as a number; a Kubernetes quantity is its text."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return format(value, "g") if isinstance(value, float) else str(value)
+        return value
 
 
 class ServicesConfig(ConfigModel):

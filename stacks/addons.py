@@ -1,0 +1,39 @@
+"""The EKS managed add-ons a stack installs, with their pinned builds and configuration values:
+one list that preflight checks against EKS (``describe_addon_versions``,
+``describe_addon_configuration``) before `pulumi up`, and that a test holds against what the program
+registers, so the two cannot drift apart."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from facts import versions
+from stacks.config import StackConfig
+
+
+@dataclass(frozen=True)
+class AddonPin:
+    """One managed add-on as the stack installs it."""
+
+    name: str  # EKS add-on name
+    version: str  # the pinned build (vX.Y.Z-eksbuild.N)
+    configuration_values: Optional[dict[str, Any]] = None  # what the stack sends as configurationValues (None: nothing)
+
+
+def addon_pins(cfg: StackConfig) -> list[AddonPin]:
+    """Every managed add-on ``cfg`` makes the program install."""
+    k8s = cfg.cluster.kubernetes_version
+    pins = [
+        AddonPin("vpc-cni", versions.VPC_CNI_ADDON),
+        AddonPin("kube-proxy", versions.KUBE_PROXY_ADDON[k8s]),
+        AddonPin("coredns", versions.COREDNS_ADDON[k8s]),
+        AddonPin("eks-pod-identity-agent", versions.POD_IDENTITY_AGENT_ADDON),
+    ]
+    if cfg.storage.efs.enabled:
+        pins.append(AddonPin("aws-efs-csi-driver", versions.EFS_CSI_ADDON))
+    if cfg.storage.fsx.enabled:
+        pins.append(AddonPin("aws-fsx-csi-driver", versions.FSX_CSI_ADDON))
+    if cfg.monitoring.enabled:
+        pins.append(AddonPin("amazon-cloudwatch-observability", versions.CLOUDWATCH_OBSERVABILITY_ADDON))
+    return pins

