@@ -291,7 +291,7 @@ def _resolve(path: str) -> bool:
         field = next((f for n, f in model.model_fields.items() if part == (f.alias or n)), None)
         if field is None:
             return False
-        model = reference._model_in(field.annotation)
+        model = reference.model_in(field.annotation)
         if part == "jobs":
             model = None
     return True
@@ -304,7 +304,7 @@ def _all_model_paths(model: Any, prefix: str = "") -> set[str]:
         if model is C.StackConfig and n in ("project", "stack", "region"):
             continue
         key = prefix + (f.alias or n)
-        inner = reference._model_in(f.annotation)
+        inner = reference.model_in(f.annotation)
         is_list = getattr(f.annotation, "__origin__", None) is list
         if inner is None or n == "jobs":
             out.add(key)

@@ -24,18 +24,18 @@ def _allowed_keys(model: type, loc: tuple) -> list[str]:
         field = next((f for n, f in current.model_fields.items() if part in (n, f.alias)), None)
         if field is None:
             return []
-        current = _model_in(field.annotation)
+        current = model_in(field.annotation)
     if isinstance(current, type) and issubclass(current, BaseModel):
         return sorted(f.alias or n for n, f in current.model_fields.items())
     return []
 
 
-def _model_in(annotation: Any) -> Any:
+def model_in(annotation: Any) -> Any:
     """The BaseModel inside Optional[...] / list[...] annotations, if any."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
+        found = model_in(arg)
         if found is not None:
             return found
     return None
