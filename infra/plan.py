@@ -23,6 +23,7 @@ from facts import catalog
 from facts.paths import PROJECT_ROOT
 from infra import critical_path, offline, releases
 from stacks import config as stack_config
+from stacks import cost
 from stacks.config.stackfile import read_stack_config
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
@@ -127,8 +128,10 @@ def manifests_yaml(objects: list[dict[str, Any]], dumper: Optional[type] = None)
     return yaml.dump_all(objects, Dumper=dumper, sort_keys=False, default_flow_style=False, explicit_start=True)
 
 
-def write_files(result: offline.PlanResult, out: Path, rendered: Optional[releases.Rendered] = None) -> None:
+def write_files(result: offline.PlanResult, out: Path, rendered: Optional[releases.Rendered] = None, cfg: Optional[stack_config.StackConfig] = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    if cfg is not None:
+        (out / "cost.json").write_text(_dump_json(cost.estimate(cfg).as_json()))
     (out / "resources.json").write_text(_dump_json([r.as_json() for r in result.records]))
     (out / "manifests.yaml").write_text(manifests_yaml(result.kubernetes_objects()))
     (out / "outputs.json").write_text(_dump_json(result.outputs))
@@ -193,6 +196,8 @@ def summary(cfg: stack_config.StackConfig, result: offline.PlanResult, rendered:
             lines.append(f"  Helm release {name} installs {len(objects)}: {', '.join(objects)}")
     lines.append("")
     lines.append(critical_path.describe(critical_path.estimate(result.records)).rstrip("\n"))
+    lines.append("")
+    lines.append(cost.describe(cost.estimate(cfg)).rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 
@@ -244,8 +249,9 @@ def run_cli(stack: str, out: Optional[str], stdout: Optional[TextIO] = None, std
         rendered = releases.render(result, cfg.cluster.kubernetes_version)  # charts are in the checkout
         stdout.write(summary(cfg, result, rendered))
         if out:
-            write_files(result, Path(out), rendered)
+            write_files(result, Path(out), rendered, cfg)
             extra = f", {out}/releases.yaml" if rendered.objects else ""
+            extra += f", {out}/cost.json"
             stdout.write(f"Wrote {out}/resources.json, {out}/manifests.yaml, {out}/outputs.json{extra}\n")
     if _is_the_command():
         # Nothing runs after this in `python -m infra plan`, and everything still alive is about to

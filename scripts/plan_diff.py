@@ -38,11 +38,19 @@ _MISSING = object()
 class Plan:
     """One plan folder: resources by (type, name), manifests by (apiVersion, kind, namespace, name)."""
 
-    def __init__(self, resources: dict[tuple[str, str], dict], manifests: dict[tuple[str, str, str, str], dict], outputs: dict[str, Any], present: bool):
+    def __init__(
+        self,
+        resources: dict[tuple[str, str], dict],
+        manifests: dict[tuple[str, str, str, str], dict],
+        outputs: dict[str, Any],
+        present: bool,
+        cost: Optional[dict[str, Any]] = None,
+    ):
         self.resources = resources
         self.manifests = manifests
         self.outputs = outputs
         self.present = present
+        self.cost = cost  # cost.json: hourly cost at idle and at every group's maximum
 
 
 def _resource_key(r: dict) -> tuple[str, str]:
@@ -91,7 +99,9 @@ def load_plan(folder: Optional[Path], root: Optional[Path] = None) -> Plan:
                     manifests[_manifest_key(doc)] = read(doc)
     outputs_path = folder / "outputs.json"
     outputs = read(json.loads(outputs_path.read_text())) if outputs_path.exists() else {}
-    return Plan(resources, manifests, outputs, present=True)
+    cost_path = folder / "cost.json"
+    cost = json.loads(cost_path.read_text()) if cost_path.exists() else None
+    return Plan(resources, manifests, outputs, present=True, cost=cost)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,6 +203,26 @@ def _manifest_name(key: tuple[str, str, str, str]) -> str:
     return f"{ns}/{name}" if ns else name
 
 
+def _cost_lines(base: Optional[dict[str, Any]], head: Optional[dict[str, Any]]) -> list[str]:
+    """What the pull request does to the stack's hourly cost (idle, and every group at its maximum)."""
+    if not head:
+        return []
+
+    def money(v: float) -> str:
+        return f"${v:,.2f}/h"
+
+    def change(key: str) -> str:
+        new = float(head[key])
+        if not base:
+            return money(new)
+        old = float(base[key])
+        delta = new - old
+        return money(new) if abs(delta) < 0.005 else f"{money(old)} → {money(new)} (**{'+' if delta > 0 else '-'}${abs(delta):,.2f}/h**)"
+
+    where = f"on-demand, {head.get('region')} prices of {head.get('date')}"
+    return [f"Cost ({where}): idle {change('idlePerHour')}; every group at its maximum {change('maximumPerHour')}.", ""]
+
+
 def render(diff: Diff, title: str, base_status: str = "ok", head_status: str = "ok", head_log: str = "", max_rows: int = 50) -> str:
     lines = [MARKER, f"### {title}", ""]
     if head_status != "ok":
@@ -211,6 +241,7 @@ def render(diff: Diff, title: str, base_status: str = "ok", head_status: str = "
         f"{len(diff.manifests_removed)} removed, {len(diff.manifests_changed)} changed** ({len(b.manifests)} → {len(h.manifests)})."
     )
     lines.append("")
+    lines += _cost_lines(b.cost, h.cost)
     if diff.empty:
         lines += ["No difference in resources, Kubernetes objects or stack outputs.", ""]
         return "\n".join(lines) + "\n"

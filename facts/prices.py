@@ -1,0 +1,58 @@
+"""Prices for the plan's cost estimate: hourly, on-demand, one region, one date. Pinned here so a
+plan's cost is reproducible and a pull request shows what it changes.
+
+Region us-west-2, read 2026-07/08. Instances: AWS's on-demand price list as republished by the
+SkyPilot public price catalog (commit 00148f2a), whose us-east-1 rows match Karpenter's price file
+of 2026-07-20 and an AWS Price List read of 2026-07-28; m5.xlarge and m6i.xlarge are derived from
+their family's per-vCPU rate. EKS: $0.10 per cluster hour in standard support (AWS). The NAT gateway,
+FSx and EFS storage and EBS gp3 figures come from third-party copies of AWS's pricing pages and are
+marked "unverified" below: re-check them with `aws pricing get-products` before relying on them.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+PRICES_REGION = "us-west-2"
+PRICES_DATE = "2026-07"
+HOURS_PER_MONTH = 730
+
+# USD per instance hour, on demand. None: no on-demand price (p5e: Capacity Blocks only).
+INSTANCE_HOURLY: dict[str, Optional[float]] = {
+    "p3.2xlarge": 3.06,
+    "p3.8xlarge": 12.24,
+    "p3.16xlarge": 24.48,
+    "p3dn.24xlarge": 31.212,
+    "p4d.24xlarge": 21.95764,
+    "p4de.24xlarge": 27.44705,
+    "p5.48xlarge": 55.04,
+    "p5e.48xlarge": None,
+    "p5en.48xlarge": 63.296,
+    "c5.xlarge": 0.17,
+    "c5.2xlarge": 0.34,
+    "c5.4xlarge": 0.68,
+    "m5.xlarge": 0.192,
+    "m5.2xlarge": 0.384,
+    "m5.4xlarge": 0.768,
+    "m6i.xlarge": 0.192,
+    "m6i.2xlarge": 0.384,
+    "m6i.4xlarge": 0.768,
+}
+EKS_CLUSTER_HOURLY = 0.10  # standard support
+NAT_GATEWAY_HOURLY = 0.045  # unverified; plus $0.045 per GB processed (not estimated)
+EBS_GP3_GB_MONTH = 0.08  # unverified; node root volumes
+# FSx for Lustre per GB-month (SSD): SCRATCH_2 and PERSISTENT_2 at 125 MB/s/TiB from third-party
+# copies; the other tiers unverified.
+FSX_GB_MONTH: dict[tuple[str, Optional[int]], float] = {
+    ("SCRATCH_1", None): 0.140,
+    ("SCRATCH_2", None): 0.140,
+    ("PERSISTENT_1", 50): 0.140,
+    ("PERSISTENT_1", 100): 0.200,
+    ("PERSISTENT_1", 200): 0.290,
+    ("PERSISTENT_2", 125): 0.145,
+    ("PERSISTENT_2", 250): 0.210,
+    ("PERSISTENT_2", 500): 0.340,
+    ("PERSISTENT_2", 1000): 0.600,
+}
+# EFS bills what is stored ($0.30 per GB-month, Standard): an empty file system costs nothing.
+EFS_GB_MONTH = 0.30

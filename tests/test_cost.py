@@ -1,0 +1,87 @@
+"""The plan's cost: idle and at every group's maximum, per group, from the pinned prices."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from facts import catalog, prices
+from stacks import cost
+from stacks.config import load
+from stacks.config.stackfile import read_stack_config
+from tests.conftest import ROOT, minimal_values
+
+
+def cfg_of(stack: str):
+    return load(read_stack_config(stack, ROOT)[1], "gpu-training", stack)
+
+
+def test_every_catalog_type_has_a_pinned_price_or_says_it_has_none():
+    assert set(prices.INSTANCE_HOURLY) == set(catalog.BUILTIN)
+    assert prices.INSTANCE_HOURLY["p5e.48xlarge"] is None
+    assert all(v is None or v > 0 for v in prices.INSTANCE_HOURLY.values())
+
+
+def test_dev_idles_without_a_gpu_node():
+    c = cost.estimate(cfg_of("dev"))
+    gpu = [line for line in c.lines if line.what.startswith("GPU group")]
+    assert gpu and all(line.idle == 0 for line in gpu)
+    expected_idle = 0.10 + 0.045 + 2 * (0.34 + 100 * 0.08 / 730) + 1200 * 0.140 / 730
+    assert c.idle == pytest.approx(expected_idle, abs=0.01)
+    # At the maximum: both GPU groups full (p3dn is spot: priced at on-demand, an upper bound).
+    p4d = next(line for line in gpu if "p4d" in line.what)
+    assert p4d.maximum == pytest.approx(2 * (21.95764 + 500 * 0.08 / 730), abs=0.001)
+    assert any("spot" in n for n in c.notes)
+    assert c.maximum > 100 > c.idle
+
+
+def test_prod_idles_with_its_minimum_p4d_nodes_and_persistent_fsx():
+    c = cost.estimate(cfg_of("prod"))
+    p4d = next(line for line in c.lines if "GPU group p4d" in line.what)
+    assert p4d.idle == pytest.approx(2 * (21.95764 + 500 * 0.08 / 730), rel=0.05)
+    fsx = next(line for line in c.lines if line.what.startswith("FSx"))
+    assert fsx.idle == pytest.approx(4800 * 0.210 / 730, abs=0.001)  # PERSISTENT_2 at 250 MB/s/TiB
+    assert next(line for line in c.lines if line.what.startswith("NAT")).idle == pytest.approx(3 * 0.045)
+
+
+def test_capacity_blocks_and_types_without_a_price_are_left_out_with_a_note():
+    values = minimal_values(
+        gpuNodeGroups=[
+            {"name": "blk", "instanceType": "p5.48xlarge", "maxSize": 2, "capacityType": "capacity-block", "capacityReservationId": "cr-0123456789abcdef0"},
+            {"name": "p5e", "instanceType": "p5e.48xlarge", "maxSize": 2},
+        ]
+    )
+    c = cost.estimate(load(values, "gpu-training", "t"))
+    assert not any("blk" in line.what for line in c.lines)
+    assert any("capacity block" in n for n in c.notes) and any("no on-demand price" in n for n in c.notes)
+
+
+def test_the_plan_prints_and_writes_it(tmp_path):
+    from infra import plan as plan_mod
+
+    out = io.StringIO()
+    assert plan_mod.run_cli("dev", str(tmp_path), stdout=out) == 0
+    text = out.getvalue()
+    assert "Cost per hour (on-demand, us-west-2 prices of 2026-07): idle $1.08" in text
+    data = json.loads((tmp_path / "cost.json").read_text())
+    assert data["idlePerHour"] == cost.estimate(cfg_of("dev")).idle and data["maximumPerHour"] > data["idlePerHour"]
+
+
+def test_the_pr_diff_shows_the_change_in_cost(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("plan_diff", ROOT / "scripts" / "plan_diff.py")
+    assert spec and spec.loader
+    plan_diff = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plan_diff)
+    base, head = tmp_path / "base", tmp_path / "head"
+    for folder, maximum in ((base, 100.0), (head, 144.02)):
+        folder.mkdir()
+        (folder / "resources.json").write_text("[]")
+        (folder / "cost.json").write_text(json.dumps({"region": "us-west-2", "date": "2026-07", "idlePerHour": 1.08, "maximumPerHour": maximum}))
+    out = io.StringIO()
+    plan_diff.main([str(base), str(head)], out=out)
+    assert "every group at its maximum $100.00/h → $144.02/h (**+$44.02/h**)" in out.getvalue()
+    assert "idle $1.08/h;" in out.getvalue()
