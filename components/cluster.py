@@ -194,3 +194,17 @@ class Cluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks, *after]),
         )
         return self.coredns
+
+    def add_node_monitoring_agent(self, version: str, after: list[pulumi.Resource]) -> aws.eks.Addon:
+        """The EKS node monitoring agent add-on: it reports GPU (XID, NVLink, ...), kernel,
+        network and storage faults as node conditions, which node auto repair acts on."""
+        return aws.eks.Addon(
+            "cluster-node-monitoring-agent",
+            cluster_name=self.cluster_name,
+            addon_name="eks-node-monitoring-agent",
+            addon_version=version,
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            tags=self._tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks, *after]),
+        )

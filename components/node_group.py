@@ -64,10 +64,22 @@ class NodeGroupArgs:
     # IMDSv2 hops: 1 keeps pods without host networking away from the node role's credentials; 2 lets
     # them read instance metadata (the EFS/FSx CSI controllers on system nodes do at start-up).
     imds_hop_limit: int = 2
+    # Only GPU groups (aws.eks.NodeGroup): EKS's update strategy (MINIMAL: replace nodes without
+    # launching extra ones first, which a full placement group or reservation cannot take) and node
+    # auto repair (the node monitoring agent add-on reports GPU faults it acts on).
+    update_strategy: Literal["DEFAULT", "MINIMAL"] = "MINIMAL"
+    node_repair: bool = True  # EKS node auto repair (GPU groups)
+    ready: Sequence[pulumi.Resource] = field(default_factory=list)  # what the nodes need first (the node role's policy attachments)
     tags: dict[str, str] = field(default_factory=dict)  # tags on the AWS resources, instances and volumes (plus gputraining/node-group)
 
 
 USER_DATA_BOUNDARY = "//gputraining"
+
+
+def _pulumi_eks_child_urn(name: str, parent: pulumi.Resource) -> pulumi.Output[str]:
+    """The URN the node group had as the child of pulumi-eks' ManagedNodeGroup ``<name>-mng``."""
+    component = pulumi.create_urn(f"{name}-mng", "eks:index:ManagedNodeGroup", parent=parent)
+    return pulumi.create_urn(f"{name}-mng", "aws:eks/nodeGroup:NodeGroup", parent=component)
 
 
 def hugepages_user_data(pages: int) -> str:
@@ -211,6 +223,8 @@ class NodeGroup(pulumi.ComponentResource):
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=placement_name) if placement_name else None,
             instance_market_options=market_options,
             capacity_reservation_specification=reservation,
+            # Capacity blocks: EKS wants the instance type in the launch template, none on the group.
+            instance_type=args.instance_type if args.capacity_type == "capacity-block" else None,
             user_data=base64.b64encode(hugepages_user_data(args.hugepages_2mi).encode()).decode() if args.hugepages_2mi else None,
             tag_specifications=[
                 aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags={**tags, "Name": node_group_name}),
@@ -229,23 +243,57 @@ class NodeGroup(pulumi.ComponentResource):
             labels.update(EFA_PRESENT_LABEL)
 
         self.node_group_name = node_group_name
-        self.node_group = eks.ManagedNodeGroup(
-            f"{name}-mng",
-            cluster=args.cluster,
-            node_group_name=node_group_name,
-            node_role=args.node_role,
-            instance_types=[args.instance_type],
-            ami_type=args.ami_type,
-            capacity_type=EKS_CAPACITY_TYPE[args.capacity_type],
-            scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=args.min_size, desired_size=args.desired_size, max_size=args.max_size),
-            subnet_ids=args.subnet_ids,
-            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=launch_template.id, version=launch_template.latest_version.apply(str)),
-            version=args.kubernetes_version,
-            labels=labels,
-            taints=[aws.eks.NodeGroupTaintArgs(key=t["key"], value=t.get("value") or None, effect=EKS_TAINT_EFFECT[t["effect"]]) for t in taints],
-            tags=tags,
-            opts=child,
-        )
+        eks_taints = [aws.eks.NodeGroupTaintArgs(key=t["key"], value=t.get("value") or None, effect=EKS_TAINT_EFFECT[t["effect"]]) for t in taints]
+        scaling = aws.eks.NodeGroupScalingConfigArgs(min_size=args.min_size, desired_size=args.desired_size, max_size=args.max_size)
+        lt_ref = aws.eks.NodeGroupLaunchTemplateArgs(id=launch_template.id, version=launch_template.latest_version.apply(str))
+        self.node_group: pulumi.Resource
+        if args.gpu:
+            # GPU groups use EKS's node group directly: pulumi-eks' ManagedNodeGroup (4.4) cannot set
+            # the update strategy or node auto repair, and passes the instance type on the group,
+            # which EKS refuses for capacity blocks.
+            self.node_group = aws.eks.NodeGroup(
+                f"{name}-mng",
+                cluster_name=args.cluster_name,
+                node_group_name=node_group_name,
+                node_role_arn=args.node_role.arn,
+                instance_types=None if args.capacity_type == "capacity-block" else [args.instance_type],
+                ami_type=args.ami_type,
+                capacity_type=EKS_CAPACITY_TYPE[args.capacity_type],
+                scaling_config=scaling,
+                subnet_ids=list(args.subnet_ids),
+                launch_template=lt_ref,
+                version=args.kubernetes_version,
+                labels=labels,
+                taints=eks_taints,
+                update_config=aws.eks.NodeGroupUpdateConfigArgs(update_strategy=args.update_strategy, max_unavailable=1),
+                node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=args.node_repair),
+                tags=tags,
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=[args.cluster, *args.ready],
+                    # Stacks made before kept this group as pulumi-eks' ManagedNodeGroup, whose child
+                    # aws.eks.NodeGroup had this name: take it over instead of replacing the nodes.
+                    aliases=[_pulumi_eks_child_urn(name, self)],
+                ),
+            )
+        else:
+            self.node_group = eks.ManagedNodeGroup(
+                f"{name}-mng",
+                cluster=args.cluster,
+                node_group_name=node_group_name,
+                node_role=args.node_role,
+                instance_types=[args.instance_type],
+                ami_type=args.ami_type,
+                capacity_type=EKS_CAPACITY_TYPE[args.capacity_type],
+                scaling_config=scaling,
+                subnet_ids=args.subnet_ids,
+                launch_template=lt_ref,
+                version=args.kubernetes_version,
+                labels=labels,
+                taints=eks_taints,
+                tags=tags,
+                opts=child,
+            )
         self.labels = labels
         self.taints = taints
         self.register_outputs({"nodeGroupName": node_group_name})

@@ -31,6 +31,13 @@ COREDNS_ADDON = {
     "1.35": "v1.14.3-eksbuild.3",
     "1.36": "v1.14.3-eksbuild.16",
 }
+# The EKS node monitoring agent (GPU groups: node auto repair acts on the faults it reports). The
+# builds public IaC pinned in 2026 per minor (EKS's default for 1.36 in mid-2026); preflight checks
+# each against DescribeAddonVersions.
+NODE_MONITORING_AGENT_ADDON = {
+    "1.35": "v1.6.4-eksbuild.1",
+    "1.36": "v1.6.6-eksbuild.1",
+}
 KUBE_PROXY_ADDON = {
     "1.35": "v1.35.3-eksbuild.18",
     "1.36": "v1.36.0-eksbuild.21",

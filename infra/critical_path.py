@@ -27,6 +27,7 @@ TYPICAL_MINUTES: dict[str, float] = {
     "aws:kms/key:Key": 0.5,
     "eks:index:Cluster": 10.0,
     "eks:index:ManagedNodeGroup": 4.0,
+    "aws:eks/nodeGroup:NodeGroup": 4.0,
     "aws:eks/addon:Addon": 1.5,
     "aws:efs/fileSystem:FileSystem": 0.5,
     "aws:efs/mountTarget:MountTarget": 1.5,
@@ -37,7 +38,13 @@ TYPICAL_MINUTES: dict[str, float] = {
     "kubernetes:apps/v1:DaemonSet": 1.0,
 }
 FSX_MINUTES = {"SCRATCH_1": 6.0, "SCRATCH_2": 8.0, "PERSISTENT_1": 12.0, "PERSISTENT_2": 15.0}
-ADDON_MINUTES = {"eks-pod-identity-agent": 1.0, "aws-efs-csi-driver": 2.0, "aws-fsx-csi-driver": 2.0, "amazon-cloudwatch-observability": 3.0}
+ADDON_MINUTES = {
+    "eks-node-monitoring-agent": 1.0,
+    "eks-pod-identity-agent": 1.0,
+    "aws-efs-csi-driver": 2.0,
+    "aws-fsx-csi-driver": 2.0,
+    "amazon-cloudwatch-observability": 3.0,
+}
 DEFAULT = 0.1
 
 

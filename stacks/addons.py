@@ -30,6 +30,8 @@ def addon_pins(cfg: StackConfig) -> list[AddonPin]:
         AddonPin("coredns", versions.COREDNS_ADDON[k8s]),
         AddonPin("eks-pod-identity-agent", versions.POD_IDENTITY_AGENT_ADDON),
     ]
+    if cfg.gpu_node_groups:
+        pins.append(AddonPin("eks-node-monitoring-agent", versions.NODE_MONITORING_AGENT_ADDON[k8s]))
     if cfg.storage.efs.enabled:
         pins.append(AddonPin("aws-efs-csi-driver", versions.EFS_CSI_ADDON))
     if cfg.storage.fsx.enabled:

@@ -56,6 +56,8 @@ def build(cfg: StackConfig, placement: Optional[Placement] = None) -> dict[str, 
     )
     cluster.add_coredns(after=[system])
     gpu_groups = {g.name: _gpu_node_group(g, gpu_az, cfg, cluster, network, tags) for g in cfg.gpu_node_groups}
+    if gpu_groups:
+        cluster.add_node_monitoring_agent(versions.NODE_MONITORING_AGENT_ADDON[cfg.cluster.kubernetes_version], after=[system])
 
     services = build_services(cfg, gpu_az, network, cluster, system, tags)
 
@@ -130,6 +132,7 @@ def _node_group(name: str, cfg: StackConfig, cluster: Cluster, network: Network,
             node_role=cluster.node_role,
             vpc_id=network.vpc_id,
             kubernetes_version=cfg.cluster.kubernetes_version,
+            ready=cluster.node_role_attachments,
             tags=tags,
             **args,
         ),

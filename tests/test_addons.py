@@ -35,5 +35,13 @@ def test_switched_off_services_take_their_addons_out_of_both():
     values = minimal_values(storage={"efs": {"enabled": False}, "fsx": {"enabled": False}}, monitoring={"enabled": False})
     cfg = load(values, "gpu-training", "t")
     pins = {p.name for p in addon_pins(cfg)}
-    assert pins == {"vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent"}
+    # The node monitoring agent stays: the stack has a GPU group (node auto repair acts on its reports).
+    assert pins == {"vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "eks-node-monitoring-agent"}
     assert set(_registered(run_stack(values))) == pins
+
+
+def test_without_gpu_groups_there_is_no_node_monitoring_agent():
+    values = minimal_values(gpuNodeGroups=[], jobs=None)
+    cfg = load(values, "gpu-training", "t")
+    assert "eks-node-monitoring-agent" not in {p.name for p in addon_pins(cfg)}
+    assert "eks-node-monitoring-agent" not in _registered(run_stack(values))

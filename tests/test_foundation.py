@@ -13,6 +13,7 @@ VPC = "aws:ec2/vpc:Vpc"
 SUBNET = "aws:ec2/subnet:Subnet"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 MNG = "eks:index:ManagedNodeGroup"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 EKS = "eks:index:Cluster"
 SG = "aws:ec2/securityGroup:SecurityGroup"
 PG = "aws:ec2/placementGroup:PlacementGroup"
@@ -168,7 +169,9 @@ def _lt_of(plan, group: str):
 
 
 def _mng_of(plan, group: str):
-    return plan.named(MNG, f"{group}-mng")
+    """The EKS node group of ``group``: pulumi-eks' ManagedNodeGroup (system) or aws.eks.NodeGroup (GPU)."""
+    (found,) = [r for r in plan.records if r.type in (MNG, NODE_GROUP) and r.name == f"{group}-mng"]
+    return found
 
 
 def test_system_group_spans_private_subnets_with_standard_ami(dev_plan):
@@ -270,8 +273,33 @@ def test_capacity_block_targets_the_reservation_without_a_new_placement_group():
     assert target["capacityReservationId"] == "cr-0123456789abcdef0"
     assert not plan.of_type(PG)
     assert "placement" not in lt.inputs
-    assert _mng_of(plan, "gpu-h100").inputs["capacityType"] == "CAPACITY_BLOCK"
+    # EKS wants the instance type of a capacity block in the launch template and none on the group.
+    assert lt.inputs["instanceType"] == "p5.48xlarge"
+    ng = _mng_of(plan, "gpu-h100")
+    assert ng.type == NODE_GROUP and "instanceTypes" not in ng.inputs and ng.inputs["capacityType"] == "CAPACITY_BLOCK"
     assert len(lt.inputs["networkInterfaces"]) == 32
+
+
+def test_other_groups_keep_the_type_on_the_group_and_none_in_the_template(dev_plan):
+    for group in ("gpu-p4d", "gpu-p3dn", "system"):
+        assert "instanceType" not in _lt_of(dev_plan, group).inputs
+        assert _mng_of(dev_plan, group).inputs["instanceTypes"]
+
+
+def test_gpu_groups_update_without_extra_nodes_and_repair_faulty_ones(dev_plan):
+    for group in ("gpu-p4d", "gpu-p3dn"):
+        ng = _mng_of(dev_plan, group)
+        assert ng.type == NODE_GROUP
+        # MINIMAL: no node launched ahead of a replacement (a full placement group or reservation
+        # would fail it); one node at a time.
+        assert ng.inputs["updateConfig"] == {"updateStrategy": "MINIMAL", "maxUnavailable": 1}
+        assert ng.inputs["nodeRepairConfig"] == {"enabled": True}
+        # It joins the cluster after it exists and after the node role has its policies.
+        deps = {(d["type"], d["name"]) for d in ng.depends_on}
+        assert ("eks:index:Cluster", "cluster-eks") in deps
+        assert {d for d in deps if d[0] == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"}
+    (agent,) = [r for r in dev_plan.of_type("aws:eks/addon:Addon") if r.inputs["addonName"] == "eks-node-monitoring-agent"]
+    assert agent.inputs["addonVersion"] == versions.NODE_MONITORING_AGENT_ADDON["1.36"]
 
 
 def test_existing_placement_group_is_used_by_name():

@@ -22,6 +22,14 @@ from tests.conftest import ROOT, minimal_values, run_stack
 HELM = ROOT / ".tools" / "bin" / "helm"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 MNG = "eks:index:ManagedNodeGroup"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+
+
+def _node_groups(plan):
+    """Every EKS node group: pulumi-eks' ManagedNodeGroup (system) and aws.eks.NodeGroup (GPU groups)."""
+    return [r for r in plan.records if r.type in (MNG, NODE_GROUP)]
+
+
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")
@@ -61,7 +69,7 @@ def rendered(plan) -> dict[str, list[dict[str, Any]]]:
 def node_groups(plan) -> list[dict[str, Any]]:
     """Each node group as a node would look: its labels (plus the instance-type label) and taints."""
     out = []
-    for r in plan.of_type(MNG):
+    for r in _node_groups(plan):
         labels = {**(r.inputs.get("labels") or {}), INSTANCE_TYPE_LABEL: r.inputs["instanceTypes"][0]}
         taints = [{"key": t["key"], "value": t.get("value") or "", "effect": EFFECT[t["effect"]]} for t in r.inputs.get("taints") or []]
         out.append({"name": r.name, "labels": labels, "taints": taints})

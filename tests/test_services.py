@@ -32,6 +32,14 @@ INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
 EGRESS = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
 SUBNET = "aws:ec2/subnet:Subnet"
 MNG = "eks:index:ManagedNodeGroup"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+
+
+def _node_groups(plan):
+    """Every EKS node group: pulumi-eks' ManagedNodeGroup (system) and aws.eks.NodeGroup (GPU groups)."""
+    return [r for r in plan.records if r.type in (MNG, NODE_GROUP)]
+
+
 EKS = "eks:index:Cluster"
 EFS_FS = "aws:efs/fileSystem:FileSystem"
 EFS_MT = "aws:efs/mountTarget:MountTarget"
@@ -177,7 +185,7 @@ def _cluster_sg(plan) -> str:
 def _gpu_taints(plan) -> list[dict]:
     """The taints every GPU node group puts on its nodes, in Kubernetes form."""
     taints = []
-    for r in plan.of_type(MNG):
+    for r in _node_groups(plan):
         if r.inputs.get("labels", {}).get("nvidia.com/gpu.present") == "true":
             for t in r.inputs.get("taints") or []:
                 taints.append({"key": t["key"], "value": t.get("value", ""), "effect": EKS_TAINT_EFFECTS[t["effect"]]})
@@ -276,7 +284,7 @@ def test_nvidia_device_plugin_release_is_pinned_and_runs_only_on_gpu_nodes(dev_p
         assert _tolerates(values["tolerations"], taint), taint
     assert values["mofedEnabled"] is False
     # The label the plugin waits for is one every GPU node group sets.
-    gpu_groups = [r for r in dev_plan.of_type(MNG) if r.name.startswith("gpu-")]
+    gpu_groups = [r for r in _node_groups(dev_plan) if r.name.startswith("gpu-")]
     assert gpu_groups and all(r.inputs["labels"].items() >= GPU_PRESENT.items() for r in gpu_groups)
 
 
@@ -296,7 +304,7 @@ def test_efa_device_plugin_release_is_pinned_tolerates_gpu_taint_and_targets_efa
     assert values["supportedInstanceLabels"]["keys"] == ["node.kubernetes.io/instance-type"]
     assert values["supportedInstanceLabels"]["values"] == efa_types
     # Every EFA group labels its nodes with what the plugin selects on.
-    efa_groups = [r for r in dev_plan.of_type(MNG) if r.name in {f"gpu-{g.name}-mng" for g in cfg.gpu_node_groups if g.efa_enabled}]
+    efa_groups = [r for r in _node_groups(dev_plan) if r.name in {f"gpu-{g.name}-mng" for g in cfg.gpu_node_groups if g.efa_enabled}]
     assert len(efa_groups) == 2 and all(r.inputs["labels"].items() >= EFA_PRESENT.items() for r in efa_groups)
 
 

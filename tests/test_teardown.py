@@ -51,7 +51,7 @@ def test_kubernetes_objects_go_through_one_provider_bound_to_the_cluster(dev_pla
 
 
 def test_node_groups_and_addons_are_deleted_before_the_cluster(dev_plan):
-    for r in dev_plan.of_type("eks:index:ManagedNodeGroup"):
+    for r in [*dev_plan.of_type("eks:index:ManagedNodeGroup"), *dev_plan.of_type("aws:eks/nodeGroup:NodeGroup")]:
         assert _depends_transitively(dev_plan, r, EKS), r.name
     for r in dev_plan.of_type("aws:eks/addon:Addon"):
         assert _depends_transitively(dev_plan, r, EKS), r.inputs["addonName"]
