@@ -45,6 +45,11 @@ EFS_CSI = CsiDriver("aws-efs-csi-driver", "efs-csi-controller-sa", "service-role
 FSX_CSI = CsiDriver("aws-fsx-csi-driver", "fsx-csi-controller-sa", "AmazonFSxFullAccess", {})
 
 
+def _k8s_name(cluster_name: str) -> str:
+    """The cluster name as a Kubernetes object name: EKS allows upper case and '_', DNS names do not."""
+    return cluster_name.lower().replace("_", "-")
+
+
 def _storage_key(name: str, parent: pulumi.Resource, description: str, protect: bool, tags: dict[str, str]) -> aws.kms.Key:
     """A customer managed key for a store, protected together with the data it encrypts."""
     return aws.kms.Key(
@@ -166,7 +171,7 @@ class EfsStore(pulumi.ComponentResource):
         )
         pv = k8s.core.v1.PersistentVolume(
             f"{name}-pv",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{args.cluster_name}-efs", labels={"gputraining/store": "efs"}),
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{_k8s_name(args.cluster_name)}-efs", labels={"gputraining/store": "efs"}),
             spec=k8s.core.v1.PersistentVolumeSpecArgs(
                 capacity={"storage": "5Ti"},  # EFS is elastic; Kubernetes requires a number
                 volume_mode="Filesystem",
@@ -301,7 +306,6 @@ class FsxStore(pulumi.ComponentResource):
             # deleted; AWS allows neither on SCRATCH file systems.
             automatic_backup_retention_days=args.backup_retention_days if persistent else None,
             daily_automatic_backup_start_time=args.backup_start_time if persistent and args.backup_retention_days else None,
-            copy_tags_to_backups=True if persistent and args.backup_retention_days else None,
             skip_final_backup=(not args.final_backup) if persistent else None,
             tags={**tags, "Name": f"{args.cluster_name}-lustre"},
             opts=pulumi.ResourceOptions(parent=self, depends_on=rules, protect=args.protect),
@@ -327,7 +331,7 @@ class FsxStore(pulumi.ComponentResource):
         addon = _csi_addon(name, self, args.cluster_name, FSX_CSI, args.addon_version, tags, args.cluster_ready)
         pv = k8s.core.v1.PersistentVolume(
             f"{name}-pv",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{args.cluster_name}-fsx", labels={"gputraining/store": "fsx"}),
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{_k8s_name(args.cluster_name)}-fsx", labels={"gputraining/store": "fsx"}),
             spec=k8s.core.v1.PersistentVolumeSpecArgs(
                 capacity={"storage": f"{args.storage_capacity_gib}Gi"},
                 volume_mode="Filesystem",

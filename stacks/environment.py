@@ -161,8 +161,9 @@ def _gpu_node_group(g: GpuNodeGroupConfig, gpu_az: str, cfg: StackConfig, cluste
         efa_interfaces=g.efa_interfaces,
         hugepages_2mi=EFA_HUGEPAGES_2MI_PAGES if g.efa_interfaces else 0,
         # Training code runs here: pods cannot reach IMDS (one hop). What needs instance metadata on GPU
-        # nodes runs with host networking (VPC CNI, kube-proxy, the CSI node plugins, the CloudWatch
-        # agent and Fluent Bit of the observability add-on, the Pod Identity agent).
+        # nodes runs with host networking (VPC CNI, kube-proxy, the EFS CSI node plugin, the CloudWatch
+        # agent and Fluent Bit of the observability add-on, the Pod Identity agent); the FSx CSI node plugin
+        # reads the node from the Kubernetes API instead.
         imds_hop_limit=1,
         placement_group=placement.mode,
         placement_group_name=placement.name,

@@ -22,7 +22,9 @@ def test_prod_fsx_keeps_daily_backups_and_a_final_one(prod):
     (fs,) = prod.of_type(FSX)
     assert fs.inputs["automaticBackupRetentionDays"] == 14
     assert fs.inputs["skipFinalBackup"] is False
-    assert fs.inputs["copyTagsToBackups"] is True and fs.inputs["dailyAutomaticBackupStartTime"] == "03:00"
+    assert fs.inputs["dailyAutomaticBackupStartTime"] == "03:00"
+    # copyTagsToBackups cannot change on an existing file system (it would be replaced): never sent.
+    assert "copyTagsToBackups" not in fs.inputs
 
 
 def test_scratch_fsx_has_no_backup_settings():
@@ -55,3 +57,11 @@ def test_gpu_nodes_keep_pods_away_from_imds_and_system_nodes_allow_two_hops(prod
 def test_the_cluster_upgrades_instead_of_paying_for_extended_support(prod):
     (cluster,) = prod.of_type("eks:index:Cluster")
     assert cluster.inputs["upgradePolicy"] == {"supportType": "STANDARD"}
+
+
+def test_cluster_names_eks_allows_work_and_name_volumes_in_lower_case():
+    plan = run_stack(minimal_values(cluster={"name": "ML_Platform-Dev"}))
+    pvs = sorted(r.inputs["metadata"]["name"] for r in plan.of_type("kubernetes:core/v1:PersistentVolume"))
+    assert pvs == ["ml-platform-dev-efs", "ml-platform-dev-fsx"]
+    (cluster,) = plan.of_type("eks:index:Cluster")
+    assert cluster.inputs["name"] == "ML_Platform-Dev"

@@ -86,9 +86,10 @@ def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: li
         )
 
 
-# The cluster name names Kubernetes objects (the PVs <cluster>-efs and <cluster>-fsx are DNS-1123
-# subdomains) and EKS node groups (<cluster>-system, <cluster>-gpu-<group>, at most 63 characters).
-_CLUSTER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# EKS cluster names; the cluster name also names EKS node groups (<cluster>-system,
+# <cluster>-gpu-<group>, at most 63 characters). Kubernetes objects named after it (the PVs) use
+# its lower-case form (components/storage.py), so upper case and '_' are fine.
+_CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 
 def _check_derived_names(cluster_name: str, s: Sections, problems: list[Problem]) -> None:
@@ -99,8 +100,8 @@ def _check_derived_names(cluster_name: str, s: Sections, problems: list[Problem]
         problems.append(
             Problem(
                 k,
-                f"{_fmt(cluster_name)}{where} is not allowed: lower-case letters, digits and '-', starting and ending with a "
-                f"letter or digit, at most {aws_names.EKS_CLUSTER_NAME_MAX} characters (it also names Kubernetes volumes and node groups)",
+                f"{_fmt(cluster_name)}{where} is not a valid EKS cluster name: letters, digits, '-' and '_', starting with a "
+                f"letter or digit, at most {aws_names.EKS_CLUSTER_NAME_MAX} characters",
             )
         )
         return
