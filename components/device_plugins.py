@@ -9,7 +9,6 @@ not run there leaves those jobs Pending. Node affinity keeps each plugin on its 
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -17,26 +16,7 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-
-class ChartChecksumError(ValueError):
-    """A vendored chart package whose sha256 is not the pinned one."""
-
-
-@dataclass(frozen=True)
-class ChartFile:
-    """A vendored Helm chart package."""
-
-    path: str  # the .tgz, relative to the project folder (where Pulumi runs the program)
-    sha256: str  # its pinned sha256
-    version: str  # the chart version inside it
-
-    def verified(self, root: Path = Path(".")) -> str:
-        """The path, after checking the package's sha256 (a mismatch raises ChartChecksumError)."""
-        digest = hashlib.sha256((root / self.path).read_bytes()).hexdigest()
-        if digest != self.sha256:
-            raise ChartChecksumError(f"{self.path}: sha256 {digest} is not the pinned {self.sha256}")
-        return self.path
-
+from components.charts import ChartChecksumError, ChartFile
 
 # Both plugins tolerate every taint; their node affinity keeps them on GPU / EFA nodes.
 TOLERATE_ALL = [{"operator": "Exists"}]
@@ -44,8 +24,8 @@ TOLERATE_ALL = [{"operator": "Exists"}]
 
 @dataclass
 class DevicePluginsArgs:
-    nvidia_chart: Optional["ChartFile"]  # the vendored NVIDIA device plugin chart; None: do not install
-    efa_chart: Optional["ChartFile"]  # the vendored EFA device plugin chart; None: do not install
+    nvidia_chart: Optional[ChartFile]  # the vendored NVIDIA device plugin chart; None: do not install
+    efa_chart: Optional[ChartFile]  # the vendored EFA device plugin chart; None: do not install
     # Node label every GPU node carries / every EFA-enabled GPU node carries.
     gpu_node_label: dict[str, str] = field(default_factory=dict)  # the NVIDIA plugin's required node affinity
     efa_node_label: dict[str, str] = field(default_factory=dict)  # the EFA plugin's node selector
@@ -63,6 +43,9 @@ def _require_labels(labels: dict[str, str]) -> dict:
             }
         }
     }
+
+
+__all__ = ["ChartChecksumError", "ChartFile", "DevicePlugins", "DevicePluginsArgs"]
 
 
 class DevicePlugins(pulumi.ComponentResource):

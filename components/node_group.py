@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Sequence
+from typing import Any, Literal, Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -69,11 +69,41 @@ class NodeGroupArgs:
     # auto repair (the node monitoring agent add-on reports GPU faults it acts on).
     update_strategy: Literal["DEFAULT", "MINIMAL"] = "MINIMAL"
     node_repair: bool = True  # EKS node auto repair (GPU groups)
+    # With the Cluster Autoscaler (GPU groups): the extended resources one node offers, e.g.
+    # {"nvidia.com/gpu": "8"}; the group's ASG gets the tags the autoscaler builds a node of a group at
+    # zero from, and Pulumi leaves the desired size to the autoscaler. None: not autoscaled.
+    autoscale_resources: Optional[dict[str, str]] = None
+    autoscale_tag: str = "gputraining/autoscale"  # the ASG tag the autoscaler discovers groups by
     ready: Sequence[pulumi.Resource] = field(default_factory=list)  # what the nodes need first (the node role's policy attachments)
     tags: dict[str, str] = field(default_factory=dict)  # tags on the AWS resources, instances and volumes (plus gputraining/node-group)
 
 
 USER_DATA_BOUNDARY = "//gputraining"
+
+
+NODE_TEMPLATE = "k8s.io/cluster-autoscaler/node-template"
+
+
+def autoscaler_template_tags(labels: dict[str, str], taints: list[dict[str, str]], resources: dict[str, str], discovery_tag: str) -> dict[str, str]:
+    """The ASG tags the Cluster Autoscaler reads for a group at zero nodes: its node labels, taints
+    ("value:Effect") and extended resources, plus the discovery tag. EKS does not copy node-group
+    labels or tags to the ASG, so without these a pod that needs EFA or huge pages never triggers a
+    scale-up from zero."""
+    tags = {discovery_tag: "true"}
+    tags.update({f"{NODE_TEMPLATE}/label/{k}": v for k, v in sorted(labels.items())})
+    tags.update({f"{NODE_TEMPLATE}/taint/{t['key']}": f"{t.get('value', '')}:{t['effect']}" for t in taints})
+    tags.update({f"{NODE_TEMPLATE}/resources/{k}": v for k, v in sorted(resources.items())})
+    return tags
+
+
+def _asg_name(resources: Any) -> str:
+    """The name of the Auto Scaling group EKS made for a node group (one per group)."""
+    groups = resources[0].autoscaling_groups or []
+    return str(groups[0].name)
+
+
+def _slug(key: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in key.removeprefix(NODE_TEMPLATE + "/")).strip("-")
 
 
 def _pulumi_eks_child_urn(name: str, parent: pulumi.Resource) -> pulumi.Output[str]:
@@ -271,6 +301,8 @@ class NodeGroup(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(
                     parent=self,
                     depends_on=[args.cluster, *args.ready],
+                    # The autoscaler owns the desired size of an autoscaled group.
+                    ignore_changes=["scalingConfig.desiredSize"] if args.autoscale_resources is not None else None,
                     # Stacks made before kept this group as pulumi-eks' ManagedNodeGroup, whose child
                     # aws.eks.NodeGroup had this name: take it over instead of replacing the nodes.
                     aliases=[_pulumi_eks_child_urn(name, self)],
@@ -296,4 +328,18 @@ class NodeGroup(pulumi.ComponentResource):
             )
         self.labels = labels
         self.taints = taints
+        self.autoscaler_tags: dict[str, str] = {}
+        if args.gpu and args.autoscale_resources is not None:
+            self.autoscaler_tags = autoscaler_template_tags(labels, taints, args.autoscale_resources, args.autoscale_tag)
+            group = self.node_group
+            assert isinstance(group, aws.eks.NodeGroup)
+            asg_name = group.resources.apply(_asg_name)
+            for key, value in self.autoscaler_tags.items():
+                aws.autoscaling.Tag(
+                    f"{name}-asg-{_slug(key)}",
+                    autoscaling_group_name=asg_name,
+                    # Read from the group's tags; instances need not carry them.
+                    tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
+                    opts=child,
+                )
         self.register_outputs({"nodeGroupName": node_group_name})

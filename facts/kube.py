@@ -30,3 +30,11 @@ PART_OF = "gpu-training"
 EFA_HUGEPAGES_2MI_PAGES = 5128
 # What an EFA worker container requests (hugepages-2Mi), within what a node advertises.
 EFA_HUGEPAGES_REQUEST = "5120Mi"
+
+# The label the Cluster Autoscaler on AWS reads as "this node has a GPU": a node that carries it
+# but has no allocatable nvidia.com/gpu yet (the device plugin is starting) counts as not ready, so
+# the autoscaler waits instead of adding more nodes.
+ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
+# Our own ASG tag that makes a node group one the Cluster Autoscaler discovers (with EKS's
+# k8s.io/cluster-autoscaler/<cluster> tag): only autoscaled GPU groups carry it.
+AUTOSCALE_TAG = "gputraining/autoscale"

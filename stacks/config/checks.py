@@ -20,6 +20,7 @@ from facts.problems import Problem
 from facts.problems import fmt as _fmt
 from stacks.config.models import (
     NAMESPACE,
+    AutoscalingConfig,
     ClusterConfig,
     EtcdConfig,
     GpuNodeGroupConfig,
@@ -58,6 +59,7 @@ class Sections:
     etcd: Optional[EtcdConfig]
     services: Optional[ServicesConfig]
     monitoring: Optional[MonitoringConfig]
+    autoscaling: Optional[AutoscalingConfig] = None
 
 
 def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: list[Problem]) -> None:
@@ -78,6 +80,8 @@ def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: li
         _check_etcd(s.etcd, problems)
     if s.services is not None:
         _check_services(s.services, problems)
+    if s.autoscaling is not None:
+        _check_autoscaling(s.autoscaling, problems)
     if s.monitoring is not None and s.monitoring.log_retention_days not in LOG_RETENTION_DAYS:
         problems.append(
             Problem(
@@ -134,6 +138,16 @@ def check_tags(tags: dict[str, str], problems: list[Problem]) -> None:
         why = aws_names.tag_value_problem(value)
         if why:
             problems.append(Problem(f"{k}.{key}", f"{_fmt(value)} is not allowed as a tag value: {why}"))
+
+
+_DURATION = re.compile(r"^\d+(s|m|h)$")
+
+
+def _check_autoscaling(a: AutoscalingConfig, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:autoscaling"
+    for key, value in (("scaleDownUnneededTime", a.scale_down_unneeded_time), ("scaleDownDelayAfterAdd", a.scale_down_delay_after_add)):
+        if not _DURATION.match(value):
+            problems.append(Problem(f"{k}.{key}", f"{_fmt(value)} is not a duration like 10m, 600s or 1h"))
 
 
 def _check_az(az: str, region: str, problems: list[Problem]) -> None:

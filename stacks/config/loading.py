@@ -145,6 +145,7 @@ def _checked_sections(values: dict[str, Any], parsed: dict[str, Any], region: st
         etcd=section("etcd", "etcd", EtcdConfig()),
         services=section("services", "services", ServicesConfig()),
         monitoring=parsed.get("monitoring"),
+        autoscaling=parsed.get("autoscaling"),
     )
     checks.check_all(parsed.get("gpu_availability_zone", "auto"), region, cluster_name, sections, problems)
     if "tags" in parsed:

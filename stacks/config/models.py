@@ -118,6 +118,10 @@ class GpuNodeGroupConfig(ConfigModel):
     )
     labels: dict[str, str] = Field(default_factory=dict, description="extra node labels")
     taints: list[Taint] = Field(default_factory=list, description="extra node taints `{key, value, effect}` (the GPU taint is always there)")
+    autoscale: bool = Field(
+        True,
+        description="the Cluster Autoscaler sizes the group between minSize and maxSize (with `autoscaling.enabled`); desiredSize then only sets the first size",
+    )
 
     _desired = model_validator(mode="before")(_desired_defaults_to_min)
 
@@ -214,6 +218,15 @@ class ServicesConfig(ConfigModel):
     training_operator: bool = Field(True, description="install the training operator")
 
 
+class AutoscalingConfig(ConfigModel):
+    """The Cluster Autoscaler: GPU groups grow from zero when a job waits, and shrink when idle."""
+
+    enabled: bool = Field(True, description="run the Cluster Autoscaler for the GPU groups with `autoscale: true`")
+    scale_down_unneeded_time: str = Field("10m", description="how long an idle GPU node stays before it is removed (a duration like `10m`, `1h`)")
+    scale_down_delay_after_add: str = Field("10m", description="no scale-down for this long after a scale-up (a duration like `10m`)")
+    expander: Literal["least-waste", "most-pods", "random", "priority"] = Field("least-waste", description="which group grows when several could")
+
+
 class MonitoringConfig(ConfigModel):
     """CloudWatch Container Insights with GPU and EFA metrics, and a dashboard."""
 
@@ -241,6 +254,7 @@ class StackConfig(ConfigModel):
     etcd: EtcdConfig = Field(EtcdConfig(), description="etcd for elastic rendezvous")
     services: ServicesConfig = Field(ServicesConfig(), description="cluster services")
     monitoring: MonitoringConfig = Field(MonitoringConfig(), description="CloudWatch monitoring")
+    autoscaling: AutoscalingConfig = Field(AutoscalingConfig(), description="the Cluster Autoscaler")
     jobs: list[JobBase] = Field(default_factory=list, description="training jobs emitted by the same stack: see docs/jobs.md")
     tags: dict[str, str] = Field(default_factory=dict, description="extra tags on every AWS resource")
 
@@ -268,6 +282,7 @@ SECTIONS: dict[str, tuple[str, Any]] = {
     "etcd": ("etcd", EtcdConfig),
     "services": ("services", ServicesConfig),
     "monitoring": ("monitoring", MonitoringConfig),
+    "autoscaling": ("autoscaling", AutoscalingConfig),
     "jobs": ("jobs", "jobs"),
     "tags": ("tags", dict),
 }

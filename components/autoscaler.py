@@ -1,0 +1,122 @@
+"""ClusterAutoscaler: the Kubernetes Cluster Autoscaler from its upstream Helm chart (vendored),
+on the system nodes, with its own IAM role through EKS Pod Identity.
+
+It discovers the node groups to scale by ASG tags (``gputraining/autoscale`` plus EKS's
+``k8s.io/cluster-autoscaler/<cluster>``), so only the groups the stack marks are autoscaled; for a
+group at zero nodes it builds the node it would get from the group's ASG tags (labels, taints,
+extended resources: ``components/node_group.py`` writes them) and from the instance type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.charts import ChartFile
+from components.iam import pod_identity_role, policy_document
+
+SERVICE_ACCOUNT = "cluster-autoscaler"
+NAMESPACE = "kube-system"
+
+
+def autoscaler_policy(cluster_name: str) -> list[dict[str, Any]]:
+    """The least privilege the autoscaler's AWS documentation lists: read the groups, instance types
+    and launch templates everywhere; change desired capacity and terminate instances only in groups
+    of this cluster."""
+    return [
+        {
+            "Sid": "Discover",
+            "Effect": "Allow",
+            "Action": [
+                "autoscaling:DescribeAutoScalingGroups",
+                "autoscaling:DescribeAutoScalingInstances",
+                "autoscaling:DescribeLaunchConfigurations",
+                "autoscaling:DescribeScalingActivities",
+                "ec2:DescribeImages",
+                "ec2:DescribeInstanceTypes",
+                "ec2:DescribeLaunchTemplateVersions",
+                "ec2:GetInstanceTypesFromInstanceRequirements",
+                "eks:DescribeNodegroup",
+            ],
+            "Resource": "*",
+        },
+        {
+            "Sid": "ScaleOwnGroups",
+            "Effect": "Allow",
+            "Action": ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
+            "Resource": "*",
+            "Condition": {"StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}},
+        },
+    ]
+
+
+@dataclass
+class ClusterAutoscalerArgs:
+    """Inputs of ``ClusterAutoscaler``."""
+
+    chart: ChartFile  # the vendored cluster-autoscaler chart package
+    image_tag: str  # the autoscaler image tag, matching the cluster's Kubernetes minor
+    cluster_name: str  # the EKS cluster (auto-discovery tag, IAM condition, Pod Identity)
+    region: str  # AWS region the autoscaler calls
+    discovery_tag: str  # our ASG tag marking the groups to autoscale
+    node_selector: dict[str, str]  # where the autoscaler runs (the system nodes)
+    scale_down_unneeded_time: str = "10m"  # how long a node must be unneeded before it is removed
+    scale_down_delay_after_add: str = "10m"  # no scale-down this long after a scale-up
+    expander: str = "least-waste"  # which group to grow when several fit
+    project_root: Path = Path(".")  # where the chart path is relative to (the program's working directory)
+    depends_on: list[pulumi.Resource] = field(default_factory=list)  # what must exist first (the Pod Identity agent, system nodes)
+    tags: dict[str, str] = field(default_factory=dict)  # tags on the IAM role and the association
+
+
+class ClusterAutoscaler(pulumi.ComponentResource):
+    """The Cluster Autoscaler; the Kubernetes provider comes through ``opts``."""
+
+    def __init__(self, name: str, args: ClusterAutoscalerArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gputraining:components:ClusterAutoscaler", name, None, opts)
+        role = pod_identity_role(
+            f"{name}-role",
+            description=f"Cluster Autoscaler of {args.cluster_name}",
+            inline_policy=policy_document(autoscaler_policy(args.cluster_name)),
+            tags=args.tags,
+            parent=self,
+        )
+        association = aws.eks.PodIdentityAssociation(
+            f"{name}-pod-identity",
+            cluster_name=args.cluster_name,
+            namespace=NAMESPACE,
+            service_account=SERVICE_ACCOUNT,
+            role_arn=role.arn,
+            tags=args.tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+        )
+        self.release = k8s.helm.v3.Release(
+            f"{name}-release",
+            name="cluster-autoscaler",
+            chart=args.chart.verified(args.project_root),
+            namespace=NAMESPACE,
+            values={
+                "cloudProvider": "aws",
+                "awsRegion": args.region,
+                # Only groups with both tags: the stack's autoscaled GPU groups of this cluster.
+                "autoDiscovery": {"clusterName": args.cluster_name, "tags": [args.discovery_tag, f"k8s.io/cluster-autoscaler/{args.cluster_name}"]},
+                "image": {"tag": args.image_tag},
+                "rbac": {"serviceAccount": {"create": True, "name": SERVICE_ACCOUNT}},
+                "nodeSelector": dict(args.node_selector),
+                "extraArgs": {
+                    "scale-down-unneeded-time": args.scale_down_unneeded_time,
+                    "scale-down-delay-after-add": args.scale_down_delay_after_add,
+                    "expander": args.expander,
+                    # Training pods mount a memory-backed /dev/shm (emptyDir): that must not keep an
+                    # idle GPU node alive once the job is gone.
+                    "skip-nodes-with-local-storage": "false",
+                },
+            },
+            # Its pod gets credentials at admission: the association must exist first.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[association, *args.depends_on]),
+        )
+        self.register_outputs({"release": self.release.name})

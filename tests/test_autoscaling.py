@@ -1,0 +1,182 @@
+"""GPU capacity on demand: the Cluster Autoscaler grows the GPU groups from zero for waiting jobs.
+
+The scale-from-zero test builds, for every GPU group, the node the autoscaler imagines for a group at
+zero (from the ASG tags the plan registers, as cluster-autoscaler 1.36's buildNodeFromTemplate does:
+labels and taints from `k8s.io/cluster-autoscaler/node-template/...` tags, extended resources from
+the resources tags, CPU, memory and GPUs from the instance type, and the generic zone and
+instance-type labels) and checks that every pod of every job fits it: node selector, tolerations,
+requests.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from facts import catalog, versions
+from stacks.config import ConfigError
+from tests.conftest import NS, dev_values, minimal_values, run_stack
+
+TAG = "aws:autoscaling/tag:Tag"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+TEMPLATE = "k8s.io/cluster-autoscaler/node-template/"
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return run_stack(dev_values(), stack="dev")
+
+
+def template_nodes(plan) -> dict[str, dict[str, Any]]:
+    """Node group name (config) -> the node the autoscaler builds for it at zero."""
+    groups = {r.inputs["labels"]["gputraining/node-group"]: r for r in plan.of_type(NODE_GROUP)}
+    az = plan.outputs["gpuAvailabilityZone"]
+    nodes = {}
+    for name, ng in groups.items():
+        component = ng.parent["name"]
+        tags = {t.inputs["tag"]["key"]: t.inputs["tag"]["value"] for t in plan.of_type(TAG) if t.parent["name"] == component}
+        if not tags:
+            continue
+        it = catalog.get(ng.inputs["instanceTypes"][0])
+        labels = {k[len(TEMPLATE + "label/") :]: v for k, v in tags.items() if k.startswith(TEMPLATE + "label/")}
+        labels.update({"topology.kubernetes.io/zone": az, "node.kubernetes.io/instance-type": it.name, "kubernetes.io/os": "linux"})
+        taints = []
+        for k, v in tags.items():
+            if k.startswith(TEMPLATE + "taint/"):
+                value, effect = v.rsplit(":", 1)
+                taints.append({"key": k[len(TEMPLATE + "taint/") :], "value": value, "effect": effect})
+        resources = {"cpu": it.vcpus * 1000, "memory": it.memory_mib, "nvidia.com/gpu": it.gpus}
+        for k, v in tags.items():
+            if k.startswith(TEMPLATE + "resources/"):
+                resources[k[len(TEMPLATE + "resources/") :]] = _amount(k.rsplit("/", 1)[-1], v)
+        nodes[name] = {"labels": labels, "taints": taints, "resources": resources, "tags": tags}
+    return nodes
+
+
+def _amount(resource: str, value: str) -> int:
+    """Quantities as integers: cpu in millicores, memory and huge pages in MiB, counts as counts."""
+    value = str(value)
+    if value.endswith("Mi"):
+        return int(value[:-2])
+    if value.endswith("Gi"):
+        return int(value[:-2]) * 1024
+    if value.endswith("m"):
+        return int(value[:-1])
+    return int(float(value) * (1000 if resource == "cpu" else 1))
+
+
+def _tolerated(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if not t.get("key"):
+            if t.get("operator") == "Exists":
+                return True
+            continue
+        if t["key"] == taint["key"] and (t.get("operator") == "Exists" or t.get("value", "") == taint["value"]):
+            return True
+    return False
+
+
+def fits(pod: dict[str, Any], node: dict[str, Any]) -> list[str]:
+    """Why ``pod`` does not fit ``node`` (empty: it fits)."""
+    why = [f"nodeSelector {k}={v}" for k, v in (pod.get("nodeSelector") or {}).items() if node["labels"].get(k) != v]
+    why += [f"taint {t['key']}" for t in node["taints"] if t["effect"] in ("NoSchedule", "NoExecute") and not _tolerated(pod.get("tolerations") or [], t)]
+    want: dict[str, int] = {}
+    for c in pod["containers"]:
+        for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
+            want[k] = want.get(k, 0) + _amount(k, v)
+    why += [f"{k}: wants {v}, template has {node['resources'].get(k, 0)}" for k, v in want.items() if v > node["resources"].get(k, 0)]
+    return why
+
+
+def gpu_pods(plan) -> list[tuple[str, str, dict[str, Any]]]:
+    """(job, group, pod spec) of every pod that runs on a GPU group."""
+    out = []
+    for obj in plan.kubernetes_objects():
+        spec = obj.get("spec") or {}
+        for key in ("mpiReplicaSpecs", "pytorchReplicaSpecs", "paddleReplicaSpecs"):
+            for replica in (spec.get(key) or {}).values():
+                pod = replica["template"]["spec"]
+                out.append((obj["metadata"]["name"], pod["nodeSelector"]["gputraining/node-group"], pod))
+    return out
+
+
+def test_every_job_pod_fits_its_groups_scale_from_zero_template(plan):
+    nodes = template_nodes(plan)
+    pods = gpu_pods(plan)
+    assert {g for _, g, _ in pods} <= set(nodes) and len(pods) >= 3
+    for job, group, pod in pods:
+        assert fits(pod, nodes[group]) == [], (job, group)
+
+
+def test_the_check_fails_without_the_efa_and_huge_page_tags(plan):
+    nodes = template_nodes(plan)
+    node = nodes["p4d"]
+    for resource in ("vpc.amazonaws.com/efa", "hugepages-2Mi"):
+        broken = {**node, "resources": {k: v for k, v in node["resources"].items() if k != resource}}
+        assert any(resource in w for _, g, pod in gpu_pods(plan) if g == "p4d" for w in fits(pod, broken)), resource
+    untainted = {**node, "taints": [*node["taints"], {"key": "team", "value": "x", "effect": "NoSchedule"}]}
+    assert any("taint team" in w for _, g, pod in gpu_pods(plan) if g == "p4d" for w in fits(pod, untainted))
+
+
+def test_template_tags_carry_the_accelerator_label_and_the_groups_facts(plan):
+    node = template_nodes(plan)["p4d"]
+    assert node["labels"]["k8s.amazonaws.com/accelerator"] == "nvidia-a100"
+    assert node["tags"]["gputraining/autoscale"] == "true"
+    assert node["resources"]["vpc.amazonaws.com/efa"] == catalog.get("p4d.24xlarge").efa_interfaces
+    assert node["resources"]["hugepages-2Mi"] == 5128 * 2
+    # The real nodes carry the same label (the autoscaler waits for their device plugin).
+    (ng,) = [r for r in plan.of_type(NODE_GROUP) if r.name == "gpu-p4d-mng"]
+    assert ng.inputs["labels"]["k8s.amazonaws.com/accelerator"] == "nvidia-a100"
+
+
+def test_pulumi_leaves_the_desired_size_of_autoscaled_groups_alone(plan):
+    for ng in plan.of_type(NODE_GROUP):
+        assert ng.options.get("ignoreChanges") == ["scalingConfig.desiredSize"], ng.name
+    # The system group is not autoscaled: no discovery tag on it, and Pulumi sizes it.
+    assert not [t for t in plan.of_type(TAG) if t.parent["name"] == "system"]
+
+
+def test_the_autoscaler_runs_on_system_nodes_with_the_clusters_image_and_discovers_only_tagged_groups(plan):
+    (release,) = [r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "cluster-autoscaler"]
+    values = release.inputs["values"]
+    assert release.inputs["chart"] == versions.CLUSTER_AUTOSCALER_CHART_FILE
+    assert values["image"]["tag"] == versions.CLUSTER_AUTOSCALER_IMAGE_TAG["1.36"] == "v1.36.1"
+    assert values["autoDiscovery"]["tags"] == ["gputraining/autoscale", "k8s.io/cluster-autoscaler/gpu-training-dev"]
+    assert values["nodeSelector"] == {"gputraining/node-group": "system"}
+    assert values["extraArgs"]["scale-down-unneeded-time"] == "10m"
+
+
+def test_the_autoscaler_role_has_the_least_privilege_its_docs_list(plan):
+    (policy,) = [r for r in plan.of_type(ROLE_POLICY) if r.parent["name"] == "cluster-autoscaler"]
+    doc = json.loads(policy.inputs["policy"])
+    read, scale = doc["Statement"]
+    assert "autoscaling:SetDesiredCapacity" not in read["Action"] and "eks:DescribeNodegroup" in read["Action"]
+    assert scale["Action"] == ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"]
+    assert scale["Condition"] == {"StringEquals": {"aws:ResourceTag/k8s.io/cluster-autoscaler/gpu-training-dev": "owned"}}
+    assert "FullAccess" not in json.dumps(doc)
+    (assoc,) = [r for r in plan.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation") if r.parent["name"] == "cluster-autoscaler"]
+    assert (assoc.inputs["namespace"], assoc.inputs["serviceAccount"]) == ("kube-system", "cluster-autoscaler")
+
+
+def test_autoscale_off_per_group_and_for_the_stack():
+    values = dev_values()
+    values[f"{NS}:gpuNodeGroups"][1]["autoscale"] = False
+    plan = run_stack(values, stack="dev")
+    assert set(template_nodes(plan)) == {"p4d"}
+    (p3dn,) = [r for r in plan.of_type(NODE_GROUP) if r.name == "gpu-p3dn-mng"]
+    assert "ignoreChanges" not in p3dn.options
+    values = minimal_values(autoscaling={"enabled": False})
+    plan = run_stack(values)
+    assert not plan.of_type(TAG) and not plan.of_type("gputraining:components:ClusterAutoscaler")
+
+
+@pytest.mark.parametrize("key,value", [("scaleDownUnneededTime", "ten minutes"), ("scaleDownDelayAfterAdd", "5")])
+def test_durations_are_checked(key, value):
+    with pytest.raises(ConfigError) as info:
+        run_stack(minimal_values(autoscaling={key: value}))
+    assert [p.key for p in info.value.problems] == [f"{NS}:autoscaling.{key}"]
