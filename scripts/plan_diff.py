@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """Compare two offline plans (``python -m infra plan --stack S --out DIR``) and print a markdown
-summary for a pull-request comment: resources added, removed and changed (by type and name, with
-the input keys that changed), Kubernetes objects added, removed and changed, and changed stack
-outputs.
+summary for a pull-request comment: the change in hourly cost, resources added, removed and changed
+(by type and name, with the input keys that changed), Kubernetes objects (Helm releases' objects
+included) added, removed and changed, and changed stack outputs.
 
     python scripts/plan_diff.py BASE_DIR HEAD_DIR [--title TEXT] [--base-status ok|absent|failed]
                                 [--head-status ok|failed] [--head-log FILE] [--max-rows N]
                                 [--base-root DIR] [--head-root DIR]
 
 A plan folder that is missing (the stack is new in the pull request, or its plan failed) counts
-as an empty plan. Plans record some absolute paths (a kustomize directory): with --base-root and
---head-root, the folder each side was planned from reads as ``<project>`` on both sides, so two
-checkouts in different folders do not differ by their location. Needs only PyYAML. Exit code 0 whatever the difference; 2 on bad arguments.
+as an empty plan. Should a plan record an absolute path of its checkout, --base-root and --head-root
+make the folder each side was planned from read as ``<project>`` on both sides, so two checkouts in
+different folders do not differ by their location. Needs only PyYAML. Exit code 0 whatever the difference; 2 on bad arguments.
 """
 
 from __future__ import annotations
