@@ -78,12 +78,9 @@ def mpirun_command(spec: MpiBase, target: JobTarget, forward: Sequence[str]) -> 
 
 def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dict[str, Any]:
     """The MPIJob of an MPI kind."""
-    target = spec.target(ctx)
-    efa = pod.job_efa_interfaces(spec, target)
-    derived = {**pod.efa_env(efa, target.efa_rdma), **extra_env}
-    env = pod.env(spec, derived)
+    w = pod.gpu_worker(spec, ctx, extra_env)
+    target, env = w.target, w.env
     forward = [e["name"] for e in env]
-    volumes, mounts = pod.pvc_volumes(spec, ctx)
 
     # The launcher runs on the GPU group without GPU or EFA requests. It uses the training image,
     # which is large and already cached on those nodes (not worth pulling onto small system nodes),
@@ -96,7 +93,7 @@ def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dic
         "env": env,
         "resources": copy.deepcopy(LAUNCHER_RESOURCES),
     }
-    worker = pod.gpu_worker_container("worker", spec.image, spec.worker_command, None, env, mounts, target.gpus, efa)
+    worker = w.container("worker", spec.worker_command, None)
     return {
         "apiVersion": MPIJOB_API_VERSION,
         "kind": "MPIJob",
@@ -112,13 +109,13 @@ def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dic
                 "Launcher": {
                     "replicas": 1,
                     "restartPolicy": "OnFailure",
-                    "template": pod.template(spec, pod.gpu_pod_spec(target, [launcher], [], shm=False), "launcher"),
+                    "template": pod.template(spec, w.pod_spec([launcher], with_volumes=False, shm=False), "launcher"),
                 },
                 "Worker": {
                     # Always set: an omitted Worker.replicas is 0 and the job never starts.
                     "replicas": spec.nodes,
                     "restartPolicy": "Never",
-                    "template": pod.template(spec, pod.gpu_pod_spec(target, [worker], volumes), "worker"),
+                    "template": pod.template(spec, w.pod_spec([worker]), "worker"),
                 },
             },
         },

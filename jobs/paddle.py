@@ -47,12 +47,9 @@ class PaddleSpec(GpuJob):
             problems.append(Problem(f"{key}.pservers", f"{self.pservers} is only used with mode 'ps' (mode is {self.mode!r})"))
 
     def build(self, ctx: JobsContext) -> list[Manifest]:
-        target = self.target(ctx)
-        efa = pod.job_efa_interfaces(self, target)
-        volumes, mounts = pod.pvc_volumes(self, ctx)
-        env = pod.env(self, pod.efa_env(efa, target.efa_rdma))
+        w = pod.gpu_worker(self, ctx)
         # The training operator requires a container named "paddle" in every replica.
-        trainer = pod.gpu_worker_container("paddle", self.image, self.command, self.args, env, mounts, target.gpus, efa)
+        trainer = w.container("paddle", self.command, self.args)
         replicas: dict[str, Any] = {}
         if self.parameter_servers:
             # PS mode: the Master replicas are the parameter servers (training-operator v1 knows only
@@ -63,7 +60,7 @@ class PaddleSpec(GpuJob):
                 "image": self.image,
                 "command": list(self.command),
                 "resources": copy.deepcopy(PSERVER_RESOURCES),
-                "volumeMounts": [dict(pod.SHM_MOUNT)] + copy.deepcopy(mounts),
+                "volumeMounts": [dict(pod.SHM_MOUNT)] + copy.deepcopy(w.mounts),
             }
             if self.args:
                 pserver["args"] = list(self.args)
@@ -73,12 +70,12 @@ class PaddleSpec(GpuJob):
             replicas["Master"] = {
                 "replicas": self.parameter_servers,
                 "restartPolicy": "OnFailure",
-                "template": pod.template(self, pod.gpu_pod_spec(target, [pserver], volumes), "pserver"),
+                "template": pod.template(self, w.pod_spec([pserver]), "pserver"),
             }
         replicas["Worker"] = {
             "replicas": self.nodes,
             "restartPolicy": "OnFailure",
-            "template": pod.template(self, pod.gpu_pod_spec(target, [trainer], volumes), "trainer"),
+            "template": pod.template(self, w.pod_spec([trainer]), "trainer"),
         }
         return [
             {

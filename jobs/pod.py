@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import posixpath
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from facts.kube import EFA_HUGEPAGES_REQUEST, PART_OF
@@ -98,6 +99,35 @@ def pvc_volumes(spec: GpuJob, ctx: JobsContext) -> tuple[list[dict[str, Any]], l
             mount["readOnly"] = True
         mounts.append(mount)
     return volumes, mounts
+
+
+@dataclass(frozen=True)
+class GpuWorker:
+    """What every GPU kind's workers share on their target group: the group, the EFA interfaces
+    they request, the job's env (EFA settings first), and the pod volumes with their mounts."""
+
+    spec: GpuJob
+    target: JobTarget
+    efa_interfaces: int
+    env: list[dict[str, Any]]
+    volumes: list[dict[str, Any]]
+    mounts: list[dict[str, Any]]
+
+    def container(self, name: str, command: Optional[list[str]], args: Optional[list[str]]) -> dict[str, Any]:
+        """A container owning the whole node (see ``gpu_worker_container``)."""
+        return gpu_worker_container(name, self.spec.image, command, args, self.env, self.mounts, self.target.gpus, self.efa_interfaces)
+
+    def pod_spec(self, containers: list[dict[str, Any]], with_volumes: bool = True, shm: bool = True) -> dict[str, Any]:
+        """A pod of these containers on the target group (see ``gpu_pod_spec``)."""
+        return gpu_pod_spec(self.target, containers, self.volumes if with_volumes else [], shm=shm)
+
+
+def gpu_worker(spec: GpuJob, ctx: JobsContext, extra_env: Optional[Mapping[str, str]] = None) -> GpuWorker:
+    """The worker pieces of ``spec`` on its target group; ``extra_env`` is env the kind always sets."""
+    target = spec.target(ctx)
+    efa = job_efa_interfaces(spec, target)
+    volumes, mounts = pvc_volumes(spec, ctx)
+    return GpuWorker(spec, target, efa, env(spec, {**efa_env(efa, target.efa_rdma), **(extra_env or {})}), volumes, mounts)
 
 
 def gpu_worker_container(

@@ -88,13 +88,10 @@ class PyTorchElasticSpec(GpuJob):
             problems.append(Problem(f"{key}.maxNodes", f"{self.elastic_max} is more than node group {group.name!r} can hold (maxSize {group.max_size})"))
 
     def build(self, ctx: JobsContext) -> list[Manifest]:
-        target = self.target(ctx)
-        efa = pod.job_efa_interfaces(self, target)
-        volumes, mounts = pod.pvc_volumes(self, ctx)
-        env = pod.env(self, pod.efa_env(efa, target.efa_rdma))
+        w = pod.gpu_worker(self, ctx)
         # The training operator requires a container named "pytorch"; it sets PET_* (rendezvous,
         # nnodes min:max, nproc per node, max restarts) for torchrun / torch.distributed.run.
-        container = pod.gpu_worker_container("pytorch", self.image, self.command, self.args, env, mounts, target.gpus, efa)
+        container = w.container("pytorch", self.command, self.args)
         policy: dict[str, Any] = {
             "rdzvBackend": self.rendezvous,
             "rdzvId": self.rendezvous_id,
@@ -113,7 +110,7 @@ class PyTorchElasticSpec(GpuJob):
                 "kind": "PyTorchJob",
                 "metadata": pod.metadata(self, ctx),
                 "spec": {
-                    "nprocPerNode": str(target.gpus),
+                    "nprocPerNode": str(w.target.gpus),
                     "elasticPolicy": policy,
                     # Running: a finished or failed job frees its GPU nodes at once.
                     "runPolicy": {"cleanPodPolicy": "Running", **self.bounds()},
@@ -123,7 +120,7 @@ class PyTorchElasticSpec(GpuJob):
                         "Worker": {
                             "replicas": self.elastic_max,
                             "restartPolicy": "OnFailure",
-                            "template": pod.template(self, pod.gpu_pod_spec(target, [container], volumes), "worker"),
+                            "template": pod.template(self, w.pod_spec([container]), "worker"),
                         }
                     },
                 },
