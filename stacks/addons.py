@@ -39,3 +39,9 @@ def addon_pins(cfg: StackConfig) -> list[AddonPin]:
     if cfg.monitoring.enabled:
         pins.append(AddonPin("amazon-cloudwatch-observability", versions.CLOUDWATCH_OBSERVABILITY_ADDON))
     return pins
+
+
+def addon_version(cfg: StackConfig, name: str) -> str:
+    """The build of add-on ``name`` the stack installs (the environment wiring reads it here, so the
+    program and preflight pin the same builds)."""
+    return next(p.version for p in addon_pins(cfg) if p.name == name)

@@ -27,6 +27,7 @@ from facts import versions
 from facts.kube import ACCELERATOR_LABEL, AUTOSCALE_TAG, EFA_HUGEPAGES_2MI_PAGES, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
 from facts.paths import PROJECT_ROOT
 from jobs.base import JobsContext
+from stacks.addons import addon_version
 from stacks.config import GpuNodeGroupConfig, StackConfig
 from stacks.config.jobs import job_targets
 from stacks.placement import Placement, PlacementError, resolve_placement
@@ -59,7 +60,7 @@ def build(cfg: StackConfig, placement: Optional[Placement] = None) -> dict[str, 
     cluster.add_coredns(after=[system])
     gpu_groups = {g.name: _gpu_node_group(g, gpu_az, cfg, cluster, network, tags) for g in cfg.gpu_node_groups}
     if gpu_groups:
-        cluster.add_node_monitoring_agent(versions.NODE_MONITORING_AGENT_ADDON[cfg.cluster.kubernetes_version], after=[system])
+        cluster.add_node_monitoring_agent(addon_version(cfg, "eks-node-monitoring-agent"), after=[system])
 
     services = build_services(cfg, gpu_az, network, cluster, system, tags)
 
@@ -112,10 +113,10 @@ def _cluster(cfg: StackConfig, network: Network, tags: dict[str, str]) -> Cluste
             endpoint_public_access_cidrs=cfg.cluster.endpoint_public_access_cidrs,
             endpoint_private_access=cfg.cluster.endpoint_private_access,
             admin_principals=cfg.cluster.admin_principals,
-            vpc_cni_version=versions.VPC_CNI_ADDON,
-            coredns_version=versions.COREDNS_ADDON[k8s_version],
-            kube_proxy_version=versions.KUBE_PROXY_ADDON[k8s_version],
-            pod_identity_agent_version=versions.POD_IDENTITY_AGENT_ADDON,
+            vpc_cni_version=addon_version(cfg, "vpc-cni"),
+            coredns_version=addon_version(cfg, "coredns"),
+            kube_proxy_version=addon_version(cfg, "kube-proxy"),
+            pod_identity_agent_version=addon_version(cfg, "eks-pod-identity-agent"),
             log_retention_days=cfg.cluster.log_retention_days,
             deletion_protection=cfg.cluster.deletion_protection,
             tags=tags,
@@ -279,7 +280,7 @@ def _efs(s: _Services) -> None:
             subnet_ids=s.network.private_subnet_ids,
             node_security_group_id=s.cluster.cluster_security_group_id,
             namespace=s.namespace.metadata.name,
-            addon_version=versions.EFS_CSI_ADDON,
+            addon_version=addon_version(s.cfg, "aws-efs-csi-driver"),
             throughput_mode=st.efs.throughput_mode,
             performance_mode=st.efs.performance_mode,
             protect=st.deletion_protection,
@@ -307,7 +308,7 @@ def _fsx(s: _Services) -> None:
             availability_zone=s.gpu_az,
             node_security_group_id=s.cluster.cluster_security_group_id,
             namespace=s.namespace.metadata.name,
-            addon_version=versions.FSX_CSI_ADDON,
+            addon_version=addon_version(s.cfg, "aws-fsx-csi-driver"),
             deployment_type=f.deployment_type,
             lustre_version=versions.FSX_LUSTRE_VERSION,
             storage_capacity_gib=f.storage_capacity_gib,
@@ -387,7 +388,7 @@ def _monitoring(s: _Services) -> None:
         MonitoringArgs(
             cluster_name=s.cfg.cluster_name,
             region=s.cfg.region,
-            addon_version=versions.CLOUDWATCH_OBSERVABILITY_ADDON,
+            addon_version=addon_version(s.cfg, "amazon-cloudwatch-observability"),
             log_retention_days=m.log_retention_days,
             dashboard=m.dashboard,
             cluster_ready=s.cluster_ready,
