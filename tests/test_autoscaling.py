@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
+from components.node_group import NODE_TEMPLATE
 from facts import catalog, versions
 from stacks.config import ConfigError
 from tests.conftest import NS, dev_values, minimal_values, run_stack
+from tests.scheduling import NODE_GROUP, tolerates
 
 TAG = "aws:autoscaling/tag:Tag"
-NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
-TEMPLATE = "k8s.io/cluster-autoscaler/node-template/"
+TEMPLATE = NODE_TEMPLATE + "/"
 ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 
 
@@ -68,23 +69,10 @@ def _amount(resource: str, value: str) -> int:
     return int(float(value) * (1000 if resource == "cpu" else 1))
 
 
-def _tolerated(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool:
-    for t in tolerations:
-        if t.get("effect") and t["effect"] != taint["effect"]:
-            continue
-        if not t.get("key"):
-            if t.get("operator") == "Exists":
-                return True
-            continue
-        if t["key"] == taint["key"] and (t.get("operator") == "Exists" or t.get("value", "") == taint["value"]):
-            return True
-    return False
-
-
 def fits(pod: dict[str, Any], node: dict[str, Any]) -> list[str]:
     """Why ``pod`` does not fit ``node`` (empty: it fits)."""
     why = [f"nodeSelector {k}={v}" for k, v in (pod.get("nodeSelector") or {}).items() if node["labels"].get(k) != v]
-    why += [f"taint {t['key']}" for t in node["taints"] if t["effect"] in ("NoSchedule", "NoExecute") and not _tolerated(pod.get("tolerations") or [], t)]
+    why += [f"taint {t['key']}" for t in node["taints"] if t["effect"] in ("NoSchedule", "NoExecute") and not tolerates(pod.get("tolerations") or [], t)]
     want: dict[str, int] = {}
     for c in pod["containers"]:
         for k, v in ((c.get("resources") or {}).get("requests") or {}).items():

@@ -8,12 +8,11 @@ import pytest
 
 from facts import catalog, versions
 from tests.conftest import minimal_values, run_stack
+from tests.scheduling import MNG, NODE_GROUP
 
 VPC = "aws:ec2/vpc:Vpc"
 SUBNET = "aws:ec2/subnet:Subnet"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
-MNG = "eks:index:ManagedNodeGroup"
-NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 EKS = "eks:index:Cluster"
 SG = "aws:ec2/securityGroup:SecurityGroup"
 PG = "aws:ec2/placementGroup:PlacementGroup"

@@ -18,18 +18,10 @@ from components.device_plugins import ChartChecksumError, ChartFile
 from facts import versions
 from infra import releases
 from tests.conftest import ROOT, minimal_values, run_stack
+from tests.scheduling import kubernetes_taints, node_groups, tolerates
 
 HELM = ROOT / ".tools" / "bin" / "helm"
 RELEASE = "kubernetes:helm.sh/v3:Release"
-MNG = "eks:index:ManagedNodeGroup"
-NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
-
-
-def _node_groups(plan):
-    """Every EKS node group: pulumi-eks' ManagedNodeGroup (system) and aws.eks.NodeGroup (GPU groups)."""
-    return [r for r in plan.records if r.type in (MNG, NODE_GROUP)]
-
-
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")
@@ -66,31 +58,14 @@ def rendered(plan) -> dict[str, list[dict[str, Any]]]:
     return by_release
 
 
-def node_groups(plan) -> list[dict[str, Any]]:
+def nodes(plan) -> list[dict[str, Any]]:
     """Each node group as a node would look: its labels (plus the instance-type label) and taints."""
     out = []
-    for r in _node_groups(plan):
+    for r in node_groups(plan):
         labels = {**(r.inputs.get("labels") or {}), INSTANCE_TYPE_LABEL: r.inputs["instanceTypes"][0]}
-        taints = [{"key": t["key"], "value": t.get("value") or "", "effect": EFFECT[t["effect"]]} for t in r.inputs.get("taints") or []]
+        taints = kubernetes_taints(r)
         out.append({"name": r.name, "labels": labels, "taints": taints})
     return out
-
-
-EFFECT = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
-
-
-def _tolerated(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool:
-    for t in tolerations:
-        if t.get("effect") and t["effect"] != taint["effect"]:
-            continue
-        op = t.get("operator", "Equal")
-        if not t.get("key"):
-            if op == "Exists":
-                return True
-            continue
-        if t["key"] == taint["key"] and (op == "Exists" or t.get("value", "") == taint["value"]):
-            return True
-    return False
 
 
 def _expression(expr: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -115,7 +90,7 @@ def schedulable(pod: dict[str, Any], node: dict[str, Any]) -> bool:
     terms = required.get("nodeSelectorTerms") or []
     if terms and not any(all(_expression(e, node["labels"]) for e in term.get("matchExpressions") or []) for term in terms):
         return False
-    return all(_tolerated(pod.get("tolerations") or [], t) for t in node["taints"] if t["effect"] in ("NoSchedule", "NoExecute"))
+    return all(tolerates(pod.get("tolerations") or [], t) for t in node["taints"] if t["effect"] in ("NoSchedule", "NoExecute"))
 
 
 def daemonsets(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -140,7 +115,7 @@ def test_the_nvidia_plugin_lands_on_every_gpu_group_whatever_its_taints_and_not_
     pod = daemonsets(rendered["nvidia-device-plugin"])["nvidia-device-plugin"]
     env = {e["name"]: e.get("value") for c in pod["containers"] for e in c.get("env") or []}
     assert env.get("MOFED_ENABLED") == "false"
-    for node in node_groups(plan):
+    for node in nodes(plan):
         gpu = node["name"].startswith("gpu-")
         assert schedulable(pod, node) == gpu, node
 
@@ -148,7 +123,7 @@ def test_the_nvidia_plugin_lands_on_every_gpu_group_whatever_its_taints_and_not_
 def test_the_efa_plugin_lands_on_every_efa_group_whatever_its_taints_and_only_there(plan, rendered):
     pod = daemonsets(rendered["aws-efa-k8s-device-plugin"])["aws-efa-k8s-device-plugin"]
     efa_groups = {"gpu-p4d-mng", "gpu-p5-mng"}
-    for node in node_groups(plan):
+    for node in nodes(plan):
         assert schedulable(pod, node) == (node["name"] in efa_groups), node
 
 

@@ -20,6 +20,7 @@ from facts.paths import PROJECT_ROOT
 from stacks import config as stack_config
 from stacks.config import ConfigError, load
 from tests.conftest import NS, ROOT, dev_values, minimal_values, run_stack
+from tests.scheduling import MNG, kubernetes_taints, node_groups, tolerates
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 ADDON = "aws:eks/addon:Addon"
@@ -31,13 +32,6 @@ SG = "aws:ec2/securityGroup:SecurityGroup"
 INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
 EGRESS = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
 SUBNET = "aws:ec2/subnet:Subnet"
-MNG = "eks:index:ManagedNodeGroup"
-NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
-
-
-def _node_groups(plan):
-    """Every EKS node group: pulumi-eks' ManagedNodeGroup (system) and aws.eks.NodeGroup (GPU groups)."""
-    return [r for r in plan.records if r.type in (MNG, NODE_GROUP)]
 
 
 EKS = "eks:index:Cluster"
@@ -70,7 +64,6 @@ DEVICE_PLUGINS = COMPONENT + "DevicePlugins"
 
 GPU_PRESENT = {"nvidia.com/gpu.present": "true"}
 EFA_PRESENT = {"vpc.amazonaws.com/efa.present": "true"}
-EKS_TAINT_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
 KUSTOMIZATION = PROJECT_ROOT / "manifests" / "training-operator" / "kustomization.yaml"
 # The CRDs the training operator v1.9 standalone overlay installs upstream (kubeflow/training-operator
 # manifests/base/crds): any of them the plan installs itself must be deleted from the overlay.
@@ -185,29 +178,11 @@ def _cluster_sg(plan) -> str:
 def _gpu_taints(plan) -> list[dict]:
     """The taints every GPU node group puts on its nodes, in Kubernetes form."""
     taints = []
-    for r in _node_groups(plan):
+    for r in node_groups(plan):
         if r.inputs.get("labels", {}).get("nvidia.com/gpu.present") == "true":
-            for t in r.inputs.get("taints") or []:
-                taints.append({"key": t["key"], "value": t.get("value", ""), "effect": EKS_TAINT_EFFECTS[t["effect"]]})
+            taints += kubernetes_taints(r)
     assert taints, "GPU node groups must carry the GPU taint"
     return taints
-
-
-def _tolerates(tolerations: list[dict], taint: dict) -> bool:
-    """Kubernetes toleration matching."""
-    for t in tolerations:
-        if t.get("effect") and t["effect"] != taint["effect"]:
-            continue
-        op = t.get("operator", "Equal")
-        if not t.get("key"):
-            if op == "Exists":
-                return True
-            continue
-        if t["key"] != taint["key"]:
-            continue
-        if op == "Exists" or t.get("value", "") == taint.get("value", ""):
-            return True
-    return False
 
 
 def _requires_labels(affinity: dict, labels: dict[str, str]) -> bool:
@@ -281,10 +256,10 @@ def test_nvidia_device_plugin_release_is_pinned_and_runs_only_on_gpu_nodes(dev_p
     values = nv.inputs["values"]
     assert _requires_labels(values["affinity"], GPU_PRESENT)
     for taint in _gpu_taints(dev_plan):
-        assert _tolerates(values["tolerations"], taint), taint
+        assert tolerates(values["tolerations"], taint), taint
     assert values["mofedEnabled"] is False
     # The label the plugin waits for is one every GPU node group sets.
-    gpu_groups = [r for r in _node_groups(dev_plan) if r.name.startswith("gpu-")]
+    gpu_groups = [r for r in node_groups(dev_plan) if r.name.startswith("gpu-")]
     assert gpu_groups and all(r.inputs["labels"].items() >= GPU_PRESENT.items() for r in gpu_groups)
 
 
@@ -296,7 +271,7 @@ def test_efa_device_plugin_release_is_pinned_tolerates_gpu_taint_and_targets_efa
     assert "repositoryOpts" not in efa.inputs and (ROOT / efa.inputs["chart"]).is_file()
     values = efa.inputs["values"]
     for taint in _gpu_taints(dev_plan):
-        assert _tolerates(values["tolerations"], taint), taint
+        assert tolerates(values["tolerations"], taint), taint
     assert values["nodeSelector"] == EFA_PRESENT
     cfg = load(dev_values(), "gpu-training", "dev")
     efa_types = sorted({g.instance_type for g in cfg.gpu_node_groups if g.efa_enabled})
@@ -304,7 +279,7 @@ def test_efa_device_plugin_release_is_pinned_tolerates_gpu_taint_and_targets_efa
     assert values["supportedInstanceLabels"]["keys"] == ["node.kubernetes.io/instance-type"]
     assert values["supportedInstanceLabels"]["values"] == efa_types
     # Every EFA group labels its nodes with what the plugin selects on.
-    efa_groups = [r for r in _node_groups(dev_plan) if r.name in {f"gpu-{g.name}-mng" for g in cfg.gpu_node_groups if g.efa_enabled}]
+    efa_groups = [r for r in node_groups(dev_plan) if r.name in {f"gpu-{g.name}-mng" for g in cfg.gpu_node_groups if g.efa_enabled}]
     assert len(efa_groups) == 2 and all(r.inputs["labels"].items() >= EFA_PRESENT.items() for r in efa_groups)
 
 
