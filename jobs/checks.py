@@ -18,7 +18,8 @@ DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-S3_URI = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?$")
+# s3://<bucket>[/<prefix>]; what S3 allows as a bucket name is facts.aws_names.bucket_problem's.
+S3_URI = re.compile(r"^s3://([^/\s]+)(/\S*)?$")
 REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 
 
