@@ -19,6 +19,7 @@ import pulumi_kubernetes as k8s
 
 from components.charts import ChartFile
 from components.iam import pod_identity_role, policy_document
+from facts.kube import AUTOSCALE_TAG
 
 SERVICE_ACCOUNT = "cluster-autoscaler"
 NAMESPACE = "kube-system"
@@ -63,11 +64,11 @@ class ClusterAutoscalerArgs:
     image_tag: str  # the autoscaler image tag, matching the cluster's Kubernetes minor
     cluster_name: str  # the EKS cluster (auto-discovery tag, IAM condition, Pod Identity)
     region: str  # AWS region the autoscaler calls
-    discovery_tag: str  # our ASG tag marking the groups to autoscale
     node_selector: dict[str, str]  # where the autoscaler runs (the system nodes)
     scale_down_unneeded_time: str = "10m"  # how long a node must be unneeded before it is removed
     scale_down_delay_after_add: str = "10m"  # no scale-down this long after a scale-up
     expander: str = "least-waste"  # which group to grow when several fit
+    discovery_tag: str = AUTOSCALE_TAG  # our ASG tag marking the groups to autoscale (NodeGroup writes it)
     project_root: Path = Path(".")  # where the chart path is relative to (the program's working directory)
     depends_on: list[pulumi.Resource] = field(default_factory=list)  # what must exist first (the Pod Identity agent, system nodes)
     tags: dict[str, str] = field(default_factory=dict)  # tags on the IAM role and the association

@@ -16,7 +16,7 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.charts import ChartChecksumError, ChartFile
+from components.charts import ChartFile
 
 # Both plugins tolerate every taint; their node affinity keeps them on GPU / EFA nodes.
 TOLERATE_ALL = [{"operator": "Exists"}]
@@ -43,9 +43,6 @@ def _require_labels(labels: dict[str, str]) -> dict:
             }
         }
     }
-
-
-__all__ = ["ChartChecksumError", "ChartFile", "DevicePlugins", "DevicePluginsArgs"]
 
 
 class DevicePlugins(pulumi.ComponentResource):

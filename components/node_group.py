@@ -24,7 +24,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
-from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL
+from facts.kube import AUTOSCALE_TAG, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL
 
 EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
 EKS_CAPACITY_TYPE = {"on-demand": "ON_DEMAND", "spot": "SPOT", "capacity-block": "CAPACITY_BLOCK"}
@@ -73,7 +73,7 @@ class NodeGroupArgs:
     # {"nvidia.com/gpu": "8"}; the group's ASG gets the tags the autoscaler builds a node of a group at
     # zero from, and Pulumi leaves the desired size to the autoscaler. None: not autoscaled.
     autoscale_resources: Optional[dict[str, str]] = None
-    autoscale_tag: str = "gputraining/autoscale"  # the ASG tag the autoscaler discovers groups by
+    autoscale_tag: str = AUTOSCALE_TAG  # the ASG tag the autoscaler discovers groups by
     ready: Sequence[pulumi.Resource] = field(default_factory=list)  # what the nodes need first (the node role's policy attachments)
     tags: dict[str, str] = field(default_factory=dict)  # tags on the AWS resources, instances and volumes (plus gputraining/node-group)
 

@@ -24,7 +24,7 @@ from components.node_group import NodeGroup, NodeGroupArgs
 from components.operators import MpiOperator, MpiOperatorArgs, TrainingOperator, TrainingOperatorArgs
 from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
 from facts import versions
-from facts.kube import ACCELERATOR_LABEL, AUTOSCALE_TAG, EFA_HUGEPAGES_2MI_PAGES, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
+from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_2MI_PAGES, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
 from facts.paths import PROJECT_ROOT
 from jobs.base import JobsContext
 from stacks.addons import addon_version
@@ -189,7 +189,6 @@ def _gpu_node_group(g: GpuNodeGroupConfig, gpu_az: str, cfg: StackConfig, cluste
         # The autoscaler's GPU label: it waits for the device plugin on a new node instead of adding more.
         labels={**g.labels, ACCELERATOR_LABEL: f"nvidia-{(g.instance.gpu_model or 'gpu').lower()}"},
         autoscale_resources=node_resources(g) if autoscaled(cfg, g) else None,
-        autoscale_tag=AUTOSCALE_TAG,
         taints=[t.model_dump() for t in g.taints],
     )
 
@@ -411,7 +410,6 @@ def _autoscaler(s: _Services) -> None:
             image_tag=versions.CLUSTER_AUTOSCALER_IMAGE_TAG[cfg.cluster.kubernetes_version],
             cluster_name=cfg.cluster_name,
             region=cfg.region,
-            discovery_tag=AUTOSCALE_TAG,
             node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
             scale_down_unneeded_time=a.scale_down_unneeded_time,
             scale_down_delay_after_add=a.scale_down_delay_after_add,

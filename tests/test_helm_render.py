@@ -14,7 +14,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from components.device_plugins import ChartChecksumError, ChartFile
+from components.charts import ChartChecksumError, ChartFile
 from facts import versions
 from facts.paths import TOOLS_BIN
 from infra import releases
