@@ -195,6 +195,7 @@ class EfsStore(pulumi.ComponentResource):
         )
         self.file_system_id = self.file_system.id
         self.security_group_id = sg.id
+        self.mount_targets: list[pulumi.Resource] = list(mount_targets)  # clients outside the cluster wait for these
         self.register_outputs({"fileSystemId": self.file_system.id, "claim": self.CLAIM})
 
 
@@ -361,5 +362,6 @@ class FsxStore(pulumi.ComponentResource):
         )
         self.file_system_id = self.file_system.id
         self.dns_name = self.file_system.dns_name
+        self.mount_name = self.file_system.mount_name
         self.security_group_id = sg.id
         self.register_outputs({"fileSystemId": self.file_system.id, "dnsName": self.file_system.dns_name, "claim": self.CLAIM})

@@ -13,7 +13,7 @@ The built-in table is checked against AWS's recorded data in the tests (moto shi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
 
 __all__ = [
@@ -21,7 +21,11 @@ __all__ = [
     "BUILTIN",
     "GPU_TYPES",
     "SYSTEM_TYPES",
+    "SAGEMAKER",
+    "SAGEMAKER_TYPES",
     "get",
+    "get_sagemaker",
+    "sagemaker_type_for",
     "from_describe_instance_types",
 ]
 
@@ -121,9 +125,30 @@ GPU_TYPES = tuple(t.name for t in _GPU_ROWS)
 SYSTEM_TYPES = tuple(t.name for t in _SYSTEM_ROWS)
 
 
+# SageMaker training instance types: the ml. equivalents of the GPU types above, with the same
+# hardware facts (GPUs, EFA interfaces, GPUDirect RDMA). SageMaker attaches the EFA interfaces
+# itself on the EFA types (ml.p3dn, ml.p4d, ml.p4de, ml.p5). Source: the SageMaker pricing page's
+# training instance list and the EC2 rows above.
+ML_PREFIX = "ml."
+_SAGEMAKER_BASES = ("p3.2xlarge", "p3.8xlarge", "p3.16xlarge", "p3dn.24xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge")
+SAGEMAKER: Mapping[str, InstanceType] = {ML_PREFIX + n: replace(BUILTIN[n], name=ML_PREFIX + n) for n in _SAGEMAKER_BASES}
+SAGEMAKER_TYPES = tuple(SAGEMAKER)
+
+
 def get(name: str) -> Optional[InstanceType]:
     """The built-in facts for ``name``, or None when the type is not in the catalog."""
     return BUILTIN.get(name)
+
+
+def get_sagemaker(name: str) -> Optional[InstanceType]:
+    """The facts of SageMaker training type ``name`` (``ml.p4d.24xlarge``), or None."""
+    return SAGEMAKER.get(name)
+
+
+def sagemaker_type_for(ec2_name: str) -> Optional[str]:
+    """The SageMaker training type with the hardware of EC2 type ``ec2_name``, or None."""
+    name = ML_PREFIX + ec2_name
+    return name if name in SAGEMAKER else None
 
 
 def from_describe_instance_types(item: Mapping[str, Any]) -> InstanceType:

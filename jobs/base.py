@@ -47,6 +47,7 @@ class VolumeMount(SpecModel):
     name: Literal["fsx", "efs"] = Field(description="`fsx` or `efs` (the stack's claims)")
     mount_path: str = Field(description="absolute path in the container, e.g. /fsx")
     read_only: bool = Field(False, description="mount read-only")
+    sub_path: Optional[str] = Field(None, description="a directory inside the file system to mount instead of its root (relative, no '..')")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,6 +257,9 @@ class GpuJob(RunJob):
     def check(self, key: str, problems: list[Problem]) -> None:
         super().check(key, problems)
         checks.check_mounts([(v.name, v.mount_path) for v in self.volumes], key, problems)
+        for j, v in enumerate(self.volumes):
+            if v.sub_path is not None:
+                checks.check_sub_path(v.name, v.sub_path, f"{key}.volumes[{j}].subPath", problems)
 
     def max_workers(self) -> int:
         """The most worker nodes the job can run on at once."""

@@ -84,6 +84,13 @@ def check_relative_path(path: str, k: str, problems: list[Problem]) -> None:
         problems.append(Problem(k, f"{fmt(path)} is not allowed: a path inside the volume, without '..'"))
 
 
+def check_sub_path(volume: str, path: str, k: str, problems: list[Problem]) -> None:
+    """A directory inside a file system, relative to its root: no leading '/', no '..'."""
+    if path.startswith("/") or ".." in path.split("/") or not path.strip("/"):
+        where = "FSx paths get the file system's mount name (/<mountName>) in front" if volume == "fsx" else "paths start at the file system's root"
+        problems.append(Problem(k, f"{fmt(path)} is not allowed: a directory relative to the file system's root, without '..' ({where})"))
+
+
 def check_mounts(mounts: Iterable[tuple[str, str]], k: str, problems: list[Problem]) -> None:
     """Each volume mounted once, at its own absolute path, not over / or /dev/shm."""
     names: dict[str, int] = {}

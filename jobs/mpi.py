@@ -10,9 +10,11 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import Field
 
+from facts.catalog import InstanceType
 from facts.problems import Problem
 from jobs import checks, pod
 from jobs.base import GpuJob, JobsContext, JobTarget, Manifest
+from jobs.sagemaker import PortableJob
 
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"  # mpi-operator v0.8.0
 # mpi-operator v2 reaches the workers over SSH: they run sshd (the operator mounts the keys).
@@ -59,11 +61,40 @@ class MpiBase(GpuJob):
         return [mpijob(self, ctx, self.derived_env())]
 
 
-class MpiJobSpec(MpiBase):
-    """Any MPI program (Horovod/TensorFlow, ...) as an MPIJob; ``command`` is what mpirun runs."""
+class MpiJobSpec(PortableJob, MpiBase):
+    """Any MPI program (Horovod/TensorFlow, ...) as an MPIJob; ``command`` is what mpirun runs.
+    With ``runtime: sagemaker``, a SageMaker training job whose framework container runs the
+    script under mpirun (``sagemaker_mpi_enabled``), one process per GPU."""
+
+    LAUNCHERS = ((), ("python",))
+    LAUNCHER_TEXT = "[python, /path/train.py, --name, value...] (python or python3; the container runs it as python -m mpi4py under mpirun)"
+    SCRIPT_SUFFIXES = (".py", ".sh")
 
     kind: Literal["mpi"] = Field(description="`mpi`")
-    image: str = Field(description="the training image (with Open MPI and sshd)")
+    image: str = Field(description="the training image (with Open MPI and sshd; on SageMaker an ECR image with SageMaker's training toolkit)")
+
+    def entry_line(self) -> list[str]:
+        return list(self.command) + list(self.args)
+
+    def sagemaker_distribution(self, instance: InstanceType, env_names: Sequence[str]) -> dict[str, Any]:
+        # SageMaker's MPI launcher starts the ranks over SSH like mpi-operator does: the env reaches
+        # them only through -x, as in mpirun_command.
+        options = list(self.mpirun_args)
+        for name in env_names:
+            options += ["-x", name]
+        return {
+            "sagemaker_mpi_enabled": True,
+            "sagemaker_mpi_num_of_processes_per_host": instance.gpus,
+            "sagemaker_mpi_custom_mpi_options": " ".join(options),
+        }
+
+    def check_sagemaker_kind(self, key: str, problems: list[Problem]) -> None:
+        # The container splits sagemaker_mpi_custom_mpi_options on whitespace.
+        for j, arg in enumerate(self.mpirun_args):
+            if not arg or any(c.isspace() for c in arg):
+                problems.append(
+                    Problem(f"{key}.mpirunArgs[{j}]", f"{checks.fmt(arg)} is not allowed with runtime 'sagemaker': SageMaker splits MPI options on whitespace")
+                )
 
 
 def mpirun_command(spec: MpiBase, target: JobTarget, forward: Sequence[str]) -> list[str]:

@@ -97,6 +97,8 @@ def pvc_volumes(spec: GpuJob, ctx: JobsContext) -> tuple[list[dict[str, Any]], l
         mount: dict[str, Any] = {"name": v.name, "mountPath": v.mount_path}
         if v.read_only:
             mount["readOnly"] = True
+        if v.sub_path:
+            mount["subPath"] = v.sub_path.strip("/")
         mounts.append(mount)
     return volumes, mounts
 

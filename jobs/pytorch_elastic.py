@@ -12,22 +12,28 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Sequence
 
 from pydantic import Field, model_validator
 
+from facts.catalog import InstanceType
 from facts.problems import Problem
 from jobs import pod
-from jobs.base import GpuJob, GroupFacts, JobBuildError, JobEnvironment, JobsContext, Manifest
+from jobs.base import GroupFacts, JobBuildError, JobEnvironment, JobsContext, Manifest
+from jobs.sagemaker import PortableJob
 
 TRAINING_API_VERSION = "kubeflow.org/v1"  # training-operator v1.9.4 (PyTorchJob, PaddleJob)
 
 
-class PyTorchElasticSpec(GpuJob):
+class PyTorchElasticSpec(PortableJob):
     """PyTorch DDP with TorchElastic as a PyTorchJob with elasticPolicy. ``nodes`` is the number of
-    workers to start with; min/max default to it (fixed size) and ``nodes`` defaults to minNodes."""
+    workers to start with; min/max default to it (fixed size) and ``nodes`` defaults to minNodes.
+    With ``runtime: sagemaker``, a SageMaker training job whose framework container starts torchrun
+    on every instance (``sagemaker_torch_distributed_enabled``), on maxNodes instances."""
 
     OPERATOR = "training"
+    LAUNCHERS = (("torchrun",), ("python", "-m", "torch.distributed.run"))
+    LAUNCHER_TEXT = "[torchrun, /path/train.py, --name, value...] (SageMaker's container sets torchrun's own options)"
 
     kind: Literal["pytorch-elastic"] = Field(description="`pytorch-elastic`")
     image: str = Field(description="the training image; with the etcd backends it must have `python-etcd`")
@@ -59,10 +65,18 @@ class PyTorchElasticSpec(GpuJob):
     def max_workers(self) -> int:
         return max(self.elastic_max, self.nodes)
 
+    def entry_line(self) -> list[str]:
+        return list(self.command) + list(self.args)
+
+    def sagemaker_distribution(self, instance: InstanceType, env_names: Sequence[str]) -> dict[str, Any]:
+        return {"sagemaker_torch_distributed_enabled": True}
+
     @property
     def rendezvous_id(self) -> str:
-        """Unique per job, per run and per spec: ``<name>-<run>-<first 8 hex of the spec's sha256>``."""
-        spec = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
+        """Unique per job, per run and per spec: ``<name>-<run>-<first 8 hex of the spec's sha256>``
+        (the SageMaker-only fields are left out: they do not change the EKS job)."""
+        dump = self.model_dump(mode="json", by_alias=True, exclude={"runtime", "sagemaker"})
+        spec = json.dumps(dump, sort_keys=True, separators=(",", ":"))
         return f"{self.name}-{self.run}-{hashlib.sha256(spec.encode()).hexdigest()[:8]}"
 
     def pod_hostnames(self) -> list[str]:
@@ -77,7 +91,7 @@ class PyTorchElasticSpec(GpuJob):
             problems.append(Problem(f"{key}.nodes", f"{self.nodes} is outside minNodes..maxNodes ({low}..{high}); the job starts with this many nodes"))
 
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
-        if self.rendezvous in ("etcd", "etcd-v2") and not env.etcd_enabled:
+        if self.runtime == "eks" and self.rendezvous in ("etcd", "etcd-v2") and not env.etcd_enabled:
             problems.append(
                 Problem(f"{key}.rendezvous", f"{self.rendezvous!r} needs the stack's etcd, which is disabled; enable etcd or use rendezvous 'c10d'")
             )

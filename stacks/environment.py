@@ -22,6 +22,7 @@ from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs
 from components.node_group import NodeGroup, NodeGroupArgs
 from components.operators import MpiOperator, MpiOperatorArgs, TrainingOperator, TrainingOperatorArgs
+from components.sagemaker import SageMakerTrainingJobs, SageMakerTrainingJobsArgs, SharedFileSystem
 from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
 from facts import versions
 from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_2MI_PAGES, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
@@ -29,7 +30,7 @@ from facts.paths import PROJECT_ROOT
 from jobs.base import JobsContext
 from stacks.addons import addon_version
 from stacks.config import GpuNodeGroupConfig, StackConfig
-from stacks.config.jobs import job_targets
+from stacks.config.jobs import job_targets, runtime_of, sagemaker_jobs
 from stacks.placement import Placement, PlacementError, resolve_placement
 
 __all__ = ["build", "Placement", "PlacementError"]
@@ -213,6 +214,7 @@ class _Services:
     outputs: dict[str, Any]
     job_prerequisites: list[pulumi.Resource] = field(default_factory=list)
     claims: dict[str, str] = field(default_factory=dict)
+    file_systems: dict[str, SharedFileSystem] = field(default_factory=dict)  # what SageMaker jobs read
     etcd_endpoint: Optional[str] = None
 
 
@@ -242,6 +244,7 @@ def build_services(cfg: StackConfig, gpu_az: str, network: Network, cluster: Clu
     for add in (_device_plugins, _efs, _fsx, _operators, _etcd, _monitoring, _autoscaler):
         add(s)
     _jobs(s, provider)
+    _sagemaker_jobs(s)
     return s.outputs
 
 
@@ -290,6 +293,7 @@ def _efs(s: _Services) -> None:
     )
     s.outputs.update(efsFileSystemId=efs.file_system_id, efsClaim=EfsStore.CLAIM)
     s.claims["efs"] = EfsStore.CLAIM
+    s.file_systems["efs"] = SharedFileSystem("EFS", efs.file_system_id, efs.security_group_id, ready=efs.mount_targets)
     s.job_prerequisites.append(efs)
 
 
@@ -327,6 +331,7 @@ def _fsx(s: _Services) -> None:
     )
     s.outputs.update(fsxFileSystemId=fsx.file_system_id, fsxDnsName=fsx.dns_name, fsxClaim=FsxStore.CLAIM)
     s.claims["fsx"] = FsxStore.CLAIM
+    s.file_systems["fsx"] = SharedFileSystem("FSxLustre", fsx.file_system_id, fsx.security_group_id, fsx.mount_name)
     s.job_prerequisites.append(fsx)
 
 
@@ -424,12 +429,13 @@ def _autoscaler(s: _Services) -> None:
 
 def _jobs(s: _Services, provider: k8s.Provider) -> None:
     cfg = s.cfg
-    if not cfg.jobs:
+    on_eks = [j for j in cfg.jobs if runtime_of(j) == "eks"]
+    if not on_eks:
         return
     jobs = TrainingJobs(
         "jobs",
         TrainingJobsArgs(
-            jobs=cfg.jobs,
+            jobs=on_eks,
             context=JobsContext(
                 namespace=cfg.services.training_namespace,
                 targets=job_targets(cfg.gpu_node_groups, s.gpu_az),
@@ -445,3 +451,25 @@ def _jobs(s: _Services, provider: k8s.Provider) -> None:
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
     s.outputs["jobs"] = jobs.job_names
+
+
+def _sagemaker_jobs(s: _Services) -> None:
+    """The jobs with ``runtime: sagemaker``: SageMaker training jobs in the stack's VPC, reading its
+    FSx and EFS (they need nothing of the cluster)."""
+    cfg = s.cfg
+    described = sagemaker_jobs(cfg.jobs, cfg.gpu_node_groups, cfg.region, cfg.cluster_name, s.tags)
+    if not described:
+        return
+    jobs = SageMakerTrainingJobs(
+        "sagemaker-jobs",
+        SageMakerTrainingJobsArgs(
+            jobs=described,
+            region=cfg.region,
+            vpc_id=s.network.vpc_id,
+            private_subnet_ids=s.network.private_subnet_ids,
+            gpu_subnet_id=s.network.gpu_subnet_id,
+            file_systems=s.file_systems,
+            tags=s.tags,
+        ),
+    )
+    s.outputs["sagemakerJobs"] = jobs.training_job_names

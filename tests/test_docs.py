@@ -115,12 +115,26 @@ def _objects_of(plan, name: str) -> list[dict[str, Any]]:
     return [o for o in plan.kubernetes_objects() if (o.get("metadata") or {}).get("labels", {}).get(J.JOB_LABEL) == name]
 
 
+def _on_sagemaker(job: dict[str, Any]) -> bool:
+    return job.get("runtime") == "sagemaker"
+
+
 def test_the_plan_lists_exactly_the_enabled_examples(examples_plan):
-    enabled = [j["name"] for j in ALL_JOBS if j.get("enabled", True)]
+    enabled = [j["name"] for j in ALL_JOBS if j.get("enabled", True) and not _on_sagemaker(j)]
     assert examples_plan.outputs["jobs"] == enabled
+    on_sagemaker = [j["name"] for j in ALL_JOBS if j.get("enabled", True) and _on_sagemaker(j)]
+    assert on_sagemaker, "the docs show SageMaker examples"
+    assert sorted(examples_plan.outputs["sagemakerJobs"]) == sorted(on_sagemaker)
 
 
-@pytest.mark.parametrize("job", ALL_JOBS, ids=lambda j: str(j.get("name")))
+def test_each_sagemaker_example_is_one_training_job_and_no_kubernetes_object(examples_plan):
+    for job in (j for j in ALL_JOBS if _on_sagemaker(j)):
+        assert _objects_of(examples_plan, job["name"]) == []
+        started = [r for r in examples_plan.of_type("pulumi-python:dynamic:Resource") if r.inputs["request"]["TrainingJobName"].startswith(job["name"] + "-")]
+        assert len(started) == 1, job["name"]
+
+
+@pytest.mark.parametrize("job", [j for j in ALL_JOBS if not _on_sagemaker(j)], ids=lambda j: str(j.get("name")))
 def test_each_example_produces_the_objects_of_its_kind(examples_plan, job):
     objects = _objects_of(examples_plan, job["name"])
     if not job.get("enabled", True):
@@ -143,7 +157,7 @@ def test_gpu_examples_get_the_groups_gpus(examples_plan):
     groups = {g["name"]: catalog.get(g["instanceType"]) for g in GROUPS}
     checked = 0
     for job in ALL_JOBS:
-        if job["kind"] not in J.GPU_KINDS or not job.get("enabled", True):
+        if job["kind"] not in J.GPU_KINDS or not job.get("enabled", True) or _on_sagemaker(job):
             continue
         (cr,) = _objects_of(examples_plan, job["name"])
         it = groups[job["nodeGroup"]]

@@ -1,7 +1,8 @@
-"""The layers import one way, from low to high: facts -> jobs -> components -> stacks -> infra.
+"""The layers import one way, from low to high: facts -> jobs -> providers -> components -> stacks -> infra.
 
 A module may import its own layer and the layers below it, never one above. ``components`` and
-``jobs`` know nothing of stack config or boto3; ``facts`` imports nothing of ours; and the program
+``jobs`` know nothing of stack config or boto3 (``providers``, the dynamic providers the components
+use, are where boto3 talks to AWS at `pulumi up`); ``facts`` imports nothing of ours; and the program
 ``pulumi up`` runs never loads the offline engine or Pulumi's mocks.
 """
 
@@ -16,12 +17,13 @@ import pytest
 
 from tests.conftest import ROOT
 
-LAYERS = ["facts", "jobs", "components", "stacks", "infra"]
+LAYERS = ["facts", "jobs", "providers", "components", "stacks", "infra"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 # Third-party packages a layer must not import (at any depth of its own modules).
 FORBIDDEN_EXTERNAL = {
     "facts": {"pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes", "boto3", "botocore", "pydantic", "yaml"},
     "jobs": {"pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes", "boto3", "botocore", "yaml"},
+    "providers": {"pulumi_aws", "pulumi_eks", "pulumi_kubernetes", "yaml"},
     "components": {"boto3", "botocore"},
 }
 

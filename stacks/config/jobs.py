@@ -15,6 +15,7 @@ from facts.problems import Problem
 from facts.problems import fmt as _fmt
 from jobs.base import GroupFacts, JobBase, JobEnvironment, JobTarget
 from jobs.registry import JOB_KINDS
+from jobs.sagemaker import PortableJob, SageMakerJob
 from stacks.config.errors import parse
 from stacks.config.models import NAMESPACE, EtcdConfig, GpuNodeGroupConfig, ServicesConfig, StorageConfig
 
@@ -52,6 +53,27 @@ def job_targets(groups: Iterable[GpuNodeGroupConfig], availability_zone: str) ->
         )
         for g in groups
     }
+
+
+def runtime_of(spec: JobBase) -> str:
+    """Where a job runs: ``eks`` or ``sagemaker``."""
+    return spec.runtime if isinstance(spec, PortableJob) else "eks"
+
+
+def sagemaker_jobs(specs: Iterable[JobBase], groups: Iterable[GpuNodeGroupConfig], region: str, stack_id: str, tags: dict[str, str]) -> list[SageMakerJob]:
+    """The SageMaker training jobs of the enabled ``runtime: sagemaker`` specs (validated specs:
+    their instance types resolve)."""
+    env = JobEnvironment(groups={g.name: group_facts(g) for g in groups}, volumes=frozenset(), operators=frozenset(), etcd_enabled=False)
+    out = []
+    for spec in specs:
+        if not (spec.enabled and isinstance(spec, PortableJob) and spec.runtime == "sagemaker"):
+            continue
+        problems: list[Problem] = []
+        instance = spec.sagemaker_instance_or_problem(spec.name, env, problems)
+        if instance is None:
+            raise ValueError(f"job {spec.name!r}: " + "; ".join(str(p) for p in problems))
+        out.append(spec.sagemaker_job(instance, region, stack_id, tags))
+    return out
 
 
 def job_environment(

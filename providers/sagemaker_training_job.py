@@ -1,0 +1,180 @@
+"""A SageMaker training job as a Pulumi resource that does not wait for the job to finish.
+
+Why not ``aws.sagemaker.TrainingJob`` (pulumi-aws 7.51.1, Terraform's ``aws_sagemaker_training_job``):
+its create waits until the job is Completed or Stopped (``waitTrainingJobCreated`` in the
+provider's internal/service/sagemaker: Pending ``InProgress``, Target ``Completed``/``Stopped``),
+bounded by the create timeout (45 minutes by default). So ``pulumi up`` would block for the whole
+training run, and a run longer than the timeout fails the create without the job being recorded:
+it keeps running (and billing) where ``pulumi destroy`` cannot see it. Its delete (stop, wait,
+DeleteTrainingJob, then the ENIs of the job's security group and subnets) is what we want, and is
+what ``delete`` below does.
+
+This provider:
+- create: ``CreateTrainingJob`` (retried while a new role's trust or policy is still propagating),
+  then returns as soon as SageMaker reports the job (``InProgress``): ``pulumi up`` does not wait
+  for the run;
+- read (``pulumi refresh``): the job's status;
+- diff: any change replaces the job (a training job cannot be changed), the old one deleted first;
+- delete (``pulumi destroy`` or a replacement): ``StopTrainingJob`` if it still runs, wait until it
+  has stopped (it uploads its output and checkpoints first), ``DeleteTrainingJob`` (which frees the
+  name), then detach and delete the network interfaces left in the job's subnets with its own
+  security group, so the group and subnets can go.
+
+AWS credentials come from the standard chain (AWS_PROFILE, ...), as for the AWS provider.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional
+
+import pulumi
+import pulumi.dynamic as dynamic
+
+# Messages of CreateTrainingJob while a just-created role or its policy has not propagated yet
+# (the same ones the Terraform resource retries on).
+PROPAGATION_MESSAGES = (
+    "Could not assume role",
+    "Unauthorized to List objects under S3 URL",
+    "Access denied to OutputDataConfig S3 bucket",
+    "no identity-based policy allows the s3:ListBucket action",
+    "Access denied for repository",
+)
+TERMINAL = ("Completed", "Failed", "Stopped")
+PROPAGATION_SECONDS = 180
+POLL_SECONDS = 15
+
+
+def _client(service: str, region: str) -> Any:
+    import boto3
+
+    return boto3.client(service, region_name=region)
+
+
+def _error(err: Exception) -> tuple[str, str]:
+    response = getattr(err, "response", None) or {}
+    e = response.get("Error", {})
+    return str(e.get("Code", "")), str(e.get("Message", ""))
+
+
+def _not_found(err: Exception) -> bool:
+    code, message = _error(err)
+    return code in ("ResourceNotFound", "ValidationException") and ("not found" in message.lower() or "does not exist" in message.lower())
+
+
+def create_job(
+    request: dict[str, Any], region: str, client: Callable[[str, str], Any] = _client, sleep: Callable[[float], None] = time.sleep
+) -> dict[str, Any]:
+    """Start the training job; returns its ARN and status once SageMaker reports it."""
+    sm = client("sagemaker", region)
+    deadline = time.monotonic() + PROPAGATION_SECONDS
+    while True:
+        try:
+            sm.create_training_job(**request)
+            break
+        except Exception as err:  # botocore ClientError
+            code, message = _error(err)
+            if code == "ValidationException" and any(m in message for m in PROPAGATION_MESSAGES) and time.monotonic() < deadline:
+                sleep(POLL_SECONDS)
+                continue
+            raise
+    job = sm.describe_training_job(TrainingJobName=request["TrainingJobName"])
+    return {"arn": job["TrainingJobArn"], "status": job["TrainingJobStatus"]}
+
+
+def delete_job(
+    name: str,
+    region: str,
+    security_group_ids: list[str],
+    subnet_ids: list[str],
+    timeout_seconds: int,
+    client: Callable[[str, str], Any] = _client,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
+    """Stop (if running), wait, delete the job, then delete the network interfaces it left;
+    returns the IDs of the interfaces deleted."""
+    sm = client("sagemaker", region)
+    deadline = time.monotonic() + timeout_seconds
+    try:
+        status = sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+    except Exception as err:
+        if not _not_found(err):
+            raise
+        status = None
+    if status is not None:
+        if status == "InProgress":
+            sm.stop_training_job(TrainingJobName=name)
+        while status not in TERMINAL:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"SageMaker training job {name} is still {status} after {timeout_seconds} s")
+            sleep(POLL_SECONDS)
+            status = sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+        try:
+            sm.delete_training_job(TrainingJobName=name)
+        except Exception as err:
+            if not _not_found(err):
+                raise
+    return delete_interfaces(region, security_group_ids, subnet_ids, client)
+
+
+def delete_interfaces(region: str, security_group_ids: list[str], subnet_ids: list[str], client: Callable[[str, str], Any] = _client) -> list[str]:
+    """Detach and delete every network interface in ``subnet_ids`` with one of ``security_group_ids``
+    (the job's own group: nothing else carries it)."""
+    if not security_group_ids or not subnet_ids:
+        return []
+    ec2 = client("ec2", region)
+    found = ec2.describe_network_interfaces(
+        Filters=[{"Name": "group-id", "Values": list(security_group_ids)}, {"Name": "subnet-id", "Values": list(subnet_ids)}]
+    )["NetworkInterfaces"]
+    deleted = []
+    for eni in found:
+        attachment = eni.get("Attachment") or {}
+        if attachment.get("AttachmentId"):
+            ec2.detach_network_interface(AttachmentId=attachment["AttachmentId"], Force=True)
+        ec2.delete_network_interface(NetworkInterfaceId=eni["NetworkInterfaceId"])
+        deleted.append(eni["NetworkInterfaceId"])
+    return deleted
+
+
+class TrainingJobProvider(dynamic.ResourceProvider):
+    """The dynamic provider behind ``SageMakerTrainingJob``."""
+
+    def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
+        out = create_job(props["request"], props["region"])
+        return dynamic.CreateResult(id_=props["request"]["TrainingJobName"], outs={**props, **out})
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
+        changed = [k for k in ("request", "region") if olds.get(k) != news.get(k)]
+        return dynamic.DiffResult(changes=bool(changed), replaces=changed, delete_before_replace=True)
+
+    def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
+        try:
+            job = _client("sagemaker", props["region"]).describe_training_job(TrainingJobName=id_)
+        except Exception as err:
+            if _not_found(err):
+                return dynamic.ReadResult(None, {})
+            raise
+        return dynamic.ReadResult(id_, {**props, "arn": job["TrainingJobArn"], "status": job["TrainingJobStatus"]})
+
+    def delete(self, id_: str, props: dict[str, Any]) -> None:
+        vpc = props["request"].get("VpcConfig") or {}
+        delete_job(id_, props["region"], list(vpc.get("SecurityGroupIds", [])), list(vpc.get("Subnets", [])), int(props["stopTimeoutSeconds"]))
+
+
+class SageMakerTrainingJob(dynamic.Resource):
+    """One SageMaker training job, started by ``pulumi up`` without waiting for it to finish.
+    ``request`` is CreateTrainingJob's request (boto3 names); outputs ``arn`` and ``status``."""
+
+    arn: pulumi.Output[str]
+    status: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        request: pulumi.Input[dict[str, Any]],
+        region: str,
+        stop_timeout_seconds: int,
+        opts: Optional[pulumi.ResourceOptions] = None,
+    ):
+        props = {"request": request, "region": region, "stopTimeoutSeconds": stop_timeout_seconds, "arn": None, "status": None}
+        super().__init__(TrainingJobProvider(), name, props, opts)
