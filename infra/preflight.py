@@ -15,6 +15,9 @@ emulator; the region is the stack's ``aws:region``) and prints one line per chec
   same quota: this check does not see them;
 - a configured capacity reservation / capacity block exists, is of the group's type and is in
   the GPU AZ;
+- the SageMaker training quota ("<ml type> for training job usage", or "... for spot training job
+  usage") covers the instances the stack's enabled ``runtime: sagemaker`` jobs use of each type
+  (they all start with the same `pulumi up`);
 - EKS offers the configured Kubernetes version in the region;
 - every pinned managed add-on build (``stacks/addons.py``) is published for that version, and any
   configuration values the stack sends fit the build's configuration schema.
@@ -37,6 +40,7 @@ from typing import Any, Callable, Optional, TextIO
 
 from facts.paths import PROJECT_ROOT
 from stacks import config as stack_config
+from stacks.config.jobs import sagemaker_jobs
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
 
@@ -420,6 +424,78 @@ def _quota_line(ctx: _Context, capacity_type: str, code: str, name: str, groups:
     ]
 
 
+def sagemaker_quota_name(instance_type: str, spot: bool) -> str:
+    """The Service Quotas name (service code ``sagemaker``) of a training instance type's quota."""
+    return f"{instance_type} for {'spot ' if spot else ''}training job usage"
+
+
+def _sagemaker_quotas(sq: Any) -> tuple[dict[str, tuple[str, float]], str]:
+    """Quota name -> (code, value) of the account's SageMaker quotas (applied values, AWS's
+    defaults where none is applied)."""
+    found: dict[str, tuple[str, float]] = {}
+    source = "applied"
+    try:
+        for q in _paginate(sq, "list_aws_default_service_quotas", "Quotas", ServiceCode="sagemaker"):
+            found[q["QuotaName"]] = (q["QuotaCode"], float(q["Value"]))
+        source = "applied, else AWS default"
+    except Exception as err:
+        if not (_is_client_error(err) and _error_code(err)[0] == "NoSuchResourceException") and not _unanswered(err):
+            raise
+    for q in _paginate(sq, "list_service_quotas", "Quotas", ServiceCode="sagemaker"):
+        found[q["QuotaName"]] = (q["QuotaCode"], float(q["Value"]))
+    return found, source
+
+
+def _check_sagemaker_quotas(ctx: _Context) -> list[CheckResult]:
+    cfg = ctx.cfg
+    needed: dict[tuple[str, bool], list[tuple[str, int]]] = defaultdict(list)
+    for job in sagemaker_jobs(cfg.jobs, cfg.gpu_node_groups, cfg.region, cfg.cluster_name, {}):
+        needed[(job.instance_type, job.spot)].append((job.job, job.instance_count))
+    if not needed:
+        return []
+    quotas: dict[str, tuple[str, float]] = {}
+    source = ""
+
+    def read() -> list[CheckResult]:
+        nonlocal quotas, source
+        quotas, source = _sagemaker_quotas(ctx.client("service-quotas"))
+        return []
+
+    failed = _guard("SageMaker training quotas", "service-quotas ListServiceQuotas", "servicequotas:ListServiceQuotas", read)
+    if failed:
+        return failed
+    results = []
+    for (instance_type, spot), jobs in sorted(needed.items()):
+        name = sagemaker_quota_name(instance_type, spot)
+        count = sum(n for _, n in jobs)
+        parts = ", ".join(f"{j}: {n}" for j, n in jobs)
+        check = f"SageMaker quota {name!r}"
+        if name not in quotas:
+            results.append(
+                CheckResult(
+                    SKIP,
+                    check,
+                    f"not listed by Service Quotas here; {count} instances needed ({parts}). Check it with: aws service-quotas list-service-quotas "
+                    f"--region {cfg.region} --service-code sagemaker --query \"Quotas[?QuotaName=='{name}']\"",
+                )
+            )
+            continue
+        code, value = quotas[name]
+        if value >= count:
+            results.append(CheckResult(PASS, check, f"{value:g} ({source}) covers the {count} instances the SageMaker jobs use ({parts})"))
+        else:
+            results.append(
+                CheckResult(
+                    FAIL,
+                    check,
+                    f"{value:g} ({source}) but the SageMaker jobs use {count} instances ({parts}): short by {count - value:g}",
+                    f"request at least {count} (aws service-quotas request-service-quota-increase --region {cfg.region} --service-code sagemaker "
+                    f"--quota-code {code} --desired-value {count}) or lower the jobs' nodes in {ctx.stack_file}",
+                )
+            )
+    return results
+
+
 def _check_reservations(ctx: _Context) -> list[CheckResult]:
     results: list[CheckResult] = []
     for g in ctx.cfg.gpu_node_groups:
@@ -596,6 +672,7 @@ def run_checks(cfg: stack_config.StackConfig, session: Any, stack_file: Optional
         ctx = _Context(cfg, session, stack_file, [], {})
     results += _guard("EFA support", "ec2 DescribeInstanceTypes", "ec2:DescribeInstanceTypes", lambda: _check_efa(ctx))
     results += _check_quotas(ctx)
+    results += _check_sagemaker_quotas(ctx)
     results += _check_reservations(ctx)
     results += _check_kubernetes(ctx)
     results += _check_addons(ctx)

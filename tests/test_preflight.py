@@ -553,3 +553,69 @@ def test_configuration_values_are_checked_against_the_build_schema(session, monk
     assert bad.status == preflight.FAIL and "node/tolerateAllTaints" in bad.detail
     good = addons.AddonPin(pin.name, pin.version, {"node": {"tolerateAllTaints": True}})
     assert preflight._addon_configuration_line(eks, good, "values")[0].status == preflight.PASS
+
+
+# ---------------------------------------------------------------------------------------------
+# SageMaker training quotas
+# ---------------------------------------------------------------------------------------------
+
+SM_IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker"
+
+
+def sagemaker_job(name: str, nodes: int, **extra: Any) -> dict[str, Any]:
+    sm = {"outputPath": f"s3://my-training-output/{name}/", **extra.pop("sagemaker", {})}
+    return {
+        "name": name,
+        "kind": "pytorch-elastic",
+        "runtime": "sagemaker",
+        "nodeGroup": "p4d",
+        "nodes": nodes,
+        "image": SM_IMAGE,
+        "command": ["torchrun", "/opt/ml/code/train.py"],
+        "sagemaker": sm,
+        **extra,
+    }
+
+
+def answer_sagemaker_quotas(session: Any, applied: dict[str, float], defaults: dict[str, float] | None = None) -> None:
+    def listing(values: dict[str, float]) -> Callable[[dict], Any]:
+        def respond(request: dict):
+            assert json.loads(request["body"])["ServiceCode"] == "sagemaker"
+            return {
+                "Quotas": [{"QuotaName": n, "QuotaCode": f"L-{abs(hash(n)) % 10**8:08d}", "Value": v, "ServiceCode": "sagemaker"} for n, v in values.items()]
+            }
+
+        return respond
+
+    answer(session, "service-quotas", "ListServiceQuotas", listing(applied))
+    answer(session, "service-quotas", "ListAWSDefaultServiceQuotas", listing(defaults or {}))
+
+
+def test_sagemaker_quotas_sum_the_jobs_of_each_type_and_capacity(session):
+    jobs = [sagemaker_job("a", 2), sagemaker_job("b", 1), sagemaker_job("c", 2, sagemaker={"spot": True, "checkpointS3Uri": "s3://my-training-output/c/ckpt/"})]
+    cfg = dev_cfg(jobs=jobs)
+    answer_sagemaker_quotas(session, {"ml.p4d.24xlarge for training job usage": 3}, {"ml.p4d.24xlarge for spot training job usage": 1})
+    results = preflight.run_checks(cfg, session)
+    on_demand = by_check(results, "SageMaker quota 'ml.p4d.24xlarge for training job usage'")
+    assert on_demand.status == preflight.PASS and "covers the 3 instances" in on_demand.detail and "a: 2, b: 1" in on_demand.detail
+    spot = by_check(results, "SageMaker quota 'ml.p4d.24xlarge for spot training job usage'")
+    assert spot.status == preflight.FAIL and "short by 1" in spot.detail
+    assert "--service-code sagemaker" in spot.fix and "--desired-value 2" in spot.fix
+
+
+def test_sagemaker_quota_missing_from_the_listing_is_a_skip(session):
+    answer_sagemaker_quotas(session, {})
+    check = by_check(preflight.run_checks(dev_cfg(jobs=[sagemaker_job("a", 2)]), session), "SageMaker quota")
+    assert check.status == preflight.SKIP and "2 instances needed" in check.detail and "list-service-quotas" in check.detail
+
+
+def test_no_sagemaker_quota_lines_without_enabled_sagemaker_jobs(session):
+    jobs = [sagemaker_job("a", 2, enabled=False)]
+    assert not [r for r in preflight.run_checks(dev_cfg(jobs=jobs), session) if r.check.startswith("SageMaker")]
+
+
+def test_sagemaker_quota_access_denied_fails_with_the_permission(session):
+    answer(session, "service-quotas", "ListServiceQuotas", lambda _r: Error("AccessDeniedException", "no"))
+    answer(session, "service-quotas", "ListAWSDefaultServiceQuotas", lambda _r: {"Quotas": []})
+    check = by_check(preflight.run_checks(dev_cfg(jobs=[sagemaker_job("a", 1)]), session), "SageMaker training quotas")
+    assert check.status == preflight.FAIL and "servicequotas:ListServiceQuotas" in check.fix
