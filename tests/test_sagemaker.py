@@ -274,8 +274,8 @@ def test_the_flip_keeps_image_entry_point_arguments_data_and_gpus_of_pytorch(bot
     request = request_of(on_sagemaker, "resnet")
     hyper = decoded(request)
 
-    assert container["image"] == request["AlgorithmSpecification"]["TrainingImage"]
-    assert container["command"] == ["torchrun"] and hyper["sagemaker_torch_distributed_enabled"] is True
+    assert container["image"] == request["AlgorithmSpecification"]["TrainingImage"] == spec["image"]
+    assert container["command"] == spec["command"] == ["torchrun"] and hyper["sagemaker_torch_distributed_enabled"] is True
     assert posixpath.join(hyper["sagemaker_submit_directory"], hyper["sagemaker_program"]) == container["args"][0]
     assert {k: v for k, v in hyper.items() if not k.startswith("sagemaker_")} == script_args(container["args"][1:]) == {"arch": "resnet50", "epochs": "90"}
     assert [c["ChannelName"] for c in request["InputDataConfig"]] == [m["name"] for m in container["volumeMounts"] if m["name"] == "efs"]
