@@ -458,3 +458,27 @@ def test_the_dev_stack_carries_disabled_sagemaker_examples(dev_plan):
     values = {**__import__("conftest").dev_values(), "gpu-training:jobs": [{**j, "enabled": True} for j in examples]}
     plan = run_stack(values, stack="dev")
     assert len(plan.of_type(DYNAMIC)) == 2
+
+
+def test_the_provider_pulumi_serializes_loads_where_pulumi_runs_it(tmp_path):
+    """Pulumi pickles the dynamic provider by reference (module and class name); its provider host
+    runs from the project directory with the program's virtualenv, so the module must import
+    from there, with nothing else on the path."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from pulumi.dynamic.dynamic import serialize_provider
+
+    from providers.sagemaker_training_job import TrainingJobProvider
+
+    blob = tmp_path / "provider.b64"
+    blob.write_text(serialize_provider(TrainingJobProvider()))
+    code = (
+        "import base64, sys, dill; p = dill.loads(base64.b64decode(open(sys.argv[1]).read())); "
+        "d = p.diff('x', {'request': {'a': 1}, 'region': 'r'}, {'request': {'a': 2}, 'region': 'r'}); "
+        "print(type(p).__module__, type(p).__name__, d.replaces, d.delete_before_replace)"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code, str(blob)], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["providers.sagemaker_training_job", "TrainingJobProvider", "['request']", "True"]
