@@ -378,13 +378,13 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return response
 
 
-DYNAMIC_TYPE = "pulumi-python:dynamic:Resource"
+DYNAMIC_TYPE_PREFIX = "pulumi-python:dynamic"
 
 
 def _recorded_inputs(typ: str, inputs: dict[str, Any]) -> dict[str, Any]:
     """What the plan shows of a registration's inputs: a dynamic resource's pickled provider code
     (kilobytes of base64) is left out; its other inputs are the resource's."""
-    if typ == DYNAMIC_TYPE and "__provider" in inputs:
+    if typ.startswith(DYNAMIC_TYPE_PREFIX) and "__provider" in inputs:
         return {**inputs, "__provider": "(serialized dynamic provider)"}
     return inputs
 

@@ -161,9 +161,10 @@ class TrainingJobProvider(dynamic.ResourceProvider):
         delete_job(id_, props["region"], list(vpc.get("SecurityGroupIds", [])), list(vpc.get("Subnets", [])), int(props["stopTimeoutSeconds"]))
 
 
-class SageMakerTrainingJob(dynamic.Resource):
+class SageMakerTrainingJob(dynamic.Resource, module="gputraining", name="SageMakerTrainingJob"):
     """One SageMaker training job, started by ``pulumi up`` without waiting for it to finish.
-    ``request`` is CreateTrainingJob's request (boto3 names); outputs ``arn`` and ``status``."""
+    ``request`` is CreateTrainingJob's request (boto3 names); outputs ``arn`` and ``status``.
+    Its type is ``pulumi-python:dynamic/gputraining:SageMakerTrainingJob``."""
 
     arn: pulumi.Output[str]
     status: pulumi.Output[str]

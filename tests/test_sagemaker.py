@@ -26,7 +26,7 @@ TF_IMAGE = f"{ECR}/tensorflow-training:2.18.0-gpu-py310-cu125-ubuntu22.04-sagema
 PT_IMAGE = f"{ECR}/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker"
 FSX = {"name": "fsx", "mountPath": f"{SAGEMAKER_DATA_ROOT}/fsx", "readOnly": True, "subPath": "coco"}
 EFS = {"name": "efs", "mountPath": f"{SAGEMAKER_DATA_ROOT}/efs"}
-DYNAMIC = "pulumi-python:dynamic:Resource"
+DYNAMIC = "pulumi-python:dynamic/gputraining:SageMakerTrainingJob"
 
 
 def mpi(**over: Any) -> dict[str, Any]:
