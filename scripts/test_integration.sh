@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
 # The integration tests: torchrun against a real etcd on 127.0.0.1, with the environment the training
 # operator gives the dev stack's PyTorchJobs (tests/integration). Installs torch (CPU), etcd 3.5 and
-# python-etcd into .venv on top of the dev requirements, then runs them:
+# python-etcd into .venv on top of the dev requirements, unpacks SageMaker's training toolkit into
+# .tools (test_sagemaker_toolkit.py), then runs them:
 #   bash scripts/test_integration.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-integration.txt
+# sagemaker-training builds a C extension, so it is not installed: the test reads its pure-Python source
+# from the sdist (its TOOLKIT_VERSION must match), downloaded and unpacked once.
+smt_version=5.1.4
+smt=.tools/sagemaker-training
+if [ ! -f "$smt/sagemaker_training-$smt_version/PKG-INFO" ]; then
+  mkdir -p "$smt"
+  .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: -d "$smt" "sagemaker-training==$smt_version"
+  tar -xzf "$smt/sagemaker_training-$smt_version.tar.gz" -C "$smt"
+fi
 exec .venv/bin/python -m pytest tests/integration -p no:cacheprovider "$@"

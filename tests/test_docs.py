@@ -130,7 +130,11 @@ def test_the_plan_lists_exactly_the_enabled_examples(examples_plan):
 def test_each_sagemaker_example_is_one_training_job_and_no_kubernetes_object(examples_plan):
     for job in (j for j in ALL_JOBS if _on_sagemaker(j)):
         assert _objects_of(examples_plan, job["name"]) == []
-        started = [r for r in examples_plan.of_type("pulumi-python:dynamic/gputraining:SageMakerTrainingJob") if r.inputs["request"]["TrainingJobName"].startswith(job["name"] + "-")]
+        started = [
+            r
+            for r in examples_plan.of_type("pulumi-python:dynamic/gputraining:SageMakerTrainingJob")
+            if r.inputs["request"]["TrainingJobName"].startswith(job["name"] + "-")
+        ]
         assert len(started) == 1, job["name"]
 
 
