@@ -417,6 +417,14 @@ class PortableJob(GpuJob):
             problems.append(
                 Problem(f"{key}.efa", f"true is not allowed: {instance.name} has no EFA; use an EFA type (ml.p3dn, ml.p4d, ml.p4de, ml.p5) or drop efa")
             )
+        elif self.efa is False and instance.efa_supported:
+            problems.append(
+                Problem(
+                    f"{key}.efa",
+                    f"false is not allowed with runtime 'sagemaker' on {instance.name}: SageMaker attaches EFA to it and its launchers turn it on; "
+                    "drop efa, or pick a type without EFA with sagemaker.instanceType",
+                )
+            )
 
     def sagemaker_instance_or_problem(self, key: str, env: JobEnvironment, problems: list[Problem]) -> Optional[InstanceType]:
         """The ml. type: sagemaker.instanceType, else the ml. equivalent of the node group's type."""

@@ -136,6 +136,7 @@ def sm(**fields: Any) -> dict[str, Any]:
         (mpi(sagemaker=sm(sourceDir="/code", entryPoint="../train.py")), "sagemaker.entryPoint", ["'../train.py'"]),
         (mpi(mpirunArgs=["-x NCCL_ALGO=Ring"]), "mpirunArgs[0]", ["whitespace"]),
         (mpi(nodeGroup="p3", efa=True), "efa", ["ml.p3.16xlarge has no EFA"]),
+        (mpi(efa=False), "efa", ["ml.p4d.24xlarge", "attaches EFA"]),
         (mpi(name="m" * 54), "name", ["63", "at most 52"]),
         (mpi(nodeGroup=None), "sagemaker.instanceType", ["is required", "nodeGroup"]),
         (mpi(nodeGroup="h100"), "nodeGroup", ["'h100'", "sagemaker.instanceType"]),
@@ -181,6 +182,8 @@ def test_a_bad_job_stops_the_stack_before_anything_is_created():
 # ---------------------------------------------------------------------------------------------
 
 PLAN_GROUPS = [{"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 2}, {"name": "p3dn", "instanceType": "p3dn.24xlarge", "maxSize": 2}]
+# p3.16xlarge (no EFA) is not offered in the offline region data: the no-EFA job names its ml. type.
+NO_EFA = {"instanceType": "ml.p3.16xlarge", "outputPath": "s3://my-training-output/plain/"}
 
 
 def plan_of(jobs: list[dict[str, Any]], stack: str = "test") -> Any:
@@ -189,7 +192,7 @@ def plan_of(jobs: list[dict[str, Any]], stack: str = "test") -> Any:
 
 @pytest.fixture(scope="module")
 def both_runtimes() -> tuple[Any, Any]:
-    jobs = [mpi(), elastic(), mpi(name="plain", nodeGroup="p3dn", efa=False, volumes=[EFS])]
+    jobs = [mpi(), elastic(), mpi(name="plain", nodeGroup="p3dn", volumes=[EFS], sagemaker=NO_EFA)]
     on_eks = plan_of([{**j, "runtime": "eks"} for j in jobs])
     on_sagemaker = plan_of(jobs)
     return on_eks, on_sagemaker
@@ -372,7 +375,7 @@ def test_each_job_has_its_own_security_group_with_the_rules_it_needs(both_runtim
         ).items()
         assert any(r.get("cidrIpv4") == "0.0.0.0/0" and r["ipProtocol"] == "-1" for r in egress)
         to_self = [r for r in egress if r.get("referencedSecurityGroupId") == sg]
-        # EFA needs all traffic to itself too; the job with efa: false has none.
+        # EFA needs all traffic to itself too; the ml.p3.16xlarge job has no EFA.
         assert len(to_self) == (0 if job == "plain" else 1)
     lustre = [(r["fromPort"], r["toPort"], r["securityGroupId"], r["referencedSecurityGroupId"]) for r in rules("maskrcnn", "Ingress") if r.get("fromPort")]
     sg = ids["maskrcnn"]
