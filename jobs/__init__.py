@@ -26,6 +26,7 @@ from jobs.paddle import PaddleSpec
 from jobs.pod import EFA_HUGEPAGES, JOB_LABEL, efa_env, gpu_worker_container, job_efa_interfaces
 from jobs.pytorch_elastic import TRAINING_API_VERSION, PyTorchElasticSpec
 from jobs.registry import GPU_KINDS, JOB_KINDS, KIND_OPERATOR, SYSTEM_KINDS, build_manifests
+from jobs.sagemaker import SAGEMAKER_DATA_ROOT, PortableJob, S3Input, SageMakerJob, SageMakerOptions
 from jobs.tensorboard import TENSORBOARD_PORT, TensorboardSpec
 
 __all__ = [
@@ -61,6 +62,11 @@ __all__ = [
     "MpiJobSpec",
     "NcclTestSpec",
     "PaddleSpec",
+    "PortableJob",
+    "S3Input",
+    "SAGEMAKER_DATA_ROOT",
+    "SageMakerJob",
+    "SageMakerOptions",
     "PyTorchElasticSpec",
     "SecretKeyRef",
     "SystemJob",
