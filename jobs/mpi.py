@@ -24,6 +24,7 @@ LAUNCHER_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}}
 # is called by absolute path: that is Open MPI's --prefix, so the daemons it starts over ssh on the
 # workers find Open MPI even though an ssh session does not get the image's PATH.
 OPEN_MPI_MPIRUN = "/opt/amazon/openmpi/bin/mpirun"
+NCCL_DEBUG = "NCCL_DEBUG"
 
 
 class MpiBase(GpuJob):
@@ -76,12 +77,14 @@ class MpiJobSpec(PortableJob, MpiBase):
     def entry_line(self) -> list[str]:
         return list(self.command) + list(self.args)
 
-    def sagemaker_distribution(self, instance: InstanceType, env_names: Sequence[str]) -> dict[str, Any]:
+    def sagemaker_distribution(self, instance: InstanceType, environment: Mapping[str, str]) -> dict[str, Any]:
         # SageMaker's MPI launcher starts the ranks over SSH like mpi-operator does: the env reaches
         # them only through -x, as in mpirun_command.
         options = list(self.mpirun_args)
-        for name in env_names:
-            options += ["-x", name]
+        for name, value in environment.items():
+            # The launcher sets -x NCCL_DEBUG=<its --NCCL_DEBUG option> itself: give it the value
+            # that way rather than a second -x.
+            options += ["--NCCL_DEBUG", value] if name == NCCL_DEBUG else ["-x", name]
         return {
             "sagemaker_mpi_enabled": True,
             "sagemaker_mpi_num_of_processes_per_host": instance.gpus,
@@ -90,6 +93,9 @@ class MpiJobSpec(PortableJob, MpiBase):
 
     def check_sagemaker_kind(self, key: str, problems: list[Problem]) -> None:
         # The container splits sagemaker_mpi_custom_mpi_options on whitespace.
+        debug = self.env.get(NCCL_DEBUG)
+        if debug is not None and (not str(debug) or any(c.isspace() for c in str(debug))):
+            problems.append(Problem(f"{key}.env.{NCCL_DEBUG}", f"{checks.fmt(debug)} is not allowed with runtime 'sagemaker': one word, like INFO"))
         for j, arg in enumerate(self.mpirun_args):
             if not arg or any(c.isspace() for c in arg):
                 problems.append(

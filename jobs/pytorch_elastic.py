@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Literal, Mapping, Optional
 
 from pydantic import Field, model_validator
 
@@ -68,7 +68,7 @@ class PyTorchElasticSpec(PortableJob):
     def entry_line(self) -> list[str]:
         return list(self.command) + list(self.args)
 
-    def sagemaker_distribution(self, instance: InstanceType, env_names: Sequence[str]) -> dict[str, Any]:
+    def sagemaker_distribution(self, instance: InstanceType, environment: Mapping[str, str]) -> dict[str, Any]:
         return {"sagemaker_torch_distributed_enabled": True}
 
     @property

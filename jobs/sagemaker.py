@@ -26,7 +26,7 @@ import json
 import posixpath
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Optional, Sequence
+from typing import Any, ClassVar, Literal, Mapping, Optional, Sequence
 
 from pydantic import Field
 
@@ -54,6 +54,15 @@ _CHANNEL = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 ECR_IMAGE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([a-z0-9][a-z0-9._/-]*)(?::[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$")
 _PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
 RESERVED_HYPERPARAMETER_PREFIX = "sagemaker_"
+# Hyperparameters SageMaker's training toolkit keeps for itself without the prefix (params.py's
+# SAGEMAKER_HYPERPARAMETERS): the script would never see them.
+RESERVED_HYPERPARAMETERS = ("default_user_module_name", "_tuning_objective_metric")
+# What argparse takes as a value although it starts with '-' (its negative-number pattern): any
+# other value starting with '-' reads as an option once the toolkit passes it as --name value.
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+# The toolkit's rule for sagemaker_program (process.validate_entry_point): a relative path of
+# letters, digits and . _ + - / without '.' or '..' segments.
+_SAFE_PROGRAM = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$")
 
 
 class S3Input(SpecModel):
@@ -248,7 +257,7 @@ class PortableJob(GpuJob):
         """What the job runs: the launcher, the script and its arguments."""
         raise NotImplementedError
 
-    def sagemaker_distribution(self, instance: InstanceType, env_names: Sequence[str]) -> dict[str, Any]:
+    def sagemaker_distribution(self, instance: InstanceType, environment: Mapping[str, str]) -> dict[str, Any]:
         """The kind's distribution hyperparameters (unencoded values)."""
         raise NotImplementedError
 
@@ -361,6 +370,7 @@ class PortableJob(GpuJob):
 
     def _check_entry(self, key: str, problems: list[Problem]) -> None:
         sm = self.sm
+        before = len(problems)
         entry = self.entry_point_or_problem()
         if isinstance(entry, Problem):
             problems.append(Problem(f"{key}.{entry.key}", entry.message))
@@ -399,6 +409,19 @@ class PortableJob(GpuJob):
                         f"{checks.fmt(sm.source_dir)} does not contain the entry script {entry.script!r}; set sagemaker.entryPoint",
                     )
                 )
+                return
+        if len(problems) > before:
+            return  # the entry point is reported already
+        program = sm.entry_point or _program(entry.script, sm.source_dir or posixpath.dirname(entry.script))
+        if not _SAFE_PROGRAM.match(program) or any(part in (".", "..") for part in program.split("/")):
+            where = "sagemaker.entryPoint" if sm.entry_point else "command"
+            problems.append(
+                Problem(
+                    f"{key}.{where}",
+                    f"the entry script would be {program!r}, which SageMaker's container refuses: a relative path of letters, digits and "
+                    "'._+-/', without '.' or '..' parts (name the script plainly, e.g. train.py or src/train.py)",
+                )
+            )
 
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
         if self.runtime == "eks":
@@ -495,7 +518,7 @@ class PortableJob(GpuJob):
             "sagemaker_program": program,
             "sagemaker_submit_directory": source_dir,
             "sagemaker_region": region,
-            **self.sagemaker_distribution(instance, list(environment)),
+            **self.sagemaker_distribution(instance, environment),
         }
         hyperparameters = {k: json.dumps(v) for k, v in sorted(entry.hyperparameters.items())}
         hyperparameters.update({k: json.dumps(v) for k, v in settings.items()})
@@ -564,9 +587,9 @@ def _program(script: str, source_dir: str) -> str:
     """The entry script relative to the source directory (its file name for an S3 tarball)."""
     if script.startswith("/") and not source_dir.startswith("s3://") and _inside(script, source_dir):
         return posixpath.relpath(posixpath.normpath(script), posixpath.normpath(source_dir))
-    if script.startswith("/") or source_dir.startswith("s3://"):
-        return posixpath.basename(script) if script.startswith("/") else script
-    return script
+    if script.startswith("/"):
+        return posixpath.basename(script)
+    return posixpath.normpath(script)  # ./train.py -> train.py
 
 
 def _env_text(value: Any) -> str:
@@ -598,8 +621,13 @@ def args_to_hyperparameters(args: Sequence[str]) -> "dict[str, str] | str":
         if len(name) < 2:
             # SageMaker's containers pass a one-letter hyperparameter back as -x, not --x.
             return f"{arg!r} is not allowed with runtime 'sagemaker': hyperparameter names need two characters or more (SageMaker passes a one-letter name back as -{name})"
-        if name.startswith(RESERVED_HYPERPARAMETER_PREFIX):
-            return f"{arg!r} is not allowed: hyperparameters starting with {RESERVED_HYPERPARAMETER_PREFIX!r} are SageMaker's own"
+        if name.startswith(RESERVED_HYPERPARAMETER_PREFIX) or name in RESERVED_HYPERPARAMETERS:
+            return f"{arg!r} is not allowed: hyperparameters starting with {RESERVED_HYPERPARAMETER_PREFIX!r}, {' and '.join(RESERVED_HYPERPARAMETERS)} are SageMaker's own"
+        if value.startswith("-") and not _NEGATIVE_NUMBER.match(value):
+            return (
+                f"--{name} {value!r}: a value starting with '-' (other than a negative number) is not allowed with runtime 'sagemaker': "
+                "SageMaker passes it back as --name value, and the script's parser would read it as an option"
+            )
         if name in out:
             return f"--{name} is given twice; a hyperparameter has one value"
         if len(name) > MAX_HYPERPARAMETER_KEY or len(json.dumps(value)) > MAX_HYPERPARAMETER_VALUE:

@@ -41,6 +41,9 @@ PROPAGATION_MESSAGES = (
     "Access denied for repository",
 )
 TERMINAL = ("Completed", "Failed", "Stopped")
+# EC2 errors of an interface (or its attachment) that no longer exists.
+ENI_GONE = ("InvalidNetworkInterfaceID.NotFound", "InvalidAttachmentID.NotFound")
+DETACH_WAIT = {"Delay": 5, "MaxAttempts": 60}  # up to 5 minutes for a detachment to finish
 PROPAGATION_SECONDS = 180
 POLL_SECONDS = 15
 
@@ -55,6 +58,10 @@ def _error(err: Exception) -> tuple[str, str]:
     response = getattr(err, "response", None) or {}
     e = response.get("Error", {})
     return str(e.get("Code", "")), str(e.get("Message", ""))
+
+
+def _gone(response: dict[str, Any]) -> bool:
+    return str((response.get("Error") or {}).get("Code", "")) in ENI_GONE
 
 
 def _not_found(err: Exception) -> bool:
@@ -128,11 +135,24 @@ def delete_interfaces(region: str, security_group_ids: list[str], subnet_ids: li
     )["NetworkInterfaces"]
     deleted = []
     for eni in found:
+        eni_id = eni["NetworkInterfaceId"]
         attachment = eni.get("Attachment") or {}
-        if attachment.get("AttachmentId"):
-            ec2.detach_network_interface(AttachmentId=attachment["AttachmentId"], Force=True)
-        ec2.delete_network_interface(NetworkInterfaceId=eni["NetworkInterfaceId"])
-        deleted.append(eni["NetworkInterfaceId"])
+        try:
+            if attachment.get("AttachmentId"):
+                ec2.detach_network_interface(AttachmentId=attachment["AttachmentId"], Force=True)
+                # A detachment takes a while; deleting before it has finished fails with InUse.
+                try:
+                    ec2.get_waiter("network_interface_available").wait(NetworkInterfaceIds=[eni_id], WaiterConfig=DETACH_WAIT)
+                except Exception as err:  # botocore WaiterError: gone meanwhile, or still attached after the wait
+                    if not _gone(getattr(err, "last_response", None) or {}):
+                        raise
+            ec2.delete_network_interface(NetworkInterfaceId=eni_id)
+        except Exception as err:
+            # SageMaker removes its own interfaces too, at the same time: one gone meanwhile is fine.
+            if _error(err)[0] not in ENI_GONE:
+                raise
+            continue
+        deleted.append(eni_id)
     return deleted
 
 

@@ -11,10 +11,12 @@ bash scripts/bootstrap.sh
 # sagemaker-training builds a C extension, so it is not installed: the test reads its pure-Python source
 # from the sdist (its TOOLKIT_VERSION must match), downloaded and unpacked once.
 smt_version=5.1.4
+smt_sha256=4b6147670ccee4b14cbd86dbfdf416fcfffe486b3ef7ac8d1caf6bc361386121  # PyPI sdist of 5.1.4
 smt=.tools/sagemaker-training
 if [ ! -f "$smt/sagemaker_training-$smt_version/PKG-INFO" ]; then
   mkdir -p "$smt"
   .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: -d "$smt" "sagemaker-training==$smt_version"
+  echo "$smt_sha256  $smt/sagemaker_training-$smt_version.tar.gz" | sha256sum -c --quiet
   tar -xzf "$smt/sagemaker_training-$smt_version.tar.gz" -C "$smt"
 fi
 exec .venv/bin/python -m pytest tests/integration -p no:cacheprovider "$@"

@@ -118,6 +118,12 @@ def sm(**fields: Any) -> dict[str, Any]:
         (mpi(args=["--sagemaker_program", "a.py"]), "args", ["'sagemaker_'"]),
         (mpi(args=["--lr", "1", "--lr=2"]), "args", ["--lr", "twice"]),
         (mpi(secretEnv={"WANDB_API_KEY": {"secret": "wandb", "key": "k"}}), "secretEnv.WANDB_API_KEY", ["Secrets"]),
+        (mpi(args=["--extra=--fp16"]), "args", ["'--fp16'", "negative number"]),
+        (mpi(args=["--suffix", "-x"]), "args", ["'-x'", "option"]),
+        (mpi(args=["--default_user_module_name", "x"]), "args", ["SageMaker's own"]),
+        (mpi(command=["python", f"{SAGEMAKER_DATA_ROOT}/efs/code/my train.py"]), "command", ["'my train.py'", "refuses"]),
+        (mpi(sagemaker=sm(sourceDir="/opt/ml/input/data/efs/code", entryPoint="maskrcnn/./train.py")), "sagemaker.entryPoint", ["'maskrcnn/./train.py'"]),
+        (mpi(env={"NCCL_DEBUG": "INFO WARN"}), "env.NCCL_DEBUG", ["one word"]),
         (mpi(volumes=[{**FSX, "mountPath": "/fsx"}]), "volumes[0].mountPath", ["'/fsx'", "/opt/ml/input/data/fsx"]),
         (mpi(sagemaker=sm(spot=True)), "sagemaker.spot", ["checkpointS3Uri"]),
         (mpi(sagemaker=sm(maxWaitSeconds=100)), "sagemaker.maxWaitSeconds", ["spot"]),
@@ -156,6 +162,25 @@ def test_a_bad_sagemaker_job_is_one_problem_naming_its_key(raw, key, words):
     text = str(problem)
     for w in words:
         assert w in text, text
+
+
+def test_negative_numbers_and_a_dot_slash_script_are_fine():
+    assert problems_of(mpi(args=["--lr", "-0.5", "--shift=-3"])) == []
+    spec = J.JOB_KINDS["pytorch-elastic"].model_validate(
+        elastic(command=["torchrun", "./train.py"], args=[], volumes=[], sagemaker=sm(sourceDir="s3://code-b/x/sourcedir.tar.gz"))
+    )
+    assert problems_of(spec.model_dump(by_alias=True, exclude_none=True)) == []
+    job = spec.sagemaker_job(catalog.get_sagemaker("ml.p4d.24xlarge"), "us-west-2", "s")
+    assert json.loads(job.hyperparameters["sagemaker_program"]) == "train.py"
+
+
+def test_nccl_debug_goes_to_the_launchers_own_option():
+    spec = J.JOB_KINDS["mpi"].model_validate(mpi(env={"NCCL_DEBUG": "WARN", "OMP_NUM_THREADS": 4}))
+    job = spec.sagemaker_job(catalog.get_sagemaker("ml.p4d.24xlarge"), "us-west-2", "s")
+    options = json.loads(job.hyperparameters["sagemaker_mpi_custom_mpi_options"]).split()
+    assert "--NCCL_DEBUG" in options and options[options.index("--NCCL_DEBUG") + 1] == "WARN"
+    assert "NCCL_DEBUG" not in [options[i + 1] for i, o in enumerate(options) if o == "-x"]
+    assert ["-x", "OMP_NUM_THREADS"] == options[options.index("OMP_NUM_THREADS") - 1 : options.index("OMP_NUM_THREADS") + 1]
 
 
 def test_instance_count_is_checked_by_type():
