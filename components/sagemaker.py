@@ -84,7 +84,8 @@ class SageMakerTrainingJobs(pulumi.ComponentResource):
             sg, ready = self._network(base, job, args, tags, child)
             role = aws.iam.Role(
                 f"{base}-execution",
-                name_prefix=f"{job.job[:30]}-sagemaker-",
+                # IAM role names are at most 64 characters: a prefix of at most 38, plus the provider's 26.
+                name_prefix=f"{job.job[:27]}-sagemaker-",
                 assume_role_policy=json.dumps(SAGEMAKER_TRUST),
                 description=f"SageMaker training job {job.job}: its S3 prefixes, VPC interfaces, logs, metrics and image",
                 tags=tags,
@@ -137,7 +138,7 @@ class SageMakerTrainingJobs(pulumi.ComponentResource):
                 security_group_id=sg.id,
                 referenced_security_group_id=sg.id,
                 ip_protocol="-1",
-                description="all traffic among the job's instances (MPI, NCCL, torchrun)",
+                description="all traffic among the instances of the job (MPI, NCCL, torchrun)",
                 opts=child,
             ),
             aws.vpc.SecurityGroupEgressRule(
@@ -157,7 +158,7 @@ class SageMakerTrainingJobs(pulumi.ComponentResource):
                     security_group_id=sg.id,
                     referenced_security_group_id=sg.id,
                     ip_protocol="-1",
-                    description="all traffic to the job's own instances (EFA)",
+                    description="all traffic to the instances of the job (EFA)",
                     opts=child,
                 )
             )

@@ -6,6 +6,7 @@ from the group's GPUs, the launcher waits for the workers, and the env is forwar
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import Field
@@ -13,8 +14,8 @@ from pydantic import Field
 from facts.catalog import InstanceType
 from facts.problems import Problem
 from jobs import checks, pod
-from jobs.base import GpuJob, JobsContext, JobTarget, Manifest
-from jobs.sagemaker import PortableJob
+from jobs.base import EFA_ENV_NAMES, GpuJob, JobsContext, JobTarget, Manifest
+from jobs.sagemaker import MAX_HYPERPARAMETER_VALUE, PortableJob
 
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"  # mpi-operator v0.8.0
 # mpi-operator v2 reaches the workers over SSH: they run sshd (the operator mounts the keys).
@@ -96,6 +97,14 @@ class MpiJobSpec(PortableJob, MpiBase):
         debug = self.env.get(NCCL_DEBUG)
         if debug is not None and (not str(debug) or any(c.isspace() for c in str(debug))):
             problems.append(Problem(f"{key}.env.{NCCL_DEBUG}", f"{checks.fmt(debug)} is not allowed with runtime 'sagemaker': one word, like INFO"))
+        options = " ".join([*self.mpirun_args, *(f"-x {n}" for n in [*EFA_ENV_NAMES, *self.env])])
+        if len(json.dumps(options)) > MAX_HYPERPARAMETER_VALUE:
+            problems.append(
+                Problem(
+                    f"{key}.mpirunArgs",
+                    f"with the env forwarded, the MPI options come to {len(options)} characters; SageMaker takes {MAX_HYPERPARAMETER_VALUE}",
+                )
+            )
         for j, arg in enumerate(self.mpirun_args):
             if not arg or any(c.isspace() for c in arg):
                 problems.append(

@@ -35,7 +35,7 @@ from facts.aws_names import bucket_problem
 from facts.catalog import InstanceType
 from facts.problems import Problem
 from jobs import checks
-from jobs.base import GpuJob, GroupFacts, JobEnvironment, SpecModel
+from jobs.base import EFA_ENV_NAMES, GpuJob, GroupFacts, JobEnvironment, SpecModel
 from jobs.pod import efa_env
 
 # Where SageMaker mounts input channels (file-system channels included).
@@ -49,6 +49,7 @@ MAX_RETRY_ATTEMPTS = 30  # RetryStrategy.MaximumRetryAttempts is 1-30
 # CreateTrainingJob limits: 100 hyperparameters, keys up to 256 characters, values up to 2500.
 MAX_HYPERPARAMETERS, MAX_HYPERPARAMETER_KEY, MAX_HYPERPARAMETER_VALUE = 100, 256, 2500
 TRAINING_JOB_NAME_MAX = 63
+MAX_ENVIRONMENT, MAX_ENVIRONMENT_VALUE = 100, 512  # CreateTrainingJob's Environment map
 _CHANNEL = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 # An ECR image: SageMaker pulls training images from ECR (AWS's Deep Learning Containers live there too).
 ECR_IMAGE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([a-z0-9][a-z0-9._/-]*)(?::[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$")
@@ -366,6 +367,21 @@ class PortableJob(GpuJob):
             channels.setdefault(s3.channel, f"sagemaker.inputs[{j}]")
             check_s3_uri(s3.s3_uri, f"{ik}.s3Uri", problems)
         self._check_entry(key, problems)
+        # CreateTrainingJob: at most 100 environment variables, values up to 512 characters.
+        if len(self.env) + len(EFA_ENV_NAMES) > MAX_ENVIRONMENT:
+            problems.append(
+                Problem(
+                    f"{key}.env",
+                    f"{len(self.env)} variables are too many for SageMaker: at most {MAX_ENVIRONMENT - len(EFA_ENV_NAMES)} besides the EFA settings",
+                )
+            )
+        for name, value in self.env.items():
+            if len(_env_text(value)) > MAX_ENVIRONMENT_VALUE:
+                problems.append(
+                    Problem(
+                        f"{key}.env.{name}", f"is {len(_env_text(value))} characters long; SageMaker takes environment values up to {MAX_ENVIRONMENT_VALUE}"
+                    )
+                )
         self.check_sagemaker_kind(key, problems)
 
     def _check_entry(self, key: str, problems: list[Problem]) -> None:
@@ -412,6 +428,18 @@ class PortableJob(GpuJob):
                 return
         if len(problems) > before:
             return  # the entry point is reported already
+        source = posixpath.normpath(sm.source_dir) if sm.source_dir and not sm.source_dir.startswith("s3://") else None
+        if source is None and sm.source_dir is None and entry.script.startswith("/"):
+            source = posixpath.dirname(posixpath.normpath(entry.script))
+        if source is not None and (source == "/" or source == SAGEMAKER_DATA_ROOT or posixpath.dirname(source) == SAGEMAKER_DATA_ROOT):
+            problems.append(
+                Problem(
+                    f"{key}.sagemaker.sourceDir" if sm.source_dir else f"{key}.command",
+                    f"the code directory would be {source}, the root of a volume: SageMaker's container copies the whole directory into "
+                    "/opt/ml/code; keep the code in a directory of its own (e.g. /opt/ml/input/data/efs/code/<job>) or give sourceDir",
+                )
+            )
+            return
         program = sm.entry_point or _program(entry.script, sm.source_dir or posixpath.dirname(entry.script))
         if not _SAFE_PROGRAM.match(program) or any(part in (".", "..") for part in program.split("/")):
             where = "sagemaker.entryPoint" if sm.entry_point else "command"
@@ -497,6 +525,11 @@ class PortableJob(GpuJob):
                 "command",
                 f"{checks.fmt(list(launcher))} before the entry script is not what SageMaker runs for a {self.kind!r} job; use {self.LAUNCHER_TEXT}",
             )
+        if line[at].endswith(".sh") and launcher:
+            return Problem(
+                "command",
+                f"{checks.fmt(list(launcher))} before the shell script {line[at]!r}: SageMaker runs a .sh entry script with /bin/sh, so give it alone",
+            )
         hyper = args_to_hyperparameters(line[at + 1 :])
         if isinstance(hyper, str):
             return Problem("args", hyper)
@@ -530,7 +563,7 @@ class PortableJob(GpuJob):
             s3_read.append(source_dir)
         return SageMakerJob(
             job=self.name,
-            training_job_name=self.training_job_name(stack_id),
+            training_job_name=self.training_job_name(stack_id, instance.name),
             image=self.image,
             instance_type=instance.name,
             instance_count=self.max_workers(),
@@ -552,11 +585,12 @@ class PortableJob(GpuJob):
             tags={**(tags or {}), "gputraining/job": self.name},
         )
 
-    def training_job_name(self, stack_id: str) -> str:
-        """``<name>-<run>-<8 hex>``: the hash covers the stack and the spec, so two stacks in one
-        account never share a name and a changed spec is a new training job."""
+    def training_job_name(self, stack_id: str, instance_type: str) -> str:
+        """``<name>-<run>-<8 hex>``: the hash covers the stack, the spec and the ml. type (which can
+        come from the node group), so two stacks in one account never share a name and a changed
+        job is a new training job with a new name."""
         spec = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
-        digest = hashlib.sha256(f"{stack_id}\n{spec}".encode()).hexdigest()[:8]
+        digest = hashlib.sha256(f"{stack_id}\n{instance_type}\n{spec}".encode()).hexdigest()[:8]
         return f"{self.name}{training_job_suffix(self.run)[:-8]}{digest}"
 
 

@@ -69,11 +69,26 @@ def _not_found(err: Exception) -> bool:
     return code in ("ResourceNotFound", "ValidationException") and ("not found" in message.lower() or "does not exist" in message.lower())
 
 
+def plain_request(request: Any) -> Any:
+    """The request as boto3 takes it: Pulumi hands every number back to a provider as a float
+    (protobuf's Struct), and SageMaker's integer fields refuse 2.0."""
+    if isinstance(request, float) and request.is_integer():
+        return int(request)
+    if isinstance(request, dict):
+        return {k: plain_request(v) for k, v in request.items()}
+    if isinstance(request, list):
+        return [plain_request(v) for v in request]
+    return request
+
+
 def create_job(
     request: dict[str, Any], region: str, client: Callable[[str, str], Any] = _client, sleep: Callable[[float], None] = time.sleep
 ) -> dict[str, Any]:
-    """Start the training job; returns its ARN and status once SageMaker reports it."""
+    """Start the training job; returns its ARN and status once SageMaker reports it. Retried while
+    a new role propagates, and while a job of the same name replaced just before is still being
+    deleted (ResourceInUse)."""
     sm = client("sagemaker", region)
+    request = plain_request(request)
     deadline = time.monotonic() + PROPAGATION_SECONDS
     while True:
         try:
@@ -81,12 +96,23 @@ def create_job(
             break
         except Exception as err:  # botocore ClientError
             code, message = _error(err)
-            if code == "ValidationException" and any(m in message for m in PROPAGATION_MESSAGES) and time.monotonic() < deadline:
+            retry = (code == "ValidationException" and any(m in message for m in PROPAGATION_MESSAGES)) or code == "ResourceInUse"
+            if retry and time.monotonic() < deadline:
                 sleep(POLL_SECONDS)
                 continue
             raise
     job = sm.describe_training_job(TrainingJobName=request["TrainingJobName"])
     return {"arn": job["TrainingJobArn"], "status": job["TrainingJobStatus"]}
+
+
+def _status(sm: Any, name: str) -> Optional[str]:
+    """The job's status, or None once it is gone."""
+    try:
+        return str(sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"])
+    except Exception as err:
+        if _not_found(err):
+            return None
+        raise
 
 
 def delete_job(
@@ -98,29 +124,37 @@ def delete_job(
     client: Callable[[str, str], Any] = _client,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[str]:
-    """Stop (if running), wait, delete the job, then delete the network interfaces it left;
-    returns the IDs of the interfaces deleted."""
+    """Stop (if running), wait until it has stopped, delete the job and wait until it is gone (its
+    name is free again then), and delete the network interfaces it left; returns their IDs."""
     sm = client("sagemaker", region)
     deadline = time.monotonic() + timeout_seconds
-    try:
-        status = sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
-    except Exception as err:
-        if not _not_found(err):
-            raise
-        status = None
-    if status is not None:
-        if status == "InProgress":
-            sm.stop_training_job(TrainingJobName=name)
-        while status not in TERMINAL:
+
+    def wait(until: Callable[[Optional[str]], bool], status: Optional[str]) -> Optional[str]:
+        while not until(status):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"SageMaker training job {name} is still {status} after {timeout_seconds} s")
             sleep(POLL_SECONDS)
-            status = sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+            status = _status(sm, name)
+        return status
+
+    status = _status(sm, name)
+    if status == "InProgress":
+        try:
+            sm.stop_training_job(TrainingJobName=name)
+        except Exception as err:
+            # It may have ended (or be stopping) since it was described: wait for it either way.
+            if _error(err)[0] != "ValidationException" and not _not_found(err):
+                raise
+    status = wait(lambda s: s is None or s in TERMINAL or s == "Deleting", status)
+    if status in TERMINAL:
         try:
             sm.delete_training_job(TrainingJobName=name)
         except Exception as err:
             if not _not_found(err):
                 raise
+        status = "Deleting"
+    if status is not None:
+        wait(lambda s: s is None, status)
     return delete_interfaces(region, security_group_ids, subnet_ids, client)
 
 
@@ -156,6 +190,19 @@ def delete_interfaces(region: str, security_group_ids: list[str], subnet_ids: li
     return deleted
 
 
+def retag(name: str, arn: str, old: list[dict[str, str]], new: list[dict[str, str]], region: str, client: Callable[[str, str], Any] = _client) -> None:
+    """Change a job's tags in place (AddTags / DeleteTags)."""
+    sm = client("sagemaker", region)
+    arn = arn or sm.describe_training_job(TrainingJobName=name)["TrainingJobArn"]
+    was, now = {t["Key"]: t["Value"] for t in old}, {t["Key"]: t["Value"] for t in new}
+    gone = sorted(set(was) - set(now))
+    if gone:
+        sm.delete_tags(ResourceArn=arn, TagKeys=gone)
+    changed = [{"Key": k, "Value": v} for k, v in sorted(now.items()) if was.get(k) != v]
+    if changed:
+        sm.add_tags(ResourceArn=arn, Tags=changed)
+
+
 class TrainingJobProvider(dynamic.ResourceProvider):
     """The dynamic provider behind ``SageMakerTrainingJob``."""
 
@@ -164,8 +211,15 @@ class TrainingJobProvider(dynamic.ResourceProvider):
         return dynamic.CreateResult(id_=props["request"]["TrainingJobName"], outs={**props, **out})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
-        changed = [k for k in ("request", "region") if olds.get(k) != news.get(k)]
-        return dynamic.DiffResult(changes=bool(changed), replaces=changed, delete_before_replace=True)
+        old, new = dict(olds.get("request") or {}), dict(news.get("request") or {})
+        retag = old.pop("Tags", None) != new.pop("Tags", None)
+        replaces = [k for k, changed in (("request", old != new), ("region", olds.get("region") != news.get("region"))) if changed]
+        # A training job cannot change: anything but its tags makes a new job. Tags change in place.
+        return dynamic.DiffResult(changes=bool(replaces) or retag, replaces=replaces, delete_before_replace=True)
+
+    def update(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
+        retag(id_, olds.get("arn") or "", olds["request"].get("Tags") or [], news["request"].get("Tags") or [], news["region"], client=_client)
+        return dynamic.UpdateResult(outs={**news, "arn": olds.get("arn"), "status": olds.get("status")})
 
     def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import posixpath
+import re
 from typing import Any
 
 import botocore.session
@@ -124,6 +125,12 @@ def sm(**fields: Any) -> dict[str, Any]:
         (mpi(command=["python", f"{SAGEMAKER_DATA_ROOT}/efs/code/my train.py"]), "command", ["'my train.py'", "refuses"]),
         (mpi(sagemaker=sm(sourceDir="/opt/ml/input/data/efs/code", entryPoint="maskrcnn/./train.py")), "sagemaker.entryPoint", ["'maskrcnn/./train.py'"]),
         (mpi(env={"NCCL_DEBUG": "INFO WARN"}), "env.NCCL_DEBUG", ["one word"]),
+        (mpi(command=["python", f"{SAGEMAKER_DATA_ROOT}/efs/code/run.sh"], args=[]), "command", ["/bin/sh"]),
+        (mpi(env={f"V{i}": "1" for i in range(98)}), "env", ["98 variables", "at most 97"]),
+        (mpi(env={"CONFIG": "x" * 600}), "env.CONFIG", ["600 characters", "512"]),
+        (mpi(command=["python", f"{SAGEMAKER_DATA_ROOT}/efs/train.py"]), "command", ["/opt/ml/input/data/efs", "root of a volume"]),
+        (mpi(sagemaker=sm(sourceDir=f"{SAGEMAKER_DATA_ROOT}/fsx", entryPoint="train.py")), "sagemaker.sourceDir", ["root of a volume"]),
+        (mpi(mpirunArgs=["-x", "A" * 2600]), "mpirunArgs", ["2500"]),
         (mpi(volumes=[{**FSX, "mountPath": "/fsx"}]), "volumes[0].mountPath", ["'/fsx'", "/opt/ml/input/data/fsx"]),
         (mpi(sagemaker=sm(spot=True)), "sagemaker.spot", ["checkpointS3Uri"]),
         (mpi(sagemaker=sm(maxWaitSeconds=100)), "sagemaker.maxWaitSeconds", ["spot"]),
@@ -332,15 +339,19 @@ def test_every_request_is_valid_for_sagemakers_api(both_runtimes):
         assert len(request["TrainingJobName"]) <= 63
 
 
-def test_the_training_job_name_is_per_stack_run_and_spec():
+def test_the_training_job_name_is_per_stack_run_spec_and_type():
     spec = J.JOB_KINDS["mpi"].model_validate(mpi())
     assert isinstance(spec, PortableJob)
-    name = spec.training_job_name("gpu-training-dev")
+    p4d = "ml.p4d.24xlarge"
+    name = spec.training_job_name("gpu-training-dev", p4d)
     assert name.startswith("maskrcnn-1-") and len(name) == len("maskrcnn-1-") + 8
-    assert spec.training_job_name("gpu-training-dev") == name
-    assert spec.training_job_name("gpu-training-prod") != name
-    assert J.JOB_KINDS["mpi"].model_validate(mpi(run=2)).training_job_name("gpu-training-dev").startswith("maskrcnn-2-")
-    assert J.JOB_KINDS["mpi"].model_validate(mpi(args=["--lr", "0.02"])).training_job_name("gpu-training-dev") != name
+    assert spec.training_job_name("gpu-training-dev", p4d) == name
+    assert spec.training_job_name("gpu-training-prod", p4d) != name
+    # The node group's type changed (same spec): a new job, under a new name.
+    assert spec.training_job_name("gpu-training-dev", "ml.p5.48xlarge") != name
+    assert J.JOB_KINDS["mpi"].model_validate(mpi(run=2)).training_job_name("gpu-training-dev", p4d).startswith("maskrcnn-2-")
+    assert J.JOB_KINDS["mpi"].model_validate(mpi(args=["--lr", "0.02"])).training_job_name("gpu-training-dev", p4d) != name
+    assert spec.sagemaker_job(catalog.get_sagemaker(p4d), "us-west-2", "gpu-training-dev").training_job_name == name
 
 
 def test_the_sagemaker_fields_do_not_change_an_eks_jobs_rendezvous():
@@ -510,3 +521,36 @@ def test_the_provider_pulumi_serializes_loads_where_pulumi_runs_it(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code, str(blob)], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["providers.sagemaker_training_job", "TrainingJobProvider", "['request']", "True"]
+
+
+# EC2's rule for security group and rule descriptions (GroupDescription / Description): up to 255
+# characters of a-z, A-Z, 0-9, spaces and ._-:/()#,@[]+=&;{}!$*
+EC2_DESCRIPTION = re.compile(r"^[a-zA-Z0-9. _\-:/()#,@\[\]+=&;{}!$*]{0,255}$")
+SG_TYPES = (
+    "aws:ec2/securityGroup:SecurityGroup",
+    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+    "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule",
+    "aws:ec2/securityGroupRule:SecurityGroupRule",
+)
+
+
+def test_every_security_group_description_is_one_ec2_takes_and_role_prefixes_fit(dev_plan, both_runtimes):
+    checked = 0
+    for plan in (dev_plan, *both_runtimes):
+        for typ in SG_TYPES:
+            for r in plan.of_type(typ):
+                text = r.inputs.get("description")
+                if text is not None:
+                    assert EC2_DESCRIPTION.match(text), f"{r.name}: {text!r}"
+                    checked += 1
+        for role in plan.of_type("aws:iam/role:Role"):
+            # The provider adds 26 characters to a name prefix; role names are at most 64.
+            assert len(role.inputs.get("namePrefix", "")) <= 38, role.name
+    assert checked > 20
+
+
+def test_a_long_job_name_still_gets_a_valid_role_name_prefix():
+    job = mpi(name="a" * 40, nodes=1)
+    plan = plan_of([job])
+    (role,) = children(plan, "aws:iam/role:Role", "a" * 40)
+    assert role.inputs["namePrefix"] == "a" * 27 + "-sagemaker-"

@@ -132,6 +132,16 @@ class FakeSageMaker:
 
     def delete_training_job(self, TrainingJobName: str) -> dict[str, Any]:
         self.calls.append(("delete", TrainingJobName))
+        # As SageMaker does: the job is Deleting for a while, then gone (and its name free).
+        self.statuses = ["Deleting", _client_error("ValidationException", NOT_FOUND_MESSAGE, "DescribeTrainingJob")]
+        return {}
+
+    def add_tags(self, ResourceArn: str, Tags: list[dict[str, str]]) -> dict[str, Any]:
+        self.calls.append(("add_tags", (ResourceArn, Tags)))
+        return {}
+
+    def delete_tags(self, ResourceArn: str, TagKeys: list[str]) -> dict[str, Any]:
+        self.calls.append(("delete_tags", (ResourceArn, TagKeys)))
         return {}
 
     def names(self) -> list[str]:
@@ -277,7 +287,6 @@ def test_create_job_retries_while_the_role_propagates(message, clock):
     [
         ("ValidationException", "Instance type ml.p4d.24xlarge is not supported by algorithm tensorflow-training"),
         ("ResourceLimitExceeded", "The account-level service limit 'ml.p4d.24xlarge for training job usage' is 0 Instances"),
-        ("ResourceInUse", "Training job names must be unique within an AWS account and region"),
     ],
 )
 def test_create_job_raises_other_errors_at_once(code, message, clock):
@@ -291,6 +300,43 @@ def test_create_job_raises_other_errors_at_once(code, message, clock):
     assert raised.value is error
     assert sm.names() == ["create"]
     assert clock.sleeps == []
+
+
+def test_create_job_waits_while_the_name_is_still_taken_by_a_job_being_deleted(clock):
+    """A replacement deletes the old job first; its name is taken until the deletion is done."""
+    taken = _client_error("ResourceInUse", "Training job names must be unique within an AWS account and region", "CreateTrainingJob")
+    sm = FakeSageMaker(create_errors=[taken, taken])
+    client, _ = factory(sm)
+
+    out = provider.create_job({"TrainingJobName": JOB_NAME}, REGION, client=client, sleep=clock.sleep)
+
+    assert sm.names() == ["create", "create", "create", "describe"]
+    assert out["status"] == "InProgress"
+    assert clock.sleeps == [provider.POLL_SECONDS] * 2
+
+
+def test_create_job_hands_boto3_integers_where_pulumi_gives_floats(clock):
+    """Pulumi's provider host gives a dynamic provider every number as a float (protobuf Struct)."""
+    from google.protobuf import json_format, struct_pb2
+
+    struct = struct_pb2.Struct()
+    struct.update({"TrainingJobName": JOB_NAME, "ResourceConfig": {"InstanceCount": 2, "VolumeSizeInGB": 100}, "Tags": [{"Key": "run", "Value": "1"}]})
+    as_pulumi_gives_it = json_format.MessageToDict(struct)
+    assert as_pulumi_gives_it["ResourceConfig"]["InstanceCount"] == 2.0 and isinstance(as_pulumi_gives_it["ResourceConfig"]["InstanceCount"], float)
+    seen: list[dict[str, Any]] = []
+
+    class Recording(FakeSageMaker):
+        def create_training_job(self, **request: Any) -> dict[str, Any]:
+            seen.append(request)
+            return super().create_training_job(**request)
+
+    client, _ = factory(Recording())
+    provider.create_job(as_pulumi_gives_it, REGION, client=client, sleep=clock.sleep)
+
+    (request,) = seen
+    assert request["ResourceConfig"] == {"InstanceCount": 2, "VolumeSizeInGB": 100}
+    assert all(type(v) is int for v in request["ResourceConfig"].values())
+    assert request["Tags"] == [{"Key": "run", "Value": "1"}]
 
 
 def test_create_job_gives_up_on_propagation_after_its_deadline(clock):
@@ -353,8 +399,10 @@ def test_delete_job_stops_a_running_job_waits_deletes_it_then_its_interfaces(int
         ("describe", "Stopping"),
         ("describe", "Stopped"),
         ("delete", JOB_NAME),
+        ("describe", "Deleting"),
+        ("describe", "error"),  # gone: its name is free again
     ]
-    assert clock.sleeps == [provider.POLL_SECONDS] * 3
+    assert clock.sleeps == [provider.POLL_SECONDS] * 5
     assert sorted(deleted) == sorted(interfaces.job)
     assert net.interface_ids() == interfaces.before - interfaces.job
     assert {interfaces.other_group, interfaces.other_subnet} <= net.interface_ids()
@@ -372,8 +420,8 @@ def test_delete_job_of_a_finished_job_deletes_it_without_stopping(status, interf
 
     deleted, _ = _delete(sm, interfaces.net, clock)
 
-    assert sm.calls == [("describe", status), ("delete", JOB_NAME)]
-    assert clock.sleeps == []
+    assert sm.calls == [("describe", status), ("delete", JOB_NAME), ("describe", "Deleting"), ("describe", "error")]
+    assert clock.sleeps == [provider.POLL_SECONDS] * 2
     assert sorted(deleted) == sorted(interfaces.job)
 
 
@@ -382,7 +430,7 @@ def test_delete_job_waits_for_a_job_already_stopping_without_stopping_it_again(i
 
     _delete(sm, interfaces.net, clock)
 
-    assert sm.names() == ["describe", "describe", "delete"]
+    assert sm.names() == ["describe", "describe", "delete", "describe", "describe"]
 
 
 def test_delete_job_of_a_job_that_is_gone_still_cleans_its_interfaces(interfaces, clock):
@@ -405,7 +453,7 @@ def test_delete_job_tolerates_the_job_vanishing_before_its_delete(interfaces, cl
 
     deleted, _ = _delete(sm, interfaces.net, clock)
 
-    assert sm.names() == ["describe", "delete"]
+    assert sm.names() == ["describe", "delete", "describe", "describe"]
     assert sorted(deleted) == sorted(interfaces.job)
 
 
@@ -628,3 +676,25 @@ def test_read_of_a_deleted_job_reports_it_gone(monkeypatch: pytest.MonkeyPatch):
 
     assert read.id is None
     assert read.outs == {}
+
+
+def test_diff_of_a_tag_change_alone_updates_in_place():
+    olds = _props()
+    news = _props(request={**olds["request"], "Tags": [{"Key": "team", "Value": "ml"}]})
+
+    result = provider.TrainingJobProvider().diff(JOB_NAME, olds, news)
+
+    assert result.changes is True and result.replaces == []
+
+
+def test_update_changes_the_tags_of_the_running_job(monkeypatch: pytest.MonkeyPatch):
+    sm = FakeSageMaker(statuses=["InProgress"])
+    monkeypatch.setattr(provider, "_client", lambda service, region: sm)
+    olds = _props(request={**_props()["request"], "Tags": [{"Key": "env", "Value": "dev"}, {"Key": "old", "Value": "x"}]})
+    news = _props(request={**olds["request"], "Tags": [{"Key": "env", "Value": "prod"}, {"Key": "team", "Value": "ml"}]})
+
+    result = provider.TrainingJobProvider().update(JOB_NAME, olds, news)
+
+    arn = olds["arn"]
+    assert sm.calls == [("delete_tags", (arn, ["old"])), ("add_tags", (arn, [{"Key": "env", "Value": "prod"}, {"Key": "team", "Value": "ml"}]))]
+    assert result.outs["request"]["Tags"] == news["request"]["Tags"] and result.outs["arn"] == arn and result.outs["status"] == "InProgress"
