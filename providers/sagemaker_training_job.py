@@ -211,7 +211,10 @@ class TrainingJobProvider(dynamic.ResourceProvider):
         return dynamic.CreateResult(id_=props["request"]["TrainingJobName"], outs={**props, **out})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
-        old, new = dict(olds.get("request") or {}), dict(news.get("request") or {})
+        if not isinstance(news.get("request"), dict) or not isinstance(olds.get("request"), dict):
+            # Not known yet (a preview where something the request is built from is being replaced).
+            return dynamic.DiffResult(changes=True, replaces=["request"], delete_before_replace=True)
+        old, new = dict(olds["request"]), dict(news["request"])
         retag = old.pop("Tags", None) != new.pop("Tags", None)
         replaces = [k for k, changed in (("request", old != new), ("region", olds.get("region") != news.get("region"))) if changed]
         # A training job cannot change: anything but its tags makes a new job. Tags change in place.

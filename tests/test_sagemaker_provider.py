@@ -698,3 +698,12 @@ def test_update_changes_the_tags_of_the_running_job(monkeypatch: pytest.MonkeyPa
     arn = olds["arn"]
     assert sm.calls == [("delete_tags", (arn, ["old"])), ("add_tags", (arn, [{"Key": "env", "Value": "prod"}, {"Key": "team", "Value": "ml"}]))]
     assert result.outs["request"]["Tags"] == news["request"]["Tags"] and result.outs["arn"] == arn and result.outs["status"] == "InProgress"
+
+
+def test_diff_of_a_request_not_known_yet_is_a_replacement():
+    """In a preview, a request built from a resource being replaced is unknown as a whole."""
+    from pulumi.runtime import rpc
+
+    result = provider.TrainingJobProvider().diff(JOB_NAME, _props(), _props(request=rpc.UNKNOWN))
+
+    assert result.changes is True and result.replaces == ["request"] and result.delete_before_replace is True
