@@ -707,3 +707,36 @@ def test_diff_of_a_request_not_known_yet_is_a_replacement():
     result = provider.TrainingJobProvider().diff(JOB_NAME, _props(), _props(request=rpc.UNKNOWN))
 
     assert result.changes is True and result.replaces == ["request"] and result.delete_before_replace is True
+
+
+def test_the_job_is_created_from_the_request_as_pulumi_serializes_it(network):
+    """The path of a real `pulumi up`: the inputs go through Pulumi's wire format (rpc, protobuf:
+    every number comes back a float) and the provider through its pickling, then create runs as
+    Pulumi's dynamic-provider host calls it (pulumi/dynamic/__main__.py's Create: deserialize the
+    properties, unpickle the provider, create), with boto3 validating every parameter, on moto.
+    (That module starts a gRPC server when imported, so its three steps are taken here.)"""
+    import asyncio
+    import base64
+
+    import dill
+    from pulumi.dynamic.dynamic import serialize_provider
+    from pulumi.runtime import rpc
+
+    request = maskrcnn_request([network.sg], [network.subnet])
+    props = {"__provider": serialize_provider(provider.TrainingJobProvider()), "request": request, "region": REGION, "stopTimeoutSeconds": 3600}
+    loop = asyncio.new_event_loop()
+    try:
+        struct = loop.run_until_complete(rpc.serialize_properties(props, {}))
+    finally:
+        loop.close()
+
+    received = rpc.deserialize_properties(struct)
+    assert isinstance(received["request"]["ResourceConfig"]["InstanceCount"], float)  # what the provider gets
+    host_provider = dill.loads(base64.b64decode(received["__provider"]))
+    result = host_provider.create(received)
+
+    assert result.id == request["TrainingJobName"]
+    job = boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=request["TrainingJobName"])
+    assert result.outs["status"] == job["TrainingJobStatus"] and result.outs["arn"] == job["TrainingJobArn"]
+    assert job["ResourceConfig"]["InstanceCount"] == 2
+    assert job["StoppingCondition"]["MaxRuntimeInSeconds"] == request["StoppingCondition"]["MaxRuntimeInSeconds"]
