@@ -55,3 +55,30 @@ def run_stack(values: dict[str, Any], stack: str = "test") -> offline.PlanResult
 @pytest.fixture(scope="session")
 def dev_plan() -> offline.PlanResult:
     return run_stack(dev_values(), stack="dev")
+
+
+def clean_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Nothing of the machine's AWS setup: no AWS_* variables, profile files or instance metadata."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("AWS_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """moto with fake credentials (see clean_aws_env). AWS_DEFAULT_REGION points elsewhere: the
+    region the code passes must win."""
+    from moto import mock_aws
+
+    clean_aws_env(monkeypatch, tmp_path)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-central-1")
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # no test needs moto's AMIs; loading them is slow
+    with mock_aws():
+        yield

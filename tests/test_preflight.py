@@ -19,8 +19,7 @@ import botocore.loaders
 import botocore.session
 import pytest
 import yaml
-from conftest import NS, ROOT, dev_values, minimal_values
-from moto import mock_aws
+from conftest import NS, ROOT, clean_aws_env, dev_values, minimal_values
 
 from infra import offline, preflight
 from infra.__main__ import main
@@ -33,29 +32,6 @@ CR_ID = "cr-0123456789abcdef0"
 # ---------------------------------------------------------------------------------------------
 # Fixtures and helpers
 # ---------------------------------------------------------------------------------------------
-
-
-def _clean_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import os
-
-    for key in list(os.environ):
-        if key.startswith("AWS_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    """Fake credentials and moto. AWS_DEFAULT_REGION points elsewhere: the stack's region wins."""
-    _clean_aws_env(monkeypatch, tmp_path)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-central-1")
-    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # the checks need no AMIs; loading them is slow
-    with mock_aws():
-        yield
 
 
 _LOADER = botocore.loaders.create_loader()
@@ -495,7 +471,7 @@ def test_cli_exit_2_on_unknown_stack(aws, capsys):
 
 
 def test_cli_without_credentials_exits_1_with_one_line(monkeypatch, tmp_path, capsys):
-    _clean_aws_env(monkeypatch, tmp_path)  # no keys, no profile files, no instance metadata
+    clean_aws_env(monkeypatch, tmp_path)  # no keys, no profile files, no instance metadata
     assert main(["preflight", "--stack", "dev"]) == 1
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1 and captured.err.startswith("error: no AWS credentials found")
