@@ -165,31 +165,25 @@ class SageMakerTrainingJobs(pulumi.ComponentResource):
         for volume in sorted(job.volumes):
             fs = args.file_systems[volume]
             if fs.type == "FSxLustre":
+                # Lustre both ways: the job to the file servers, and the servers back to the job.
+                directions = (
+                    ("in-fsx", fs.security_group_id, sg.id, f"from SageMaker job {job.job}"),
+                    ("from-fsx", sg.id, fs.security_group_id, "from FSx to the job"),
+                )
                 for lo, hi in LUSTRE_PORTS:
-                    rules.append(
-                        aws.vpc.SecurityGroupIngressRule(
-                            f"{base}-lustre-{lo}-{hi}-in-fsx",
-                            security_group_id=fs.security_group_id,
-                            referenced_security_group_id=sg.id,
-                            ip_protocol="tcp",
-                            from_port=lo,
-                            to_port=hi,
-                            description=f"Lustre {lo}-{hi} from SageMaker job {job.job}",
-                            opts=child,
+                    for suffix, into, source, text in directions:
+                        rules.append(
+                            aws.vpc.SecurityGroupIngressRule(
+                                f"{base}-lustre-{lo}-{hi}-{suffix}",
+                                security_group_id=into,
+                                referenced_security_group_id=source,
+                                ip_protocol="tcp",
+                                from_port=lo,
+                                to_port=hi,
+                                description=f"Lustre {lo}-{hi} {text}",
+                                opts=child,
+                            )
                         )
-                    )
-                    rules.append(
-                        aws.vpc.SecurityGroupIngressRule(
-                            f"{base}-lustre-{lo}-{hi}-from-fsx",
-                            security_group_id=sg.id,
-                            referenced_security_group_id=fs.security_group_id,
-                            ip_protocol="tcp",
-                            from_port=lo,
-                            to_port=hi,
-                            description=f"Lustre {lo}-{hi} from FSx to the job",
-                            opts=child,
-                        )
-                    )
             else:
                 rules.append(
                     aws.vpc.SecurityGroupIngressRule(
