@@ -23,6 +23,7 @@ __all__ = [
     "SYSTEM_TYPES",
     "SAGEMAKER",
     "SAGEMAKER_TYPES",
+    "SAGEMAKER_EFA_TYPES",
     "get",
     "get_sagemaker",
     "sagemaker_type_for",
@@ -133,6 +134,7 @@ ML_PREFIX = "ml."
 _SAGEMAKER_BASES = ("p3.2xlarge", "p3.8xlarge", "p3.16xlarge", "p3dn.24xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge")
 SAGEMAKER: Mapping[str, InstanceType] = {ML_PREFIX + n: replace(BUILTIN[n], name=ML_PREFIX + n) for n in _SAGEMAKER_BASES}
 SAGEMAKER_TYPES = tuple(SAGEMAKER)
+SAGEMAKER_EFA_TYPES = tuple(n for n, t in SAGEMAKER.items() if t.efa_supported)
 
 
 def get(name: str) -> Optional[InstanceType]:

@@ -9,6 +9,8 @@ depends on the hardware comes from the target node group's ``JobTarget``, never 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Mapping, Optional, Sequence, Union
 
@@ -172,6 +174,12 @@ class JobBase(SpecModel):
     args: list[str] = Field(default_factory=list, description="arguments after the command")
     env: dict[str, EnvValue] = Field(default_factory=dict, description="plain environment variables")
     secret_env: dict[str, SecretKeyRef] = Field(default_factory=dict, description="environment variables from Secrets: `{NAME: {secret, key}}`")
+
+    def spec_digest(self, *salt: str, exclude: frozenset[str] = frozenset(), length: int = 8) -> str:
+        """The first ``length`` hex digits of the sha256 of ``salt`` and the spec (its canonical
+        JSON, without the ``exclude`` fields), one per line: what names a run."""
+        spec = json.dumps(self.model_dump(mode="json", by_alias=True, exclude=set(exclude)), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256("\n".join([*salt, spec]).encode()).hexdigest()[:length]
 
     def build(self, ctx: JobsContext) -> list[Manifest]:
         """The job's Kubernetes manifests (pure: no Pulumi, no AWS)."""

@@ -10,8 +10,6 @@ would find the first run's closed rendezvous (``RendezvousClosedError``). The jo
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any, Literal, Mapping, Optional
 
 from pydantic import Field, model_validator
@@ -75,9 +73,7 @@ class PyTorchElasticSpec(PortableJob):
     def rendezvous_id(self) -> str:
         """Unique per job, per run and per spec: ``<name>-<run>-<first 8 hex of the spec's sha256>``
         (the SageMaker-only fields are left out: they do not change the EKS job)."""
-        dump = self.model_dump(mode="json", by_alias=True, exclude={"runtime", "sagemaker"})
-        spec = json.dumps(dump, sort_keys=True, separators=(",", ":"))
-        return f"{self.name}-{self.run}-{hashlib.sha256(spec.encode()).hexdigest()[:8]}"
+        return f"{self.name}-{self.run}-{self.spec_digest(exclude=frozenset({'runtime', 'sagemaker'}))}"
 
     def pod_hostnames(self) -> list[str]:
         return [f"{self.name}-worker-{self.max_workers() - 1}"]

@@ -21,7 +21,6 @@ Pure: builds a ``SageMakerJob`` description; ``components/sagemaker.py`` registe
 
 from __future__ import annotations
 
-import hashlib
 import json
 import posixpath
 import re
@@ -49,6 +48,10 @@ MAX_RETRY_ATTEMPTS = 30  # RetryStrategy.MaximumRetryAttempts is 1-30
 # CreateTrainingJob limits: 100 hyperparameters, keys up to 256 characters, values up to 2500.
 MAX_HYPERPARAMETERS, MAX_HYPERPARAMETER_KEY, MAX_HYPERPARAMETER_VALUE = 100, 256, 2500
 TRAINING_JOB_NAME_MAX = 63
+NAME_HASH_LENGTH = 8  # hex digits of the spec hash in a training job name
+# Hyperparameters the stack sets itself next to the script's arguments: program, submit directory,
+# region, and up to three of the kind's distribution settings.
+STACK_HYPERPARAMETERS = 6
 MAX_ENVIRONMENT, MAX_ENVIRONMENT_VALUE = 100, 512  # CreateTrainingJob's Environment map
 _CHANNEL = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 # An ECR image: SageMaker pulls training images from ECR (AWS's Deep Learning Containers live there too).
@@ -466,7 +469,9 @@ class PortableJob(GpuJob):
             return
         if self.efa is True and not instance.efa_supported:
             problems.append(
-                Problem(f"{key}.efa", f"true is not allowed: {instance.name} has no EFA; use an EFA type (ml.p3dn, ml.p4d, ml.p4de, ml.p5) or drop efa")
+                Problem(
+                    f"{key}.efa", f"true is not allowed: {instance.name} has no EFA; use an EFA type ({', '.join(catalog.SAGEMAKER_EFA_TYPES)}) or drop efa"
+                )
             )
         elif self.efa is False and instance.efa_supported:
             problems.append(
@@ -589,14 +594,13 @@ class PortableJob(GpuJob):
         """``<name>-<run>-<8 hex>``: the hash covers the stack, the spec and the ml. type (which can
         come from the node group), so two stacks in one account never share a name and a changed
         job is a new training job with a new name."""
-        spec = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
-        digest = hashlib.sha256(f"{stack_id}\n{instance_type}\n{spec}".encode()).hexdigest()[:8]
-        return f"{self.name}{training_job_suffix(self.run)[:-8]}{digest}"
+        digest = self.spec_digest(stack_id, instance_type, length=NAME_HASH_LENGTH)
+        return f"{self.name}-{self.run}-{digest}"
 
 
 def training_job_suffix(run: int) -> str:
     """What the training job name adds to the job name (the hash shown as 8 x's)."""
-    return f"-{run}-" + "x" * 8
+    return f"-{run}-" + "x" * NAME_HASH_LENGTH
 
 
 def _launcher_matches(launcher: tuple[str, ...], allowed: tuple[str, ...]) -> bool:
@@ -667,7 +671,7 @@ def args_to_hyperparameters(args: Sequence[str]) -> "dict[str, str] | str":
         if len(name) > MAX_HYPERPARAMETER_KEY or len(json.dumps(value)) > MAX_HYPERPARAMETER_VALUE:
             return f"--{name} is too long for a hyperparameter (names up to {MAX_HYPERPARAMETER_KEY} characters, values up to {MAX_HYPERPARAMETER_VALUE})"
         out[name] = value
-    if len(out) > MAX_HYPERPARAMETERS - 6:
+    if len(out) > MAX_HYPERPARAMETERS - STACK_HYPERPARAMETERS:
         return f"{len(out)} arguments are more than SageMaker's {MAX_HYPERPARAMETERS} hyperparameters leave room for"
     return out
 
