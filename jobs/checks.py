@@ -9,6 +9,7 @@ import posixpath
 import re
 from typing import Any, Iterable, Mapping
 
+from facts.aws_names import bucket_problem
 from facts.problems import Problem
 from facts.problems import fmt as fmt
 
@@ -75,6 +76,15 @@ def check_env(env: Mapping[str, Any], secret_env: Mapping[str, Any], reserved: M
             problems.append(Problem(f"{k}.secretEnv.{name}.secret", f"{fmt(ref.secret)} is not a valid Kubernetes Secret name"))
         if not _SECRET_KEY.match(ref.key):
             problems.append(Problem(f"{k}.secretEnv.{name}.key", f"{fmt(ref.key)} is not a valid Secret key (letters, digits, '-', '_' and '.')"))
+
+
+def check_s3_uri(uri: str, k: str, problems: list[Problem], example: str = "s3://my-bucket/datasets/coco") -> None:
+    """``s3://bucket[/prefix]`` with a bucket name S3 allows."""
+    m = S3_URI.match(uri)
+    if not m:
+        problems.append(Problem(k, f"{fmt(uri)} is not an S3 URI like {example!r}"))
+    elif why := bucket_problem(m.group(1)):
+        problems.append(Problem(k, f"{fmt(uri)} names a bucket S3 does not allow: {why}"))
 
 
 def check_relative_path(path: str, k: str, problems: list[Problem]) -> None:

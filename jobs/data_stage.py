@@ -8,7 +8,6 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
-from facts import aws_names
 from facts.problems import Problem
 from facts.versions import AWS_CLI_IMAGE
 from jobs import checks, pod
@@ -40,10 +39,7 @@ class DataStageSpec(SystemJob, RunJob):
 
     def check(self, key: str, problems: list[Problem]) -> None:
         super().check(key, problems)
-        if not checks.S3_URI.match(self.source):
-            problems.append(Problem(f"{key}.source", f"{checks.fmt(self.source)} is not an S3 URI like 's3://my-bucket/datasets/coco'"))
-        elif why := aws_names.bucket_problem(self.bucket):
-            problems.append(Problem(f"{key}.source", f"{checks.fmt(self.source)} names a bucket S3 does not allow: {why}"))
+        checks.check_s3_uri(self.source, f"{key}.source", problems)
         checks.check_relative_path(self.path, f"{key}.path", problems)
         if self.source_region is not None and not checks.REGION.match(self.source_region):
             problems.append(Problem(f"{key}.sourceRegion", f"{checks.fmt(self.source_region)} is not an AWS region name like 'us-west-2'"))

@@ -46,7 +46,7 @@ def efa_env(efa_interfaces: int, rdma: bool) -> dict[str, str]:
     return env
 
 
-def _env_text(value: EnvValue) -> str:
+def env_text(value: EnvValue) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -57,7 +57,7 @@ def env(spec: JobBase, derived: Mapping[str, str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in derived.items()]
     for name in sorted(spec.env):
         if name not in derived:
-            out.append({"name": name, "value": _env_text(spec.env[name])})
+            out.append({"name": name, "value": env_text(spec.env[name])})
     for name in sorted(spec.secret_env):
         if name not in derived and name not in spec.env:
             ref = spec.secret_env[name]

@@ -30,12 +30,11 @@ from typing import Any, ClassVar, Literal, Mapping, Optional, Sequence
 from pydantic import Field
 
 from facts import catalog
-from facts.aws_names import bucket_problem
 from facts.catalog import InstanceType
 from facts.problems import Problem
 from jobs import checks
 from jobs.base import EFA_ENV_NAMES, GpuJob, GroupFacts, JobEnvironment, SpecModel
-from jobs.pod import efa_env
+from jobs.pod import efa_env, env_text
 
 # Where SageMaker mounts input channels (file-system channels included).
 SAGEMAKER_DATA_ROOT = "/opt/ml/input/data"
@@ -341,7 +340,7 @@ class PortableJob(GpuJob):
             problems.append(Problem(f"{k}.outputPath", "is required with runtime 'sagemaker': the s3:// prefix SageMaker writes the model and output to"))
         for field_name, uri in (("outputPath", sm.output_path), ("checkpointS3Uri", sm.checkpoint_s3_uri), ("tensorboardS3Uri", sm.tensorboard_s3_uri)):
             if uri is not None:
-                check_s3_uri(uri, f"{k}.{field_name}", problems)
+                checks.check_s3_uri(uri, f"{k}.{field_name}", problems)
         if sm.spot and sm.checkpoint_s3_uri is None:
             problems.append(
                 Problem(
@@ -368,7 +367,7 @@ class PortableJob(GpuJob):
             elif s3.channel in channels:
                 problems.append(Problem(f"{ik}.channel", f"{checks.fmt(s3.channel)} is taken by {channels[s3.channel]}; channel names are unique"))
             channels.setdefault(s3.channel, f"sagemaker.inputs[{j}]")
-            check_s3_uri(s3.s3_uri, f"{ik}.s3Uri", problems)
+            checks.check_s3_uri(s3.s3_uri, f"{ik}.s3Uri", problems)
         self._check_entry(key, problems)
         # CreateTrainingJob: at most 100 environment variables, values up to 512 characters.
         if len(self.env) + len(EFA_ENV_NAMES) > MAX_ENVIRONMENT:
@@ -379,11 +378,9 @@ class PortableJob(GpuJob):
                 )
             )
         for name, value in self.env.items():
-            if len(_env_text(value)) > MAX_ENVIRONMENT_VALUE:
+            if len(env_text(value)) > MAX_ENVIRONMENT_VALUE:
                 problems.append(
-                    Problem(
-                        f"{key}.env.{name}", f"is {len(_env_text(value))} characters long; SageMaker takes environment values up to {MAX_ENVIRONMENT_VALUE}"
-                    )
+                    Problem(f"{key}.env.{name}", f"is {len(env_text(value))} characters long; SageMaker takes environment values up to {MAX_ENVIRONMENT_VALUE}")
                 )
         self.check_sagemaker_kind(key, problems)
 
@@ -396,7 +393,7 @@ class PortableJob(GpuJob):
             return
         if sm.source_dir is not None:
             if sm.source_dir.startswith("s3://"):
-                check_s3_uri(sm.source_dir, f"{key}.sagemaker.sourceDir", problems)
+                checks.check_s3_uri(sm.source_dir, f"{key}.sagemaker.sourceDir", problems)
                 if not sm.source_dir.endswith(".tar.gz"):
                     problems.append(
                         Problem(
@@ -549,7 +546,7 @@ class PortableJob(GpuJob):
         assert sm.output_path is not None, "checked: outputPath is required with runtime sagemaker"
         efa_on = instance.efa_supported and self.efa is not False
         derived = efa_env(instance.efa_interfaces if efa_on else 0, instance.efa_rdma)
-        environment = {**derived, **{k: _env_text(v) for k, v in self.env.items() if k not in derived}}
+        environment = {**derived, **{k: env_text(v) for k, v in self.env.items() if k not in derived}}
         source_dir = sm.source_dir or posixpath.dirname(entry.script)
         program = sm.entry_point or _program(entry.script, source_dir)
         settings: dict[str, Any] = {
@@ -630,12 +627,6 @@ def _program(script: str, source_dir: str) -> str:
     return posixpath.normpath(script)  # ./train.py -> train.py
 
 
-def _env_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def args_to_hyperparameters(args: Sequence[str]) -> "dict[str, str] | str":
     """The script's ``--name value`` / ``--name=value`` arguments as hyperparameters (SageMaker's
     containers pass each back as ``--name value``), or why they cannot be."""
@@ -674,17 +665,6 @@ def args_to_hyperparameters(args: Sequence[str]) -> "dict[str, str] | str":
     if len(out) > MAX_HYPERPARAMETERS - STACK_HYPERPARAMETERS:
         return f"{len(out)} arguments are more than SageMaker's {MAX_HYPERPARAMETERS} hyperparameters leave room for"
     return out
-
-
-def check_s3_uri(uri: str, k: str, problems: list[Problem]) -> None:
-    """``s3://bucket[/prefix]`` with a bucket name S3 allows."""
-    m = checks.S3_URI.match(uri)
-    if not m:
-        problems.append(Problem(k, f"{checks.fmt(uri)} is not an S3 URI like 's3://my-bucket/training/maskrcnn'"))
-        return
-    why = bucket_problem(m.group(1))
-    if why:
-        problems.append(Problem(k, f"{checks.fmt(uri)} names a bucket S3 does not allow: {why}"))
 
 
 # ---------------------------------------------------------------------------------------------
