@@ -137,3 +137,8 @@ NCCL_TESTS_IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.43.2-ofi
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.32.9"
 # TensorBoard ships in the TensorFlow CPU image; it only reads event files.
 TENSORBOARD_IMAGE = "tensorflow/tensorflow:2.17.0"
+# The etcd members' start-up script (components/scripts/etcd_member.py: rejoin after a pod is replaced)
+# runs in an init container with python3: etcd images are distroless since 3.5.7 (no shell). The Docker
+# official Python image, slim, from its ECR Public mirror (no Docker Hub pull limits); the script uses
+# the standard library only. 3.13.14 is the newest 3.13 patch in docker-library/python of 2026-06-23.
+ETCD_MEMBER_IMAGE = "public.ecr.aws/docker/library/python:3.13.14-slim-trixie"

