@@ -50,15 +50,16 @@ def _k8s_name(cluster_name: str) -> str:
     return cluster_name.lower().replace("_", "-")
 
 
-def _storage_key(name: str, parent: pulumi.Resource, description: str, protect: bool, tags: dict[str, str]) -> aws.kms.Key:
-    """A customer managed key for a store, protected together with the data it encrypts."""
+def _storage_key(name: str, parent: pulumi.Resource, description: str, protect: bool, tags: dict[str, str], retain: bool = False) -> aws.kms.Key:
+    """A customer managed key for a store, protected together with the data it encrypts. ``retain``:
+    `pulumi destroy` leaves the key (backups encrypted with it outlive the store and need it)."""
     return aws.kms.Key(
         f"{name}-key",
         description=description,
         enable_key_rotation=True,
         deletion_window_in_days=30,
         tags=tags,
-        opts=pulumi.ResourceOptions(parent=parent, protect=protect),
+        opts=pulumi.ResourceOptions(parent=parent, protect=protect, retain_on_delete=retain or None),
     )
 
 
@@ -224,7 +225,7 @@ class FsxStoreArgs:
     protect: bool = False  # protect the file system and its KMS key from `pulumi destroy`
     backup_retention_days: int = 0  # days of daily automatic backups (PERSISTENT only; 0: none)
     backup_start_time: str = "03:00"  # UTC HH:MM of the daily backup
-    final_backup: bool = False  # take a backup when the file system is deleted (PERSISTENT only)
+    final_backup: bool = False  # take a backup when the file system is deleted (PERSISTENT only); `pulumi destroy` then leaves the KMS key it is encrypted with
     cluster_ready: list[pulumi.Resource] = field(default_factory=list)  # what the add-on needs first
     tags: dict[str, str] = field(default_factory=dict)  # tags on every AWS resource of the component
 
@@ -289,8 +290,13 @@ class FsxStore(pulumi.ComponentResource):
             )
         )
 
-        # Persistent file systems are encrypted with a key of ours; scratch ones with FSx's own.
-        key = _storage_key(name, self, f"FSx for Lustre of {args.cluster_name}", args.protect, tags) if persistent else None
+        # Persistent file systems are encrypted with a key of ours; scratch ones with FSx's own. The final
+        # backup is encrypted with the same key and outlives the stack: a key deleted with the stack
+        # (scheduled, 30 days) would leave it unrestorable, so `pulumi destroy` then leaves the key.
+        retain_key = persistent and args.final_backup
+        key = _storage_key(name, self, f"FSx for Lustre of {args.cluster_name}", args.protect, tags, retain=retain_key) if persistent else None
+        self.kms_key_arn: Optional[pulumi.Output[str]] = key.arn if key else None
+        self.kms_key_retained = retain_key
         s3_path = f"s3://{args.s3_bucket}/{args.s3_prefix}".rstrip("/") if args.s3_bucket else None
         self.file_system = aws.fsx.LustreFileSystem(
             f"{name}-fs",
@@ -364,4 +370,4 @@ class FsxStore(pulumi.ComponentResource):
         self.dns_name = self.file_system.dns_name
         self.mount_name = self.file_system.mount_name
         self.security_group_id = sg.id
-        self.register_outputs({"fileSystemId": self.file_system.id, "dnsName": self.file_system.dns_name, "claim": self.CLAIM})
+        self.register_outputs({"fileSystemId": self.file_system.id, "dnsName": self.file_system.dns_name, "claim": self.CLAIM, "kmsKeyArn": self.kms_key_arn})

@@ -312,7 +312,7 @@ class Record:
     options: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "type": self.type,
             "name": self.name,
             "id": self.id,
@@ -320,6 +320,16 @@ class Record:
             "dependsOn": self.depends_on,
             "inputs": self.inputs,
         }
+        # What `pulumi up` and `destroy` do with the resource beyond its inputs, for reviewers of the
+        # plan diff: protect, retainOnDelete, ignoreChanges, deleteBeforeReplace, aliases.
+        shown = {k: v for k, v in self.options.items() if k in RECORDED_OPTIONS}
+        if shown:
+            out["options"] = shown
+        return out
+
+
+# The resource options resources.json records (the provider instance stays in Record.options only).
+RECORDED_OPTIONS = ("protect", "retainOnDelete", "ignoreChanges", "deleteBeforeReplace", "aliases")
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -359,6 +369,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             options["ignoreChanges"] = sorted(request.ignoreChanges)
         if request.deleteBeforeReplace:
             options["deleteBeforeReplace"] = True
+        if request.aliases or request.aliasURNs:
+            options["aliases"] = [*(_alias(a) for a in request.aliases), *({"urn": u} for u in request.aliasURNs)]
         if request.provider:
             # "<provider urn>::<provider id>": which provider instance manages this resource.
             options["provider"] = _ref(request.provider.rsplit("::", 1)[0])
@@ -376,6 +388,15 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             )
         )
         return response
+
+
+def _alias(alias: Any) -> dict[str, Any]:
+    """One alias of a registration as the SDK sent it: ``{"urn": ...}`` or the spec's fields that are set."""
+    if alias.HasField("urn"):
+        return {"urn": alias.urn}
+    spec = alias.spec
+    out: dict[str, Any] = {f.name: v for f, v in spec.ListFields()}
+    return out
 
 
 DYNAMIC_TYPE_PREFIX = "pulumi-python:dynamic"

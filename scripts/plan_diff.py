@@ -135,6 +135,8 @@ def resource_changes(old: dict, new: dict) -> list[str]:
         keys.append("parent")
     if sorted(map(json.dumps, old.get("dependsOn") or [])) != sorted(map(json.dumps, new.get("dependsOn") or [])):
         keys.append("dependsOn")
+    # protect, retainOnDelete, ignoreChanges, deleteBeforeReplace, aliases: what up and destroy do with it.
+    keys += [f"options.{k}" for k in changed_paths(old.get("options") or {}, new.get("options") or {})]
     return keys
 
 

@@ -146,7 +146,7 @@ def _node_group(name: str, cfg: StackConfig, cluster: Cluster, network: Network,
 
 def autoscaled(cfg: StackConfig, g: GpuNodeGroupConfig) -> bool:
     """Whether the Cluster Autoscaler sizes group ``g``."""
-    return cfg.autoscaling.enabled and g.autoscale
+    return cfg.autoscaling.enabled and g.autoscaled
 
 
 def node_resources(g: GpuNodeGroupConfig) -> dict[str, str]:
@@ -332,6 +332,9 @@ def _fsx(s: _Services) -> None:
     s.outputs.update(fsxFileSystemId=fsx.file_system_id, fsxDnsName=fsx.dns_name, fsxClaim=FsxStore.CLAIM)
     s.claims["fsx"] = FsxStore.CLAIM
     s.file_systems["fsx"] = SharedFileSystem("FSxLustre", fsx.file_system_id, fsx.security_group_id, fsx.mount_name)
+    if fsx.kms_key_retained:
+        # The key `pulumi destroy` leaves behind for the final backup (README, "Teardown").
+        s.outputs["fsxBackupKmsKeyArn"] = fsx.kms_key_arn
     s.job_prerequisites.append(fsx)
 
 

@@ -304,6 +304,15 @@ def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list
             problems.append(
                 Problem(f"{k}.capacityReservationId", f"{_fmt(g.capacity_reservation_id)} is not a capacity reservation id like cr-0123456789abcdef0")
             )
+        if g.capacity_type == "capacity-block" and g.autoscale:
+            problems.append(
+                Problem(
+                    f"{k}.autoscale",
+                    "true is not allowed with capacityType 'capacity-block': outside the block's window every launch fails and the "
+                    "autoscaler backs off again and again, and EKS needs the group at desired size 0 before an upgrade. Leave it out "
+                    "(false is the default here) and set desiredSize to the block's instance count for its window, 0 after",
+                )
+            )
         if g.capacity_type == "spot" and g.capacity_reservation_id:
             problems.append(Problem(f"{k}.capacityReservationId", "cannot be used with capacityType 'spot'"))
         pg = g.placement_group

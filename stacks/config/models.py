@@ -11,6 +11,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from facts import catalog, versions
 from jobs.base import JobBase
@@ -118,9 +119,12 @@ class GpuNodeGroupConfig(ConfigModel):
     )
     labels: dict[str, str] = Field(default_factory=dict, description="extra node labels")
     taints: list[Taint] = Field(default_factory=list, description="extra node taints `{key, value, effect}` (the GPU taint is always there)")
-    autoscale: bool = Field(
-        True,
-        description="the Cluster Autoscaler sizes the group between minSize and maxSize (with `autoscaling.enabled`); desiredSize then only sets the first size",
+    autoscale: Optional[bool] = Field(
+        None,
+        description=(
+            "the Cluster Autoscaler sizes the group between minSize and maxSize (with `autoscaling.enabled`); desiredSize then only sets the first size. "
+            "Default true; `capacity-block` groups are never autoscaled (outside the block's window every launch fails): size them with desiredSize"
+        ),
     )
 
     _desired = model_validator(mode="before")(_desired_defaults_to_min)
@@ -130,6 +134,11 @@ class GpuNodeGroupConfig(ConfigModel):
         it = catalog.get(self.instance_type)
         assert it is not None, "validated config always names a catalog type"
         return it
+
+    @property
+    def autoscaled(self) -> bool:
+        """Whether the group is one the Cluster Autoscaler may size (``autoscaling.enabled`` aside)."""
+        return self.capacity_type != "capacity-block" if self.autoscale is None else self.autoscale
 
     @property
     def efa_enabled(self) -> bool:
@@ -224,7 +233,24 @@ class AutoscalingConfig(ConfigModel):
     enabled: bool = Field(True, description="run the Cluster Autoscaler for the GPU groups with `autoscale: true`")
     scale_down_unneeded_time: str = Field("10m", description="how long an idle GPU node stays before it is removed (a duration like `10m`, `1h`)")
     scale_down_delay_after_add: str = Field("10m", description="no scale-down for this long after a scale-up (a duration like `10m`)")
-    expander: Literal["least-waste", "most-pods", "random", "priority"] = Field("least-waste", description="which group grows when several could")
+    expander: Literal["least-waste", "most-pods", "random"] = Field(
+        "least-waste", description="which group grows when several could: `least-waste`, `most-pods` or `random`"
+    )
+
+    @field_validator("expander", mode="before")
+    @classmethod
+    def _no_priority_expander(cls, value: Any) -> Any:
+        """`priority` needs a priorities ConfigMap of ASG-name patterns, which the stack does not
+        make: without one the autoscaler skips the expander and picks at random. The stack's jobs
+        each select one group, so only pods that fit several groups ever reach an expander."""
+        if value == "priority":
+            raise PydanticCustomError(
+                "expander_priority",
+                "the priority expander is not offered: it needs per-group priorities the stack does not take, and "
+                "without them the autoscaler picks at random. Every job of the stack selects its node group, so the "
+                "expander only decides for other pods that fit several groups. Allowed: least-waste, most-pods, random",
+            )
+        return value
 
 
 class MonitoringConfig(ConfigModel):
