@@ -25,10 +25,30 @@ SERVICE_ACCOUNT = "cluster-autoscaler"
 NAMESPACE = "kube-system"
 
 
-def autoscaler_policy(cluster_name: str) -> list[dict[str, Any]]:
+# The value of the discovery tag on the groups the stack autoscales (``autoscaler_template_tags`` in
+# components/node_group.py writes it; the autoscaler's auto-discovery matches the key alone).
+DISCOVERY_TAG_VALUE = "true"
+
+
+def scale_condition(cluster_name: str, discovery_tag: str) -> dict[str, dict[str, str]]:
+    """The IAM condition on the write actions: the Auto Scaling group must carry both EKS's cluster
+    tag and the stack's discovery tag. EKS tags the ASG of every managed node group of the cluster
+    (the system group's too) with ``k8s.io/cluster-autoscaler/<cluster>: owned``; only the GPU groups
+    the stack autoscales also carry the discovery tag. Two keys in one ``StringEquals`` block must
+    both match (AND)."""
+    return {
+        "StringEquals": {
+            f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned",
+            f"aws:ResourceTag/{discovery_tag}": DISCOVERY_TAG_VALUE,
+        }
+    }
+
+
+def autoscaler_policy(cluster_name: str, discovery_tag: str = AUTOSCALE_TAG) -> list[dict[str, Any]]:
     """The least privilege the autoscaler's AWS documentation lists: read the groups, instance types
-    and launch templates everywhere; change desired capacity and terminate instances only in groups
-    of this cluster."""
+    and launch templates everywhere; change desired capacity and terminate instances only in the
+    groups it is meant to scale (the tag conditions of ``scale_condition``), never in the system
+    group or another cluster's."""
     return [
         {
             "Sid": "Discover",
@@ -51,7 +71,7 @@ def autoscaler_policy(cluster_name: str) -> list[dict[str, Any]]:
             "Effect": "Allow",
             "Action": ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
             "Resource": "*",
-            "Condition": {"StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}},
+            "Condition": scale_condition(cluster_name, discovery_tag),
         },
     ]
 
@@ -67,7 +87,7 @@ class ClusterAutoscalerArgs:
     node_selector: dict[str, str]  # where the autoscaler runs (the system nodes)
     scale_down_unneeded_time: str = "10m"  # how long a node must be unneeded before it is removed
     scale_down_delay_after_add: str = "10m"  # no scale-down this long after a scale-up
-    expander: str = "least-waste"  # which group to grow when several fit
+    expander: str = "least-waste"  # which group to grow when several fit (not `priority`: no priorities ConfigMap is written)
     discovery_tag: str = AUTOSCALE_TAG  # our ASG tag marking the groups to autoscale (NodeGroup writes it)
     project_root: Path = Path(".")  # where the chart path is relative to (the program's working directory)
     depends_on: list[pulumi.Resource] = field(default_factory=list)  # what must exist first (the Pod Identity agent, system nodes)
@@ -79,10 +99,15 @@ class ClusterAutoscaler(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ClusterAutoscalerArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gputraining:components:ClusterAutoscaler", name, None, opts)
+        if "priority" in args.expander.split(","):
+            # The chart writes the cluster-autoscaler-priority-expander ConfigMap only from
+            # `expanderPriorities`, which this component does not pass: without it the autoscaler
+            # skips the priority expander and picks at random.
+            raise ValueError(f"{name}: expander {args.expander!r}: the priority expander needs priorities this component does not write")
         role = pod_identity_role(
             f"{name}-role",
             description=f"Cluster Autoscaler of {args.cluster_name}",
-            inline_policy=policy_document(autoscaler_policy(args.cluster_name)),
+            inline_policy=policy_document(autoscaler_policy(args.cluster_name, args.discovery_tag)),
             tags=args.tags,
             parent=self,
         )

@@ -195,14 +195,20 @@ class Cluster(pulumi.ComponentResource):
         )
         return self.coredns
 
-    def add_node_monitoring_agent(self, version: str, after: list[pulumi.Resource]) -> aws.eks.Addon:
+    def add_node_monitoring_agent(self, version: str, configuration_values: Optional[str], after: list[pulumi.Resource]) -> aws.eks.Addon:
         """The EKS node monitoring agent add-on: it reports GPU (XID, NVLink, ...), kernel,
-        network and storage faults as node conditions, which node auto repair acts on."""
+        network and storage faults as node conditions, which node auto repair acts on.
+
+        ``configuration_values`` is the JSON text of the add-on's chart values (None: none sent);
+        EKS validates it against DescribeAddonConfiguration. Its ``dcgm-server``
+        DaemonSet tolerates only ``dcgmAgent.tolerations``: they must cover the GPU nodes' taints.
+        A change is an in-place UpdateAddon, never a replacement."""
         return aws.eks.Addon(
             "cluster-node-monitoring-agent",
             cluster_name=self.cluster_name,
             addon_name="eks-node-monitoring-agent",
             addon_version=version,
+            configuration_values=configuration_values,
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             tags=self._tags,

@@ -58,7 +58,7 @@ def _parse(data: bytes) -> list[dict[str, Any]]:
 class MpiOperatorArgs:
     manifest: Path  # the vendored install manifest of the release
     manifest_sha256: str  # sha256 of that file as pinned in facts/versions.py; any other file is refused
-    version: str  # the release, e.g. "v0.8.0", registered as the component's output
+    version: str  # the release, e.g. "v0.8.2", registered as the component's output
 
 
 # The kinds an operator's install manifest may hold, as typed resources. Anything else is refused,

@@ -48,6 +48,14 @@ class InstanceType:
     # GPUDirect RDMA over EFA (FI_EFA_USE_DEVICE_RDMA=1): A100 (p4d) and newer. Not reported by
     # DescribeInstanceTypes, so it comes from this table.
     efa_rdma: bool = False
+    # The node label value of `k8s.amazonaws.com/accelerator` (the Cluster Autoscaler's GPU label on
+    # AWS) for this type's GPU: the name the autoscaler's AWS provider lists for it (its
+    # availableGPUTypes, cluster-autoscaler/cloudprovider/aws/aws_cloud_provider.go at tag
+    # cluster-autoscaler-1.36.1: nvidia-tesla-{k80,p100,v100,t4,a100}, nvidia-{a10g,l4,l40s}). A GPU
+    # that list lacks (H100, H200) gets `nvidia-<model>` in the list's newer style: the autoscaler
+    # treats any value alike for GPU readiness (it only checks the label is there) and reports the
+    # type as "not-listed" in its metrics. Not reported by DescribeInstanceTypes.
+    accelerator: Optional[str] = None
 
     @property
     def efa_supported(self) -> bool:
@@ -73,7 +81,7 @@ class InstanceType:
 _GIB = 1024
 
 
-def _gpu(name, vcpus, mem_gib, gpus, model, gpu_mem_mib, efa, cards, gbps, rdma=False) -> InstanceType:
+def _gpu(name, vcpus, mem_gib, gpus, model, gpu_mem_mib, efa, cards, gbps, rdma=False, accelerator=None) -> InstanceType:
     return InstanceType(
         name=name,
         vcpus=vcpus,
@@ -85,6 +93,7 @@ def _gpu(name, vcpus, mem_gib, gpus, model, gpu_mem_mib, efa, cards, gbps, rdma=
         network_cards=cards,
         network_gbps=gbps,
         efa_rdma=rdma,
+        accelerator=accelerator,
     )
 
 
@@ -96,16 +105,16 @@ def _cpu(name, vcpus, mem_gib, gbps) -> InstanceType:
 # instance pages; p3.2xlarge/8xlarge/16xlarge are no longer listed by DescribeInstanceTypes in
 # most regions, so their row comes from the EC2 documentation. See ../shared/REFERENCE.md.
 _GPU_ROWS = [
-    #    name             vCPU  GiB   GPUs model   GPU MiB  EFA cards Gbps RDMA
-    _gpu("p3.2xlarge", 8, 61, 1, "V100", 16384, 0, 1, 10),
-    _gpu("p3.8xlarge", 32, 244, 4, "V100", 16384, 0, 1, 10),
-    _gpu("p3.16xlarge", 64, 488, 8, "V100", 16384, 0, 1, 25),
-    _gpu("p3dn.24xlarge", 96, 768, 8, "V100", 32768, 1, 1, 100),
-    _gpu("p4d.24xlarge", 96, 1152, 8, "A100", 40960, 4, 4, 400, rdma=True),
-    _gpu("p4de.24xlarge", 96, 1152, 8, "A100", 81920, 4, 4, 400, rdma=True),
-    _gpu("p5.48xlarge", 192, 2048, 8, "H100", 81920, 32, 32, 3200, rdma=True),
-    _gpu("p5e.48xlarge", 192, 2048, 8, "H200", 144384, 32, 32, 3200, rdma=True),
-    _gpu("p5en.48xlarge", 192, 2048, 8, "H200", 144384, 16, 16, 3200, rdma=True),
+    #    name             vCPU  GiB   GPUs model   GPU MiB  EFA cards Gbps RDMA       accelerator label
+    _gpu("p3.2xlarge", 8, 61, 1, "V100", 16384, 0, 1, 10, accelerator="nvidia-tesla-v100"),
+    _gpu("p3.8xlarge", 32, 244, 4, "V100", 16384, 0, 1, 10, accelerator="nvidia-tesla-v100"),
+    _gpu("p3.16xlarge", 64, 488, 8, "V100", 16384, 0, 1, 25, accelerator="nvidia-tesla-v100"),
+    _gpu("p3dn.24xlarge", 96, 768, 8, "V100", 32768, 1, 1, 100, accelerator="nvidia-tesla-v100"),
+    _gpu("p4d.24xlarge", 96, 1152, 8, "A100", 40960, 4, 4, 400, rdma=True, accelerator="nvidia-tesla-a100"),
+    _gpu("p4de.24xlarge", 96, 1152, 8, "A100", 81920, 4, 4, 400, rdma=True, accelerator="nvidia-tesla-a100"),
+    _gpu("p5.48xlarge", 192, 2048, 8, "H100", 81920, 32, 32, 3200, rdma=True, accelerator="nvidia-h100"),
+    _gpu("p5e.48xlarge", 192, 2048, 8, "H200", 144384, 32, 32, 3200, rdma=True, accelerator="nvidia-h200"),
+    _gpu("p5en.48xlarge", 192, 2048, 8, "H200", 144384, 16, 16, 3200, rdma=True, accelerator="nvidia-h200"),
 ]
 
 # System node group types: general purpose, no GPU. c5.2xlarge is the reference setups' choice.
@@ -175,4 +184,5 @@ def from_describe_instance_types(item: Mapping[str, Any]) -> InstanceType:
         network_cards=int(network.get("MaximumNetworkCards", 1)),
         network_gbps=float(sum(float(c.get("PeakBandwidthInGbps", 0)) for c in network.get("NetworkCards") or [])),
         efa_rdma=known.efa_rdma if known else False,
+        accelerator=known.accelerator if known else None,
     )

@@ -56,3 +56,16 @@ FSX_GB_MONTH: dict[tuple[str, Optional[int]], float] = {
 }
 # EFS bills what is stored ($0.30 per GB-month, Standard): an empty file system costs nothing.
 EFS_GB_MONTH = 0.30
+# Every AWS-provided public IPv4 address, in use or idle, NAT gateways' Elastic IPs included: $0.005
+# per address-hour since 2024-02-01 (AWS News Blog "New - AWS Public IPv4 Address Charge + Public IP
+# Insights", 2023-07-28; Amazon VPC pricing page, "Public IPv4 address"). Each NAT gateway of the
+# stack holds one Elastic IP; nothing else the stack makes has one (a job's LoadBalancer Service
+# aside, which the estimate leaves out).
+PUBLIC_IPV4_HOURLY = 0.005
+# A customer managed KMS key: $1 per key-month, prorated hourly, until it is deleted (a key pending
+# deletion is free). Automatic rotation, on for every key of the stack, adds $1 per month at each of
+# the first two yearly rotations and nothing after (the April 2024 change): $1 in the first year, up
+# to $3 from the third. Requests beyond the free 20,000 per month cost $0.03 per 10,000. Source: AWS
+# KMS pricing page (aws.amazon.com/kms/pricing), key storage and key rotation sections.
+KMS_KEY_MONTH = 1.00
+KMS_KEY_MONTH_AFTER_ROTATIONS = 3.00

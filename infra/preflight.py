@@ -19,22 +19,28 @@ emulator; the region is the stack's ``aws:region``) and prints one line per chec
   usage") covers the instances the stack's enabled ``runtime: sagemaker`` jobs use of each type
   (they all start with the same `pulumi up`);
 - EKS offers the configured Kubernetes version in the region;
+- the version's EKS standard support does not end within ``SUPPORT_WARNING_DAYS`` days (a WARN
+  line, not a failure; a FAIL once it has ended): with the stack's STANDARD upgrade policy EKS
+  then upgrades the control plane itself, and the next refreshed ``pulumi up`` would try to move
+  it back to the pinned version;
 - every pinned managed add-on build (``stacks/addons.py``) is published for that version, and any
   configuration values the stack sends fit the build's configuration schema.
 
-A check the endpoint cannot answer (an emulator that does not implement the call) is a SKIP.
-Exit codes: 0 every check passed or was skipped; 1 a check failed, or no usable credentials;
+A check the endpoint cannot answer (an emulator that does not implement the call) is a SKIP; a WARN
+is something to act on soon that does not block a deploy.
+Exit codes: 0 every check passed, warned or was skipped; 1 a check failed, or no usable credentials;
 2 invalid config (messages on stderr).
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import re
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, TextIO
 
@@ -44,7 +50,11 @@ from stacks.config.jobs import sagemaker_jobs
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
 
-PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+PASS, FAIL, SKIP, WARN = "PASS", "FAIL", "SKIP", "WARN"
+
+# How long before the end of the pinned Kubernetes version's EKS standard support preflight warns:
+# enough for a version bump through a pull request and a deploy (facts/versions.py has the dates).
+SUPPORT_WARNING_DAYS = 60
 
 # EC2 vCPU quotas by instance family letter (Service Quotas, service code "ec2").
 QUOTAS: dict[str, dict[str, tuple[str, str]]] = {
@@ -69,7 +79,7 @@ _SERVER_ERRORS = {"InternalFailure", "InternalError", "InternalServerError", "Se
 class CheckResult:
     """One line of the report."""
 
-    status: str  # PASS, FAIL or SKIP
+    status: str  # PASS, FAIL, SKIP or WARN
     check: str  # what was checked
     detail: str  # what was found
     fix: str = ""  # on FAIL: what to do
@@ -80,7 +90,7 @@ class CheckResult:
 
     def line(self) -> str:
         text = f"{self.status}  {self.check}: {self.detail}"
-        if self.status == FAIL and self.fix:
+        if self.status in (FAIL, WARN) and self.fix:
             text += f" -> {self.fix}"
         return text
 
@@ -167,6 +177,11 @@ def _paginate(client: Any, operation: str, key: str, **kwargs: Any) -> list[Any]
 # ---------------------------------------------------------------------------------------------
 
 
+def current_date() -> datetime.date:
+    """The date the support window is measured from (a function, so tests can fix it)."""
+    return datetime.date.today()
+
+
 @dataclass
 class _Context:
     cfg: stack_config.StackConfig
@@ -176,6 +191,9 @@ class _Context:
     offered: dict[str, set[str]]  # type -> AZs of the region offering it
     gpu_az: Optional[str] = None
     subnet_azs: Optional[list[str]] = None
+    today: datetime.date = field(default_factory=lambda: current_date())
+    # What EKS's DescribeClusterVersions said of the configured version, when it answered.
+    eks_version: Optional[dict[str, Any]] = None
 
     def client(self, service: str) -> Any:
         return self.session.client(service, region_name=self.cfg.region)
@@ -577,6 +595,7 @@ def _check_kubernetes(ctx: _Context) -> list[CheckResult]:
                     f"set cluster.kubernetesVersion in {ctx.stack_file} to an offered version",
                 )
             ]
+        ctx.eks_version = match[0]
         status = str(match[0].get("versionStatus") or match[0].get("status") or "").lower().replace("_", "-")
         if status == "unsupported":
             return [
@@ -589,6 +608,60 @@ def _check_kubernetes(ctx: _Context) -> list[CheckResult]:
         return [CheckResult(PASS, check, f"offered ({status or 'status not reported'})")]
 
     return _guard(check, "eks DescribeClusterVersions", "eks:DescribeClusterVersions", run)
+
+
+def _as_date(value: Any) -> Optional[datetime.date]:
+    """A date from what botocore parses a timestamp into (a datetime), or an ISO date string."""
+    if isinstance(value, datetime.datetime):
+        return value.date()
+    if isinstance(value, datetime.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return datetime.date.fromisoformat(value[:10])
+        except ValueError:
+            return None
+    return None
+
+
+def support_window(version: str, today: datetime.date, ends: Optional[datetime.date] = None, stack_file: str = "Pulumi.<stack>.yaml") -> CheckResult:
+    """How far the end of ``version``'s EKS standard support is: PASS when more than
+    ``SUPPORT_WARNING_DAYS`` away, WARN within them, FAIL once it has come. ``ends``: the date EKS
+    reports, else the one pinned in facts/versions.py."""
+    from facts import versions
+
+    check = f"EKS standard support of Kubernetes {version}"
+    pinned = versions.KUBERNETES_STANDARD_SUPPORT_ENDS.get(version)
+    end = ends or pinned
+    if end is None:
+        return CheckResult(SKIP, check, "no end date known (not in facts/versions.py KUBERNETES_STANDARD_SUPPORT_ENDS, and EKS did not say)")
+    source = "EKS reports" if ends is not None else "pinned in facts/versions.py"
+    if ends is not None and pinned is not None and ends != pinned:
+        source += f"; facts/versions.py pins {pinned.isoformat()}: update it"
+    left = (end - today).days
+    bump = f"set cluster.kubernetesVersion in {stack_file} to the next minor (one facts/versions.py supports) and `pulumi up`"
+    if left <= 0:
+        return CheckResult(
+            FAIL,
+            check,
+            f"ended {end.isoformat()} ({source}): with the STANDARD upgrade policy EKS upgrades the control plane to the next minor, "
+            f"and `pulumi up` with {version} pinned would try to downgrade it",
+            bump,
+        )
+    if left <= SUPPORT_WARNING_DAYS:
+        return CheckResult(
+            WARN,
+            check,
+            f"ends {end.isoformat()}, in {_n(left, 'day')} ({source}); then EKS upgrades the control plane itself and the next refreshed "
+            f"`pulumi up` would try to downgrade it",
+            bump + " before then",
+        )
+    return CheckResult(PASS, check, f"ends {end.isoformat()}, in {_n(left, 'day')} ({source})")
+
+
+def _check_support_window(ctx: _Context) -> list[CheckResult]:
+    ends = _as_date((ctx.eks_version or {}).get("endOfStandardSupportDate"))
+    return [support_window(ctx.cfg.cluster.kubernetes_version, ctx.today, ends, ctx.stack_file)]
 
 
 def _check_addons(ctx: _Context) -> list[CheckResult]:
@@ -645,8 +718,9 @@ def _addon_configuration_line(eks: Any, pin: Any, check: str) -> list[CheckResul
     return [CheckResult(PASS, check, "valid for the build's configuration schema")]
 
 
-def run_checks(cfg: stack_config.StackConfig, session: Any, stack_file: Optional[str] = None) -> list[CheckResult]:
+def run_checks(cfg: stack_config.StackConfig, session: Any, stack_file: Optional[str] = None, today: Optional[datetime.date] = None) -> list[CheckResult]:
     """Run every check against the account and region ``session`` reaches; one result per line.
+    ``today``: the date the support window is measured from (default: today).
 
     AWS errors of a single call become that check's FAIL (or SKIP when the endpoint does not
     implement it); credential and connection errors (botocore's own) propagate.
@@ -670,11 +744,14 @@ def run_checks(cfg: stack_config.StackConfig, session: Any, stack_file: Optional
         results += _check_placement(ctx)
     else:
         ctx = _Context(cfg, session, stack_file, [], {})
+    if today is not None:
+        ctx.today = today
     results += _guard("EFA support", "ec2 DescribeInstanceTypes", "ec2:DescribeInstanceTypes", lambda: _check_efa(ctx))
     results += _check_quotas(ctx)
     results += _check_sagemaker_quotas(ctx)
     results += _check_reservations(ctx)
     results += _check_kubernetes(ctx)
+    results += _check_support_window(ctx)
     results += _check_addons(ctx)
     return results
 
@@ -691,7 +768,8 @@ def report(results: list[CheckResult], out: TextIO) -> int:
     failed = [r for r in results if r.status == FAIL]
     skipped = sum(1 for r in results if r.status == SKIP)
     passed = sum(1 for r in results if r.status == PASS)
-    tail = f"{passed} checks passed, {skipped} skipped"
+    warned = sum(1 for r in results if r.status == WARN)
+    tail = f"{passed} checks passed, {skipped} skipped" + (f", {_n(warned, 'warning')}" if warned else "")
     if failed:
         out.write(f"Not ready: {len(failed)} check(s) failed ({tail}).\n")
         return EXIT_FAILED

@@ -5,10 +5,13 @@ registers, so the two cannot drift apart."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from facts import versions
+from facts.kube import GPU_TAINT
+from jobs.base import toleration
 from stacks.config import StackConfig
 
 
@@ -31,7 +34,7 @@ def addon_pins(cfg: StackConfig) -> list[AddonPin]:
         AddonPin("eks-pod-identity-agent", versions.POD_IDENTITY_AGENT_ADDON),
     ]
     if cfg.gpu_node_groups:
-        pins.append(AddonPin("eks-node-monitoring-agent", versions.NODE_MONITORING_AGENT_ADDON[k8s]))
+        pins.append(AddonPin("eks-node-monitoring-agent", versions.NODE_MONITORING_AGENT_ADDON[k8s], node_monitoring_agent_values(cfg)))
     if cfg.storage.efs.enabled:
         pins.append(AddonPin("aws-efs-csi-driver", versions.EFS_CSI_ADDON))
     if cfg.storage.fsx.enabled:
@@ -41,7 +44,27 @@ def addon_pins(cfg: StackConfig) -> list[AddonPin]:
     return pins
 
 
+def node_monitoring_agent_values(cfg: StackConfig) -> dict[str, Any]:
+    """The node monitoring agent's chart values: its ``dcgm-server`` DaemonSet (the DCGM host engine
+    the agent's GPU checks talk to) takes tolerations only from ``dcgmAgent.tolerations`` (default
+    none), so without them it never runs on GPU nodes, the agent reports DCGMError and node auto
+    repair reboots or replaces every GPU node. One toleration per taint a GPU node carries: the GPU
+    taint, then each group's own taints in config order, each once."""
+    tolerations: list[dict[str, str]] = []
+    for taint in [GPU_TAINT, *(t.model_dump() for g in cfg.gpu_node_groups for t in g.taints)]:
+        if (wanted := toleration(taint)) not in tolerations:
+            tolerations.append(wanted)
+    return {"dcgmAgent": {"tolerations": tolerations}}
+
+
 def addon_version(cfg: StackConfig, name: str) -> str:
     """The build of add-on ``name`` the stack installs (the environment wiring reads it here, so the
     program and preflight pin the same builds)."""
     return next(p.version for p in addon_pins(cfg) if p.name == name)
+
+
+def addon_configuration(cfg: StackConfig, name: str) -> Optional[str]:
+    """The configuration values of add-on ``name`` as the JSON text EKS takes (None: none sent);
+    from the same pin preflight validates."""
+    values = next(p.configuration_values for p in addon_pins(cfg) if p.name == name)
+    return None if values is None else json.dumps(values, sort_keys=True)

@@ -1,7 +1,9 @@
 """What a stack costs per hour, from its config and the pinned prices (facts/prices.py): at idle
-(control plane, system nodes, NAT gateways, FSx, root volumes, GPU groups at their minimum) and
-with every group at its maximum, per group. Spot groups are priced at the on-demand rate (an upper
-bound); capacity blocks are paid up front and not priced here."""
+(control plane, system nodes, NAT gateways and their public IPv4 addresses, KMS keys, FSx, root
+volumes, GPU groups at their minimum) and with every group at its maximum, per group. Spot groups
+are priced at the on-demand rate (an upper bound); capacity blocks are paid up front and not priced
+here. What the stack also pays for but the estimate does not count (usage-billed: logs, metrics,
+backups, data, SageMaker runs) is listed by name in ``Cost.omitted``."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ class Line:
 class Cost:
     lines: list[Line] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    omitted: list[str] = field(default_factory=list)  # what the stack pays for that is not counted, and how it is billed
 
     @property
     def idle(self) -> float:
@@ -40,6 +43,7 @@ class Cost:
             "maximumPerHour": self.maximum,
             "lines": [{"what": line.what, "idlePerHour": line.idle, "maximumPerHour": line.maximum} for line in self.lines],
             "notes": list(self.notes),
+            "omitted": list(self.omitted),
         }
 
 
@@ -59,6 +63,15 @@ def estimate(cfg: StackConfig) -> Cost:
     cost.lines.append(Line("EKS control plane", prices.EKS_CLUSTER_HOURLY, prices.EKS_CLUSTER_HOURLY))
     nat = cfg.network.availability_zone_count if cfg.network.nat_gateways == "perAz" else 1
     cost.lines.append(Line(f"NAT gateways ({nat})", nat * prices.NAT_GATEWAY_HOURLY, nat * prices.NAT_GATEWAY_HOURLY))
+    ipv4 = round(nat * prices.PUBLIC_IPV4_HOURLY, 4)
+    cost.lines.append(Line(f"public IPv4 addresses ({nat}, the NAT gateways' Elastic IPs)", ipv4, ipv4))
+    keys = kms_keys(cfg)
+    kms = round(len(keys) * prices.KMS_KEY_MONTH / prices.HOURS_PER_MONTH, 4)
+    cost.lines.append(Line(f"KMS keys ({len(keys)}: {', '.join(keys)})", kms, kms))
+    cost.notes.append(
+        f"KMS keys: ${prices.KMS_KEY_MONTH:.0f} per key-month in the first year; yearly rotation (on) raises it to "
+        f"${prices.KMS_KEY_MONTH_AFTER_ROTATIONS:.0f} from the third year"
+    )
     s = cfg.system_node_group
     _nodes("system nodes", s.instance_type, s.desired_size, s.max_size, s.disk_size_gib, cost)
     for g in cfg.gpu_node_groups:
@@ -77,11 +90,50 @@ def estimate(cfg: StackConfig) -> Cost:
         else:
             hourly = round(f.storage_capacity_gib * per_gb / prices.HOURS_PER_MONTH, 4)
             cost.lines.append(Line(f"FSx for Lustre ({f.deployment_type}, {f.storage_capacity_gib} GiB)", hourly, hourly))
-    if cfg.storage.efs.enabled:
-        cost.notes.append(f"EFS bills what is stored (${prices.EFS_GB_MONTH:.2f} per GB-month): nothing when empty")
     if cfg.region != prices.PRICES_REGION:
         cost.notes.append(f"prices are {prices.PRICES_REGION}'s; the stack is in {cfg.region}")
+    cost.omitted += omitted(cfg)
     return cost
+
+
+def kms_keys(cfg: StackConfig) -> list[str]:
+    """The customer managed KMS keys the stack creates: the cluster's secrets key, and a key for EFS
+    and for a PERSISTENT FSx file system (scratch ones use FSx's own key)."""
+    keys = ["EKS secrets"]
+    if cfg.storage.efs.enabled:
+        keys.append("EFS")
+    if cfg.storage.fsx.enabled and cfg.storage.fsx.deployment_type.startswith("PERSISTENT"):
+        keys.append("FSx")
+    return keys
+
+
+def omitted(cfg: StackConfig) -> list[str]:
+    """What the stack pays for that the estimate leaves out (all billed by use), one entry each."""
+    from stacks.config.jobs import sagemaker_jobs
+
+    out = [
+        "NAT gateway data processing (per GB through the NAT gateways) and data transfer (out to the internet, across AZs)",
+        f"EKS control-plane logs (all five types) in CloudWatch Logs: per GB ingested and stored (kept {cfg.cluster.log_retention_days} days)",
+    ]
+    if cfg.monitoring.enabled:
+        out.append(
+            f"Container Insights (CloudWatch observability add-on): metrics per metric-month, container logs per GB ingested and "
+            f"stored (kept {cfg.monitoring.log_retention_days} days)" + ("; the dashboard per dashboard-month" if cfg.monitoring.dashboard else "")
+        )
+    if cfg.storage.efs.enabled:
+        out.append(f"EFS storage: what is stored (${prices.EFS_GB_MONTH:.2f} per GB-month, Standard); nothing when empty")
+    f = cfg.storage.fsx
+    if f.enabled and f.deployment_type.startswith("PERSISTENT") and (f.backup_retention_days or f.final_backup):
+        kinds = ([f"daily, kept {f.backup_retention_days} days"] if f.backup_retention_days else []) + (["a final backup on delete"] if f.final_backup else [])
+        out.append(f"FSx backups ({', '.join(kinds)}): per GB-month of backup storage")
+    jobs = sagemaker_jobs(cfg.jobs, cfg.gpu_node_groups, cfg.region, cfg.cluster_name, {})
+    if jobs:
+        runs = ", ".join(f"{j.job} on {j.instance_count} x {j.instance_type}" + (" (spot)" if j.spot else "") for j in jobs)
+        out.append(f"SageMaker training jobs ({runs}): per instance-second while each runs")
+    exposed = [j.name for j in cfg.jobs if j.enabled and getattr(j, "expose", False)]
+    if exposed:
+        out.append(f"load balancers of exposed jobs ({', '.join(exposed)}): per hour and per LCU, with their public IPv4 addresses")
+    return out
 
 
 def describe(cost: Cost) -> str:
@@ -94,4 +146,5 @@ def describe(cost: Cost) -> str:
         top = "n/a" if line.maximum is None else f"${line.maximum:.2f}"
         out.append(f"  {line.what}: idle {idle}, maximum {top}")
     out += [f"  note: {n}" for n in cost.notes]
+    out += [f"  not counted: {o}" for o in cost.omitted]
     return "\n".join(out) + "\n"

@@ -28,7 +28,7 @@ from facts import versions
 from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_2MI_PAGES, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
 from facts.paths import PROJECT_ROOT
 from jobs.base import JobsContext
-from stacks.addons import addon_version
+from stacks.addons import addon_configuration, addon_version
 from stacks.config import GpuNodeGroupConfig, StackConfig
 from stacks.config.jobs import job_targets, runtime_of, sagemaker_jobs
 from stacks.placement import Placement, PlacementError, resolve_placement
@@ -61,7 +61,8 @@ def build(cfg: StackConfig, placement: Optional[Placement] = None) -> dict[str, 
     cluster.add_coredns(after=[system])
     gpu_groups = {g.name: _gpu_node_group(g, gpu_az, cfg, cluster, network, tags) for g in cfg.gpu_node_groups}
     if gpu_groups:
-        cluster.add_node_monitoring_agent(addon_version(cfg, "eks-node-monitoring-agent"), after=[system])
+        agent = "eks-node-monitoring-agent"
+        cluster.add_node_monitoring_agent(addon_version(cfg, agent), addon_configuration(cfg, agent), after=[system])
 
     services = build_services(cfg, gpu_az, network, cluster, system, tags)
 
@@ -188,7 +189,8 @@ def _gpu_node_group(g: GpuNodeGroupConfig, gpu_az: str, cfg: StackConfig, cluste
         gpu=True,
         group_name=g.name,
         # The autoscaler's GPU label: it waits for the device plugin on a new node instead of adding more.
-        labels={**g.labels, ACCELERATOR_LABEL: f"nvidia-{(g.instance.gpu_model or 'gpu').lower()}"},
+        # The value is the catalog's (the name the autoscaler's AWS provider knows the GPU by).
+        labels={**g.labels, **({ACCELERATOR_LABEL: g.instance.accelerator} if g.instance.accelerator else {})},
         autoscale_resources=node_resources(g) if autoscaled(cfg, g) else None,
         taints=[t.model_dump() for t in g.taints],
     )
@@ -330,11 +332,11 @@ def _fsx(s: _Services) -> None:
         opts=s.k8s_component,
     )
     s.outputs.update(fsxFileSystemId=fsx.file_system_id, fsxDnsName=fsx.dns_name, fsxClaim=FsxStore.CLAIM)
-    s.claims["fsx"] = FsxStore.CLAIM
-    s.file_systems["fsx"] = SharedFileSystem("FSxLustre", fsx.file_system_id, fsx.security_group_id, fsx.mount_name)
     if fsx.kms_key_retained:
         # The key `pulumi destroy` leaves behind for the final backup (README, "Teardown").
         s.outputs["fsxBackupKmsKeyArn"] = fsx.kms_key_arn
+    s.claims["fsx"] = FsxStore.CLAIM
+    s.file_systems["fsx"] = SharedFileSystem("FSxLustre", fsx.file_system_id, fsx.security_group_id, fsx.mount_name)
     s.job_prerequisites.append(fsx)
 
 
@@ -374,12 +376,12 @@ def _etcd(s: _Services) -> None:
             namespace=s.namespace.metadata.name,
             namespace_name=s.cfg.services.training_namespace,
             image=versions.ETCD_IMAGE,
+            member_image=versions.ETCD_MEMBER_IMAGE,
             replicas=e.replicas,
             cpu=e.cpu,
             memory=e.memory,
             node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
         ),
-            member_image=versions.ETCD_MEMBER_IMAGE,
         opts=s.k8s_component,
     )
     s.outputs["etcdEndpoint"] = etcd.endpoint

@@ -113,13 +113,16 @@ def test_the_check_fails_without_the_efa_and_huge_page_tags(plan):
 
 def test_template_tags_carry_the_accelerator_label_and_the_groups_facts(plan):
     node = template_nodes(plan)["p4d"]
-    assert node["labels"]["k8s.amazonaws.com/accelerator"] == "nvidia-a100"
+    assert node["labels"]["k8s.amazonaws.com/accelerator"] == "nvidia-tesla-a100" == catalog.get("p4d.24xlarge").accelerator
     assert node["tags"]["gputraining/autoscale"] == "true"
     assert node["resources"]["vpc.amazonaws.com/efa"] == catalog.get("p4d.24xlarge").efa_interfaces
     assert node["resources"]["hugepages-2Mi"] == 5128 * 2
     # The real nodes carry the same label (the autoscaler waits for their device plugin).
     (ng,) = [r for r in plan.of_type(NODE_GROUP) if r.name == "gpu-p4d-mng"]
-    assert ng.inputs["labels"]["k8s.amazonaws.com/accelerator"] == "nvidia-a100"
+    assert ng.inputs["labels"]["k8s.amazonaws.com/accelerator"] == "nvidia-tesla-a100"
+    (p3dn,) = [r for r in plan.of_type(NODE_GROUP) if r.name == "gpu-p3dn-mng"]
+    assert p3dn.inputs["labels"]["k8s.amazonaws.com/accelerator"] == "nvidia-tesla-v100"
+    assert template_nodes(plan)["p3dn"]["labels"]["k8s.amazonaws.com/accelerator"] == "nvidia-tesla-v100"
 
 
 def test_pulumi_leaves_the_desired_size_of_autoscaled_groups_alone(plan):
@@ -145,7 +148,9 @@ def test_the_autoscaler_role_has_the_least_privilege_its_docs_list(plan):
     read, scale = doc["Statement"]
     assert "autoscaling:SetDesiredCapacity" not in read["Action"] and "eks:DescribeNodegroup" in read["Action"]
     assert scale["Action"] == ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"]
-    assert scale["Condition"] == {"StringEquals": {"aws:ResourceTag/k8s.io/cluster-autoscaler/gpu-training-dev": "owned"}}
+    assert scale["Condition"] == {
+        "StringEquals": {"aws:ResourceTag/k8s.io/cluster-autoscaler/gpu-training-dev": "owned", "aws:ResourceTag/gputraining/autoscale": "true"}
+    }
     assert "FullAccess" not in json.dumps(doc)
     (assoc,) = [r for r in plan.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation") if r.parent["name"] == "cluster-autoscaler"]
     assert (assoc.inputs["namespace"], assoc.inputs["serviceAccount"]) == ("kube-system", "cluster-autoscaler")
@@ -168,3 +173,107 @@ def test_durations_are_checked(key, value):
     with pytest.raises(ConfigError) as info:
         run_stack(minimal_values(autoscaling={key: value}))
     assert [p.key for p in info.value.problems] == [f"{NS}:autoscaling.{key}"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Who the autoscaler may scale: its policy evaluated against each group's ASG tags
+# ----------------------------------------------------------------------------------------------
+
+
+# The tags EKS itself puts on the Auto Scaling group of every managed node group (EKS user guide,
+# "Managed node groups": "Amazon EKS tags managed node group resources so that they are configured
+# to use the Kubernetes Cluster Autoscaler"), the system group's included.
+def eks_asg_tags(cluster: str, nodegroup: str) -> dict[str, str]:
+    return {
+        "eks:cluster-name": cluster,
+        "eks:nodegroup-name": nodegroup,
+        "k8s.io/cluster-autoscaler/enabled": "true",
+        f"k8s.io/cluster-autoscaler/{cluster}": "owned",
+    }
+
+
+def allowed(statements: list[dict[str, Any]], action: str, asg_tags: dict[str, str]) -> bool:
+    """A small IAM evaluator for one identity policy: is ``action`` on an Auto Scaling group with
+    these tags allowed? Explicit Deny wins, then any matching Allow; no match is an implicit deny.
+    Knows the condition operators the stack uses (StringEquals, StringLike) and refuses others."""
+    import fnmatch
+
+    def matches(stmt: dict[str, Any]) -> bool:
+        actions = stmt["Action"] if isinstance(stmt["Action"], list) else [stmt["Action"]]
+        if not any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in actions):
+            return False
+        resources = stmt["Resource"] if isinstance(stmt["Resource"], list) else [stmt["Resource"]]
+        if "*" not in resources:
+            return False  # every statement of this policy is on "*"; an ARN would need the group's ARN
+        for operator, keys in (stmt.get("Condition") or {}).items():
+            if operator not in ("StringEquals", "StringLike"):
+                raise AssertionError(f"the evaluator does not know {operator}")
+            for key, want in keys.items():
+                prefix = "aws:resourcetag/"
+                assert key.lower().startswith(prefix), key
+                have = asg_tags.get(key[len(prefix) :])  # tag keys are case-sensitive
+                wants = want if isinstance(want, list) else [want]
+                if have is None:
+                    return False
+                if operator == "StringEquals" and have not in wants:
+                    return False
+                if operator == "StringLike" and not any(fnmatch.fnmatchcase(have, w) for w in wants):
+                    return False
+        return True
+
+    hits = [s for s in statements if matches(s)]
+    return not any(s["Effect"] == "Deny" for s in hits) and any(s["Effect"] == "Allow" for s in hits)
+
+
+def asg_tags_by_group(plan, cluster: str) -> dict[str, dict[str, str]]:
+    """Config group name -> the tags its ASG ends up with: EKS's own plus the ones the plan adds."""
+    out = {}
+    # The system group is pulumi-eks' ManagedNodeGroup, the GPU groups EKS's NodeGroup resource.
+    for ng in plan.of_type(NODE_GROUP) + plan.of_type("eks:index:ManagedNodeGroup"):
+        group = ng.inputs["labels"]["gputraining/node-group"]
+        tags = eks_asg_tags(cluster, ng.inputs.get("nodeGroupName") or ng.name)
+        tags.update({t.inputs["tag"]["key"]: t.inputs["tag"]["value"] for t in plan.of_type(TAG) if t.parent["name"] == ng.parent["name"]})
+        out[group] = tags
+    return out
+
+
+def autoscaler_statements(plan) -> list[dict[str, Any]]:
+    (policy,) = [r for r in plan.of_type(ROLE_POLICY) if r.parent["name"] == "cluster-autoscaler"]
+    return json.loads(policy.inputs["policy"])["Statement"]
+
+
+WRITE_ACTIONS = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup")
+
+
+def test_the_autoscaler_may_resize_only_the_autoscaled_gpu_groups_not_the_system_group(plan):
+    cluster = plan.outputs["clusterName"]
+    statements = autoscaler_statements(plan)
+    tags = asg_tags_by_group(plan, cluster)
+    assert set(tags) == {"system", "p4d", "p3dn"}
+    for action in WRITE_ACTIONS:
+        assert not allowed(statements, action, tags["system"]), action
+        assert allowed(statements, action, tags["p4d"]), action
+        assert allowed(statements, action, tags["p3dn"]), action
+        # Another cluster's autoscaled group (same project tag, other cluster tag): no.
+        other = {k.replace(cluster, "other-cluster"): v for k, v in tags["p4d"].items()}
+        assert not allowed(statements, action, other), action
+    # Reading stays open: the autoscaler lists every group to find its own.
+    assert allowed(statements, "autoscaling:DescribeAutoScalingGroups", tags["system"])
+    assert allowed(statements, "eks:DescribeNodegroup", {})
+    # The evaluator is not vacuous: with the cluster condition alone (the earlier policy), the
+    # system group was in reach.
+    cluster_only = [
+        {**s, "Condition": {"StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster}": "owned"}}} if "Condition" in s else s for s in statements
+    ]
+    assert allowed(cluster_only, "autoscaling:SetDesiredCapacity", tags["system"])
+
+
+def test_a_group_with_autoscale_off_is_out_of_the_autoscalers_reach():
+    values = dev_values()
+    values[f"{NS}:gpuNodeGroups"][1]["autoscale"] = False  # p3dn
+    plan = run_stack(values, stack="dev")
+    tags = asg_tags_by_group(plan, plan.outputs["clusterName"])
+    statements = autoscaler_statements(plan)
+    assert allowed(statements, "autoscaling:SetDesiredCapacity", tags["p4d"])
+    assert not allowed(statements, "autoscaling:SetDesiredCapacity", tags["p3dn"])
+    assert not allowed(statements, "autoscaling:TerminateInstanceInAutoScalingGroup", tags["p3dn"])

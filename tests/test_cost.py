@@ -11,7 +11,7 @@ from facts import catalog, prices
 from stacks import cost
 from stacks.config import load
 from stacks.config.stackfile import read_stack_config
-from tests.conftest import ROOT, minimal_values
+from tests.conftest import NS, ROOT, minimal_values
 
 
 def cfg_of(stack: str):
@@ -28,8 +28,10 @@ def test_dev_idles_without_a_gpu_node():
     c = cost.estimate(cfg_of("dev"))
     gpu = [line for line in c.lines if line.what.startswith("GPU group")]
     assert gpu and all(line.idle == 0 for line in gpu)
-    expected_idle = 0.10 + 0.045 + 2 * (0.34 + 100 * 0.08 / 730) + 1200 * 0.140 / 730
-    assert c.idle == pytest.approx(expected_idle, abs=0.01)
+    # control plane, one NAT gateway and its public IPv4 address, two KMS keys (EKS secrets, EFS),
+    # two system nodes with their root volumes, SCRATCH_2 FSx.
+    expected_idle = 0.10 + 0.045 + 0.005 + 2 * 1.00 / 730 + 2 * (0.34 + 100 * 0.08 / 730) + 1200 * 0.140 / 730
+    assert c.idle == pytest.approx(expected_idle, abs=0.005)
     # At the maximum: both GPU groups full (p3dn is spot: priced at on-demand, an upper bound).
     p4d = next(line for line in gpu if "p4d" in line.what)
     assert p4d.maximum == pytest.approx(2 * (21.95764 + 500 * 0.08 / 730), abs=0.001)
@@ -85,3 +87,89 @@ def test_the_pr_diff_shows_the_change_in_cost(tmp_path):
     plan_diff.main([str(base), str(head)], out=out)
     assert "every group at its maximum $100.00/h → $144.02/h (**+$44.02/h**)" in out.getvalue()
     assert "idle $1.08/h;" in out.getvalue()
+
+
+# ----------------------------------------------------------------------------------------------
+# Public IPv4, KMS keys, and what the estimate leaves out
+# ----------------------------------------------------------------------------------------------
+
+
+def _line(c, prefix: str):
+    (line,) = [line for line in c.lines if line.what.startswith(prefix)]
+    return line
+
+
+def test_public_ipv4_and_kms_keys_are_priced_from_their_pins():
+    assert prices.PUBLIC_IPV4_HOURLY == 0.005 and prices.KMS_KEY_MONTH == 1.00
+    dev, prod = cost.estimate(cfg_of("dev")), cost.estimate(cfg_of("prod"))
+    assert _line(dev, "public IPv4 addresses (1,").idle == pytest.approx(0.005)
+    assert _line(prod, "public IPv4 addresses (3,").idle == pytest.approx(3 * 0.005)  # one NAT gateway per AZ
+    assert _line(dev, "KMS keys (2: EKS secrets, EFS)").idle == pytest.approx(2 / 730, abs=1e-4)
+    assert _line(prod, "KMS keys (3: EKS secrets, EFS, FSx)").maximum == pytest.approx(3 / 730, abs=1e-4)
+    assert any("$3 from the third year" in n for n in dev.notes)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param(None, id="dev"),
+        pytest.param("prod", id="prod"),
+        pytest.param({"efs": {"enabled": False}, "fsx": {"enabled": False}}, id="no-storage"),
+        pytest.param({"fsx": {"deploymentType": "PERSISTENT_2", "perUnitStorageThroughput": 125, "storageCapacityGiB": 1200}}, id="persistent-fsx"),
+    ],
+)
+def test_the_kms_keys_priced_are_the_keys_the_program_creates(values):
+    from tests.conftest import dev_values, run_stack
+
+    if values == "prod":
+        stack, config = "prod", read_stack_config("prod", ROOT)[1]
+    elif values:
+        stack, config = "test", minimal_values(storage=values)
+    else:
+        stack, config = "dev", dev_values()
+    cfg = load(config, "gpu-training", stack)
+    plan = run_stack(config, stack=stack)
+    assert len(cost.kms_keys(cfg)) == len(plan.of_type("aws:kms/key:Key"))
+    nat = len(plan.of_type("aws:ec2/natGateway:NatGateway"))
+    assert len(plan.of_type("aws:ec2/eip:Eip")) == nat
+    assert _line(cost.estimate(cfg), "public IPv4 addresses").idle == pytest.approx(nat * prices.PUBLIC_IPV4_HOURLY)
+
+
+def test_what_is_left_out_is_named():
+    dev = cost.estimate(cfg_of("dev"))
+    text = " | ".join(dev.omitted)
+    for what in ("NAT gateway data processing", "EKS control-plane logs", "Container Insights", "EFS storage"):
+        assert what in text, what
+    assert "FSx backups" not in text and "SageMaker" not in text  # dev: scratch FSx, SageMaker jobs disabled
+    prod = " | ".join(cost.estimate(cfg_of("prod")).omitted)
+    assert "FSx backups (daily, kept 14 days, a final backup on delete)" in prod
+
+
+def test_enabled_sagemaker_jobs_and_exposed_jobs_are_named_as_left_out():
+    from tests.conftest import dev_values
+
+    values = dev_values()
+    for job in values[f"{NS}:jobs"]:
+        if job.get("runtime") == "sagemaker":
+            job["enabled"] = True
+    values[f"{NS}:jobs"].append({"name": "board", "kind": "tensorboard", "volume": "efs", "logPath": "logs/x", "expose": True})
+    c = cost.estimate(load(values, "gpu-training", "dev"))
+    (sm,) = [o for o in c.omitted if o.startswith("SageMaker training jobs")]
+    assert "maskrcnn-sagemaker on " in sm and "resnet50-hybrid on " in sm and "x ml.p" in sm and "per instance-second" in sm
+    assert [o for o in c.omitted if o.startswith("load balancers of exposed jobs")] == [
+        "load balancers of exposed jobs (board): per hour and per LCU, with their public IPv4 addresses"
+    ]
+    without = cost.estimate(load(dev_values(), "gpu-training", "dev"))
+    assert not any(o.startswith(("SageMaker", "load balancers")) for o in without.omitted)
+
+
+def test_the_plan_output_and_cost_json_list_what_is_left_out(tmp_path):
+    from infra import plan as plan_mod
+
+    out = io.StringIO()
+    assert plan_mod.run_cli("dev", str(tmp_path), stdout=out) == 0
+    text = out.getvalue()
+    assert "  public IPv4 addresses (1, the NAT gateways' Elastic IPs): idle $0.01" in text
+    assert "  not counted: Container Insights" in text and "  not counted: EKS control-plane logs" in text
+    data = json.loads((tmp_path / "cost.json").read_text())
+    assert data["omitted"] == cost.estimate(cfg_of("dev")).omitted and len(data["omitted"]) >= 4

@@ -161,3 +161,73 @@ def test_the_plan_command_writes_what_the_releases_install(tmp_path, capsys):
 def test_without_helm_the_plan_says_so(plan, tmp_path):
     note = releases.render(plan, versions.KUBERNETES_DEFAULT, helm=tmp_path / "no-helm").note
     assert note and "not rendered" in note and "scripts/plan.sh" in note
+
+
+# ----------------------------------------------------------------------------------------------
+# Cluster Autoscaler: the expander the stack passes, and no priority expander without priorities
+# ----------------------------------------------------------------------------------------------
+
+PRIORITY_CONFIGMAP = "cluster-autoscaler-priority-expander"
+
+
+def _autoscaler_release(plan):
+    (release,) = [r for r in plan.of_type(RELEASE) if r.inputs["name"] == "cluster-autoscaler"]
+    return release
+
+
+def _helm_template(release, values: dict[str, Any], tmp_path) -> list[dict[str, Any]]:
+    """The autoscaler release rendered by the real helm with other values (as infra/releases.py does)."""
+    import json
+    import subprocess
+
+    import yaml
+
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    cmd = [str(HELM), "template", release.inputs["name"], str(ROOT / release.inputs["chart"]), "--namespace", release.inputs["namespace"]]
+    cmd += ["--kube-version", f"{versions.KUBERNETES_DEFAULT}.0", "-f", str(path)]
+    text = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    return [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+
+
+def _autoscaler_args(objects: list[dict[str, Any]]) -> list[str]:
+    (dep,) = [o for o in objects if o["kind"] == "Deployment"]
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    return list(container.get("command") or []) + list(container.get("args") or [])
+
+
+def _priority_configmaps(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == PRIORITY_CONFIGMAP]
+
+
+def test_the_autoscaler_runs_the_configured_expander_and_no_priority_configmap(rendered, tmp_path):
+    objects = rendered["cluster-autoscaler"]
+    assert "--expander=least-waste" in _autoscaler_args(objects)
+    assert _priority_configmaps(objects) == []
+    release = _autoscaler_release(run_stack(minimal_values(gpuNodeGroups=GROUPS, autoscaling={"expander": "most-pods"})))
+    assert "--expander=most-pods" in _autoscaler_args(_helm_template(release, release.inputs["values"], tmp_path))
+
+
+def test_priority_is_refused_because_the_chart_writes_its_configmap_only_from_expander_priorities(plan, tmp_path):
+    """With the values the stack passes, `expander: priority` would run the priority expander
+    without its ConfigMap (the autoscaler then skips it and picks at random); only
+    `expanderPriorities`, which the stack has no config for, makes the chart write it. So the config
+    refuses `priority`, naming the key and what is allowed."""
+    import copy
+
+    from stacks.config import ConfigError
+
+    release = _autoscaler_release(plan)
+    values = copy.deepcopy(release.inputs["values"])
+    values["extraArgs"]["expander"] = "priority"
+    objects = _helm_template(release, values, tmp_path)
+    assert "--expander=priority" in _autoscaler_args(objects)
+    assert _priority_configmaps(objects) == []
+    values["expanderPriorities"] = {10: [".*p4d.*"]}
+    (cm,) = _priority_configmaps(_helm_template(release, values, tmp_path))
+    assert cm["metadata"]["namespace"] == "kube-system" and ".*p4d.*" in cm["data"]["priorities"]
+    with pytest.raises(ConfigError) as info:
+        run_stack(minimal_values(gpuNodeGroups=GROUPS, autoscaling={"expander": "priority"}))
+    ((key, message),) = [(p.key, p.message) for p in info.value.problems]
+    assert key == "gpu-training:autoscaling.expander"
+    assert "'priority'" in message and "Allowed: least-waste, most-pods, random" in message

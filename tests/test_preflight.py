@@ -8,6 +8,7 @@ DescribeClusterVersions; tests that need those answer the one call with a botoco
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import shutil
@@ -27,6 +28,8 @@ from stacks import config as stack_config
 from stacks.placement import choose_gpu_az
 
 CR_ID = "cr-0123456789abcdef0"
+# The day the checks run on (the support window depends on it): far from any end of support.
+TODAY = datetime.date(2026, 11, 24)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,10 +88,15 @@ def answer_quotas(session: Any, quotas: dict[str, float]) -> None:
     answer(session, "service-quotas", "GetServiceQuota", respond)
 
 
-def answer_eks_versions(session: Any, versions: dict[str, str]) -> None:
+def answer_eks_versions(session: Any, versions: dict[str, str], ends: dict[str, str] | None = None) -> None:
+    """DescribeClusterVersions; ``ends``: endOfStandardSupportDate per version (ISO dates)."""
+
     def respond(request: dict):
         wanted = (request.get("query_string") or {}).get("clusterVersions")
         items = [{"clusterVersion": v, "status": s} for v, s in versions.items() if not wanted or v in wanted]
+        for item in items:
+            if ends and item["clusterVersion"] in ends:
+                item["endOfStandardSupportDate"] = ends[item["clusterVersion"]]
         return {"clusterVersions": items}
 
     answer(session, "eks", "DescribeClusterVersions", respond)
@@ -109,6 +117,27 @@ def answer_addons(session: Any, published: dict[str, list[str]] | None = None) -
         return {"addons": [{"addonName": name, "addonVersions": builds}] if builds else []}
 
     answer(session, "eks", "DescribeAddonVersions", respond)
+    answer_addon_configuration(session)
+
+
+def answer_addon_configuration(session: Any) -> None:
+    """DescribeAddonConfiguration as EKS answers it for the builds whose schema is vendored: the node
+    monitoring agent's (upstream's charts/configuration.schema.json at the build's tag)."""
+    from facts import versions
+
+    schemas = {
+        ("eks-node-monitoring-agent", build): ROOT / versions.NODE_MONITORING_AGENT_SCHEMA_FILE[k8s]
+        for k8s, build in versions.NODE_MONITORING_AGENT_ADDON.items()
+    }
+
+    def respond(request: dict):
+        query = request.get("query_string") or {}
+        key = (query.get("addonName"), query.get("addonVersion"))
+        if key not in schemas:
+            return Error("ResourceNotFoundException", f"no vendored schema for {key}", 404)
+        return {"addonName": key[0], "addonVersion": key[1], "configurationSchema": schemas[key].read_text()}
+
+    answer(session, "eks", "DescribeAddonConfiguration", respond)
 
 
 def answer_reservation(session: Any, **reservation: Any) -> None:
@@ -160,7 +189,7 @@ def test_dev_stack_passes_every_check(session):
     answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384})
     answer_eks_versions(session, {"1.35": "standard-support", "1.36": "standard-support"})
     answer_addons(session)
-    results = preflight.run_checks(dev_cfg(), session)
+    results = preflight.run_checks(dev_cfg(), session, today=TODAY)
 
     assert statuses(results) == {preflight.PASS}, "\n".join(r.line() for r in results)
     checks = [r.check for r in results]
@@ -417,6 +446,62 @@ def test_server_error_pages_become_one_skip_line(session):
     assert all("\n" not in r.line() and "<" not in r.line() for r in results)
 
 
+def test_standard_support_end_dates_are_pinned_for_every_supported_version():
+    from facts import versions
+
+    assert set(versions.KUBERNETES_STANDARD_SUPPORT_ENDS) == set(versions.KUBERNETES_SUPPORTED)
+    # The EKS Kubernetes version calendar (checked 2026-11).
+    assert versions.KUBERNETES_STANDARD_SUPPORT_ENDS["1.35"] == datetime.date(2027, 3, 27)
+    assert versions.KUBERNETES_STANDARD_SUPPORT_ENDS["1.36"] == datetime.date(2027, 8, 2)
+
+
+@pytest.mark.parametrize(
+    "today, status, words",
+    [
+        (datetime.date(2027, 6, 2), preflight.PASS, "ends 2027-08-02, in 61 days (pinned in facts/versions.py)"),
+        (datetime.date(2027, 6, 3), preflight.WARN, "ends 2027-08-02, in 60 days"),
+        (datetime.date(2027, 8, 1), preflight.WARN, "in 1 day"),
+        (datetime.date(2027, 8, 2), preflight.FAIL, "ended 2027-08-02"),
+        (datetime.date(2027, 9, 1), preflight.FAIL, "would try to downgrade it"),
+    ],
+)
+def test_the_end_of_standard_support_warns_60_days_ahead_then_fails(session, today, status, words):
+    answer_eks_versions(session, {"1.36": "standard-support"})
+    result = by_check(preflight.run_checks(dev_cfg(), session, today=today), "EKS standard support of Kubernetes 1.36")
+    assert result.status == status and words in result.detail, result.line()
+    if status != preflight.PASS:
+        assert "set cluster.kubernetesVersion in Pulumi.dev.yaml to the next minor" in result.line()
+
+
+def test_a_warning_does_not_block_and_is_counted(session):
+    answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384})
+    answer_eks_versions(session, {"1.36": "standard-support"})
+    answer_addons(session)
+    results = preflight.run_checks(dev_cfg(), session, today=datetime.date(2027, 7, 1))
+    assert statuses(results) == {preflight.PASS, preflight.WARN}
+    out = io.StringIO()
+    assert preflight.report(results, out) == preflight.EXIT_OK
+    text = out.getvalue()
+    assert "WARN  EKS standard support of Kubernetes 1.36: ends 2027-08-02, in 32 days" in text
+    assert text.splitlines()[-1].startswith("Ready:") and "1 warning" in text.splitlines()[-1]
+
+
+def test_the_date_eks_reports_wins_over_the_pinned_one(session):
+    # AWS moved the date (as it can): its answer counts, and the stale pin is named.
+    answer_eks_versions(session, {"1.36": "standard-support"}, ends={"1.36": "2027-06-15T00:00:00Z"})
+    result = by_check(preflight.run_checks(dev_cfg(), session, today=datetime.date(2027, 5, 1)), "EKS standard support of Kubernetes 1.36")
+    assert result.status == preflight.WARN
+    assert "ends 2027-06-15, in 45 days (EKS reports; facts/versions.py pins 2027-08-02: update it)" in result.detail
+
+
+def test_the_support_window_is_checked_from_the_pin_when_eks_does_not_answer(session):
+    # No DescribeClusterVersions (the emulator lacks it): the version check skips, the window does not.
+    results = preflight.run_checks(dev_cfg(cluster={"kubernetesVersion": "1.35"}), session, today=datetime.date(2027, 3, 1))
+    assert by_check(results, "Kubernetes 1.35").status == preflight.SKIP
+    window = by_check(results, "EKS standard support of Kubernetes 1.35")
+    assert window.status == preflight.WARN and "ends 2027-03-27, in 26 days (pinned in facts/versions.py)" in window.detail
+
+
 # ---------------------------------------------------------------------------------------------
 # The command line
 # ---------------------------------------------------------------------------------------------
@@ -432,7 +517,8 @@ def _project(tmp_path: Path, stack: str, change: Callable[[dict], None] | None =
     return tmp_path
 
 
-def test_cli_exit_0_for_dev(aws, capsys):
+def test_cli_exit_0_for_dev(aws, capsys, monkeypatch):
+    monkeypatch.setattr(preflight, "current_date", lambda: TODAY)
     assert main(["preflight", "--stack", "dev"]) == 0
     out = capsys.readouterr().out
     # The region is the stack's (us-west-2), not AWS_DEFAULT_REGION (eu-central-1).
@@ -529,6 +615,29 @@ def test_configuration_values_are_checked_against_the_build_schema(session, monk
     assert bad.status == preflight.FAIL and "node/tolerateAllTaints" in bad.detail
     good = addons.AddonPin(pin.name, pin.version, {"node": {"tolerateAllTaints": True}})
     assert preflight._addon_configuration_line(eks, good, "values")[0].status == preflight.PASS
+
+
+@pytest.mark.parametrize("k8s", ["1.35", "1.36"])
+def test_node_monitoring_agent_values_pass_the_builds_real_schema(session, k8s):
+    # The vendored configuration.schema.json of the build pinned for the minor, through the same
+    # preflight path as against EKS; a GPU group with taints of its own (one without a value).
+    from facts import versions
+
+    answer_addons(session, {"eks-node-monitoring-agent": [versions.NODE_MONITORING_AGENT_ADDON[k8s]]})
+    taints = [{"key": "team", "value": "vision", "effect": "NoSchedule"}, {"key": "dedicated", "value": "", "effect": "NoExecute"}]
+    groups = [{"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 2, "taints": taints}]
+    cfg = cfg_of(minimal_values(cluster={"kubernetesVersion": k8s}, gpuNodeGroups=groups))
+    line = by_check(preflight.run_checks(cfg, session), "add-on eks-node-monitoring-agent configuration")
+    assert line.status == preflight.PASS, line.line()
+
+
+def test_node_monitoring_agent_values_with_a_wrong_key_fail_against_the_real_schema(session, monkeypatch):
+    from stacks import addons
+
+    answer_addons(session)
+    monkeypatch.setattr(addons, "node_monitoring_agent_values", lambda cfg: {"dcgmAgent": {"toleration": [{"operator": "Exists"}]}})
+    line = by_check(preflight.run_checks(dev_cfg(), session), "add-on eks-node-monitoring-agent configuration")
+    assert line.status == preflight.FAIL and "dcgmAgent" in line.detail and "toleration" in line.detail, line.line()
 
 
 # ---------------------------------------------------------------------------------------------
