@@ -386,9 +386,10 @@ def test_node_group_that_is_not_a_map():
 
 def test_tags_with_non_string_values_name_the_tag_and_say_to_quote():
     msg = _only_problem(minimal_values(tags={"env": "dev", "cost": 12}), f"{NS}:tags.cost")
-    _assert_mentions(msg, "12", "expected a string", 'quote it, "12"')
+    _assert_mentions(msg, "12", "expected a string", "put the value in quotes")
+    assert '"12"' not in msg  # the hint does not invent the text: YAML may have read 12 from 0x0C or 1_2
     msg = _only_problem(minimal_values(tags={"backup": False}), f"{NS}:tags.backup")
-    _assert_mentions(msg, "booleans")
+    _assert_mentions(msg, "boolean", "put the value in quotes")
 
 
 # ----------------------------------------------------------------------------------------------

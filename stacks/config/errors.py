@@ -51,7 +51,7 @@ def pydantic_problems(prefix: str, err: ValidationError, model: type = BaseModel
         if kind == "extra_forbidden":
             key = e["loc"][-1]
             allowed = _allowed_keys(model, e["loc"][:-1])
-            msg = f"unknown key {key!r}" + (f"; allowed keys are: {', '.join(allowed)}" if allowed else "")
+            msg = f"unknown key {_fmt(key)}" + (f"; allowed keys are: {', '.join(allowed)}" if allowed else "")
         elif kind == "missing":
             msg = "is required"
         else:
@@ -61,14 +61,17 @@ def pydantic_problems(prefix: str, err: ValidationError, model: type = BaseModel
 
 
 def yaml_hint(value: Any, kind: str = "string_type") -> str:
-    """A hint for a YAML surprise: yes/no/on/off/true/false read as booleans, digits as numbers,
-    where text was meant."""
+    """A hint for a YAML surprise where text was meant: an unquoted true/false is a boolean, an
+    unquoted number a number (Pulumi reads stack files as YAML 1.2: yes/no/on/off stay text).
+
+    The hint does not repeat the value as text to write: YAML may have read it from another
+    spelling (``0755`` is 493, ``1e3`` 1000), and only the user knows what they meant."""
     if kind != "string_type":
         return ""
     if isinstance(value, bool):
-        return ' (YAML reads yes/no/on/off/true/false as booleans: quote the value, e.g. "no")'
+        return " (YAML reads an unquoted true or false as a boolean: put the value in quotes)"
     if isinstance(value, (int, float)):
-        return f' (YAML reads it as a number: quote it, "{value}")'
+        return " (YAML reads an unquoted number, also one like 0755 or 1e3, as a number: put the value in quotes)"
     return ""
 
 

@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any, Mapping, Optional
 
-from facts.problems import ConfigError, Problem
+from facts.problems import ConfigError, Problem, non_ascii_note
 from facts.problems import fmt as _fmt
 from stacks.config import checks
 from stacks.config.errors import parse as _parse
@@ -24,11 +24,31 @@ from stacks.config.models import (
     EtcdConfig,
     GpuNodeGroupConfig,
     NetworkConfig,
+    QueuesConfig,
     ServicesConfig,
     StackConfig,
     StorageConfig,
     SystemNodeGroupConfig,
 )
+
+# How deep a config value may nest maps and lists. This project's values nest a few levels (a
+# job's env: the job list, a job, env); beyond 32 a value is a mistake, and every reader of it
+# (the models, the checks, Python's JSON decoder at about 1000 levels) would recurse on it.
+MAX_DEPTH = 32
+
+
+class _TooDeep:
+    """A value nested too deep for Python's JSON decoder (it raised RecursionError)."""
+
+    def __repr__(self) -> str:
+        return "<nested too deep>"
+
+
+TOO_DEEP = _TooDeep()
+
+
+def too_deep_message() -> str:
+    return f"nests maps and lists more than {MAX_DEPTH} levels deep; no value of this project's config nests more than a few"
 
 
 def decode_config_values(flat: Mapping[str, Any]) -> dict[str, Any]:
@@ -43,8 +63,25 @@ def decode_config_values(flat: Mapping[str, Any]) -> dict[str, Any]:
                 decoded = json.loads(value)
             except ValueError:
                 pass
+            except RecursionError:
+                decoded = TOO_DEEP
         out[key] = decoded
     return out
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether ``value`` nests maps and lists deeper than MAX_DEPTH (without recursing, and
+    stopping there: a value that contains itself is too deep as well)."""
+    if value is TOO_DEEP:
+        return True
+    todo = [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, (dict, list)):
+            if level > MAX_DEPTH:
+                return True
+            todo.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def load(flat: Mapping[str, Any], project: str, stack: str) -> StackConfig:
@@ -72,23 +109,35 @@ def _project_values(flat: Mapping[str, Any], problems: list[Problem]) -> dict[st
     values: dict[str, Any] = {}
     for full_key, value in sorted(flat.items()):
         ns, _, key = full_key.partition(":")
+        if _too_deep(value):
+            problems.append(Problem(full_key, too_deep_message()))
+            continue
         if ns == NAMESPACE:
             if key not in SECTIONS:
                 allowed = ", ".join(sorted(SECTIONS))
-                problems.append(Problem(full_key, f"unknown key; allowed keys are: {allowed}"))
+                problems.append(Problem(full_key, f"unknown key{non_ascii_note(key)}; allowed keys are: {allowed}"))
+                continue
+            if value == "" and SECTIONS[key][1] is not str:
+                # A key written without a value (all its entries commented out, say): the CLI warns
+                # and hands the program "" ("treated as null in a future version"). The section's
+                # defaults, as for a key left out.
                 continue
             values[key] = value
         elif ns not in FOREIGN_NAMESPACES_ALLOWED:
-            problems.append(Problem(full_key, f"unknown namespace {ns!r}; this project reads {NAMESPACE}:* and aws:region"))
+            problems.append(Problem(full_key, f"unknown namespace {_fmt(ns)}; this project reads {NAMESPACE}:* and aws:region"))
     return values
 
 
 def _region(region: Any, problems: list[Problem]) -> str:
+    if _too_deep(region):
+        return ""  # said already
     if not region:
         problems.append(Problem("aws:region", "is required (e.g. us-west-2)"))
         return ""
     if isinstance(region, dict) and set(region) == {"value"}:
-        problems.append(Problem("aws:region", f"{_fmt(region)} is not allowed in a stack file: write the region itself, `aws:region: {region['value']}`"))
+        inner = region["value"]
+        shown = inner if isinstance(inner, str) and len(inner) <= 40 and inner.isprintable() else _fmt(inner)
+        problems.append(Problem("aws:region", f"{_fmt(region)} is not allowed in a stack file: write the region itself, `aws:region: {shown}`"))
     elif not isinstance(region, str) or not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region):
         problems.append(Problem("aws:region", f"{_fmt(region)} is not an AWS region name like 'us-west-2'"))
     elif checks.known_regions() and region not in checks.known_regions():
@@ -146,6 +195,7 @@ def _checked_sections(values: dict[str, Any], parsed: dict[str, Any], region: st
         services=section("services", "services", ServicesConfig()),
         monitoring=parsed.get("monitoring"),
         autoscaling=parsed.get("autoscaling"),
+        queues=section("queues", "queues", QueuesConfig()),
     )
     checks.check_all(parsed.get("gpu_availability_zone", "auto"), region, cluster_name, sections, problems)
     if "tags" in parsed:
