@@ -9,6 +9,7 @@ Used by the offline plan (``python -m infra plan``) and by the tests.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import gzip
 import hashlib
@@ -25,6 +26,7 @@ from typing import Any, Callable, Iterator, Optional
 import pulumi
 import pulumi.resource as pulumi_resource
 from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
@@ -232,6 +234,16 @@ def _urn_parts(urn: str) -> tuple[str, str]:
     return parts[2].split("$")[-1], parts[3] if len(parts) > 3 else ""
 
 
+def _engine_urn(parent: str, typ: str, name: str) -> str:
+    """The URN the engine gives a registration: ``urn:pulumi:<stack>::<project>::<type chain>::<name>``,
+    the type chain being the parent's chain and the type, without the root stack's type."""
+    stack, project = pulumi.get_stack(), pulumi.get_project()
+    if parent and _urn_parts(parent)[0] != "pulumi:pulumi:Stack":
+        # (the mocks' URNs of parents start their chain with the root stack's type)
+        typ = f"{parent.split('::')[2].removeprefix('pulumi:pulumi:Stack$')}${typ}"
+    return f"urn:pulumi:{stack}::{project}::{typ}::{name}"
+
+
 def _ref(urn: str) -> dict[str, str]:
     typ, name = _urn_parts(urn)
     return {"type": typ, "name": name}
@@ -332,17 +344,28 @@ class Record:
 RECORDED_OPTIONS = ("protect", "retainOnDelete", "ignoreChanges", "deleteBeforeReplace", "aliases")
 
 
+class DuplicateURNError(RuntimeError):
+    """Two registrations of one URN: the Pulumi engine stops a preview or `up` on the second one."""
+
+
 class RecordingMonitor(pulumi_mocks.MockMonitor):
-    """The mock monitor, plus a record of every registration in order."""
+    """The mock monitor, plus a record of every registration in order. Like the engine, it refuses
+    a URN registered twice (two resources of one type and name under one parent), with the engine's
+    words (pkg/diag/errors.go, GetDuplicateResourceURNError, diagnostic 2001)."""
 
     def __init__(self, mocks: pulumi_mocks.Mocks):
         super().__init__(mocks)
         self.records: list[Record] = []
         self.stack_outputs: dict[str, Any] = {}
+        self.urns: set[str] = set()
 
     def RegisterResource(self, request):
         if request.type == "pulumi:pulumi:Stack":
             return super().RegisterResource(request)
+        urn = _engine_urn(request.parent, request.type, request.name)
+        if urn in self.urns:
+            raise DuplicateURNError(f"Duplicate resource URN '{urn}'; try giving it a unique name")
+        self.urns.add(urn)
         references: list[dict[str, Any]] = []
         raw = _wire_dict(request.object, references)
         # Resource references among the inputs (a cluster handed to a node group) reach the mocks
@@ -517,6 +540,9 @@ def run(
     try:
         with collector_paused():
             _sync_await(run_pulumi_func(body))
+    except DuplicateURNError:
+        _end_pending_tasks()
+        raise
     finally:
         pulumi_resource.register_resource = original_register
         if saved_env_config is not None:
@@ -524,6 +550,29 @@ def run(
     position = {key: i for i, key in reversed(list(enumerate(constructed)))}
     records = sorted(monitor.records, key=lambda r: position.get((r.type, r.name), len(position)))
     return PlanResult(records=records, outputs=outputs)
+
+
+def _quiet_about_duplicates(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    if not isinstance(context.get("exception"), DuplicateURNError):
+        loop.default_exception_handler(context)
+
+
+def _end_pending_tasks() -> None:
+    """A run stopped at a duplicate URN leaves the SDK's other registrations and outputs pending (the
+    mocks' settings keep the set of output tasks from run to run); end them, so that the next run in
+    this process starts clean instead of meeting them."""
+    loop = asyncio.get_event_loop()
+    # The registration's futures hold the error too; asyncio would print each with its traceback
+    # when they are collected ("exception was never retrieved"): the error is reported already.
+    loop.set_exception_handler(_quiet_about_duplicates)
+    with pulumi_settings.SETTINGS.lock:
+        leftovers = list(pulumi_settings.SETTINGS.outputs)
+        pulumi_settings.SETTINGS.outputs.clear()
+    pending = {t for t in asyncio.all_tasks(loop) if not t.done()} | set(leftovers)
+    for task in pending:
+        task.cancel()
+    if pending and not loop.is_running():
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
 
 
 def _jsonable(value: Any) -> Any:

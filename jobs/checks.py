@@ -9,7 +9,7 @@ import posixpath
 import re
 from typing import Any, Iterable, Mapping
 
-from facts.aws_names import bucket_problem
+from facts.aws_names import bucket_problem, image_reference_problem
 from facts.problems import Problem
 from facts.problems import fmt as fmt
 
@@ -48,9 +48,19 @@ def check_name(name: str, hostnames: list[str], k: str, problems: list[Problem])
 
 
 def check_image(image: str, k: str, problems: list[Problem]) -> None:
-    """An image reference pinned by a tag other than latest, or by digest."""
-    if not image or any(c.isspace() for c in image):
+    """An image reference a container runtime parses (facts.aws_names.image_reference_problem:
+    distribution/reference's grammar, which names a stray character such as a pasted quote or a
+    space), pinned by a tag other than latest, or by digest."""
+    if not image:
         problems.append(Problem(k, f"{fmt(image)} is not an image reference"))
+        return
+    if why := image_reference_problem(image):
+        problems.append(
+            Problem(
+                k,
+                f"{fmt(image)} is not a valid image reference: {why}; like nvcr.io/nvidia/pytorch:24.01-py3 or <registry>/<repository>@sha256:<64 hex digits>",
+            )
+        )
         return
     if "@" in image:
         return

@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal, Mapping, Optional, Sequence
 from pydantic import Field
 
 from facts import catalog
+from facts.aws_names import INSTANCE_NVME_STORAGE_GB, SAGEMAKER_INPUT_CHANNELS_MAX, SAGEMAKER_S3_URI_MAX
 from facts.catalog import InstanceType
 from facts.problems import Problem
 from jobs import checks
@@ -98,7 +99,13 @@ class SageMakerOptions(SpecModel):
     max_wait_seconds: Optional[int] = Field(
         None, ge=1, description="spot: how long to wait for capacity plus run, at least the max runtime (default: twice the max runtime, at most 28 days)"
     )
-    volume_size_gib: int = Field(100, ge=1, le=16384, description="EBS storage per instance, GiB (types with local NVMe, like ml.p4d, use that instead)")
+    volume_size_gib: int = Field(
+        100,
+        ge=1,
+        le=16384,
+        alias="volumeSizeGiB",
+        description="EBS storage per instance, GiB; on types with local NVMe (ml.p3dn, ml.p4d, ml.p5) SageMaker uses the NVMe instead, and refuses more than it holds",
+    )
 
 
 @dataclass(frozen=True)
@@ -341,6 +348,7 @@ class PortableJob(GpuJob):
         for field_name, uri in (("outputPath", sm.output_path), ("checkpointS3Uri", sm.checkpoint_s3_uri), ("tensorboardS3Uri", sm.tensorboard_s3_uri)):
             if uri is not None:
                 checks.check_s3_uri(uri, f"{k}.{field_name}", problems)
+                _check_uri_length(uri, f"{k}.{field_name}", problems)
         if sm.spot and sm.checkpoint_s3_uri is None:
             problems.append(
                 Problem(
@@ -368,6 +376,15 @@ class PortableJob(GpuJob):
                 problems.append(Problem(f"{ik}.channel", f"{checks.fmt(s3.channel)} is taken by {channels[s3.channel]}; channel names are unique"))
             channels.setdefault(s3.channel, f"sagemaker.inputs[{j}]")
             checks.check_s3_uri(s3.s3_uri, f"{ik}.s3Uri", problems)
+            _check_uri_length(s3.s3_uri, f"{ik}.s3Uri", problems)
+        if len(self.volumes) + len(sm.inputs) > SAGEMAKER_INPUT_CHANNELS_MAX:
+            problems.append(
+                Problem(
+                    f"{k}.inputs",
+                    f"{len(sm.inputs)} S3 inputs and {len(self.volumes)} volumes make {len(self.volumes) + len(sm.inputs)} input channels; "
+                    f"SageMaker takes at most {SAGEMAKER_INPUT_CHANNELS_MAX} (each volume is a channel too): read several prefixes through one channel's common prefix",
+                )
+            )
         self._check_entry(key, problems)
         # CreateTrainingJob: at most 100 environment variables, values up to 512 characters.
         if len(self.env) + len(EFA_ENV_NAMES) > MAX_ENVIRONMENT:
@@ -464,6 +481,15 @@ class PortableJob(GpuJob):
         instance = self.sagemaker_instance_or_problem(key, env, problems)
         if instance is None:
             return
+        nvme = INSTANCE_NVME_STORAGE_GB.get(instance.name.removeprefix(catalog.ML_PREFIX))
+        if nvme is not None and self.sm.volume_size_gib > nvme:
+            problems.append(
+                Problem(
+                    f"{key}.sagemaker.volumeSizeGiB",
+                    f"{self.sm.volume_size_gib} is more than the {nvme} GB of local NVMe storage of {instance.name}: SageMaker gives such a type "
+                    f"its NVMe storage instead of an EBS volume and refuses a larger size; use at most {nvme}, or leave volumeSizeGiB out",
+                )
+            )
         if self.efa is True and not instance.efa_supported:
             problems.append(
                 Problem(
@@ -593,6 +619,11 @@ class PortableJob(GpuJob):
         job is a new training job with a new name."""
         digest = self.spec_digest(stack_id, instance_type, length=NAME_HASH_LENGTH)
         return f"{self.name}-{self.run}-{digest}"
+
+
+def _check_uri_length(uri: str, k: str, problems: list[Problem]) -> None:
+    if len(uri) > SAGEMAKER_S3_URI_MAX:
+        problems.append(Problem(k, f"{checks.fmt(uri)} is {len(uri)} characters long; SageMaker takes S3 URIs of at most {SAGEMAKER_S3_URI_MAX}"))
 
 
 def training_job_suffix(run: int) -> str:

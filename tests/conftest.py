@@ -17,7 +17,6 @@ from infra import offline  # noqa: E402
 from stacks import config as stack_config  # noqa: E402
 from stacks.config.stackfile import read_stack_config  # noqa: E402
 
-SHARED = ROOT.parent / "shared"
 NS = stack_config.NAMESPACE
 
 

@@ -247,6 +247,82 @@ def test_the_field_table_of_each_kind_lists_every_field_with_its_default(kind):
     assert not wrong, f"{kind}: " + "; ".join(wrong)
 
 
+def _sagemaker_table() -> dict[str, tuple[str, str]]:
+    """field alias -> (default cell, meaning cell) of the `sagemaker` fields table."""
+    section = _section(DOC_TEXT, re.compile(r"^### `sagemaker` fields"))
+    rows: dict[str, tuple[str, str]] = {}
+    for line in section.splitlines():
+        cells = _cells(line) if line.startswith("|") else []
+        m = re.fullmatch(r"`([A-Za-z][A-Za-z0-9]*)`", cells[0]) if cells else None
+        if m and len(cells) == 3:
+            assert m.group(1) not in rows, f"sagemaker: field {m.group(1)} listed twice"
+            rows[m.group(1)] = (cells[1], cells[2])
+    return rows
+
+
+def _aliases(model: Any) -> set[str]:
+    return {f.alias or n for n, f in model.model_fields.items()}
+
+
+def test_the_sagemaker_table_lists_every_field_with_its_spelling_and_default():
+    """One spelling per key: the table's keys are exactly the ones the model accepts (volumeSizeGiB,
+    not volumeSizeGib), with their defaults."""
+    table = _sagemaker_table()
+    assert set(table) == _aliases(J.SageMakerOptions)
+    assert "volumeSizeGiB" in table
+    for alias, f in ((f.alias or n, f) for n, f in J.SageMakerOptions.model_fields.items()):
+        default = f.get_default(call_default_factory=True)
+        if default not in (None, []):
+            assert f"`{_render(default)}`" in table[alias][0], alias
+
+
+def _braced_keys(text: str) -> set[str]:
+    """The keys of every `{a, b: c, d}` group in ``text`` (a group's inner groups left out)."""
+    keys = set()
+    for group in re.findall(r"\{([^{}]*)\}", re.sub(r"\{[^{}]*\{[^{}]*\}[^{}]*\}", lambda m: m.group(0).split(":", 1)[1] if ":" in m.group(0) else "", text)):
+        for part in group.split(","):
+            key = part.split(":", 1)[0].strip().strip("`")
+            if key:
+                keys.add(key)
+    return keys
+
+
+# Where the docs spell the keys of the nested models: the field whose cell lists them, the model.
+NESTED_KEYS = [("volumes", J.VolumeMount), ("secretEnv", J.SecretKeyRef), ("inputs", J.S3Input)]
+
+
+@pytest.mark.parametrize("field, model", NESTED_KEYS, ids=[f for f, _ in NESTED_KEYS])
+def test_every_nested_key_the_tables_name_is_accepted(field, model):
+    """The `{...}` key lists in the tables' cells name only keys the model accepts, in its spelling."""
+    cells = [row[1] for kind in J.JOB_KINDS for name, row in _field_table(kind).items() if name == field]
+    cells += [row[1] for name, row in _sagemaker_table().items() if name == field]
+    assert cells, field
+    named: set[str] = set()
+    for cell in cells:
+        named |= {k for k in _braced_keys(cell) if k != "NAME"}
+    assert named, field
+    assert named <= _aliases(model), f"{field}: {sorted(named - _aliases(model))} are not keys of {model.__name__}"
+
+
+def test_every_key_of_the_nested_models_is_documented():
+    """... and every key those models accept is named in the docs, in the same spelling."""
+    for _, model in NESTED_KEYS:
+        for alias in _aliases(model):
+            assert f"`{alias}`" in DOC_TEXT or re.search(rf"[{{,]\s*{alias}\b", DOC_TEXT), f"{model.__name__}.{alias}"
+
+
+def test_a_spelling_the_docs_do_not_use_is_refused():
+    """The Python names and other spellings of a key are no keys of the stack file."""
+    ok = {"name": "sm", "kind": "mpi", "runtime": "sagemaker", "nodeGroup": "p4d", "image": ALL_JOBS[0]["image"], "command": ["python", "/opt/ml/code/a.py"]}
+    for wrong in ("volumeSizeGib", "volume_size_gib", "VolumeSizeGiB"):
+        with pytest.raises(C.ConfigError) as err:
+            C.load(values_with([{**ok, "sagemaker": {"outputPath": "s3://b/o/", wrong: 200}}]), PROJECT, "docs")
+        assert f"unknown key {wrong!r}" in str(err.value) and "volumeSizeGiB" in str(err.value)
+    with pytest.raises(C.ConfigError) as err:
+        C.load(values_with([{**ok, "node_group": "p4d"}]), PROJECT, "docs")
+    assert "unknown key 'node_group'" in str(err.value)
+
+
 def test_the_shared_field_types_are_described():
     for model in (J.VolumeMount, J.SecretKeyRef):
         for name, f in model.model_fields.items():
@@ -258,7 +334,7 @@ def test_the_instance_table_matches_the_catalog():
     rows = {}
     for line in section.splitlines():
         cells = _cells(line) if line.startswith("|") else []
-        if len(cells) == 4 and re.fullmatch(r"`[a-z0-9.]+`", cells[0]):
+        if len(cells) == 4 and re.fullmatch(r"`[a-z0-9.-]+`", cells[0]):
             rows[cells[0].strip("`")] = cells[1:]
     assert set(rows) == set(catalog.GPU_TYPES)
     for name, (gpus, efa, rdma) in rows.items():

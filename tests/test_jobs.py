@@ -2,8 +2,9 @@
 
 Every kind is built on an EFA type (p4d.24xlarge: 8 GPUs, 4 EFA, RDMA) and on non-EFA targets
 (p3.16xlarge, and p3dn.24xlarge with EFA switched off), and the emitted objects are checked for
-what the node group derives; custom resources are validated against the upstream CRDs in
-../shared/crds/ (strict, operator rules) and core objects against the Kubernetes schema.
+what the node group derives; custom resources are validated against the CRDs the stack installs
+(the vendored operator manifests, strict, with the operators' own rules: tests/crd_validation.py)
+and core objects against the Kubernetes schema.
 """
 
 from __future__ import annotations
@@ -11,16 +12,13 @@ from __future__ import annotations
 import copy
 import json
 import re
-import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any, Iterator
 
 import kubernetes_validate
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
-import yaml
 
 import jobs as J
 from components.jobs import TrainingJobs, TrainingJobsArgs
@@ -29,6 +27,8 @@ from facts.kube import GPU_TAINT, NODE_GROUP_LABEL
 from infra import offline
 from stacks.config import GpuNodeGroupConfig
 from stacks.config.jobs import job_targets
+from tests import crd_validation
+from tests.conftest import ROOT
 
 AZ = "us-west-2b"
 TRAIN_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:2026.11"
@@ -570,11 +570,11 @@ def test_pod_hostnames():
 # Upstream CRDs and the Kubernetes schema
 # ----------------------------------------------------------------------------------------------
 
-CRDS = Path(__file__).resolve().parents[2] / "shared" / "crds"
+# The CRDs the stack installs: the MPI operator's release manifest and the rendered training operator.
 CRD_FILES = {
-    ("kubeflow.org/v2beta1", "MPIJob"): "kubeflow.org_MPIJob_v2beta1_mpi-operator-v0.8.0.yaml",
-    ("kubeflow.org/v1", "PyTorchJob"): "kubeflow.org_PyTorchJob_v1_training-operator-v1.9.4.yaml",
-    ("kubeflow.org/v1", "PaddleJob"): "kubeflow.org_PaddleJob_v1_training-operator-v1.9.4.yaml",
+    ("kubeflow.org/v2beta1", "MPIJob"): ROOT / versions.MPI_OPERATOR_MANIFEST,
+    ("kubeflow.org/v1", "PyTorchJob"): ROOT / versions.TRAINING_OPERATOR_MANIFEST,
+    ("kubeflow.org/v1", "PaddleJob"): ROOT / versions.TRAINING_OPERATOR_MANIFEST,
 }
 K8S_VERSION = "1.33"
 CORE_KINDS = {("v1", "ServiceAccount"), ("batch/v1", "Job"), ("apps/v1", "Deployment"), ("v1", "Service")}
@@ -610,53 +610,55 @@ def test_every_emitted_object_is_a_known_custom_or_core_kind():
 
 @pytest.fixture(scope="module")
 def validator():
-    if not CRDS.is_dir():
-        pytest.skip(f"{CRDS} not present")
-    if str(CRDS) not in sys.path:
-        sys.path.insert(0, str(CRDS))
-    from validate_cr import load_crd, validate_cr
-
-    def fast_load(path: Path) -> dict[str, Any]:
-        # load_crd's pure-Python YAML parse takes ~1.3 s per 650 KB CRD; libyaml reads the same
-        # documents in a fraction of that.
-        if not getattr(yaml, "__with_libyaml__", False):
-            return load_crd(str(path))
-        with open(path) as fh:
-            for doc in yaml.load_all(fh, Loader=yaml.CSafeLoader):
-                if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
-                    return doc
-        raise ValueError(f"{path}: no CRD")
-
-    crds = {key: fast_load(CRDS / name) for key, name in CRD_FILES.items()}
+    crds = {key: crd_validation.crd_in(path, key[1]) for key, path in CRD_FILES.items()}
 
     def check(cr: dict[str, Any]) -> list[str]:
-        errors, _notes = validate_cr(cr, crds[(cr["apiVersion"], cr["kind"])], strict=True, operator_rules=True)
-        return errors
+        return crd_validation.errors(cr, crds[(cr["apiVersion"], cr["kind"])])
 
     return check
 
 
 @pytest.mark.parametrize("label, cr", CUSTOM, ids=[label for label, _ in CUSTOM])
-def test_custom_resources_validate_against_the_upstream_crds(validator, label, cr):
+def test_custom_resources_validate_against_the_installed_crds(validator, label, cr):
     assert validator(cr) == []
-    if cr["kind"] == "PaddleJob":  # validate_cr's operator rules do not cover PaddleJob
+    if cr["kind"] == "PaddleJob":
         assert paddle_webhook_errors(cr) == []
 
 
 def test_crd_validation_catches_what_it_should(validator):
-    """The validator is not vacuous: a typo'd field, a Worker without replicas and a PyTorch
-    container with another name all fail."""
+    """The validator is not vacuous: a typo'd field, a Worker without replicas, a PyTorch container
+    with another name, an int32 out of range, a wrong enum value, a second Master and a Paddle
+    container with another name all fail, each with its path."""
     (mpi,) = built("mpi")
     typo = copy.deepcopy(mpi)
     typo["spec"]["slotPerWorker"] = typo["spec"].pop("slotsPerWorker")
     assert any("slotPerWorker" in e for e in validator(typo))
     no_replicas = copy.deepcopy(mpi)
     del no_replicas["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
-    assert any("Worker.replicas" in e for e in validator(no_replicas))
+    assert any("[Worker].replicas" in e and "greater than or equal to 1" in e for e in validator(no_replicas))
+    wide = copy.deepcopy(mpi)
+    wide["spec"]["runPolicy"]["backoffLimit"] = 2**31
+    assert any(e.startswith("spec.runPolicy.backoffLimit:") for e in validator(wide))
+    policy = copy.deepcopy(mpi)
+    policy["spec"]["runPolicy"]["cleanPodPolicy"] = "Sometimes"
+    assert any("cleanPodPolicy" in e for e in validator(policy))
     (torch,) = built("pytorch-elastic")
     renamed = copy.deepcopy(torch)
     renamed["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "trainer"
-    assert any("named 'pytorch'" in e for e in validator(renamed))
+    assert any("name 'pytorch'" in e for e in validator(renamed))
+    masters = copy.deepcopy(torch)
+    masters["spec"]["pytorchReplicaSpecs"]["Master"] = {**copy.deepcopy(masters["spec"]["pytorchReplicaSpecs"]["Worker"]), "replicas": 2}
+    assert any("[Master].replicas: Forbidden" in e for e in validator(masters))
+    (paddle,) = built("paddle")
+    trainer = copy.deepcopy(paddle)
+    trainer["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "trainer"
+    assert any("name 'paddle'" in e for e in validator(trainer))
+
+
+def test_the_crds_come_from_the_repository():
+    """No test reads outside the repository: the CRDs are the ones the stack installs."""
+    for path in CRD_FILES.values():
+        assert ROOT in path.parents and path.is_file()
 
 
 def k8s_validate(obj: dict[str, Any], version: str = K8S_VERSION) -> None:
@@ -668,7 +670,7 @@ def k8s_validate(obj: dict[str, Any], version: str = K8S_VERSION) -> None:
 
 @pytest.fixture(scope="module")
 def core_schema():
-    # kubernetes-validate bundles the schemas (a dev requirement): no need for ../shared.
+    # kubernetes-validate bundles the schemas (a dev requirement).
     return k8s_validate
 
 

@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from components import operators
 from facts import versions
 from facts.paths import PROJECT_ROOT
+from tests import crd_validation
 
-SHARED_CRDS = PROJECT_ROOT.parent / "shared" / "crds"
-# The CRD tests/test_jobs.py validates every emitted MPIJob against.
-SHARED_MPIJOB_CRD = SHARED_CRDS / "kubeflow.org_MPIJob_v2beta1_mpi-operator-v0.8.0.yaml"
 # What the release branch's manifest says, one line, and what the vendored file says instead.
 UPSTREAM_IMAGE_LINE = b"        image: mpioperator/mpi-operator:0.8\n"
 
@@ -77,36 +73,24 @@ def _vendored_crd() -> dict:
 
 
 def test_the_installed_mpijob_crd_is_the_one_the_job_tests_validate_against():
-    if not SHARED_MPIJOB_CRD.is_file():
-        pytest.skip(f"{SHARED_MPIJOB_CRD} not present")
-    (shared,) = [
-        d
-        for d in yaml.load_all(SHARED_MPIJOB_CRD.read_bytes(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-        if d and d.get("kind") == "CustomResourceDefinition"
-    ]
-    ours = _vendored_crd()
-    assert ours["metadata"]["name"] == shared["metadata"]["name"] == "mpijobs.kubeflow.org"
-    assert ours["spec"] == shared["spec"]
+    from tests import test_jobs
+
+    path = test_jobs.CRD_FILES[("kubeflow.org/v2beta1", "MPIJob")]
+    assert path == PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST
+    assert crd_validation.crd_in(path, "MPIJob") == _vendored_crd()
 
 
 def test_the_stacks_mpijobs_validate_against_the_installed_crd(dev_plan):
-    if not (SHARED_CRDS / "validate_cr.py").is_file():
-        pytest.skip("validate_cr.py not present")
-    if str(SHARED_CRDS) not in sys.path:
-        sys.path.insert(0, str(SHARED_CRDS))
-    from validate_cr import validate_cr
-
     crd = _vendored_crd()
+    assert crd["metadata"]["name"] == "mpijobs.kubeflow.org"
     mpijobs = [o for o in dev_plan.kubernetes_objects() if o["apiVersion"] == "kubeflow.org/v2beta1" and o["kind"] == "MPIJob"]
     assert mpijobs, "the dev stack emits an MPIJob (its nccl-test job)"
     for job in mpijobs:
-        errors, _ = validate_cr(job, crd, strict=True, operator_rules=True)
-        assert errors == [], job["metadata"]["name"]
+        assert crd_validation.errors(job, crd) == [], job["metadata"]["name"]
     # Not vacuous: a Worker without replicas fails against the same CRD.
     broken = yaml.safe_load(yaml.safe_dump(mpijobs[0]))
     del broken["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
-    errors, _ = validate_cr(broken, crd, strict=True, operator_rules=True)
-    assert any("Worker.replicas" in e for e in errors)
+    assert any("[Worker].replicas" in e for e in crd_validation.errors(broken, crd))
 
 
 def test_the_bump_keeps_every_resource_name_so_up_updates_in_place(dev_plan):

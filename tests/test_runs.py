@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import email
+import hashlib
 import re
 import shutil
 import subprocess
@@ -19,12 +20,13 @@ from facts import catalog
 from facts.kube import EFA_HUGEPAGES_2MI_PAGES, NODE_GROUP_LABEL
 from jobs.nccl_test import GATE_SCRIPT, default_min_bus_bandwidth
 from stacks.config import ConfigError
-from tests.conftest import SHARED, dev_values, minimal_values, run_stack
+from tests.conftest import dev_values, minimal_values, run_stack
 from tests.test_jobs import built, make_ctx, replicas, spec
 
 GATE = Path(J.__file__).parent / "scripts" / "nccl_gate.sh"
 DATA = Path(__file__).parent / "data" / "nccl"
-PUBLISHED_LOG = SHARED / "data" / "nccl-tests" / "all_reduce_perf-p4d-2x8-efa4.log"
+# A real run, as AWS published it (tests/data/nccl/SOURCES.md).
+PUBLISHED_LOG = DATA / "all_reduce_perf-p4d-2x8-efa4.log"
 RUN_KINDS = ["mpi", "nccl-test", "pytorch-elastic", "paddle", "data-stage"]
 
 
@@ -203,6 +205,16 @@ def _pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
 # The NCCL health gate, run for real
 # ----------------------------------------------------------------------------------------------
 
+
+def test_the_logs_are_the_ones_their_sources_name():
+    """Each log the gate tests read is in the repository, with the checksum SOURCES.md records."""
+    rows = re.findall(r"^\| `([^`]+\.log)` \|.*\| `([0-9a-f]{64})` \|$", (DATA / "SOURCES.md").read_text(), re.M)
+    assert {name for name, _ in rows} == {p.name for p in DATA.glob("*.log")}
+    for name, digest in rows:
+        assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == digest, name
+    assert PUBLISHED_LOG.name in dict(rows)
+
+
 needs_bash = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("awk") is None, reason="needs bash and awk")
 
 
@@ -212,8 +224,6 @@ def gate(*args: str) -> subprocess.CompletedProcess[str]:
 
 @needs_bash
 def test_the_published_p4d_log_passes_at_the_p4d_default_and_shows_its_peak():
-    if not PUBLISHED_LOG.exists():
-        pytest.skip(f"{PUBLISHED_LOG} is not here")
     minimum = default_min_bus_bandwidth(2, 4, catalog.get("p4d.24xlarge").network_gbps)
     assert minimum == 17.5
     out = gate("check", str(PUBLISHED_LOG), "1", f"{minimum:g}")
@@ -226,8 +236,6 @@ def test_the_published_p4d_log_passes_at_the_p4d_default_and_shows_its_peak():
 @needs_bash
 def test_one_efa_interface_on_p4d_fails_the_default(tmp_path):
     """The published log with its bandwidth scaled to AWS's 1-EFA figure on 2 x p4d (5.89 GB/s)."""
-    if not PUBLISHED_LOG.exists():
-        pytest.skip(f"{PUBLISHED_LOG} is not here")
     factor = 5.89 / 42.04
     lines = []
     for line in PUBLISHED_LOG.read_text().splitlines():
@@ -246,8 +254,6 @@ def test_one_efa_interface_on_p4d_fails_the_default(tmp_path):
 
 
 def test_the_published_log_fails_a_higher_threshold():
-    if not PUBLISHED_LOG.exists():
-        pytest.skip(f"{PUBLISHED_LOG} is not here")
     out = gate("check", str(PUBLISHED_LOG), "1", "45")
     assert out.returncode == 1 and "below minBusBandwidthGBps 45" in out.stdout
 

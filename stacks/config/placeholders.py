@@ -1,0 +1,52 @@
+"""Placeholders a stack file copied from an example may still hold: values that are valid, so the
+config checks take them, but belong to nobody (facts.aws_names: the documentation networks of
+RFC 5737, the example account ids of AWS's documentation).
+
+The offline plan prints them as warnings (an example stack plans as it is); preflight, the step
+before a real `pulumi up`, fails on them: with 203.0.113.0/24 as the only public endpoint CIDR
+nobody reaches the cluster's API, and an access entry for a role in 111122223333 is refused.
+"""
+
+from __future__ import annotations
+
+from facts import aws_names
+from facts.problems import Problem
+from stacks.config.models import NAMESPACE, StackConfig
+
+
+def placeholders(cfg: StackConfig) -> list[Problem]:
+    """Every placeholder value in ``cfg``, naming its key, the value and what to put there."""
+    found: list[Problem] = []
+    c = cfg.cluster
+    if c.endpoint_public_access:
+        for i, cidr in enumerate(c.endpoint_public_access_cidrs):
+            block = aws_names.documentation_network(cidr)
+            if block is not None:
+                found.append(
+                    Problem(
+                        f"{NAMESPACE}:cluster.endpointPublicAccessCidrs[{i}]",
+                        f"{cidr!r} is in {block}, a range reserved for documentation (RFC 5737) that no client has: with it nobody "
+                        "reaches the public endpoint; put the public CIDR of your network or CI runners there",
+                    )
+                )
+    for i, arn in enumerate(c.admin_principals):
+        account = aws_names.example_account(arn)
+        if account is not None:
+            found.append(
+                Problem(
+                    f"{NAMESPACE}:cluster.adminPrincipals[{i}]",
+                    f"{arn!r} is in {account}, the example account of AWS's documentation, not yours: its access entry would make "
+                    "nobody of yours an admin; put the ARN of your own admin role there (aws sts get-caller-identity shows your account)",
+                )
+            )
+    for i, job in enumerate(cfg.jobs):
+        account = aws_names.example_account(job.image)
+        if job.enabled and account is not None and ".dkr.ecr." in job.image:
+            found.append(
+                Problem(
+                    f"{NAMESPACE}:jobs[{i}].image",
+                    f"{job.image!r} is in the ECR registry of {account}, the example account of AWS's documentation: no image can be "
+                    "pulled from it; push the image to your own registry and name it there",
+                )
+            )
+    return found
