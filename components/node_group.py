@@ -5,18 +5,26 @@ Why our own launch template rather than ``enable_efa_support``: pulumi-eks' EFA 
 root volume unencrypted, always creates a placement group and cannot target a capacity
 reservation or block. This one adds, on top of the same EFA layout:
 - an encrypted gp3 root volume and IMDSv2 required;
-- every EFA interface the type has: network card 0 carries device 0 as ``efa`` (the primary
-  interface must carry ENA), every other card device 1 as ``efa-only`` (VPC CNI >= 1.18.5);
+- every EFA interface the type has, card by card from each card's own interface types
+  (``facts.catalog.efa_layout``): the primary interface on card 0 device 0 carries ENA (``efa`` where
+  card 0 takes EFA, else a plain ``interface``, as on p6-b300), and every further card that takes
+  EFA gets one at device 1, ``efa-only`` where it lists it (VPC CNI >= 1.18.5);
 - a security group allowing all traffic to and from itself (EFA's requirement), next to the
   cluster security group;
 - a cluster placement group created in the node group's AZ, an existing one, or none;
-- a capacity reservation or capacity block target.
+- a capacity reservation or capacity block target: an existing one, or a Capacity Block bought
+  at ``pulumi up`` from an offering (an irreversible purchase, only when the stack asks for it);
+- for a capacity block with a known window, scheduled actions on the group's Auto Scaling group:
+  to the group's maxSize when the block starts and to zero ``CAPACITY_BLOCK_DRAIN`` before it
+  ends (EC2 starts terminating a block's instances 30 minutes before its end).
 No subnet is set on the interfaces: EKS picks it from the node group's subnets.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Sequence
 
@@ -24,6 +32,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
+from facts.catalog import CAPACITY_BLOCK_DRAIN, InterfaceSlot
 from facts.kube import AUTOSCALE_TAG, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL
 
 EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
@@ -47,8 +56,16 @@ class NodeGroupArgs:
     kubernetes_version: Optional[str] = None  # kubelet version of the nodes; None: the cluster's
     capacity_type: Literal["on-demand", "spot", "capacity-block"] = "on-demand"  # how instances are bought; capacity-block also sets the market type
     capacity_reservation_id: Optional[str] = None  # capacity reservation or block (cr-...) the launch template targets; None: none
-    # EFA interfaces to attach (0 = no EFA), the type's network cards to spread them over.
-    efa_interfaces: int = 0
+    # A Capacity Block offering (cb-...) to buy at `pulumi up` (irreversible, paid upfront) and target
+    # instead of capacity_reservation_id; None: buy nothing.
+    capacity_block_offering_id: Optional[str] = None
+    # The capacity block's (start, end), timezone-aware: the group scales to max_size at the start and
+    # to zero CAPACITY_BLOCK_DRAIN before the end (scheduled actions), and desired_size is then
+    # computed from the window; None: no scheduled scaling.
+    capacity_block_window: Optional[tuple[datetime.datetime, datetime.datetime]] = None
+    # The launch template's network interfaces, card by card (facts.catalog.efa_layout of the type);
+    # empty: no EFA, the primary interface as EKS makes it.
+    network_interfaces: Sequence[InterfaceSlot] = ()
     # Placement: "create" a cluster placement group in `availability_zone`, use an "existing" one
     # by name, or "none".
     placement_group: Literal["create", "existing", "none"] = "none"
@@ -106,6 +123,42 @@ def _slug(key: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in key.removeprefix(NODE_TEMPLATE + "/")).strip("-")
 
 
+def tag_resource_parts(keys: Sequence[str]) -> dict[str, str]:
+    """The name part of each ASG tag resource (``<group>-asg-<part>``): one per key, never two alike.
+
+    A key's part is its slug (every character but letters and digits made '-'), the name each tag
+    has had in every stack so far. Slugs can collide: labels ``team.name`` and ``team-name`` (or
+    ``team/name``) are two keys with one slug, and two resources of one name stop `pulumi up` on a
+    duplicate URN. So the first key of ``keys`` with a slug keeps it, and each later key whose slug
+    is taken gets the first hex digits of its sha256 appended: a key whose slug no other key shares
+    keeps its name (no replacement in a stack that has it), and adding a colliding label after an
+    existing one (``keys`` in the order the config lists them) leaves the existing tag's resource
+    alone; a new name is only ever given to a key that had none."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for key in keys:
+        part = _slug(key)
+        if part in taken:
+            digest = hashlib.sha256(key.encode()).hexdigest()
+            candidates = [f"{part}-{digest[:n]}" for n in (8, 16, 64)] + [f"{part}-{digest}-{i}" for i in range(len(keys) + 1)]
+            part = next(c for c in candidates if c not in taken)
+        taken.add(part)
+        out[key] = part
+    return out
+
+
+def _config_order(tags: dict[str, str], labels: dict[str, str], taints: list[dict[str, str]], resources: dict[str, str]) -> list[str]:
+    """The keys of ``autoscaler_template_tags`` in the order the config lists their labels, taints
+    and resources (that function sorts labels and resources: its order is the registration order)."""
+    listed = [
+        *(f"{NODE_TEMPLATE}/label/{k}" for k in labels),
+        *(f"{NODE_TEMPLATE}/taint/{t['key']}" for t in taints),
+        *(f"{NODE_TEMPLATE}/resources/{k}" for k in resources),
+    ]
+    first = [k for k in tags if k not in listed]
+    return first + list(dict.fromkeys(k for k in listed if k in tags))
+
+
 def _pulumi_eks_child_urn(name: str, parent: pulumi.Resource) -> pulumi.Output[str]:
     """The URN the node group had as the child of pulumi-eks' ManagedNodeGroup ``<name>-mng``."""
     component = pulumi.create_urn(f"{name}-mng", "eks:index:ManagedNodeGroup", parent=parent)
@@ -145,21 +198,58 @@ def hugepages_user_data(pages: int) -> str:
     )
 
 
-def efa_network_interfaces(count: int, security_group_ids: list[pulumi.Input[str]]) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
-    """The launch-template interfaces for ``count`` EFA interfaces, one per network card."""
+def efa_network_interfaces(slots: Sequence[InterfaceSlot], security_group_ids: list[pulumi.Input[str]]) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+    """The launch-template interfaces of ``slots`` (``facts.catalog.efa_layout``): each on its own
+    card and device, of its own type, with the group's security groups. Only the primary (card 0,
+    device 0) has an IP address of its own to say no public one to."""
     interfaces = []
-    for card in range(count):
+    for slot in slots:
+        primary = slot.card == 0 and slot.device == 0
         interfaces.append(
             aws.ec2.LaunchTemplateNetworkInterfaceArgs(
-                network_card_index=card,
-                device_index=0 if card == 0 else 1,
-                interface_type="efa" if card == 0 else "efa-only",
+                network_card_index=slot.card,
+                device_index=slot.device,
+                interface_type=slot.interface_type,
                 security_groups=security_group_ids,
                 delete_on_termination="true",
-                associate_public_ip_address="false" if card == 0 else None,
+                associate_public_ip_address="false" if primary else None,
             )
         )
     return interfaces
+
+
+def utc_now() -> datetime.datetime:
+    """The time the program runs at (a function, so tests can fix it)."""
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+@dataclass(frozen=True)
+class ScheduledSize:
+    """One scheduled action of a capacity block's group: at ``at``, desired capacity ``size``."""
+
+    suffix: str  # "block-start" or "block-end": the action's name after the node group's
+    at: datetime.datetime
+    size: int
+
+
+def capacity_block_schedule(start: datetime.datetime, end: datetime.datetime, size: int, now: datetime.datetime) -> tuple[int, tuple[ScheduledSize, ...]]:
+    """The desired size a capacity block's group is created with, and the scheduled actions that
+    are still to come at ``now``: ``size`` nodes at the start, none ``CAPACITY_BLOCK_DRAIN`` before
+    the end. An action whose time has passed is left out: EC2 Auto Scaling deletes a one-time
+    action once it has run, and refuses to create one in the past. A group created inside the
+    window starts at ``size``; outside it, at 0."""
+    down = end - CAPACITY_BLOCK_DRAIN
+    actions = []
+    if start > now:
+        actions.append(ScheduledSize("block-start", start, size))
+    if down > now:
+        actions.append(ScheduledSize("block-end", down, 0))
+    return (size if start <= now < down else 0), tuple(actions)
+
+
+def _utc_text(when: datetime.datetime) -> str:
+    """``YYYY-MM-DDThh:mm:ssZ``, the one format PutScheduledUpdateGroupAction takes."""
+    return when.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class NodeGroup(pulumi.ComponentResource):
@@ -169,14 +259,17 @@ class NodeGroup(pulumi.ComponentResource):
         tags = {**args.tags, "gputraining/node-group": name}
         node_group_name = f"{args.cluster_name}-{name}"
 
-        if args.efa_interfaces and not args.availability_zone:
+        efa_interfaces = sum(1 for slot in args.network_interfaces if slot.is_efa)
+        if efa_interfaces and not args.availability_zone:
             raise ValueError("an EFA node group must be pinned to one availability zone")
+        if args.capacity_block_offering_id and args.capacity_reservation_id:
+            raise ValueError("a node group targets an existing capacity reservation or buys a capacity block, not both")
         if args.placement_group == "create" and not args.availability_zone:
             raise ValueError("a cluster placement group needs the node group's availability zone")
 
         self.efa_security_group_id: Optional[pulumi.Output[str]] = None
         security_group_ids: list[pulumi.Input[str]] = [args.cluster_security_group_id]
-        if args.efa_interfaces:
+        if efa_interfaces:
             efa_sg = aws.ec2.SecurityGroup(
                 f"{name}-efa",
                 vpc_id=args.vpc_id,
@@ -219,17 +312,35 @@ class NodeGroup(pulumi.ComponentResource):
         reservation = None
         if args.capacity_type == "capacity-block":
             market_options = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
-        if args.capacity_reservation_id:
+        reservation_id: Optional[pulumi.Input[str]] = args.capacity_reservation_id
+        self.capacity_block: Optional[aws.ec2.CapacityBlockReservation] = None
+        if args.capacity_block_offering_id:
+            # The purchase: PurchaseCapacityBlock at `pulumi up`, paid upfront and irreversible. The
+            # resource cannot be deleted (destroy only forgets it); the block ends on its own date.
+            self.capacity_block = aws.ec2.CapacityBlockReservation(
+                f"{name}-capacity-block",
+                capacity_block_offering_id=args.capacity_block_offering_id,
+                instance_platform="Linux/UNIX",
+                tags={**tags, "gputraining/capacity-block-offering": args.capacity_block_offering_id},
+                opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            )
+            reservation_id = self.capacity_block.id
+            pulumi.log.warn(
+                f"node group {node_group_name} targets the Capacity Block bought from offering {args.capacity_block_offering_id}: "
+                "the `pulumi up` that first creates it BUYS it, irreversibly (the upfront fee is charged at once and never refunded)",
+                resource=self,
+            )
+        if reservation_id:
             reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
                 capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
-                    capacity_reservation_id=args.capacity_reservation_id
+                    capacity_reservation_id=reservation_id
                 )
             )
 
-        network_interfaces = efa_network_interfaces(args.efa_interfaces, security_group_ids) if args.efa_interfaces else None
+        network_interfaces = efa_network_interfaces(args.network_interfaces, security_group_ids) if args.network_interfaces else None
         launch_template = aws.ec2.LaunchTemplate(
             f"{name}-lt",
-            description=f"{node_group_name}: encrypted root, IMDSv2" + (f", {args.efa_interfaces} EFA" if args.efa_interfaces else ""),
+            description=f"{node_group_name}: encrypted root, IMDSv2" + (f", {efa_interfaces} EFA" if efa_interfaces else ""),
             update_default_version=True,
             block_device_mappings=[
                 aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
@@ -269,12 +380,16 @@ class NodeGroup(pulumi.ComponentResource):
         if args.gpu:
             labels.update(GPU_PRESENT_LABEL)
             taints = [GPU_TAINT] + taints
-        if args.efa_interfaces:
+        if efa_interfaces:
             labels.update(EFA_PRESENT_LABEL)
 
         self.node_group_name = node_group_name
         eks_taints = [aws.eks.NodeGroupTaintArgs(key=t["key"], value=t.get("value") or None, effect=EKS_TAINT_EFFECT[t["effect"]]) for t in taints]
-        scaling = aws.eks.NodeGroupScalingConfigArgs(min_size=args.min_size, desired_size=args.desired_size, max_size=args.max_size)
+        desired_size = args.desired_size
+        schedule: tuple[ScheduledSize, ...] = ()
+        if args.capacity_block_window is not None:
+            desired_size, schedule = capacity_block_schedule(*args.capacity_block_window, args.max_size, utc_now())
+        scaling = aws.eks.NodeGroupScalingConfigArgs(min_size=args.min_size, desired_size=desired_size, max_size=args.max_size)
         lt_ref = aws.eks.NodeGroupLaunchTemplateArgs(id=launch_template.id, version=launch_template.latest_version.apply(str))
         self.node_group: pulumi.Resource
         if args.gpu:
@@ -301,8 +416,9 @@ class NodeGroup(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(
                     parent=self,
                     depends_on=[args.cluster, *args.ready],
-                    # The autoscaler owns the desired size of an autoscaled group.
-                    ignore_changes=["scalingConfig.desiredSize"] if args.autoscale_resources is not None else None,
+                    # The autoscaler owns the desired size of an autoscaled group, the scheduled actions
+                    # that of a capacity block's group: a refreshed `up` sends the size they set.
+                    ignore_changes=["scalingConfig.desiredSize"] if args.autoscale_resources is not None or args.capacity_block_window else None,
                     # Stacks made before kept this group as pulumi-eks' ManagedNodeGroup, whose child
                     # aws.eks.NodeGroup had this name: take it over instead of replacing the nodes.
                     aliases=[_pulumi_eks_child_urn(name, self)],
@@ -334,12 +450,32 @@ class NodeGroup(pulumi.ComponentResource):
             group = self.node_group
             assert isinstance(group, aws.eks.NodeGroup)
             asg_name = group.resources.apply(_asg_name)
+            parts = tag_resource_parts(_config_order(self.autoscaler_tags, labels, taints, args.autoscale_resources))
             for key, value in self.autoscaler_tags.items():
                 aws.autoscaling.Tag(
-                    f"{name}-asg-{_slug(key)}",
+                    f"{name}-asg-{parts[key]}",
                     autoscaling_group_name=asg_name,
                     # Read from the group's tags; instances need not carry them.
                     tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
+                    opts=child,
+                )
+        # The capacity block's window: one-time actions on the group's Auto Scaling group (EKS makes
+        # one per node group). Only desired capacity changes (-1 leaves min and max alone), so a
+        # later `pulumi up` of minSize/maxSize and the actions never fight over the same value.
+        self.scheduled_sizes = schedule
+        if schedule:
+            group = self.node_group
+            assert isinstance(group, aws.eks.NodeGroup), "capacity blocks are GPU groups"
+            block_asg = group.resources.apply(_asg_name)
+            for action in schedule:
+                aws.autoscaling.Schedule(
+                    f"{name}-{action.suffix}",
+                    scheduled_action_name=f"{node_group_name}-{action.suffix}",
+                    autoscaling_group_name=block_asg,
+                    start_time=_utc_text(action.at),
+                    desired_capacity=action.size,
+                    min_size=-1,
+                    max_size=-1,
                     opts=child,
                 )
         self.register_outputs({"nodeGroupName": node_group_name})

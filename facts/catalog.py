@@ -1,34 +1,78 @@
 """Instance catalog: the facts about EC2 instance types that everything downstream derives from.
 
 GPU counts, EFA interface counts and network cards are typed here once. The EFA wiring of node
-groups and (later) the GPU/EFA requests of training jobs read them from an ``InstanceType``;
-they never repeat a number.
+groups, the GPU/EFA requests of training jobs, the autoscaler's node-template tags and the NCCL
+gate's default bandwidth read them from an ``InstanceType``; they never repeat a number.
 
 Two sources give the same ``InstanceType`` shape:
 - ``BUILTIN``: a table that works offline (no AWS account needed);
 - ``from_describe_instance_types``: turns one item of ``ec2.describe_instance_types`` into the
   same shape (``infra/aws_catalog.py`` makes that call with boto3).
-The built-in table is checked against AWS's recorded data in the tests (moto ships it).
+The built-in table is checked against AWS's recorded data in the tests (moto ships it), card by
+card: each network card's own interface types decide where the EFA interfaces go
+(``efa_layout``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any, Mapping, Optional
 
 __all__ = [
+    "NetworkCard",
+    "InterfaceSlot",
     "InstanceType",
     "BUILTIN",
     "GPU_TYPES",
     "SYSTEM_TYPES",
+    "CAPACITY_BLOCK_TYPES",
+    "CAPACITY_BLOCK_DRAIN",
     "SAGEMAKER",
     "SAGEMAKER_TYPES",
     "SAGEMAKER_EFA_TYPES",
     "get",
     "get_sagemaker",
     "sagemaker_type_for",
+    "refusal",
+    "efa_layout",
     "from_describe_instance_types",
 ]
+
+# What a network card takes (EC2 NetworkCardInfo.InterfaceTypes): `interface` is an ENA interface,
+# `efa` an EFA with ENA (it carries IP traffic too), `efa-only` an EFA device without ENA (no IP
+# address; VPC CNI >= 1.18.5).
+ENA = "interface"
+EFA = "efa"
+EFA_ONLY = "efa-only"
+ENA_ONLY_CARD = (ENA,)
+EFA_CARD = (ENA, EFA, EFA_ONLY)
+
+
+@dataclass(frozen=True)
+class NetworkCard:
+    """One network card of an instance type, as DescribeInstanceTypes lists it (NetworkInfo.NetworkCards[])."""
+
+    index: int  # NetworkCardIndex
+    interface_types: tuple[str, ...]  # InterfaceTypes: the interface types this card takes
+    peak_gbps: float  # PeakBandwidthInGbps
+
+    @property
+    def takes_efa(self) -> bool:
+        return EFA in self.interface_types or EFA_ONLY in self.interface_types
+
+
+@dataclass(frozen=True)
+class InterfaceSlot:
+    """One network interface of a node's launch template: card, device index and interface type."""
+
+    card: int
+    device: int
+    interface_type: str  # `interface`, `efa` or `efa-only`
+
+    @property
+    def is_efa(self) -> bool:
+        return self.interface_type in (EFA, EFA_ONLY)
 
 
 @dataclass(frozen=True)
@@ -41,10 +85,17 @@ class InstanceType:
     gpus: int = 0
     gpu_model: Optional[str] = None
     gpu_memory_mib: int = 0  # per GPU
-    efa_interfaces: int = 0  # maximum EFA interfaces; 0 = no EFA
-    network_cards: int = 1
-    # Network bandwidth over all network cards, Gbit/s (EC2's peak figure; "up to" for burstable).
-    network_gbps: float = 0
+    efa_interfaces: int = 0  # maximum EFA interfaces (EfaInfo.MaximumEfaInterfaces); 0 = no EFA
+    # Every network card with the interface types it takes and its peak bandwidth. The EFA layout
+    # is computed from these (``efa_layout``): p6-b300's card 0 takes only an ENA interface, and its
+    # 16 EFA interfaces go on cards 1-16.
+    cards: tuple[NetworkCard, ...] = (NetworkCard(0, (ENA,), 0.0),)
+    # Local NVMe instance store (InstanceStorageInfo): disks and the size of each, GB.
+    nvme_disks: int = 0
+    nvme_disk_gb: int = 0
+    # Whether EC2 sells Capacity Blocks for ML of this type (SupportedUsageClasses has `capacity-block`).
+    capacity_blocks: bool = False
+    architecture: str = "x86_64"  # ProcessorInfo.SupportedArchitectures
     # GPUDirect RDMA over EFA (FI_EFA_USE_DEVICE_RDMA=1): A100 (p4d) and newer. Not reported by
     # DescribeInstanceTypes, so it comes from this table.
     efa_rdma: bool = False
@@ -52,9 +103,9 @@ class InstanceType:
     # AWS) for this type's GPU: the name the autoscaler's AWS provider lists for it (its
     # availableGPUTypes, cluster-autoscaler/cloudprovider/aws/aws_cloud_provider.go at tag
     # cluster-autoscaler-1.36.1: nvidia-tesla-{k80,p100,v100,t4,a100}, nvidia-{a10g,l4,l40s}). A GPU
-    # that list lacks (H100, H200) gets `nvidia-<model>` in the list's newer style: the autoscaler
-    # treats any value alike for GPU readiness (it only checks the label is there) and reports the
-    # type as "not-listed" in its metrics. Not reported by DescribeInstanceTypes.
+    # that list lacks (H100, H200, B200, B300) gets `nvidia-<model>` in the list's newer style: the
+    # autoscaler treats any value alike for GPU readiness (it only checks the label is there) and
+    # reports the type as "not-listed" in its metrics. Not reported by DescribeInstanceTypes.
     accelerator: Optional[str] = None
 
     @property
@@ -69,6 +120,28 @@ class InstanceType:
     def family(self) -> str:
         return self.name.split(".", 1)[0]
 
+    @property
+    def network_cards(self) -> int:
+        return len(self.cards)
+
+    @property
+    def network_gbps(self) -> float:
+        """Network bandwidth over all network cards, Gbit/s (the sum of the cards' peak figures)."""
+        return float(sum(c.peak_gbps for c in self.cards))
+
+    @property
+    def efa_gbps(self) -> float:
+        """The bandwidth of the cards that carry the EFA interfaces (``efa_layout``), Gbit/s: what
+        NCCL over EFA can use. On p6-b300 that leaves out card 0 (ENA only); 0 without EFA."""
+        if not self.efa_supported:
+            return 0.0
+        efa_cards = {s.card for s in efa_layout(self) if s.is_efa}
+        return float(sum(c.peak_gbps for c in self.cards if c.index in efa_cards))
+
+    @property
+    def nvme_gb(self) -> int:
+        return self.nvme_disks * self.nvme_disk_gb
+
     def summary(self) -> str:
         if self.is_gpu:
             gpu = f"{self.gpus} x {self.gpu_model} {self.gpu_memory_mib // 1024} GiB"
@@ -78,10 +151,70 @@ class InstanceType:
         return f"{gpu}, {efa}, {self.vcpus} vCPU, {self.memory_mib // 1024} GiB"
 
 
+def efa_layout(it: InstanceType) -> tuple[InterfaceSlot, ...]:
+    """The launch-template interfaces that wire every EFA interface ``it`` has, card by card, from
+    each card's own interface types (AWS's EFA guide, "Maximize network bandwidth on instances with
+    multiple network cards"):
+
+    - the primary interface is card 0, device 0, and must carry ENA: ``efa`` (EFA with ENA) where
+      card 0 takes EFA, else ``interface`` (plain ENA; p6-b300);
+    - where card 0 takes ``efa-only`` but the primary is not an EFA, card 0 device 1 is ``efa-only``;
+    - every further card that takes EFA gets one at device 1: ``efa-only`` where the card lists it
+      (no IP address used), else ``efa``; a card that lists neither gets nothing;
+    - until the type's maximum EFA count is reached (i7ie has two EFA-capable cards and a maximum
+      of one).
+
+    Empty for a type without EFA. Raises ValueError when the cards cannot hold the maximum (the
+    catalog and AWS's data would disagree)."""
+    if not it.efa_supported:
+        return ()
+    remaining = it.efa_interfaces
+    first = it.cards[0]
+    slots: list[InterfaceSlot] = []
+    if EFA in first.interface_types:
+        slots.append(InterfaceSlot(first.index, 0, EFA))
+        remaining -= 1
+    else:
+        slots.append(InterfaceSlot(first.index, 0, ENA))
+        if EFA_ONLY in first.interface_types:
+            slots.append(InterfaceSlot(first.index, 1, EFA_ONLY))
+            remaining -= 1
+    for card in it.cards[1:]:
+        if remaining <= 0:
+            break
+        if EFA_ONLY in card.interface_types:
+            slots.append(InterfaceSlot(card.index, 1, EFA_ONLY))
+        elif EFA in card.interface_types:
+            slots.append(InterfaceSlot(card.index, 1, EFA))
+        else:
+            continue
+        remaining -= 1
+    if remaining > 0:
+        raise ValueError(f"{it.name}: its network cards take {it.efa_interfaces - remaining} EFA interfaces, not the {it.efa_interfaces} it lists")
+    return tuple(slots)
+
+
 _GIB = 1024
 
 
-def _gpu(name, vcpus, mem_gib, gpus, model, gpu_mem_mib, efa, cards, gbps, rdma=False, accelerator=None) -> InstanceType:
+def _cards(count: int, gbps: float, types: tuple[str, ...] = EFA_CARD, first: int = 0) -> tuple[NetworkCard, ...]:
+    return tuple(NetworkCard(first + i, types, gbps) for i in range(count))
+
+
+def _gpu(
+    name: str,
+    vcpus: int,
+    mem_gib: int,
+    gpus: int,
+    model: str,
+    gpu_mem_mib: int,
+    efa: int,
+    cards: tuple[NetworkCard, ...],
+    nvme: tuple[int, int] = (0, 0),
+    capacity_blocks: bool = False,
+    rdma: bool = False,
+    accelerator: Optional[str] = None,
+) -> InstanceType:
     return InstanceType(
         name=name,
         vcpus=vcpus,
@@ -90,31 +223,61 @@ def _gpu(name, vcpus, mem_gib, gpus, model, gpu_mem_mib, efa, cards, gbps, rdma=
         gpu_model=model,
         gpu_memory_mib=gpu_mem_mib,
         efa_interfaces=efa,
-        network_cards=cards,
-        network_gbps=gbps,
+        cards=cards,
+        nvme_disks=nvme[0],
+        nvme_disk_gb=nvme[1],
+        capacity_blocks=capacity_blocks,
         efa_rdma=rdma,
         accelerator=accelerator,
     )
 
 
-def _cpu(name, vcpus, mem_gib, gbps) -> InstanceType:
-    return InstanceType(name=name, vcpus=vcpus, memory_mib=mem_gib * _GIB, network_gbps=gbps)
+def _cpu(name: str, vcpus: int, mem_gib: int, gbps: float) -> InstanceType:
+    return InstanceType(name=name, vcpus=vcpus, memory_mib=mem_gib * _GIB, cards=_cards(1, gbps, (ENA,)))
 
 
-# Source: EC2 DescribeInstanceTypes (as recorded by moto 5.2.5) and the EC2 accelerated computing
-# instance pages; p3.2xlarge/8xlarge/16xlarge are no longer listed by DescribeInstanceTypes in
-# most regions, so their row comes from the EC2 documentation. See ../shared/REFERENCE.md.
+# Source: EC2 DescribeInstanceTypes as recorded by moto 5.2.5 (moto/ec2/resources/instance_types.json.gz:
+# vCPUs, memory, GPUs, EFA maximum, every network card's interface types and peak bandwidth, the
+# NVMe instance store, the capacity-block usage class) and the EC2 accelerated computing instance
+# pages. p3.2xlarge/8xlarge/16xlarge are no longer listed by DescribeInstanceTypes, so their row
+# comes from the EC2 documentation. See ../shared/REFERENCE.md. tests/test_catalog.py compares every
+# described row with the recorded data, field by field and card by card.
+#
+# The EFA GPU types of the recorded data left out: the G families (g4dn, g5, g6, g6e, g7, g7e, gr6:
+# graphics/inference GPUs with 1-4 EFA interfaces). Their layout follows the same rule and is
+# tested, but the facts this table adds (GPUDirect RDMA, the nccl-tests image's GPU builds, pinned
+# prices) are not established for them. p6e-gb200 is refused (``refusal``).
+_H100, _H200, _B200, _B300 = 81920, 144384, 183359, 275040
 _GPU_ROWS = [
-    #    name             vCPU  GiB   GPUs model   GPU MiB  EFA cards Gbps RDMA       accelerator label
-    _gpu("p3.2xlarge", 8, 61, 1, "V100", 16384, 0, 1, 10, accelerator="nvidia-tesla-v100"),
-    _gpu("p3.8xlarge", 32, 244, 4, "V100", 16384, 0, 1, 10, accelerator="nvidia-tesla-v100"),
-    _gpu("p3.16xlarge", 64, 488, 8, "V100", 16384, 0, 1, 25, accelerator="nvidia-tesla-v100"),
-    _gpu("p3dn.24xlarge", 96, 768, 8, "V100", 32768, 1, 1, 100, accelerator="nvidia-tesla-v100"),
-    _gpu("p4d.24xlarge", 96, 1152, 8, "A100", 40960, 4, 4, 400, rdma=True, accelerator="nvidia-tesla-a100"),
-    _gpu("p4de.24xlarge", 96, 1152, 8, "A100", 81920, 4, 4, 400, rdma=True, accelerator="nvidia-tesla-a100"),
-    _gpu("p5.48xlarge", 192, 2048, 8, "H100", 81920, 32, 32, 3200, rdma=True, accelerator="nvidia-h100"),
-    _gpu("p5e.48xlarge", 192, 2048, 8, "H200", 144384, 32, 32, 3200, rdma=True, accelerator="nvidia-h200"),
-    _gpu("p5en.48xlarge", 192, 2048, 8, "H200", 144384, 16, 16, 3200, rdma=True, accelerator="nvidia-h200"),
+    #    name             vCPU  GiB  GPUs model  GPU MiB EFA  network cards (count, Gbit/s each)
+    _gpu("p3.2xlarge", 8, 61, 1, "V100", 16384, 0, _cards(1, 10, ENA_ONLY_CARD), accelerator="nvidia-tesla-v100"),
+    _gpu("p3.8xlarge", 32, 244, 4, "V100", 16384, 0, _cards(1, 10, ENA_ONLY_CARD), accelerator="nvidia-tesla-v100"),
+    _gpu("p3.16xlarge", 64, 488, 8, "V100", 16384, 0, _cards(1, 25, ENA_ONLY_CARD), accelerator="nvidia-tesla-v100"),
+    _gpu("p3dn.24xlarge", 96, 768, 8, "V100", 32768, 1, _cards(1, 100), nvme=(2, 900), accelerator="nvidia-tesla-v100"),
+    _gpu("p4d.24xlarge", 96, 1152, 8, "A100", 40960, 4, _cards(4, 100), nvme=(8, 1000), capacity_blocks=True, rdma=True, accelerator="nvidia-tesla-a100"),
+    _gpu("p4de.24xlarge", 96, 1152, 8, "A100", 81920, 4, _cards(4, 100), nvme=(8, 1000), capacity_blocks=True, rdma=True, accelerator="nvidia-tesla-a100"),
+    _gpu("p5.4xlarge", 16, 256, 1, "H100", _H100, 1, _cards(1, 100), nvme=(1, 3800), capacity_blocks=True, rdma=True, accelerator="nvidia-h100"),
+    _gpu("p5.48xlarge", 192, 2048, 8, "H100", _H100, 32, _cards(32, 100), nvme=(8, 3800), capacity_blocks=True, rdma=True, accelerator="nvidia-h100"),
+    _gpu("p5e.48xlarge", 192, 2048, 8, "H200", _H200, 32, _cards(32, 100), nvme=(8, 3800), capacity_blocks=True, rdma=True, accelerator="nvidia-h200"),
+    _gpu("p5en.48xlarge", 192, 2048, 8, "H200", _H200, 16, _cards(16, 200), nvme=(8, 3800), capacity_blocks=True, rdma=True, accelerator="nvidia-h200"),
+    # p6-b200: 8 cards of 200 Gbit/s peak each as DescribeInstanceTypes reports them (its
+    # NetworkPerformance text says "3200 Gigabit"; the per-card figures are what the catalog uses).
+    _gpu("p6-b200.48xlarge", 192, 2048, 8, "B200", _B200, 8, _cards(8, 200), nvme=(8, 3800), capacity_blocks=True, rdma=True, accelerator="nvidia-b200"),
+    # p6-b300: card 0 takes only an ENA interface (350 Gbit/s), cards 1-16 one EFA each (400 Gbit/s).
+    _gpu(
+        "p6-b300.48xlarge",
+        192,
+        4096,
+        8,
+        "B300",
+        _B300,
+        16,
+        _cards(1, 350, ENA_ONLY_CARD) + _cards(16, 400, first=1),
+        nvme=(8, 3800),
+        capacity_blocks=True,
+        rdma=True,
+        accelerator="nvidia-b300",
+    ),
 ]
 
 # System node group types: general purpose, no GPU. c5.2xlarge is the reference setups' choice.
@@ -133,14 +296,58 @@ _SYSTEM_ROWS = [
 BUILTIN: Mapping[str, InstanceType] = {t.name: t for t in _GPU_ROWS + _SYSTEM_ROWS}
 GPU_TYPES = tuple(t.name for t in _GPU_ROWS)
 SYSTEM_TYPES = tuple(t.name for t in _SYSTEM_ROWS)
+# The GPU types EC2 sells Capacity Blocks for ML of (not p3/p3dn).
+CAPACITY_BLOCK_TYPES = tuple(t.name for t in _GPU_ROWS if t.capacity_blocks)
+# A capacity block's group goes to zero this long before the block ends: EC2 warns 40 minutes
+# before the end and starts terminating the block's instances 30 minutes before it (EC2 user guide,
+# "Monitor Capacity Blocks using EventBridge"), and EKS suggests scaling to zero more than 30
+# minutes before the end (EKS user guide, "Create self-managed nodes with Capacity Blocks for ML").
+# An hour leaves the drain 30 minutes.
+CAPACITY_BLOCK_DRAIN = timedelta(minutes=60)
+CAPACITY_BLOCK_DRAIN_TEXT = "an hour"
+
+
+# Types the stack refuses, by family, and why: what it would take is in the message itself.
+_REFUSED_FAMILIES: Mapping[str, str] = {
+    "p6e-gb200": (
+        "{name} is not supported: it is sold only as part of an EC2 UltraServer (u-p6e-gb200x36: 9 instances, "
+        "u-p6e-gb200x72: 18, of 4 GB200 GPUs each) and only through Capacity Blocks for ML; its CPUs are NVIDIA Grace "
+        "(arm64), so its nodes need the AL2023 ARM NVIDIA AMI (AL2023_ARM_64_NVIDIA) and arm64 builds of every image that "
+        "runs on them, where this stack's GPU groups use the x86_64 AL2023 NVIDIA AMI; and NCCL across the UltraServer's "
+        "NVLink domain needs NVIDIA's DRA driver for GPUs with IMEX channels (ComputeDomain resource claims, Kubernetes "
+        "dynamic resource allocation), which this stack does not install. It would take an arm64 GPU node group, the "
+        "UltraServer's capacity block, the NVIDIA DRA driver with jobs that claim a ComputeDomain instead of requesting "
+        "nvidia.com/gpu, and arm64 job images. Use p6-b200.48xlarge or p6-b300.48xlarge (8 GPUs, x86_64, EFA) instead"
+    ),
+}
+
+
+def refusal(name: str) -> Optional[str]:
+    """Why ``name`` (an EC2 type, or its ``ml.`` SageMaker form) is refused, or None."""
+    family = name.removeprefix(ML_PREFIX).split(".", 1)[0]
+    text = _REFUSED_FAMILIES.get(family)
+    return text.format(name=name) if text else None
 
 
 # SageMaker training instance types: the ml. equivalents of the GPU types above, with the same
-# hardware facts (GPUs, EFA interfaces, GPUDirect RDMA). SageMaker attaches the EFA interfaces
-# itself on the EFA types (ml.p3dn, ml.p4d, ml.p4de, ml.p5). Source: the SageMaker pricing page's
-# training instance list and the EC2 rows above.
+# hardware facts (GPUs, EFA interfaces, GPUDirect RDMA), for every type SageMaker's CreateTrainingJob
+# accepts (the TrainingInstanceType enum of botocore's sagemaker model; tests/test_catalog.py checks
+# both ways). SageMaker attaches the EFA interfaces itself on the EFA types.
 ML_PREFIX = "ml."
-_SAGEMAKER_BASES = ("p3.2xlarge", "p3.8xlarge", "p3.16xlarge", "p3dn.24xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge")
+_SAGEMAKER_BASES = (
+    "p3.2xlarge",
+    "p3.8xlarge",
+    "p3.16xlarge",
+    "p3dn.24xlarge",
+    "p4d.24xlarge",
+    "p4de.24xlarge",
+    "p5.4xlarge",
+    "p5.48xlarge",
+    "p5e.48xlarge",
+    "p5en.48xlarge",
+    "p6-b200.48xlarge",
+    "p6-b300.48xlarge",
+)
 SAGEMAKER: Mapping[str, InstanceType] = {ML_PREFIX + n: replace(BUILTIN[n], name=ML_PREFIX + n) for n in _SAGEMAKER_BASES}
 SAGEMAKER_TYPES = tuple(SAGEMAKER)
 SAGEMAKER_EFA_TYPES = tuple(n for n, t in SAGEMAKER.items() if t.efa_supported)
@@ -172,6 +379,14 @@ def from_describe_instance_types(item: Mapping[str, Any]) -> InstanceType:
     efa = 0
     if network.get("EfaSupported"):
         efa = int((network.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0))
+    listed = network.get("NetworkCards") or []
+    cards = tuple(
+        NetworkCard(int(c.get("NetworkCardIndex", i)), tuple(c.get("InterfaceTypes") or (ENA,)), float(c.get("PeakBandwidthInGbps", 0)))
+        for i, c in enumerate(listed)
+    ) or _cards(int(network.get("MaximumNetworkCards", 1)), 0.0, (ENA,))
+    disks = (item.get("InstanceStorageInfo") or {}).get("Disks") or []
+    nvme = (sum(int(d.get("Count", 0)) for d in disks), int(disks[0].get("SizeInGB", 0)) if disks else 0)
+    archs = (item.get("ProcessorInfo") or {}).get("SupportedArchitectures") or ["x86_64"]
     known = BUILTIN.get(name)
     return InstanceType(
         name=name,
@@ -181,8 +396,11 @@ def from_describe_instance_types(item: Mapping[str, Any]) -> InstanceType:
         gpu_model=gpus[0].get("Name") if gpus else None,
         gpu_memory_mib=int((gpus[0].get("MemoryInfo") or {}).get("SizeInMiB", 0)) if gpus else 0,
         efa_interfaces=efa,
-        network_cards=int(network.get("MaximumNetworkCards", 1)),
-        network_gbps=float(sum(float(c.get("PeakBandwidthInGbps", 0)) for c in network.get("NetworkCards") or [])),
+        cards=tuple(sorted(cards, key=lambda c: c.index)),
+        nvme_disks=nvme[0],
+        nvme_disk_gb=nvme[1],
+        capacity_blocks="capacity-block" in (item.get("SupportedUsageClasses") or []),
+        architecture=str(archs[0]),
         efa_rdma=known.efa_rdma if known else False,
         accelerator=known.accelerator if known else None,
     )

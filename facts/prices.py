@@ -2,11 +2,14 @@
 plan's cost is reproducible and a pull request shows what it changes.
 
 Region us-west-2, read 2026-07/08. Instances: AWS's on-demand price list as republished by the
-SkyPilot public price catalog (commit 00148f2a), whose us-east-1 rows match Karpenter's price file
-of 2026-07-20 and an AWS Price List read of 2026-07-28; m5.xlarge and m6i.xlarge are derived from
-their family's per-vCPU rate. EKS: $0.10 per cluster hour in standard support (AWS). The NAT gateway,
-FSx and EFS storage and EBS gp3 figures come from third-party copies of AWS's pricing pages and are
-marked "unverified" below: re-check them with `aws pricing get-products` before relying on them.
+SkyPilot public price catalog (skypilot-org/skypilot-catalog commit 00148f2a, catalogs/v8/aws/vms.csv,
+the us-west-2 rows' Price column), whose us-east-1 rows match Karpenter's price file of 2026-07-20 and
+an AWS Price List read of 2026-07-28; m5.xlarge and m6i.xlarge are derived from their family's
+per-vCPU rate. p5.4xlarge, p6-b200.48xlarge and p6-b300.48xlarge are that file's us-west-2 rows too
+(p6-b300: us-west-2's only row, usw2-az2). Capacity Blocks are priced per offering (its upfront fee,
+which preflight reads from DescribeCapacityBlockOfferings), not here. EKS: $0.10 per cluster hour in
+standard support (AWS). The NAT gateway, FSx and EFS storage and EBS gp3 figures come from
+third-party copies of AWS's pricing pages and are marked "unverified" below: re-check them with `aws pricing get-products` before relying on them.
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ INSTANCE_HOURLY: dict[str, Optional[float]] = {
     "p3dn.24xlarge": 31.212,
     "p4d.24xlarge": 21.95764,
     "p4de.24xlarge": 27.44705,
+    "p5.4xlarge": 6.88,
     "p5.48xlarge": 55.04,
     "p5e.48xlarge": None,
     "p5en.48xlarge": 63.296,
+    "p6-b200.48xlarge": 113.9328,
+    "p6-b300.48xlarge": 142.416,
     "c5.xlarge": 0.17,
     "c5.2xlarge": 0.34,
     "c5.4xlarge": 0.68,

@@ -225,6 +225,17 @@ def _cost_lines(base: Optional[dict[str, Any]], head: Optional[dict[str, Any]]) 
     return [f"Cost ({where}): idle {change('idlePerHour')}; every group at its maximum {change('maximumPerHour')}.", ""]
 
 
+CAPACITY_BLOCK = "aws:ec2/capacityBlockReservation:CapacityBlockReservation"
+
+
+def purchases(diff: Diff) -> list[tuple[str, str]]:
+    """(resource name, offering id) of each Capacity Block the head plan buys and the base plan did
+    not: `pulumi up` pays for it at once, irreversibly, so the comment says it in words."""
+    bought = {(r.get("inputs") or {}).get("capacityBlockOfferingId") for k, r in diff.base.resources.items() if k[0] == CAPACITY_BLOCK}
+    new = [(k[1], str((r.get("inputs") or {}).get("capacityBlockOfferingId"))) for k, r in diff.head.resources.items() if k[0] == CAPACITY_BLOCK]
+    return sorted((name, offering) for name, offering in new if offering not in bought)
+
+
 def render(diff: Diff, title: str, base_status: str = "ok", head_status: str = "ok", head_log: str = "", max_rows: int = 50) -> str:
     lines = [MARKER, f"### {title}", ""]
     if head_status != "ok":
@@ -244,6 +255,12 @@ def render(diff: Diff, title: str, base_status: str = "ok", head_status: str = "
     )
     lines.append("")
     lines += _cost_lines(b.cost, h.cost)
+    for name, offering in purchases(diff):
+        lines += [
+            f"**This change BUYS a Capacity Block:** `pulumi up` purchases offering {_code(offering)} (resource {_code(name)}). "
+            "The purchase is irreversible: its upfront fee is charged at once and never refunded (`python -m infra preflight` shows the fee).",
+            "",
+        ]
     if diff.empty:
         lines += ["No difference in resources, Kubernetes objects or stack outputs.", ""]
         return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ import ipaddress
 import pytest
 
 from facts import catalog, versions
+from infra import offline
 from tests.conftest import minimal_values, run_stack
 from tests.scheduling import MNG, NODE_GROUP
 
@@ -203,13 +204,18 @@ def test_gpu_groups_are_pinned_to_the_gpu_az_with_gpu_ami_label_and_taint(dev_pl
 
 @pytest.mark.parametrize("instance_type", [t for t in catalog.GPU_TYPES if catalog.BUILTIN[t].efa_supported])
 def test_efa_types_get_every_efa_interface_the_catalog_lists(instance_type):
-    plan = run_stack(minimal_values(gpuAvailabilityZone="us-west-2c", gpuNodeGroups=[{"name": "g", "instanceType": instance_type, "maxSize": 2}]))
-    expected = catalog.BUILTIN[instance_type].efa_interfaces
+    # An AZ of us-west-2 that offers the type (p6-b300 is in 2a and 2b only, p5e in 2c only).
+    az = min(offline.az_offerings("us-west-2")[instance_type])
+    plan = run_stack(minimal_values(gpuAvailabilityZone=az, gpuNodeGroups=[{"name": "g", "instanceType": instance_type, "maxSize": 2}]))
+    it = catalog.BUILTIN[instance_type]
     lt = _lt_of(plan, "gpu-g")
     nics = lt.inputs["networkInterfaces"]
-    assert len(nics) == expected
-    assert [n["networkCardIndex"] for n in nics] == list(range(expected))
-    assert nics[0]["deviceIndex"] == 0 and nics[0]["interfaceType"] == "efa"
+    # Card by card from each card's interface types (tests/test_catalog.py walks every EFA type of
+    # AWS's data): the primary on card 0 device 0 carries ENA, one EFA per further card.
+    layout = catalog.efa_layout(it)
+    assert [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nics] == [(s.card, s.device, s.interface_type) for s in layout]
+    assert sum(n["interfaceType"] in ("efa", "efa-only") for n in nics) == it.efa_interfaces
+    assert nics[0]["deviceIndex"] == 0 and nics[0]["networkCardIndex"] == 0 and nics[0]["interfaceType"] in ("efa", "interface")
     assert all(n["deviceIndex"] == 1 and n["interfaceType"] == "efa-only" for n in nics[1:])
     assert all("subnetId" not in n for n in nics), "EKS managed node groups reject SubnetId on interfaces"
     # The EFA security group allows everything to and from itself, and sits on every interface
@@ -232,7 +238,7 @@ def test_efa_types_get_every_efa_interface_the_catalog_lists(instance_type):
     assert {"type": PG, "name": pg.name} in lt.depends_on
     mng = _mng_of(plan, "gpu-g")
     assert mng.inputs["subnetIds"] == [plan.outputs["gpuSubnetId"]]
-    assert plan.outputs["gpuAvailabilityZone"] == "us-west-2c"
+    assert plan.outputs["gpuAvailabilityZone"] == az
     assert mng.inputs["labels"]["vpc.amazonaws.com/efa.present"] == "true"
 
 
