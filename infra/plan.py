@@ -10,6 +10,7 @@ failed for another reason.
 from __future__ import annotations
 
 import copy
+import datetime
 import gc
 import json
 import sys
@@ -19,11 +20,12 @@ from typing import Any, Optional, TextIO
 
 import yaml
 
-from facts import catalog
+from facts import catalog, versions
 from facts.paths import PROJECT_ROOT
 from infra import critical_path, offline, releases
 from stacks import config as stack_config
-from stacks import cost
+from stacks import cost, queues
+from stacks.config.placeholders import placeholders
 from stacks.config.stackfile import read_stack_config
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
@@ -122,10 +124,30 @@ def manifests_yaml(objects: list[dict[str, Any]], dumper: Optional[type] = None)
     """
     if not objects:
         return ""
-    if dumper is None:
-        fast = _FAST_DUMPER is not None and all(isinstance(o, dict) for o in objects) and _libyaml_writes_it_alike(objects)
-        dumper = _FAST_DUMPER if fast else _ManifestDumper
-    return yaml.dump_all(objects, Dumper=dumper, sort_keys=False, default_flow_style=False, explicit_start=True)
+    if dumper is not None:
+        return yaml.dump_all(objects, Dumper=dumper, sort_keys=False, default_flow_style=False, explicit_start=True)
+    if _FAST_DUMPER is None or not all(isinstance(o, dict) for o in objects):
+        return manifests_yaml(objects, _ManifestDumper)
+    # Each run of consecutive objects goes through the emitter that writes it alike (a chart's
+    # CRDs with tabs in their descriptions need the Python emitter; the rest need not wait for it).
+    # Every document starts with "---", so the runs join into the text one stream would be, unless
+    # a run of the Python emitter ends open ("..." at its end, which one stream writes only at its
+    # very end): then the whole stream goes through the Python emitter.
+    parts: list[str] = []
+    run: list[dict[str, Any]] = []
+    run_fast: Optional[bool] = None
+    for o in [*objects, None]:
+        fast = None if o is None else _libyaml_writes_it_alike(o)
+        if run and (o is None or fast != run_fast):
+            text = manifests_yaml(run, _FAST_DUMPER if run_fast else _ManifestDumper)
+            if not run_fast and o is not None and text.endswith("...\n"):
+                return manifests_yaml(objects, _ManifestDumper)
+            parts.append(text)
+            run = []
+        if o is not None:
+            run.append(o)
+            run_fast = fast
+    return "".join(parts)
 
 
 def write_files(result: offline.PlanResult, out: Path, rendered: Optional[releases.Rendered] = None, cfg: Optional[stack_config.StackConfig] = None) -> None:
@@ -158,10 +180,14 @@ def summary(cfg: stack_config.StackConfig, result: offline.PlanResult, rendered:
     for g in cfg.gpu_node_groups:
         it = g.instance
         efa = f"{g.efa_interfaces} EFA interface{'s' if g.efa_interfaces != 1 else ''}" if g.efa_interfaces else ("EFA off" if it.efa_supported else "no EFA")
+        efa_cards = [slot.card for slot in catalog.efa_layout(it) if slot.is_efa] if g.efa_interfaces else []
+        if efa_cards and 0 not in efa_cards:
+            efa += f" (cards {min(efa_cards)}-{max(efa_cards)}; card 0 ENA only)"
         lines.append(
             f"  {g.name:<12} {g.instance_type:<15} {it.gpus} x {it.gpu_model} {it.gpu_memory_mib // 1024} GiB, {efa}, "
             f"nodes {g.min_size}/{g.desired_size}/{g.max_size} (min/desired/max), {g.capacity_type}, placement {g.placement.mode}"
         )
+        lines += [f"  {'':<12} {line}" for line in capacity_lines(g)]
     s = cfg.system_node_group
     sys_it = catalog.get(s.instance_type)
     lines.append(f"System node group: {s.instance_type} ({sys_it.summary() if sys_it else '?'}), nodes {s.min_size}/{s.desired_size}/{s.max_size}")
@@ -194,11 +220,39 @@ def summary(cfg: stack_config.StackConfig, result: offline.PlanResult, rendered:
     elif rendered is not None:
         for name, objects in rendered.per_release.items():
             lines.append(f"  Helm release {name} installs {len(objects)}: {', '.join(objects)}")
+    queue_plan = queues.plan_for(cfg)
+    if queue_plan is not None:
+        lines.append("")
+        lines.append(queues.describe(queue_plan, versions.KUEUE_VERSION).rstrip("\n"))
     lines.append("")
     lines.append(critical_path.describe(critical_path.estimate(result.records)).rstrip("\n"))
     lines.append("")
     lines.append(cost.describe(cost.estimate(cfg)).rstrip("\n"))
     return "\n".join(lines) + "\n"
+
+
+def capacity_lines(g: stack_config.GpuNodeGroupConfig) -> list[str]:
+    """What a capacity-block group's block does, in words: the purchase above all (it costs money
+    the moment `pulumi up` runs and cannot be undone)."""
+    if g.capacity_type != "capacity-block":
+        return []
+    out = []
+    offering = g.capacity.offering if g.capacity is not None else None
+    if g.capacity_block_purchase:
+        out.append(
+            f"PURCHASE: `pulumi up` BUYS Capacity Block offering {g.capacity_block_purchase} ({g.max_size} x {g.instance_type}): "
+            "irreversible, its upfront fee is charged at once and never refunded (preflight shows the fee)"
+        )
+    elif g.awaiting_capacity_block:
+        out.append("no capacity block yet: the group is not built; preflight lists the offerings (capacity.offering), nothing is bought")
+    elif offering is not None:
+        out.append("capacity.offering is looked up by preflight only: nothing is bought (purchase is false)")
+    window = g.capacity_block_window
+    if window is not None:
+        start, end = (w.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") for w in window)
+        down = (window[1] - catalog.CAPACITY_BLOCK_DRAIN).astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        out.append(f"block {start} to {end}: scheduled to {g.max_size} nodes at its start and to 0 at {down}")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,9 +299,15 @@ def run_cli(stack: str, out: Optional[str], stdout: Optional[TextIO] = None, std
     except offline.OfflineDataError as err:  # a region the offline engine has no AWS data for
         print(f"error: stack {stack!r}: {err}", file=stderr)
         return EXIT_BAD_CONFIG
+    except offline.DuplicateURNError as err:  # the program registered one URN twice: `pulumi up` would stop there too
+        print(f"error: stack {stack!r}: {err}", file=stderr)
+        return EXIT_FAILED
     with offline.collector_paused():  # writing the files allocates much as well
         rendered = releases.render(result, cfg.cluster.kubernetes_version)  # charts are in the checkout
         stdout.write(summary(cfg, result, rendered))
+        # Placeholders copied from the examples: planned as they are, refused by preflight.
+        for problem in placeholders(cfg):
+            stdout.write(f"warning: {problem}\n")
         if out:
             write_files(result, Path(out), rendered, cfg)
             extra = f", {out}/releases.yaml" if rendered.objects else ""

@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Mapping, Optional, Sequence, Union
+from typing import Annotated, Any, ClassVar, Literal, Mapping, Optional, Sequence, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
+from facts.aws_names import INT32_MAX, INT64_MAX
 from facts.catalog import InstanceType
 from facts.kube import GPU_TAINT, NODE_GROUP_LABEL, ZONE_LABEL
 from facts.problems import Problem
@@ -30,10 +32,67 @@ GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_T
 EFA_ENV_NAMES = ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE")
 
 
-class SpecModel(BaseModel):
-    """Base of every job model: camelCase keys, unknown keys refused, values frozen."""
+def _scalar_kind(annotation: Any) -> Optional[str]:
+    """ "number" for an int or float field (Optional or not), "flag" for a bool field, else None."""
+    args = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) is Union else [annotation]
+    if len(args) != 1:
+        return None
+    if get_origin(args[0]) is Annotated:
+        args = [get_args(args[0])[0]]
+    if args[0] is bool:
+        return "flag"
+    if args[0] in (int, float):
+        return "number"
+    return None
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+def numbers_and_flags_apart(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
+    """A ``mode="before"`` check for every field of a config model: a boolean is not a number and a
+    number is not a flag. pydantic's lax mode would read ``ttlSecondsAfterFinished: false`` as 0 (the
+    job deleted the moment it ends, the opposite of what was meant), ``nodes: true`` as 1 and
+    ``enabled: 0`` as false. Text is still read as its number or flag (``"3"``, ``"true"``): it is
+    what ``pulumi config set`` writes for a scalar."""
+    field = model.model_fields.get(info.field_name or "")
+    kind = _scalar_kind(field.annotation) if field is not None else None
+    if kind == "number" and isinstance(value, bool):
+        raise PydanticCustomError(
+            "bool_is_not_a_number",
+            "a boolean is not a number: give a number, or leave the key out for its default",
+        )
+    if kind == "flag" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise PydanticCustomError("number_is_not_a_flag", "a number is not a flag: write true or false")
+    return value
+
+
+def _at_most(limit: int, width: str) -> Any:
+    def check(value: int) -> int:
+        if value > limit:
+            raise PydanticCustomError("kubernetes_int_range", f"at most {limit}: Kubernetes keeps this field as a {width}-bit integer")
+        return value
+
+    return AfterValidator(check)
+
+
+# The integer fields that reach a Kubernetes object (replicas, backoffLimit, ...), bounded as the
+# API server bounds them (facts.aws_names.INT32_MAX).
+Int32 = Annotated[int, _at_most(INT32_MAX, "32")]
+Int64 = Annotated[int, _at_most(INT64_MAX, "64")]
+
+
+class SpecModel(BaseModel):
+    """Base of every job model: camelCase keys (one spelling each: the alias, never the Python name),
+    unknown keys refused, values frozen. As in the stack
+    config's models (``stacks.config.models.ConfigModel``), a boolean is not a number, a number is
+    not a flag (``numbers_and_flags_apart``), and numbers are finite (``.inf`` is no threshold)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, validate_by_alias=True, validate_by_name=False, extra="forbid", frozen=True, allow_inf_nan=False)
+
+    # (pydantic's mypy plugin cannot see the generated aliases, the only names the model takes,
+    # and says so on the class's first decorated member)
+    @field_validator("*", mode="before")  # type: ignore[pydantic-alias]
+    @classmethod
+    def _numbers_and_flags_apart(cls, value: Any, info: ValidationInfo) -> Any:
+        return numbers_and_flags_apart(cls, value, info)
 
 
 class SecretKeyRef(SpecModel):
@@ -79,6 +138,7 @@ class JobTarget:
     tolerations: list[dict[str, str]]
     gpu_model: Optional[str] = None
     network_gbps: float = 0  # the instance type's network bandwidth, Gbit/s
+    efa_gbps: float = 0  # the bandwidth of the network cards carrying the group's EFA interfaces, Gbit/s (0 without EFA)
 
     @classmethod
     def from_instance(
@@ -109,6 +169,7 @@ class JobTarget:
             tolerations=[dict(GPU_TOLERATION)] + [toleration(t) for t in extra_taints],
             gpu_model=instance.gpu_model,
             network_gbps=instance.network_gbps,
+            efa_gbps=instance.efa_gbps if efa_interfaces else 0.0,
         )
 
 
@@ -124,6 +185,9 @@ class JobsContext:
     cluster_name: str  # the EKS cluster (Pod Identity associations)
     system_tolerations: list[dict[str, str]] = field(default_factory=list)  # tolerations of system pods
     region: Optional[str] = None  # AWS region for the AWS CLI of data-stage jobs (sourceRegion wins)
+    # The Kueue LocalQueue (in ``namespace``) of each team's GPU jobs, "" for jobs without a team;
+    # empty when the stack runs no queues (GPU jobs then go straight to the scheduler).
+    queues: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -158,6 +222,19 @@ OPERATOR_TITLE = {"mpi": "the MPI operator", "training": "the training operator"
 # ---------------------------------------------------------------------------------------------
 
 
+# Keys whose spelling changed to the documented one after runs were named from the spec: the digest
+# keeps the old spelling, so a renamed key does not rename (and re-run) an existing job.
+DIGEST_KEY_SPELLINGS = {"volumeSizeGiB": "volumeSizeGib"}
+
+
+def _digest_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {DIGEST_KEY_SPELLINGS.get(k, k): _digest_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_digest_keys(v) for v in value]
+    return value
+
+
 class JobBase(SpecModel):
     """Fields and behaviour every job kind has."""
 
@@ -178,7 +255,8 @@ class JobBase(SpecModel):
     def spec_digest(self, *salt: str, exclude: frozenset[str] = frozenset(), length: int = 8) -> str:
         """The first ``length`` hex digits of the sha256 of ``salt`` and the spec (its canonical
         JSON, without the ``exclude`` fields), one per line: what names a run."""
-        spec = json.dumps(self.model_dump(mode="json", by_alias=True, exclude=set(exclude)), sort_keys=True, separators=(",", ":"))
+        dumped = _digest_keys(self.model_dump(mode="json", by_alias=True, exclude=set(exclude)))
+        spec = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256("\n".join([*salt, spec]).encode()).hexdigest()[:length]
 
     def build(self, ctx: JobsContext) -> list[Manifest]:
@@ -219,6 +297,10 @@ class JobBase(SpecModel):
 # Defaults of every run's bounds (docs/jobs.md, "Retries, deadlines and clean-up").
 # 3 retries: a job that fails three times is broken, and every retry holds whole GPU nodes.
 DEFAULT_BACKOFF_LIMIT = 3
+# The priorities a GPU job can have: Kueue WorkloadPriorityClasses of these names and values (the
+# stack creates them). A job without a priority label (a team's own job) counts as 0, the same as
+# `normal`.
+PRIORITIES: Mapping[str, int] = {"low": -100, "normal": 0, "high": 100}
 
 
 class RunJob(JobBase):
@@ -226,11 +308,11 @@ class RunJob(JobBase):
     clean-up after it finishes."""
 
     run: int = Field(1, ge=1, description="the run number: bump it to run the job again (a new run replaces the old one)")
-    backoff_limit: int = Field(
+    backoff_limit: Int32 = Field(
         DEFAULT_BACKOFF_LIMIT, ge=0, description="retries before the job is marked Failed and its pods stop (`runPolicy.backoffLimit` / Job `backoffLimit`)"
     )
-    active_deadline_seconds: Optional[int] = Field(None, ge=1, description="fail the job once it has run this long (default: no deadline)")
-    ttl_seconds_after_finished: Optional[int] = Field(
+    active_deadline_seconds: Optional[Int64] = Field(None, ge=1, description="fail the job once it has run this long (default: no deadline)")
+    ttl_seconds_after_finished: Optional[Int32] = Field(
         None,
         ge=0,
         description="delete the finished job this many seconds after it ends (default: keep it; a `pulumi refresh` then `up` would run it again)",
@@ -250,11 +332,24 @@ class GpuJob(RunJob):
     """A job whose workers own whole nodes of one GPU node group."""
 
     node_group: str = Field(description="the GPU node group the job runs on")
-    nodes: int = Field(1, ge=1, description="worker nodes (one worker pod per node, all its GPUs)")
+    nodes: Int32 = Field(1, ge=1, description="worker nodes (one worker pod per node, all its GPUs)")
     volumes: list[VolumeMount] = Field(default_factory=list, description="shared volumes to mount: `{name: fsx|efs, mountPath, readOnly}`")
     efa: Optional[bool] = Field(
         None, description="default: EFA wherever the group has it; `true`: the job needs EFA; `false`: run without EFA even on an EFA group"
     )
+    team: Optional[str] = Field(None, description="the team whose queue the job waits in (`queues.teams[].name`); default: the shared queue")
+    priority: Literal["low", "normal", "high"] = Field(
+        "normal", description="`low`, `normal` or `high`: the order in its queue, and a higher one preempts a lower one there"
+    )
+
+    def queue_name(self, ctx: JobsContext) -> Optional[str]:
+        """The LocalQueue the job waits in, or None when the stack runs no queues."""
+        if not ctx.queues:
+            return None
+        queue = ctx.queues.get(self.team or "")
+        if queue is None:
+            raise JobBuildError(f"job {self.name!r}: team {self.team!r} has no queue in this stack (teams: {sorted(t for t in ctx.queues if t)})")
+        return queue
 
     def target(self, ctx: JobsContext) -> JobTarget:
         target = ctx.targets.get(self.node_group)

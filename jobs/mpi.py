@@ -155,13 +155,13 @@ def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dic
                 "Launcher": {
                     "replicas": 1,
                     "restartPolicy": "OnFailure",
-                    "template": pod.template(spec, w.pod_spec([launcher], with_volumes=False, shm=False), "launcher"),
+                    "template": pod.template(spec, w.pod_spec([launcher], with_volumes=False, shm=False), "launcher", ctx),
                 },
                 "Worker": {
                     # Always set: an omitted Worker.replicas is 0 and the job never starts.
                     "replicas": spec.nodes,
                     "restartPolicy": "Never",
-                    "template": pod.template(spec, w.pod_spec([worker]), "worker"),
+                    "template": pod.template(spec, w.pod_spec([worker]), "worker", ctx),
                 },
             },
         },

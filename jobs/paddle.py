@@ -11,7 +11,7 @@ from pydantic import Field
 
 from facts.problems import Problem
 from jobs import pod
-from jobs.base import GpuJob, JobsContext, Manifest
+from jobs.base import GpuJob, Int32, JobsContext, Manifest
 from jobs.pytorch_elastic import TRAINING_API_VERSION
 
 PSERVER_RESOURCES = {"requests": {"cpu": "4", "memory": "8Gi"}}
@@ -27,7 +27,7 @@ class PaddleSpec(GpuJob):
     image: str = Field(description="a PaddlePaddle GPU image")
     command: list[str] = Field(min_length=1, description="the entry point of every replica")
     mode: Literal["collective", "ps"] = Field("collective", description="`collective` (trainers only) or `ps` (parameter servers + trainers)")
-    pservers: Optional[int] = Field(None, ge=1, description="parameter servers, mode `ps` only (default 1)")
+    pservers: Optional[Int32] = Field(None, ge=1, description="parameter servers, mode `ps` only (default 1)")
 
     @property
     def parameter_servers(self) -> int:
@@ -70,12 +70,12 @@ class PaddleSpec(GpuJob):
             replicas["Master"] = {
                 "replicas": self.parameter_servers,
                 "restartPolicy": "OnFailure",
-                "template": pod.template(self, w.pod_spec([pserver]), "pserver"),
+                "template": pod.template(self, w.pod_spec([pserver]), "pserver", ctx),
             }
         replicas["Worker"] = {
             "replicas": self.nodes,
             "restartPolicy": "OnFailure",
-            "template": pod.template(self, w.pod_spec([trainer]), "trainer"),
+            "template": pod.template(self, w.pod_spec([trainer]), "trainer", ctx),
         }
         return [
             {

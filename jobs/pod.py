@@ -74,8 +74,29 @@ def labels(spec: JobBase) -> dict[str, str]:
     }
 
 
+# Kueue's labels on a job: the LocalQueue it waits in and its WorkloadPriorityClass.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+# The same on the job's pod templates, under the stack's own keys: a job whose queue or priority
+# changes is replaced (a spec change), since Kueue refuses to move a running job to another queue.
+POD_QUEUE_LABEL = "gputraining/queue"
+POD_PRIORITY_LABEL = "gputraining/priority"
+
+
+def queue_labels(spec: JobBase, ctx: JobsContext) -> dict[str, str]:
+    """Kueue's queue and priority labels of a GPU job when the stack runs queues; else none."""
+    if not isinstance(spec, GpuJob):
+        return {}
+    queue = spec.queue_name(ctx)
+    if queue is None:
+        return {}
+    return {QUEUE_LABEL: queue, PRIORITY_CLASS_LABEL: spec.priority}
+
+
 def metadata(spec: JobBase, ctx: JobsContext, name: Optional[str] = None, annotations: Optional[dict[str, str]] = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name or spec.name, "namespace": ctx.namespace, "labels": labels(spec)}
+    """The job's metadata; a GPU job (the MPIJob, PyTorchJob or PaddleJob itself) also carries its
+    Kueue labels."""
+    meta: dict[str, Any] = {"name": name or spec.name, "namespace": ctx.namespace, "labels": {**labels(spec), **queue_labels(spec, ctx)}}
     if annotations:
         meta["annotations"] = dict(annotations)
     return meta
@@ -179,12 +200,17 @@ def gpu_pod_spec(target: JobTarget, containers: list[dict[str, Any]], volumes: l
 RUN_LABEL = "gputraining/run"
 
 
-def template(spec: JobBase, pod_spec: dict[str, Any], role: str) -> dict[str, Any]:
+def template(spec: JobBase, pod_spec: dict[str, Any], role: str, ctx: Optional[JobsContext] = None) -> dict[str, Any]:
     """A pod template labelled with the job, the pod's role in it and, for jobs that run to
-    completion, the run number (so bumping ``run`` changes the spec: a new run replaces the old)."""
+    completion, the run number (so bumping ``run`` changes the spec: a new run replaces the old).
+    With ``ctx``, a queued GPU job's pods also carry its queue and priority (``POD_QUEUE_LABEL``)."""
     pod_labels = {**labels(spec), "gputraining/role": role}
     if isinstance(spec, RunJob):
         pod_labels[RUN_LABEL] = str(spec.run)
+    queued = queue_labels(spec, ctx) if ctx is not None else {}
+    if queued:
+        pod_labels[POD_QUEUE_LABEL] = queued[QUEUE_LABEL]
+        pod_labels[POD_PRIORITY_LABEL] = queued[PRIORITY_CLASS_LABEL]
     return {"metadata": {"labels": pod_labels}, "spec": pod_spec}
 
 

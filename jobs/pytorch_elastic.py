@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 from facts.catalog import InstanceType
 from facts.problems import Problem
 from jobs import pod
-from jobs.base import GroupFacts, JobBuildError, JobEnvironment, JobsContext, Manifest
+from jobs.base import GroupFacts, Int32, JobBuildError, JobEnvironment, JobsContext, Manifest
 from jobs.sagemaker import PortableJob
 
 TRAINING_API_VERSION = "kubeflow.org/v1"  # training-operator v1.9.4 (PyTorchJob, PaddleJob)
@@ -36,9 +36,9 @@ class PyTorchElasticSpec(PortableJob):
     kind: Literal["pytorch-elastic"] = Field(description="`pytorch-elastic`")
     image: str = Field(description="the training image; with the etcd backends it must have `python-etcd`")
     command: list[str] = Field(min_length=1, description="the entry point, e.g. `[torchrun, /workspace/train.py]`")
-    min_nodes: Optional[int] = Field(None, ge=1, description="fewest nodes the job keeps running with (default: nodes)")
-    max_nodes: Optional[int] = Field(None, ge=1, description="most nodes (default: nodes)")
-    max_restarts: int = Field(3, ge=0, description="restarts of the worker group torchrun allows")
+    min_nodes: Optional[Int32] = Field(None, ge=1, description="fewest nodes the job keeps running with (default: nodes)")
+    max_nodes: Optional[Int32] = Field(None, ge=1, description="most nodes (default: nodes)")
+    max_restarts: Int32 = Field(3, ge=0, description="restarts of the worker group torchrun allows")
     rendezvous: Literal["etcd", "etcd-v2", "c10d"] = Field(
         "etcd", description="rendezvous backend: `etcd`/`etcd-v2` on the stack's etcd (the image needs `python-etcd`) or `c10d` on worker 0"
     )
@@ -130,7 +130,7 @@ class PyTorchElasticSpec(PortableJob):
                         "Worker": {
                             "replicas": self.elastic_max,
                             "restartPolicy": "OnFailure",
-                            "template": pod.template(self, w.pod_spec([container]), "worker"),
+                            "template": pod.template(self, w.pod_spec([container]), "worker", ctx),
                         }
                     },
                 },

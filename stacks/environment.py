@@ -22,12 +22,14 @@ from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs
 from components.node_group import NodeGroup, NodeGroupArgs
 from components.operators import MpiOperator, MpiOperatorArgs, TrainingOperator, TrainingOperatorArgs
+from components.queues import ClusterQueueArgs, FlavorArgs, LocalQueueArgs, ProvisioningArgs, Queues, QueuesArgs, ResourceQuota, TeamArgs
 from components.sagemaker import SageMakerTrainingJobs, SageMakerTrainingJobsArgs, SharedFileSystem
 from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
-from facts import versions
+from facts import catalog, versions
 from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_2MI_PAGES, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
 from facts.paths import PROJECT_ROOT
-from jobs.base import JobsContext
+from jobs.base import PRIORITIES, JobsContext
+from stacks import queues
 from stacks.addons import addon_configuration, addon_version
 from stacks.config import GpuNodeGroupConfig, StackConfig
 from stacks.config.jobs import job_targets, runtime_of, sagemaker_jobs
@@ -59,7 +61,8 @@ def build(cfg: StackConfig, placement: Optional[Placement] = None) -> dict[str, 
         disk_size_gib=cfg.system_node_group.disk_size_gib,
     )
     cluster.add_coredns(after=[system])
-    gpu_groups = {g.name: _gpu_node_group(g, gpu_az, cfg, cluster, network, tags) for g in cfg.gpu_node_groups}
+    # A capacity-block group with no block yet (an offering to look at with preflight) is not built.
+    gpu_groups = {g.name: _gpu_node_group(g, gpu_az, cfg, cluster, network, tags) for g in cfg.gpu_node_groups if not g.awaiting_capacity_block}
     if gpu_groups:
         agent = "eks-node-monitoring-agent"
         cluster.add_node_monitoring_agent(addon_version(cfg, agent), addon_configuration(cfg, agent), after=[system])
@@ -152,9 +155,15 @@ def autoscaled(cfg: StackConfig, g: GpuNodeGroupConfig) -> bool:
 
 def node_resources(g: GpuNodeGroupConfig) -> dict[str, str]:
     """The extended resources one node of ``g`` offers (what its jobs request)."""
-    resources = {"nvidia.com/gpu": str(g.instance.gpus)}
-    if g.efa_interfaces:
-        resources["vpc.amazonaws.com/efa"] = str(g.efa_interfaces)
+    return extended_resources(g.instance, g.efa_interfaces)
+
+
+def extended_resources(instance: catalog.InstanceType, efa_interfaces: int) -> dict[str, str]:
+    """The extended resources a node of ``instance`` with ``efa_interfaces`` EFA interfaces offers:
+    its GPUs, and on EFA the interfaces and the huge pages the node reserves at boot."""
+    resources = {"nvidia.com/gpu": str(instance.gpus)}
+    if efa_interfaces:
+        resources["vpc.amazonaws.com/efa"] = str(efa_interfaces)
         resources["hugepages-2Mi"] = f"{EFA_HUGEPAGES_2MI_PAGES * 2}Mi"
     return resources
 
@@ -177,7 +186,11 @@ def _gpu_node_group(g: GpuNodeGroupConfig, gpu_az: str, cfg: StackConfig, cluste
         disk_size_gib=g.disk_size_gib,
         capacity_type=g.capacity_type,
         capacity_reservation_id=g.capacity_reservation_id,
-        efa_interfaces=g.efa_interfaces,
+        # Bought at `pulumi up` only with capacity.offering.purchase: true (irreversible).
+        capacity_block_offering_id=g.capacity_block_purchase,
+        capacity_block_window=g.capacity_block_window,
+        # Every EFA interface of the type, card by card from each card's interface types.
+        network_interfaces=catalog.efa_layout(g.instance) if g.efa_interfaces else (),
         hugepages_2mi=EFA_HUGEPAGES_2MI_PAGES if g.efa_interfaces else 0,
         # Training code runs here: pods cannot reach IMDS (one hop). What needs instance metadata on GPU
         # nodes runs with host networking (VPC CNI, kube-proxy, the EFS CSI node plugin, the CloudWatch
@@ -218,6 +231,7 @@ class _Services:
     claims: dict[str, str] = field(default_factory=dict)
     file_systems: dict[str, SharedFileSystem] = field(default_factory=dict)  # what SageMaker jobs read
     etcd_endpoint: Optional[str] = None
+    job_queues: dict[str, str] = field(default_factory=dict)  # team ("" = none) -> LocalQueue of its jobs; empty without queues
 
 
 def build_services(cfg: StackConfig, gpu_az: str, network: Network, cluster: Cluster, system: NodeGroup, tags: dict[str, str]) -> dict[str, Any]:
@@ -243,7 +257,7 @@ def build_services(cfg: StackConfig, gpu_az: str, network: Network, cluster: Clu
         outputs={"trainingNamespace": cfg.services.training_namespace},
         job_prerequisites=[cluster.pod_identity_agent],
     )
-    for add in (_device_plugins, _efs, _fsx, _operators, _etcd, _monitoring, _autoscaler):
+    for add in (_device_plugins, _efs, _fsx, _operators, _etcd, _monitoring, _autoscaler, _queues):
         add(s)
     _jobs(s, provider)
     _sagemaker_jobs(s)
@@ -425,12 +439,79 @@ def _autoscaler(s: _Services) -> None:
             scale_down_unneeded_time=a.scale_down_unneeded_time,
             scale_down_delay_after_add=a.scale_down_delay_after_add,
             expander=a.expander,
+            # Served only for Kueue's ProvisioningRequest admission check (stacks/queues.py).
+            provisioning_request_crd=ChartFile(versions.PROVISIONING_REQUEST_CRD, versions.PROVISIONING_REQUEST_CRD_SHA256, "cluster-autoscaler-1.36.1")
+            if a.provisioning_requests and cfg.queues.enabled
+            else None,
             project_root=PROJECT_ROOT,
             depends_on=[s.cluster.pod_identity_agent],
             tags=s.tags,
         ),
         opts=s.k8s_component,
     )
+
+
+def _queues(s: _Services) -> None:
+    """Kueue and the queues of the GPU jobs (``stacks/queues.py`` derives every quota)."""
+    cfg = s.cfg
+    plan = queues.plan_for(cfg)
+    if plan is None:
+        return
+    covered = list(queues.RESOURCES)
+
+    def amount(r: str, value: Optional[int]) -> Optional[str]:
+        return None if value is None else queues.quantity(r, value)
+
+    def quotas(cq: queues.ClusterQueue) -> dict[str, list[ResourceQuota]]:
+        return {
+            flavor: [ResourceQuota(r, queues.quantity(r, lim[r].nominal), amount(r, lim[r].borrowing), amount(r, lim[r].lending)) for r in covered]
+            for flavor, lim in cq.limits.items()
+        }
+
+    scaled = [f.name for f in plan.flavors if f.autoscaled]
+    component = Queues(
+        "queues",
+        QueuesArgs(
+            chart=ChartFile(versions.KUEUE_CHART_FILE, versions.KUEUE_CHART_SHA256, versions.KUEUE_CHART),
+            image_repository=versions.KUEUE_IMAGE_REPOSITORY,
+            image_tag=versions.KUEUE_VERSION,
+            node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
+            managed_namespaces=plan.managed_namespaces,
+            integrations=plan.integrations,
+            pods_ready_timeout=plan.pods_ready_timeout,
+            requeue_limit=plan.requeue_limit,
+            backoff_base_seconds=queues.REQUEUE_BACKOFF_BASE_SECONDS,
+            backoff_max_seconds=queues.REQUEUE_BACKOFF_MAX_SECONDS,
+            fair_sharing=plan.fair_sharing,
+            cohort=queues.COHORT,
+            covered_resources=covered,
+            flavors=[FlavorArgs(f.name, f.node_labels, f.tolerations) for f in plan.flavors],
+            cluster_queues=[
+                ClusterQueueArgs(
+                    cq.name,
+                    cq.namespaces,
+                    quotas(cq),
+                    None if cq.fair_share_weight is None else f"{cq.fair_share_weight:g}",
+                    scaled if plan.provisioning else (),
+                )
+                for cq in plan.cluster_queues
+            ],
+            local_queues=[LocalQueueArgs(q.namespace, q.name, q.cluster_queue) for q in plan.local_queues],
+            priorities=dict(PRIORITIES),
+            cluster_name=cfg.cluster_name,
+            namespace=queues.KUEUE_NAMESPACE,
+            teams=[TeamArgs(t.name, t.namespace, t.role_arn, t.kubernetes_group) for t in plan.teams],
+            provisioning=ProvisioningArgs(queues.PROVISIONING_CHECK, queues.PROVISIONING_CLASS, [queues.GPU]) if plan.provisioning else None,
+            project_root=PROJECT_ROOT,
+            depends_on=[s.cluster.eks, s.namespace],
+            tags=s.tags,
+        ),
+        opts=s.k8s_component,
+    )
+    s.job_queues = queues.job_queues(cfg.queues.teams)
+    s.outputs["clusterQueues"] = [cq.name for cq in plan.cluster_queues]
+    # The jobs' LocalQueues and Kueue's job webhooks must be there before a job is created.
+    s.job_prerequisites.append(component)
 
 
 def _jobs(s: _Services, provider: k8s.Provider) -> None:
@@ -450,6 +531,7 @@ def _jobs(s: _Services, provider: k8s.Provider) -> None:
                 system_node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
                 cluster_name=cfg.cluster_name,
                 region=cfg.region,
+                queues=s.job_queues,
             ),
             tags=s.tags,
             depends_on=[s.namespace, *s.job_prerequisites],

@@ -100,7 +100,9 @@ def daemonsets(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def test_both_charts_come_from_the_vendored_files(plan):
     charts = sorted(r.inputs["chart"] for r in plan.of_type(RELEASE))
-    assert charts == sorted([versions.EFA_DEVICE_PLUGIN_CHART_FILE, versions.NVIDIA_DEVICE_PLUGIN_CHART_FILE, versions.CLUSTER_AUTOSCALER_CHART_FILE])
+    assert charts == sorted(
+        [versions.EFA_DEVICE_PLUGIN_CHART_FILE, versions.NVIDIA_DEVICE_PLUGIN_CHART_FILE, versions.CLUSTER_AUTOSCALER_CHART_FILE, versions.KUEUE_CHART_FILE]
+    )
 
 
 def test_the_rendered_objects_are_valid_for_the_cluster_version(rendered):

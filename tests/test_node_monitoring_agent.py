@@ -196,7 +196,7 @@ def test_shared_taints_are_tolerated_once_in_config_order():
     shared = {"key": "team", "value": "vision", "effect": "NoSchedule"}
     groups = [
         {"name": "a", "instanceType": "p4d.24xlarge", "maxSize": 1, "taints": [shared, {"key": "x", "value": "1", "effect": "PreferNoSchedule"}]},
-        {"name": "b", "instanceType": "p5.48xlarge", "maxSize": 1, "taints": [{"key": "team", "value": "nlp", "effect": "NoSchedule"}, shared]},
+        {"name": "b", "instanceType": "p5.48xlarge", "maxSize": 1, "taints": [{"key": "org", "value": "nlp", "effect": "NoSchedule"}, shared]},
     ]
     cfg = load(minimal_values(gpuNodeGroups=groups), "gpu-training", "t")
     (pin,) = [p for p in addon_pins(cfg) if p.name == AGENT]
@@ -205,7 +205,7 @@ def test_shared_taints_are_tolerated_once_in_config_order():
         ("nvidia.com/gpu", "true"),
         ("team", "vision"),
         ("x", "1"),
-        ("team", "nlp"),
+        ("org", "nlp"),
     ]
 
 

@@ -173,8 +173,10 @@ def test_real_plans_one_config_value_changed(dev_plan, tmp_path):
 
     md = run([tmp_path / "base", tmp_path / "head", "--title", "Offline plan: dev"])
     n = len(dev_plan.records)
-    assert f"Resources: **0 added, 0 removed, 1 changed** ({n} → {n})" in md
+    # The node group, and the queue's quota, which follows the group's maxSize (stacks/queues.py).
+    assert f"Resources: **0 added, 0 removed, 2 changed** ({n} → {n})" in md
     rows = [line for line in md.splitlines() if line.startswith("| `") and "maxSize" in line]
     assert len(rows) == 1 and "`inputs.scalingConfig.maxSize`" in rows[0] and "p4d" in rows[0]
-    assert "Kubernetes objects: **0 added, 0 removed, 0 changed**" in md
+    assert "Kubernetes objects: **0 added, 0 removed, 1 changed**" in md
+    assert "| `ClusterQueue (kueue.x-k8s.io/v1beta2)` | `gpu` | " in md and "`spec.resourceGroups[0].flavors[0].resources[2].nominalQuota`" in md
     assert "Resources added" not in md and "Resources removed" not in md

@@ -104,6 +104,20 @@ def test_text_that_libyaml_may_write_differently_goes_through_the_python_emitter
     assert plan_module.manifests_yaml(objects) == _python_emitter(objects)
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["tab\tin " + "a long line " * 10, "word " * 30 + "\nnext", "a script\nkeeping its trailing line breaks\n\n", "caf\u00e9 " * 30],
+)
+def test_a_stream_with_some_odd_objects_is_the_python_emitters_stream(text):
+    """Objects libyaml writes alike go through libyaml even when others in the stream do not (a
+    chart's CRD with tabs in its descriptions); joined, the runs are the one stream of the Python
+    emitter, also when an odd object leaves a document open ("|+", then "...")."""
+    plain = {"kind": "ConfigMap", "data": {"k": "v", "script": "echo hi\nexit 0\n"}}
+    odd = {"kind": "ConfigMap", "data": {"k": text}}
+    for objects in ([plain, odd, plain], [odd, plain, plain, odd], [plain, plain, odd], [odd, odd, plain]):
+        assert plan_module.manifests_yaml(objects) == _python_emitter(objects)
+
+
 @pytest.mark.parametrize("key", ["", "k" * 101, "two\nlines", "tab\tkey", "caf\u00e9", 1.5, None])
 def test_keys_that_libyaml_may_write_differently_go_through_the_python_emitter(key):
     objects = [{"kind": "ConfigMap", "data": {key: "v"}}]

@@ -246,7 +246,7 @@ def _assert_mentions(message: str, *parts: str) -> None:
 
 
 def test_nvidia_device_plugin_release_is_pinned_and_runs_only_on_gpu_nodes(dev_plan):
-    assert len(dev_plan.of_type(RELEASE)) == 3  # the device plugins and the Cluster Autoscaler
+    assert len(dev_plan.of_type(RELEASE)) == 4  # the device plugins, the Cluster Autoscaler and Kueue
     nv = _release(dev_plan, "nvidia-device-plugin")
     assert nv is not None and nv.parent["type"] == DEVICE_PLUGINS
     assert _version(versions.NVIDIA_DEVICE_PLUGIN_CHART) >= (0, 19, 3), "0.19.0-0.19.2 clash with the EFA plugin"

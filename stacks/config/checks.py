@@ -6,6 +6,7 @@ them all on every section that parsed, so one typo does not hide other problems.
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import ipaddress
 import json
@@ -15,7 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-from facts import aws_names, catalog, versions
+from facts import aws_names, catalog, durations, versions
+from facts.catalog import CAPACITY_BLOCK_DRAIN, CAPACITY_BLOCK_DRAIN_TEXT
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
 from stacks.config.models import (
@@ -26,6 +28,7 @@ from stacks.config.models import (
     GpuNodeGroupConfig,
     MonitoringConfig,
     NetworkConfig,
+    QueuesConfig,
     ServicesConfig,
     StorageConfig,
     SystemNodeGroupConfig,
@@ -60,6 +63,7 @@ class Sections:
     services: Optional[ServicesConfig]
     monitoring: Optional[MonitoringConfig]
     autoscaling: Optional[AutoscalingConfig] = None
+    queues: Optional[QueuesConfig] = None
 
 
 def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: list[Problem]) -> None:
@@ -82,6 +86,13 @@ def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: li
         _check_services(s.services, problems)
     if s.autoscaling is not None:
         _check_autoscaling(s.autoscaling, problems)
+    if s.queues is not None:
+        from stacks import queues  # imports this module
+
+        training = s.services.training_namespace if s.services is not None else None
+        admins = s.cluster.admin_principals if s.cluster is not None else []
+        # An autoscaling section left out is its defaults (one given but invalid is reported already).
+        queues.check_config(s.queues, s.groups, s.autoscaling or AutoscalingConfig(), training, admins, problems, NAMESPACE)
     if s.monitoring is not None and s.monitoring.log_retention_days not in LOG_RETENTION_DAYS:
         problems.append(
             Problem(
@@ -140,14 +151,20 @@ def check_tags(tags: dict[str, str], problems: list[Problem]) -> None:
             problems.append(Problem(f"{k}.{key}", f"{_fmt(value)} is not allowed as a tag value: {why}"))
 
 
-_DURATION = re.compile(r"^\d+(s|m|h)$")
-
-
 def _check_autoscaling(a: AutoscalingConfig, problems: list[Problem]) -> None:
+    """The autoscaler reads its duration flags with Go's time.ParseDuration: whatever that takes
+    (1h30m, 1.5h, 90s) is taken, nothing else; a negative duration is no time to wait."""
     k = f"{NAMESPACE}:autoscaling"
     for key, value in (("scaleDownUnneededTime", a.scale_down_unneeded_time), ("scaleDownDelayAfterAdd", a.scale_down_delay_after_add)):
-        if not _DURATION.match(value):
-            problems.append(Problem(f"{k}.{key}", f"{_fmt(value)} is not a duration like 10m, 600s or 1h"))
+        why = durations.go_duration_problem(value)
+        if why:
+            problems.append(
+                Problem(
+                    f"{k}.{key}", f"{_fmt(value)} is not a Go duration ({why}): a number with a unit, ns, us, ms, s, m or h, or several, like 10m, 90s or 1h30m"
+                )
+            )
+        elif durations.parse_go_duration(value) < 0:
+            problems.append(Problem(f"{k}.{key}", f"{_fmt(value)} is negative: the time to wait is 0 or more, like 10m"))
 
 
 def _check_az(az: str, region: str, problems: list[Problem]) -> None:
@@ -202,6 +219,17 @@ _ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
 _ASSUMED_ROLE = re.compile(r"^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([\w+=,.@-]+)/.+$")
 
 
+def role_arn_problem(arn: str) -> Optional[str]:
+    """Why ``arn`` cannot be an EKS access entry's principal (an IAM role or user), or None."""
+    assumed = _ASSUMED_ROLE.match(arn)
+    if assumed:
+        role = f"arn:{assumed.group(1)}:iam::{assumed.group(2)}:role/{assumed.group(3)}"
+        return f"{_fmt(arn)} is an STS session, which EKS access entries refuse; give the role itself: {role} (with its path, if it has one)"
+    if not _ARN.match(arn):
+        return f"{_fmt(arn)} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/Team"
+    return None
+
+
 def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
     k = f"{NAMESPACE}:cluster"
     if c.kubernetes_version not in versions.KUBERNETES_SUPPORTED:
@@ -212,10 +240,22 @@ def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
             )
         )
     for i, cidr in enumerate(c.endpoint_public_access_cidrs):
-        try:
-            ipaddress.ip_network(cidr, strict=True)
-        except ValueError as err:
-            problems.append(Problem(f"{k}.endpointPublicAccessCidrs[{i}]", f"{_fmt(cidr)} is not a valid CIDR block ({err})"))
+        why = aws_names.public_access_cidr_problem(cidr)
+        if why:
+            problems.append(
+                Problem(
+                    f"{k}.endpointPublicAccessCidrs[{i}]",
+                    f"{_fmt(cidr)} is not allowed: {why}; give the public IPv4 blocks the API's clients connect from (0.0.0.0/0: anywhere)",
+                )
+            )
+    if len(c.endpoint_public_access_cidrs) > aws_names.EKS_PUBLIC_ACCESS_CIDRS_MAX:
+        problems.append(
+            Problem(
+                f"{k}.endpointPublicAccessCidrs",
+                f"{len(c.endpoint_public_access_cidrs)} blocks are too many: EKS takes at most {aws_names.EKS_PUBLIC_ACCESS_CIDRS_MAX} per cluster "
+                "(a quota that cannot be raised); merge neighbouring blocks into larger ones",
+            )
+        )
     if not c.endpoint_public_access and not c.endpoint_private_access:
         problems.append(Problem(f"{k}.endpointPrivateAccess", "false together with endpointPublicAccess false leaves no way to reach the API server"))
     for i, arn in enumerate(c.admin_principals):
@@ -257,6 +297,82 @@ def _check_system(s: SystemNodeGroupConfig, problems: list[Problem]) -> None:
         )
 
 
+def _aware(when: Optional[datetime.datetime]) -> bool:
+    return when is None or (when.tzinfo is not None and when.utcoffset() is not None)
+
+
+def _check_capacity(k: str, g: GpuNodeGroupConfig, it: Optional[catalog.InstanceType], problems: list[Problem]) -> None:
+    """Capacity Blocks: a type EC2 sells them for, and a consistent `capacity` section (window, offering, purchase)."""
+    block = g.capacity_type == "capacity-block"
+    if block and it is not None and it.is_gpu and not it.capacity_blocks:
+        problems.append(
+            Problem(
+                f"{k}.capacityType",
+                f"'capacity-block' is not offered for {g.instance_type}: EC2 sells Capacity Blocks for ML of {', '.join(catalog.CAPACITY_BLOCK_TYPES)} "
+                "(the catalog's types with the capacity-block usage class); use on-demand or spot, or one of those types",
+            )
+        )
+    c = g.capacity
+    if c is None:
+        return
+    if not block:
+        problems.append(Problem(f"{k}.capacity", f"is only used with capacityType 'capacity-block' (capacityType is {g.capacity_type!r})"))
+        return
+    o = c.offering
+    for key, when in (("start", c.start), ("end", c.end), ("offering.earliestStart", o and o.earliest_start), ("offering.latestEnd", o and o.latest_end)):
+        if when and not _aware(when):
+            problems.append(
+                Problem(f"{k}.capacity.{key}", f"{when.isoformat()} has no time zone; write it in UTC like 2026-10-01T11:30:00Z, as preflight shows it")
+            )
+    if (c.start is None) != (c.end is None):
+        problems.append(
+            Problem(f"{k}.capacity.{'end' if c.end is None else 'start'}", "is required with capacity.start/end: the block's window needs both ends")
+        )
+    window = g.capacity_block_window
+    if window is not None and _aware(window[0]) and _aware(window[1]):
+        start, end = window
+        if end - start <= CAPACITY_BLOCK_DRAIN:
+            problems.append(
+                Problem(
+                    f"{k}.capacity.end",
+                    f"{end.isoformat()} is not more than {CAPACITY_BLOCK_DRAIN_TEXT} after capacity.start {start.isoformat()}: the group scales to zero "
+                    f"{CAPACITY_BLOCK_DRAIN_TEXT} before the block ends",
+                )
+            )
+        if g.min_size or g.desired_size:
+            key, value = ("minSize", g.min_size) if g.min_size else ("desiredSize", g.desired_size)
+            problems.append(
+                Problem(
+                    f"{k}.{key}",
+                    f"{value} is not allowed with capacity.start/end: the group follows the block's window (maxSize nodes from its start, 0 "
+                    f"{CAPACITY_BLOCK_DRAIN_TEXT} before its end, by scheduled actions); leave minSize and desiredSize out",
+                )
+            )
+    if o is None:
+        return
+    if o.latest_end is not None and _aware(o.latest_end) and _aware(o.earliest_start) and o.latest_end <= o.earliest_start:
+        problems.append(Problem(f"{k}.capacity.offering.latestEnd", f"{o.latest_end.isoformat()} is not after earliestStart {o.earliest_start.isoformat()}"))
+    if o.offering_id is not None and not re.fullmatch(r"cb-[0-9a-z]{8,32}", o.offering_id):
+        problems.append(Problem(f"{k}.capacity.offering.offeringId", f"{_fmt(o.offering_id)} is not a Capacity Block offering id like cb-0123456789abcdefg"))
+    if o.purchase:
+        missing = [name for name, v in (("offeringId", o.offering_id), ("start", c.start), ("end", c.end)) if v is None]
+        if missing:
+            problems.append(
+                Problem(
+                    f"{k}.capacity.offering.purchase",
+                    "true needs the offering it buys: set capacity.offering.offeringId and the block's window capacity.start and capacity.end "
+                    f"(missing: {', '.join(missing)}) as preflight lists them for the offering you choose",
+                )
+            )
+        if g.capacity_reservation_id:
+            problems.append(
+                Problem(
+                    f"{k}.capacity.offering.purchase",
+                    f"true would buy a second block: the group already targets {g.capacity_reservation_id}; drop capacityReservationId or purchase",
+                )
+            )
+
+
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
@@ -290,7 +406,10 @@ def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list
         else:
             seen[g.name] = i
         it = catalog.get(g.instance_type)
-        if it is None or not it.is_gpu:
+        refused = catalog.refusal(g.instance_type)
+        if refused is not None:
+            problems.append(Problem(f"{k}.instanceType", refused))
+        elif it is None or not it.is_gpu:
             problems.append(
                 Problem(f"{k}.instanceType", f"{_fmt(g.instance_type)} is not a GPU type in the instance catalog; use one of {', '.join(catalog.GPU_TYPES)}")
             )
@@ -298,8 +417,14 @@ def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list
             efa_types = ", ".join(t for t in catalog.GPU_TYPES if catalog.BUILTIN[t].efa_supported)
             problems.append(Problem(f"{k}.efa", f"true is not allowed: {g.instance_type} has no EFA; EFA types are {efa_types}"))
         _check_scaling(k, g.min_size, g.desired_size, g.max_size, problems)
-        if g.capacity_type == "capacity-block" and not g.capacity_reservation_id:
-            problems.append(Problem(f"{k}.capacityReservationId", "is required with capacityType 'capacity-block' (the cr-... id of the block)"))
+        if g.capacity_type == "capacity-block" and not g.capacity_reservation_id and (g.capacity is None or g.capacity.offering is None):
+            problems.append(
+                Problem(
+                    f"{k}.capacityReservationId",
+                    "is required with capacityType 'capacity-block' (the cr-... id of the block), unless capacity.offering looks for one to buy",
+                )
+            )
+        _check_capacity(k, g, it, problems)
         if g.capacity_reservation_id and not re.fullmatch(r"cr-[0-9a-f]{8,17}", g.capacity_reservation_id):
             problems.append(
                 Problem(f"{k}.capacityReservationId", f"{_fmt(g.capacity_reservation_id)} is not a capacity reservation id like cr-0123456789abcdef0")
@@ -310,7 +435,8 @@ def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list
                     f"{k}.autoscale",
                     "true is not allowed with capacityType 'capacity-block': outside the block's window every launch fails and the "
                     "autoscaler backs off again and again, and EKS needs the group at desired size 0 before an upgrade. Leave it out "
-                    "(false is the default here) and set desiredSize to the block's instance count for its window, 0 after",
+                    "(false is the default here) and give the block's window as capacity.start and capacity.end (the group then scales "
+                    "itself), or set desiredSize to the block's instance count for its window, 0 after",
                 )
             )
         if g.capacity_type == "spot" and g.capacity_reservation_id:
@@ -321,7 +447,7 @@ def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list
                 problems.append(Problem(f"{k}.placementGroup.name", "is required with mode 'existing'"))
             if pg.mode != "existing" and pg.name:
                 problems.append(Problem(f"{k}.placementGroup.name", f"{_fmt(pg.name)} is only used with mode 'existing' (mode is {pg.mode!r})"))
-            if pg.mode == "create" and g.capacity_reservation_id:
+            if pg.mode == "create" and (g.capacity_reservation_id or g.capacity_type == "capacity-block"):
                 problems.append(
                     Problem(
                         f"{k}.placementGroup.mode",
@@ -338,7 +464,24 @@ def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list
                 )
             if not _LABEL_VALUE.match(lv):
                 problems.append(Problem(f"{k}.labels.{lk}", f"{_fmt(lv)} is not a valid Kubernetes label value"))
+        # EKS takes at most 50 taints per node group, and the GPU taint is one of them.
+        if len(g.taints) > aws_names.EKS_NODEGROUP_TAINTS_MAX - 1:
+            problems.append(
+                Problem(
+                    f"{k}.taints",
+                    f"{len(g.taints)} taints are too many: EKS allows {aws_names.EKS_NODEGROUP_TAINTS_MAX} per node group and the GPU taint is one; "
+                    f"at most {aws_names.EKS_NODEGROUP_TAINTS_MAX - 1}",
+                )
+            )
+        taint_at: dict[tuple[str, str], int] = {}
         for j, t in enumerate(g.taints):
+            if (t.key, t.effect) in taint_at:
+                problems.append(
+                    Problem(
+                        f"{k}.taints[{j}]", f"{t.key!r} with effect {t.effect} is taints[{taint_at[t.key, t.effect]}] already; a key has one taint per effect"
+                    )
+                )
+            taint_at.setdefault((t.key, t.effect), j)
             if not _LABEL_KEY.match(t.key) or _reserved_label(t.key):
                 problems.append(
                     Problem(
@@ -441,7 +584,7 @@ def _check_etcd(e: EtcdConfig, problems: list[Problem]) -> None:
 
 
 # Namespaces that exist already or that the stack's services create for themselves.
-RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "mpi-operator", "kubeflow", "amazon-cloudwatch")
+RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "mpi-operator", "kubeflow", "amazon-cloudwatch", "kueue-system")
 
 
 def _check_services(sv: ServicesConfig, problems: list[Problem]) -> None:

@@ -17,7 +17,7 @@ from jobs.base import GroupFacts, JobBase, JobEnvironment, JobTarget
 from jobs.registry import JOB_KINDS
 from jobs.sagemaker import PortableJob, SageMakerJob
 from stacks.config.errors import parse
-from stacks.config.models import NAMESPACE, EtcdConfig, GpuNodeGroupConfig, ServicesConfig, StorageConfig
+from stacks.config.models import NAMESPACE, AutoscalingConfig, EtcdConfig, GpuNodeGroupConfig, ServicesConfig, StorageConfig
 
 _KIND_NAMES = ", ".join(repr(k) for k in JOB_KINDS)
 # Keys people carry over from hand-written manifests; each is derived from the node group.
@@ -109,7 +109,44 @@ def parse_job_section(
     invalid |= {g.name for g in groups if g is not None and not _gpu_type(g)}
     usable = [g for g in groups if g is not None and g.name not in invalid]
     env = job_environment(usable, sections.storage, sections.services, sections.etcd)
-    return parse_jobs(raw, f"{NAMESPACE}:jobs", problems, env, invalid_groups=invalid)
+    specs = parse_jobs(raw, f"{NAMESPACE}:jobs", problems, env, invalid_groups=invalid)
+    if getattr(sections, "queues", None) is not None:
+        _check_queued_jobs(raw, specs, usable, sections, problems)
+    return specs
+
+
+def _check_queued_jobs(raw: Any, specs: list[JobBase], groups: list[GpuNodeGroupConfig], sections: Any, problems: list[Problem]) -> None:
+    """Jobs against the queues (``stacks/queues.py``): a job's team exists, and every job can be
+    admitted by its queue at all (else it would wait forever)."""
+    from stacks import queues  # imports the config layer
+
+    first: dict[str, int] = {}
+    for i, item in enumerate(raw if isinstance(raw, list) else []):
+        if isinstance(item, dict) and isinstance(item.get("name"), str):
+            first.setdefault(item["name"], i)
+    keyed = [(f"{NAMESPACE}:jobs[{first[s.name]}]", s) for s in specs if s.name in first]
+    before = len(problems)
+    queues.check_job_teams(keyed, sections.queues, problems)
+    if len(problems) > before or not sections.queues.enabled or not groups:
+        return
+    storage = sections.storage or StorageConfig()
+    services = sections.services or ServicesConfig()
+    plan = queues.build_plan(
+        groups=groups,
+        queues=sections.queues,
+        autoscaling=sections.autoscaling or AutoscalingConfig(),
+        training_namespace=services.training_namespace,
+        services=queues.NodeServices(
+            fsx=storage.fsx.enabled,
+            efa_device_plugin=services.efa_device_plugin,
+            monitoring=sections.monitoring.enabled if sections.monitoring is not None else True,
+        ),
+        operators=[name for name, on in (("mpi", services.mpi_operator), ("training", services.training_operator)) if on],
+        volumes=[name for name, on in (("efs", storage.efs.enabled), ("fsx", storage.fsx.enabled)) if on],
+        etcd=(sections.etcd or EtcdConfig()).enabled,
+        jobs=keyed,
+    )
+    queues.check_jobs(plan, problems, "")
 
 
 def parse_jobs(raw: Any, key: str, problems: list[Problem], env: JobEnvironment, invalid_groups: Iterable[str] = ()) -> list[JobBase]:

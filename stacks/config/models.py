@@ -7,28 +7,41 @@ Checks that need more than one field, or the catalog, live in ``stacks/config/ch
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from facts import catalog, versions
-from jobs.base import JobBase
+from jobs.base import JobBase, numbers_and_flags_apart
 
 NAMESPACE = "gpu-training"
 
 
 class ConfigModel(BaseModel):
-    """Base of every config section: camelCase keys, unknown keys refused, values frozen."""
+    """Base of every config section: camelCase keys (each key has one spelling, its alias: the Python
+    name, `disk_size_gib`, is no key of the stack file), unknown keys refused, values frozen. A
+    boolean is not a number and a number is not a flag (``jobs.base.numbers_and_flags_apart``:
+    `false` is not 0), and numbers are finite (`.inf` and `.nan` are no sizes or thresholds)."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
-        populate_by_name=True,
+        validate_by_alias=True,
+        validate_by_name=False,
         extra="forbid",
         frozen=True,
         strict=False,
+        allow_inf_nan=False,
     )
+
+    # (pydantic's mypy plugin cannot see the generated aliases, the only names the model takes,
+    # and says so on the class's first decorated member)
+    @field_validator("*", mode="before")  # type: ignore[pydantic-alias]
+    @classmethod
+    def _numbers_and_flags_apart(cls, value: Any, info: ValidationInfo) -> Any:
+        return numbers_and_flags_apart(cls, value, info)
 
 
 def _desired_defaults_to_min(data: Any) -> Any:
@@ -57,7 +70,9 @@ class ClusterConfig(ConfigModel):
     name: Optional[str] = Field(None, description="EKS cluster name (default `<project>-<stack>`)")
     kubernetes_version: str = Field(versions.KUBERNETES_DEFAULT, description="`1.35` or `1.36` (EKS standard support; see `facts/versions.py`)")
     endpoint_public_access: bool = Field(True, description="public API endpoint")
-    endpoint_public_access_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"], description="who may reach the public endpoint")
+    endpoint_public_access_cidrs: list[str] = Field(
+        default_factory=lambda: ["0.0.0.0/0"], description="who may reach the public endpoint: public IPv4 blocks, at most 40"
+    )
     endpoint_private_access: bool = Field(True, description="private API endpoint inside the VPC")
     admin_principals: list[str] = Field(
         default_factory=list,
@@ -102,6 +117,36 @@ class PlacementGroupConfig(ConfigModel):
 CapacityType = Literal["on-demand", "spot", "capacity-block"]
 
 
+class CapacityOfferingConfig(ConfigModel):
+    """A Capacity Block offering for a capacity-block group: `maxSize` instances of its `instanceType`.
+    Preflight looks offerings up and shows their upfront price; only `purchase: true` buys one."""
+
+    duration_hours: int = Field(ge=1, description="the block's length in hours (EC2 offers whole days; preflight shows what it has)")
+    earliest_start: datetime = Field(description="the earliest start, ISO 8601 with a time zone (`2026-10-01T00:00:00Z`)")
+    latest_end: Optional[datetime] = Field(None, description="the latest end, ISO 8601 with a time zone (default: any)")
+    offering_id: Optional[str] = Field(None, description="the offering to buy, `cb-...` as preflight lists it; required with `purchase`")
+    purchase: bool = Field(
+        False,
+        description="buy the offering at `pulumi up`: an irreversible purchase, its upfront fee paid at once and never refunded. "
+        "false: preflight only shows the offerings",
+    )
+
+
+class CapacityConfig(ConfigModel):
+    """The capacity block of a capacity-block group: its window, which the group follows, and
+    optionally an offering to find (and buy) one."""
+
+    start: Optional[datetime] = Field(
+        None, description="when the block starts, ISO 8601 with a time zone (as preflight shows it): the group scales to maxSize then"
+    )
+    end: Optional[datetime] = Field(
+        None, description="when the block ends: the group scales to zero an hour before (EC2 terminates its instances from 30 minutes before)"
+    )
+    offering: Optional[CapacityOfferingConfig] = Field(
+        None, description="`{durationHours, earliestStart, latestEnd, offeringId, purchase}`: a block to find, and with `purchase: true` buy"
+    )
+
+
 class GpuNodeGroupConfig(ConfigModel):
     """One GPU node group, pinned to the GPU AZ."""
 
@@ -112,18 +157,26 @@ class GpuNodeGroupConfig(ConfigModel):
     max_size: int = Field(2, ge=1, description="most nodes")
     disk_size_gib: int = Field(500, ge=20, le=16384, alias="diskSizeGiB", description="encrypted gp3 root volume, GiB")
     capacity_type: CapacityType = Field("on-demand", description="`on-demand`, `spot` or `capacity-block`")
-    capacity_reservation_id: Optional[str] = Field(None, description="`cr-...`; required for `capacity-block`")
+    capacity_reservation_id: Optional[str] = Field(
+        None, description="`cr-...`; required for `capacity-block` unless `capacity.offering` buys one (`purchase: true`)"
+    )
+    capacity: Optional[CapacityConfig] = Field(
+        None, description="`capacity-block` groups: `{start, end, offering}`, the block's window (scheduled scaling) and an offering to find or buy"
+    )
     efa: Optional[bool] = Field(None, description="EFA on (default where the type has it) or `false`; `true` on a type without EFA is an error")
     placement_group: Optional[PlacementGroupConfig] = Field(
-        None, description="`{mode: create | existing | none, name}`; default `create` for EFA groups without a reservation, else `none`"
+        None, description="`{mode: create | existing | none, name}`; default `create` for EFA groups without a reservation or capacity block, else `none`"
     )
     labels: dict[str, str] = Field(default_factory=dict, description="extra node labels")
-    taints: list[Taint] = Field(default_factory=list, description="extra node taints `{key, value, effect}` (the GPU taint is always there)")
+    taints: list[Taint] = Field(
+        default_factory=list, description="extra node taints `{key, value, effect}`, one per key and effect, at most 49 (the GPU taint is always there)"
+    )
     autoscale: Optional[bool] = Field(
         None,
         description=(
             "the Cluster Autoscaler sizes the group between minSize and maxSize (with `autoscaling.enabled`); desiredSize then only sets the first size. "
-            "Default true; `capacity-block` groups are never autoscaled (outside the block's window every launch fails): size them with desiredSize"
+            "Default true; `capacity-block` groups are never autoscaled (outside the block's window every launch fails): they follow "
+            "`capacity.start`/`capacity.end`, or are sized with desiredSize"
         ),
     )
 
@@ -141,6 +194,24 @@ class GpuNodeGroupConfig(ConfigModel):
         return self.capacity_type != "capacity-block" if self.autoscale is None else self.autoscale
 
     @property
+    def capacity_block_window(self) -> Optional[tuple[datetime, datetime]]:
+        """(start, end) of the group's capacity block, when the config gives both."""
+        c = self.capacity
+        return (c.start, c.end) if c is not None and c.start is not None and c.end is not None else None
+
+    @property
+    def capacity_block_purchase(self) -> Optional[str]:
+        """The offering (`cb-...`) `pulumi up` buys for this group, or None."""
+        o = self.capacity.offering if self.capacity is not None else None
+        return o.offering_id if o is not None and o.purchase else None
+
+    @property
+    def awaiting_capacity_block(self) -> bool:
+        """A capacity-block group with no block yet (only an offering to look at): it is not built
+        until it has a reservation id or buys its offering."""
+        return self.capacity_type == "capacity-block" and not self.capacity_reservation_id and not self.capacity_block_purchase
+
+    @property
     def efa_enabled(self) -> bool:
         return self.instance.efa_supported if self.efa is None else self.efa
 
@@ -151,10 +222,10 @@ class GpuNodeGroupConfig(ConfigModel):
     @property
     def placement(self) -> PlacementGroupConfig:
         """The effective placement: explicit config, else a new cluster group for EFA groups
-        without a capacity reservation, else none."""
+        without a capacity reservation or block, else none."""
         if self.placement_group is not None:
             return self.placement_group
-        if self.efa_enabled and not self.capacity_reservation_id:
+        if self.efa_enabled and not self.capacity_reservation_id and self.capacity_type != "capacity-block":
             return PlacementGroupConfig(mode="create")
         return PlacementGroupConfig(mode="none")
 
@@ -231,10 +302,15 @@ class AutoscalingConfig(ConfigModel):
     """The Cluster Autoscaler: GPU groups grow from zero when a job waits, and shrink when idle."""
 
     enabled: bool = Field(True, description="run the Cluster Autoscaler for the GPU groups with `autoscale: true`")
-    scale_down_unneeded_time: str = Field("10m", description="how long an idle GPU node stays before it is removed (a duration like `10m`, `1h`)")
-    scale_down_delay_after_add: str = Field("10m", description="no scale-down for this long after a scale-up (a duration like `10m`)")
+    scale_down_unneeded_time: str = Field("10m", description="how long an idle GPU node stays before it is removed (a Go duration: `10m`, `1h30m`, `90s`)")
+    scale_down_delay_after_add: str = Field("10m", description="no scale-down for this long after a scale-up (a Go duration like `10m`)")
     expander: Literal["least-waste", "most-pods", "random"] = Field(
         "least-waste", description="which group grows when several could: `least-waste`, `most-pods` or `random`"
+    )
+    provisioning_requests: bool = Field(
+        False,
+        description="a queued job is admitted only once the autoscaler has brought up the nodes of its whole gang (Kueue's ProvisioningRequest "
+        "admission check, `best-effort-atomic-scale-up`; needs `queues.enabled`). On AWS the scale-up is one resize of the group, not atomic",
     )
 
     @field_validator("expander", mode="before")
@@ -253,6 +329,46 @@ class AutoscalingConfig(ConfigModel):
         return value
 
 
+class TeamQuotaConfig(ConfigModel):
+    """A team's share of one GPU node group, in whole nodes (the quotas follow from the nodes)."""
+
+    node_group: str = Field(description="a GPU node group of the stack")
+    nodes: int = Field(ge=0, description="nominal quota: nodes of the group that are the team's (lent to others while idle)")
+    borrowing_limit: Optional[int] = Field(
+        None, ge=0, description="most nodes the team may borrow beyond its own from idle quota of others (default: no limit)"
+    )
+    lending_limit: Optional[int] = Field(None, ge=0, description="most of its own nodes the team lends while idle, at most `nodes` (default: all of them)")
+
+
+class TeamConfig(ConfigModel):
+    """A team: its own namespace and queue, a share of the GPU groups, and the IAM role its people use."""
+
+    name: str = Field(description="lower-case name (a DNS label); also its ClusterQueue, and jobs name it in `team`")
+    namespace: Optional[str] = Field(None, description="the team's namespace, where it submits its own jobs (default: the team's name)")
+    role_arn: Optional[str] = Field(
+        None,
+        description="IAM role whose sessions may submit jobs (MPIJobs, PyTorchJobs, PaddleJobs, Jobs) to the team's queue, in its namespace only (an EKS access entry)",
+    )
+    quotas: list[TeamQuotaConfig] = Field(
+        default_factory=list, description="the team's nodes per GPU node group; groups not listed: none of its own, borrowing only"
+    )
+    fair_share_weight: float = Field(1, ge=0, description="the team's weight when idle quota is shared out (Kueue fair sharing): 2 gets twice the share of 1")
+
+
+class QueuesConfig(ConfigModel):
+    """Kueue: GPU jobs wait whole in a queue until all their nodes are free, with priorities and teams."""
+
+    enabled: bool = Field(True, description="run Kueue: a GPU job is admitted only when its whole gang fits (no half-started jobs holding nodes)")
+    pods_ready_timeout: str = Field(
+        "20m",
+        description="how long an admitted job may take until all its pods run (GPU node boot and image pull); then it gives its nodes back and queues again",
+    )
+    requeue_limit: Optional[int] = Field(
+        None, ge=0, description="times a job that timed out queues again before it is deactivated (default: no limit; the waits double from 1 minute to 1 hour)"
+    )
+    teams: list[TeamConfig] = Field(default_factory=list, description="teams with their own namespace, queue and share of the GPU groups, in one cohort")
+
+
 class MonitoringConfig(ConfigModel):
     """CloudWatch Container Insights with GPU and EFA metrics, and a dashboard."""
 
@@ -262,7 +378,10 @@ class MonitoringConfig(ConfigModel):
 
 
 class StackConfig(ConfigModel):
-    """The whole validated config of one stack."""
+    """The whole validated config of one stack (built by ``load`` from its parsed sections, by
+    field name; the stack file's keys are read by the sections' models)."""
+
+    model_config = ConfigDict(validate_by_name=True)
 
     project: str = Field(description="Pulumi project name")
     stack: str = Field(description="Pulumi stack name")
@@ -281,6 +400,7 @@ class StackConfig(ConfigModel):
     services: ServicesConfig = Field(ServicesConfig(), description="cluster services")
     monitoring: MonitoringConfig = Field(MonitoringConfig(), description="CloudWatch monitoring")
     autoscaling: AutoscalingConfig = Field(AutoscalingConfig(), description="the Cluster Autoscaler")
+    queues: QueuesConfig = Field(QueuesConfig(), description="Kueue queues for the GPU jobs")
     jobs: list[JobBase] = Field(default_factory=list, description="training jobs emitted by the same stack: see docs/jobs.md")
     tags: dict[str, str] = Field(default_factory=dict, description="extra tags on every AWS resource")
 
@@ -309,6 +429,7 @@ SECTIONS: dict[str, tuple[str, Any]] = {
     "services": ("services", ServicesConfig),
     "monitoring": ("monitoring", MonitoringConfig),
     "autoscaling": ("autoscaling", AutoscalingConfig),
+    "queues": ("queues", QueuesConfig),
     "jobs": ("jobs", "jobs"),
     "tags": ("tags", dict),
 }
