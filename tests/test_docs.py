@@ -18,13 +18,13 @@ import textwrap
 from typing import Any
 
 import pytest
-import yaml
 
 import jobs as J
 from facts import catalog
 from stacks import config as C
 from stacks.config import jobs as jobs_config
 from stacks.config import reference
+from stacks.config.stackfile import load_yaml
 from tests.conftest import ROOT, minimal_values, run_stack
 
 DOC = ROOT / "docs" / "jobs.md"
@@ -42,12 +42,12 @@ def yaml_blocks(text: str) -> list[str]:
 
 
 DOC_TEXT = DOC.read_text()
-JOB_BLOCKS: list[list[dict[str, Any]]] = [yaml.safe_load(b) for b in yaml_blocks(DOC_TEXT) if b.startswith(JOBS_MARKER)]
+JOB_BLOCKS: list[list[dict[str, Any]]] = [load_yaml(b) for b in yaml_blocks(DOC_TEXT) if b.startswith(JOBS_MARKER)]
 ALL_JOBS: list[dict[str, Any]] = [job for block in JOB_BLOCKS for job in block]
 
 
 def _groups() -> list[dict[str, Any]]:
-    found = [yaml.safe_load(b)[GROUPS_MARKER[:-1]] for b in yaml_blocks(DOC_TEXT) if b.startswith(GROUPS_MARKER)]
+    found = [load_yaml(b)[GROUPS_MARKER[:-1]] for b in yaml_blocks(DOC_TEXT) if b.startswith(GROUPS_MARKER)]
     assert len(found) == 1, f"docs/jobs.md needs exactly one ```yaml block starting with {GROUPS_MARKER!r}"
     return found[0]
 

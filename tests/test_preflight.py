@@ -25,6 +25,7 @@ from conftest import NS, ROOT, clean_aws_env, dev_values, minimal_values
 from infra import offline, preflight
 from infra.__main__ import main
 from stacks import config as stack_config
+from stacks.config.stackfile import load_yaml
 from stacks.placement import choose_gpu_az
 
 CR_ID = "cr-0123456789abcdef0"
@@ -510,7 +511,7 @@ def test_the_support_window_is_checked_from_the_pin_when_eks_does_not_answer(ses
 def _project(tmp_path: Path, stack: str, change: Callable[[dict], None] | None = None, text: str | None = None) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
-    doc = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    doc = load_yaml((ROOT / "Pulumi.dev.yaml").read_text())
     if change:
         change(doc["config"])
     (tmp_path / f"Pulumi.{stack}.yaml").write_text(text if text is not None else yaml.safe_dump(doc))

@@ -20,6 +20,7 @@ from facts import catalog
 from jobs.sagemaker import SAGEMAKER_DATA_ROOT, FileSystemTarget, PortableJob
 from stacks import config as stack_config
 from stacks.config import ConfigError
+from stacks.config.stackfile import load_yaml
 from tests.test_jobs_config import KEY, parse
 
 ECR = "763104351884.dkr.ecr.us-west-2.amazonaws.com"
@@ -486,10 +487,9 @@ def test_the_job_waits_for_its_role_rules_and_mount_targets_and_is_replaced_dele
 
 
 def test_the_dev_stack_carries_disabled_sagemaker_examples(dev_plan):
-    import yaml
     from conftest import ROOT
 
-    raw = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"]["gpu-training:jobs"]
+    raw = load_yaml((ROOT / "Pulumi.dev.yaml").read_text())["config"]["gpu-training:jobs"]
     examples = [j for j in raw if j.get("runtime") == "sagemaker"]
     assert {j["kind"] for j in examples} == {"mpi", "pytorch-elastic"} and not any(j.get("enabled", True) for j in examples)
     assert dev_plan.of_type(DYNAMIC) == []

@@ -15,6 +15,8 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from stacks.config.stackfile import load_yaml
+
 WORKFLOWS = ROOT / ".github" / "workflows"
 PREVIEW = WORKFLOWS / "preview.yml"
 DEPLOY = WORKFLOWS / "deploy-dev.yml"
@@ -183,5 +185,5 @@ def test_region_step_reads_the_stack_region(stack, tmp_path):
     env = {**os.environ, "STACK": stack, "GITHUB_OUTPUT": str(out)}
     done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    region = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]["aws:region"]
+    region = load_yaml((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]["aws:region"]
     assert out.read_text() == f"region={region}\n"
