@@ -16,7 +16,7 @@ half-starting on the nodes there are.
   Jobs, which EKS's managed access policies do not cover: they are custom resources or need a queue)
   and to reading pods and their logs.
 
-This component knows nothing of stack config: ``stacks/queues.py`` derives every number.
+This component knows nothing of stack config: ``stacks/queues/`` derives every number.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the stack's VPC. Per job:
   needs explicitly), all traffic out (ECR through the NAT gateway, S3 through the gateway endpoint);
 - client access to the stack's file systems it reads: Lustre (988, 1018-1023) both ways with the
   FSx group, NFS (2049) into the EFS group;
-- an execution role trusted by SageMaker with the job's least-privilege policy (``jobs/sagemaker.py``);
+- an execution role trusted by SageMaker with the job's least-privilege policy (``jobs/sagemaker/training_job.py``);
 - the training job itself (``providers/sagemaker_training_job.py``: ``pulumi up`` starts it and does
   not wait for the run), in the GPU AZ's subnet when it reads FSx (which lives in that one AZ), else
   in the private subnets. ``pulumi destroy`` stops a running job and deletes the network
@@ -52,7 +52,7 @@ class SharedFileSystem:
 class SageMakerTrainingJobsArgs:
     """Inputs of ``SageMakerTrainingJobs``."""
 
-    jobs: Sequence[SageMakerJob]  # the jobs, described by jobs/sagemaker.py
+    jobs: Sequence[SageMakerJob]  # the jobs, described by jobs/sagemaker/training_job.py
     region: str  # the AWS region the jobs run in
     vpc_id: pulumi.Input[str]  # the stack's VPC
     private_subnet_ids: pulumi.Input[Sequence[pulumi.Input[str]]]  # where jobs that read no FSx run

@@ -1,6 +1,6 @@
 """What a GPU node of an EKS managed node group leaves for training pods: its capacity minus what
 kubelet reserves (the AL2023 AMI's nodeadm) and what the DaemonSets the stack installs request on
-every GPU node. The queues' quotas (``stacks/queues.py``) are built from it, so that Kueue never
+every GPU node. The queues' quotas (``stacks/queues/``) are built from it, so that Kueue never
 admits more CPU or memory than the nodes can hold.
 
 Each number has its source. Where a value is an estimate it errs on the small side: a quota a

@@ -23,7 +23,7 @@ KUBERNETES_DEFAULT = "1.36"
 # describe-cluster-versions` reports it as endOfStandardSupportDate, which preflight prefers when
 # AWS answers). The cluster's upgrade policy is STANDARD, so from that day EKS upgrades the
 # control plane to the next minor itself, and the next refreshed `pulumi up` would try to move it
-# back (a downgrade, which EKS refuses). Preflight warns in the last weeks (infra/preflight.py).
+# back (a downgrade, which EKS refuses). Preflight warns in the last weeks (infra/preflight/eks.py).
 KUBERNETES_STANDARD_SUPPORT_ENDS = {
     "1.35": date(2027, 3, 27),
     "1.36": date(2027, 8, 2),

@@ -4,6 +4,10 @@ A module may import its own layer and the layers below it, never one above. ``co
 ``jobs`` know nothing of stack config or boto3 (``providers``, the dynamic providers the components
 use, are where boto3 talks to AWS at `pulumi up`); ``facts`` imports nothing of ours; and the program
 ``pulumi up`` runs never loads the offline engine or Pulumi's mocks.
+
+Inside a layer, a package split along its concerns (``jobs/sagemaker``, ``stacks/queues``,
+``infra/preflight``) is layered the same way: its modules in one order, each importing only those
+before it. The SageMaker runtime is not a job kind: it imports what the kinds share, never a kind.
 """
 
 from __future__ import annotations
@@ -28,6 +32,19 @@ FORBIDDEN_EXTERNAL = {
 }
 
 
+# Packages split along their concerns, from the bottom up: a module imports the ones before it, never
+# one after it, nor the package itself (its __init__ re-exports them all). Imports under
+# `if TYPE_CHECKING:` are for annotations only: they do not run, and do not count.
+PACKAGES = {
+    "jobs.sagemaker": ["limits", "options", "entry_point", "training_job", "checks", "portable"],
+    "stacks.queues": ["resources", "cluster_queues", "admission", "plan", "checks"],
+    "infra.preflight": ["results", "placement", "quotas", "capacity", "eks"],
+}
+# What the SageMaker runtime (the base of the kinds with two runtimes) may import of the jobs layer:
+# the pieces every kind shares. The kinds import it, so it never imports a kind or the registry.
+SAGEMAKER_RUNTIME_USES = {"jobs.base", "jobs.checks", "jobs.pod"}
+
+
 def imports_of(source: str) -> list[tuple[int, str]]:
     """(line, dotted module) for every import in ``source``, at any depth (function-level too)."""
     out = []
@@ -39,6 +56,15 @@ def imports_of(source: str) -> list[tuple[int, str]]:
             # `from facts import catalog` imports facts.catalog
             out += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
     return out
+
+
+def runtime_imports_of(source: str) -> list[tuple[int, str]]:
+    """``imports_of`` without the imports under ``if TYPE_CHECKING:``."""
+    skipped = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(range(node.body[0].lineno, (node.body[-1].end_lineno or node.body[-1].lineno) + 1))
+    return [(line, module) for line, module in imports_of(source) if line not in skipped]
 
 
 def violations(layer: str, source: str, where: str) -> list[str]:
@@ -87,3 +113,39 @@ def test_the_pulumi_program_does_not_load_the_offline_engine():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == ""
+
+
+def package_violations(package: str, module: str, source: str) -> list[str]:
+    """Imports of ``package.module`` that point up or sideways inside its package (see PACKAGES)."""
+    order = PACKAGES[package]
+    found: list[str] = []
+    for line, name in runtime_imports_of(source):
+        if any(f"{module}:{line} " in f for f in found):
+            continue  # `from a.b import c` is a.b and a.b.c: one import
+        if name == package or name.startswith(package + "."):
+            inside = name[len(package) + 1 :].split(".")[0]
+            if inside not in order:
+                found.append(f"{package}.{module}:{line} imports {name} (the package itself)")
+            elif order.index(inside) >= order.index(module):
+                found.append(f"{package}.{module}:{line} imports {name} ({inside} is not below {module})")
+        elif package == "jobs.sagemaker" and name.startswith("jobs.") and ".".join(name.split(".")[:2]) not in SAGEMAKER_RUNTIME_USES:
+            found.append(f"{package}.{module}:{line} imports {name} (the runtime uses only {', '.join(sorted(SAGEMAKER_RUNTIME_USES))})")
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_split_packages_import_from_the_bottom_up(package: str):
+    folder = ROOT.joinpath(*package.split("."))
+    modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    assert modules == set(PACKAGES[package]), f"list every module of {package} in PACKAGES, in its place"
+    found = [v for m in PACKAGES[package] for v in package_violations(package, m, (folder / f"{m}.py").read_text())]
+    assert found == []
+
+
+def test_the_package_checker_catches_upward_imports_and_kinds():
+    up = "from typing import TYPE_CHECKING\nfrom stacks.queues.plan import QueuePlan\nif TYPE_CHECKING:\n    from stacks.queues.checks import x\n"
+    assert package_violations("stacks.queues", "admission", up) == ["stacks.queues.admission:2 imports stacks.queues.plan (plan is not below admission)"]
+    assert package_violations("stacks.queues", "checks", up) == []
+    assert package_violations("infra.preflight", "eks", "from infra.preflight import _Context\n")
+    assert package_violations("jobs.sagemaker", "portable", "from jobs.mpi import MpiBase\n")
+    assert package_violations("jobs.sagemaker", "portable", "from jobs import checks\nfrom jobs.base import GpuJob\n") == []

@@ -173,7 +173,7 @@ def test_real_plans_one_config_value_changed(dev_plan, tmp_path):
 
     md = run([tmp_path / "base", tmp_path / "head", "--title", "Offline plan: dev"])
     n = len(dev_plan.records)
-    # The node group, and the queue's quota, which follows the group's maxSize (stacks/queues.py).
+    # The node group, and the queue's quota, which follows the group's maxSize (stacks/queues/).
     assert f"Resources: **0 added, 0 removed, 2 changed** ({n} → {n})" in md
     rows = [line for line in md.splitlines() if line.startswith("| `") and "maxSize" in line]
     assert len(rows) == 1 and "`inputs.scalingConfig.maxSize`" in rows[0] and "p4d" in rows[0]

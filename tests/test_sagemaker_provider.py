@@ -27,6 +27,7 @@ from botocore.stub import Stubber
 from facts import catalog
 from jobs.registry import JOB_KINDS
 from jobs.sagemaker import FileSystemTarget
+from providers import network_interfaces
 from providers import sagemaker_training_job as provider
 
 REGION = "us-west-2"
@@ -186,9 +187,11 @@ class Clock:
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    """The provider module's ``time`` replaced (only there, not for boto3 or moto)."""
+    """The provider's ``time`` replaced, in its module and in the network-interface clean-up's (only
+    there, not for boto3 or moto)."""
     c = Clock()
-    monkeypatch.setattr(provider, "time", types.SimpleNamespace(monotonic=c.monotonic, sleep=c.sleep))
+    for module in (provider, network_interfaces):
+        monkeypatch.setattr(module, "time", types.SimpleNamespace(monotonic=c.monotonic, sleep=c.sleep))
     return c
 
 

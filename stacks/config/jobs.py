@@ -116,7 +116,7 @@ def parse_job_section(
 
 
 def _check_queued_jobs(raw: Any, specs: list[JobBase], groups: list[GpuNodeGroupConfig], sections: Any, problems: list[Problem]) -> None:
-    """Jobs against the queues (``stacks/queues.py``): a job's team exists, and every job can be
+    """Jobs against the queues (``stacks/queues/``): a job's team exists, and every job can be
     admitted by its queue at all (else it would wait forever)."""
     from stacks import queues  # imports the config layer
 

@@ -1,6 +1,6 @@
 """Integration test: the SageMaker runtime's hyperparameters, read by SageMaker's own training toolkit.
 
-``jobs/sagemaker.py`` claims that an ``mpi``/``pytorch-elastic`` spec with ``runtime: sagemaker`` runs
+``jobs/sagemaker/training_job.py`` claims that an ``mpi``/``pytorch-elastic`` spec with ``runtime: sagemaker`` runs
 the same script with the same arguments as on EKS: the script's ``--name value`` arguments become
 JSON-encoded hyperparameters, which the framework container passes back as the same ``--name value``
 arguments. Here the container's side is the real code of the SageMaker training toolkit

@@ -1,0 +1,185 @@
+"""Preflight's quota checks: the EC2 vCPU quotas of the GPU groups at their maxSize (on-demand and
+spot; capacity blocks do not count), and the SageMaker training quotas of the stack's
+``runtime: sagemaker`` jobs, per ml. type.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from infra.preflight.results import FAIL, PASS, SKIP, CheckResult, _error_code, _guard, _is_client_error, _paginate, _unanswered
+from stacks import config as stack_config
+from stacks.config.jobs import sagemaker_jobs
+
+if TYPE_CHECKING:
+    from infra.preflight import _Context
+
+# EC2 vCPU quotas by instance family letter (Service Quotas, service code "ec2").
+QUOTAS: dict[str, dict[str, tuple[str, str]]] = {
+    "p": {
+        "on-demand": ("L-417A185B", "Running On-Demand P instances"),
+        "spot": ("L-7212CCBC", "All P Spot Instance Requests"),
+    },
+}
+
+
+class _QuotaUnreadable(Exception):
+    pass
+
+
+def _quota_value(sq: Any, code: str) -> tuple[float, str]:
+    """The applied quota value, else AWS's default. Raises _QuotaUnreadable when the endpoint has
+    neither; other AWS errors (access denied...) propagate."""
+    try:
+        return float(sq.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]), "applied"
+    except Exception as err:
+        why = _unanswered(err)
+        if why:
+            raise _QuotaUnreadable(f"the endpoint {why}") from None
+        if not (_is_client_error(err) and _error_code(err)[0] == "NoSuchResourceException"):
+            raise
+        first = "GetServiceQuota: %s: %s" % _error_code(err)
+    try:
+        return float(sq.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]), "AWS default"
+    except Exception as err:
+        why = _unanswered(err)
+        if why or (_is_client_error(err) and _error_code(err)[0] == "NoSuchResourceException"):
+            second = f"the endpoint {why}" if why else "%s: %s" % _error_code(err)
+            raise _QuotaUnreadable(f"{first}; GetAWSDefaultServiceQuota: {second}") from None
+        raise
+
+
+def _check_quotas(ctx: _Context) -> list[CheckResult]:
+    cfg = ctx.cfg
+    results: list[CheckResult] = []
+    blocks = [g.name for g in cfg.gpu_node_groups if g.capacity_type == "capacity-block"]
+    for capacity_type in ("on-demand", "spot"):
+        by_family: dict[str, list[stack_config.GpuNodeGroupConfig]] = defaultdict(list)
+        for g in cfg.gpu_node_groups:
+            if g.capacity_type == capacity_type:
+                by_family[g.instance_type[0]].append(g)
+        for family, groups in sorted(by_family.items()):
+            quota = QUOTAS.get(family, {}).get(capacity_type)
+            if quota is None:
+                results.append(
+                    CheckResult(
+                        SKIP,
+                        f"{capacity_type} vCPU quota for {family.upper()} instances",
+                        f"no Service Quotas code known for {family.upper()} instances; check it in the Service Quotas console",
+                    )
+                )
+                continue
+            code, name = quota
+            results.extend(
+                _guard(
+                    f"{capacity_type} vCPU quota {code} ({name})",
+                    "service-quotas GetServiceQuota",
+                    "servicequotas:GetServiceQuota",
+                    functools.partial(_quota_line, ctx, capacity_type, code, name, groups, blocks),
+                )
+            )
+    return results
+
+
+def _quota_line(ctx: _Context, capacity_type: str, code: str, name: str, groups: list, blocks: list[str]) -> list[CheckResult]:
+    check = f"{capacity_type} vCPU quota {code} ({name})"
+    needed = sum(g.max_size * g.instance.vcpus for g in groups)
+    parts = ", ".join(f"{g.name}: {g.max_size} x {g.instance.vcpus}" for g in groups)
+    note = f"; capacity-block groups {', '.join(blocks)} do not count" if blocks and capacity_type == "on-demand" else ""
+    try:
+        value, source = _quota_value(ctx.client("service-quotas"), code)
+    except _QuotaUnreadable as err:
+        return [
+            CheckResult(
+                SKIP,
+                check,
+                f"the quota cannot be read here ({err}); {needed:g} vCPUs needed at maxSize ({parts}). Check it with: "
+                f"aws service-quotas get-service-quota --region {ctx.cfg.region} --service-code ec2 --quota-code {code}",
+            )
+        ]
+    if value >= needed:
+        return [CheckResult(PASS, check, f"{value:g} vCPUs ({source}) covers the {needed:g} needed at maxSize ({parts}){note}")]
+    short = needed - value
+    return [
+        CheckResult(
+            FAIL,
+            check,
+            f"{value:g} vCPUs ({source}) but {needed:g} are needed at maxSize ({parts}){note}: short by {short:g} vCPUs",
+            f"request at least {needed:g} (aws service-quotas request-service-quota-increase --region {ctx.cfg.region} "
+            f"--service-code ec2 --quota-code {code} --desired-value {needed:g}) or lower maxSize in {ctx.stack_file}",
+        )
+    ]
+
+
+def sagemaker_quota_name(instance_type: str, spot: bool) -> str:
+    """The Service Quotas name (service code ``sagemaker``) of a training instance type's quota."""
+    return f"{instance_type} for {'spot ' if spot else ''}training job usage"
+
+
+def _sagemaker_quotas(sq: Any) -> tuple[dict[str, tuple[str, float]], str]:
+    """Quota name -> (code, value) of the account's SageMaker quotas (applied values, AWS's
+    defaults where none is applied)."""
+    found: dict[str, tuple[str, float]] = {}
+    source = "applied"
+    try:
+        for q in _paginate(sq, "list_aws_default_service_quotas", "Quotas", ServiceCode="sagemaker"):
+            found[q["QuotaName"]] = (q["QuotaCode"], float(q["Value"]))
+        source = "applied, else AWS default"
+    except Exception as err:
+        if not (_is_client_error(err) and _error_code(err)[0] == "NoSuchResourceException") and not _unanswered(err):
+            raise
+    for q in _paginate(sq, "list_service_quotas", "Quotas", ServiceCode="sagemaker"):
+        found[q["QuotaName"]] = (q["QuotaCode"], float(q["Value"]))
+    return found, source
+
+
+def _check_sagemaker_quotas(ctx: _Context) -> list[CheckResult]:
+    cfg = ctx.cfg
+    needed: dict[tuple[str, bool], list[tuple[str, int]]] = defaultdict(list)
+    for job in sagemaker_jobs(cfg.jobs, cfg.gpu_node_groups, cfg.region, cfg.cluster_name, {}):
+        needed[(job.instance_type, job.spot)].append((job.job, job.instance_count))
+    if not needed:
+        return []
+    quotas: dict[str, tuple[str, float]] = {}
+    source = ""
+
+    def read() -> list[CheckResult]:
+        nonlocal quotas, source
+        quotas, source = _sagemaker_quotas(ctx.client("service-quotas"))
+        return []
+
+    failed = _guard("SageMaker training quotas", "service-quotas ListServiceQuotas", "servicequotas:ListServiceQuotas", read)
+    if failed:
+        return failed
+    results = []
+    for (instance_type, spot), jobs in sorted(needed.items()):
+        name = sagemaker_quota_name(instance_type, spot)
+        count = sum(n for _, n in jobs)
+        parts = ", ".join(f"{j}: {n}" for j, n in jobs)
+        check = f"SageMaker quota {name!r}"
+        if name not in quotas:
+            results.append(
+                CheckResult(
+                    SKIP,
+                    check,
+                    f"not listed by Service Quotas here; {count} instances needed ({parts}). Check it with: aws service-quotas list-service-quotas "
+                    f"--region {cfg.region} --service-code sagemaker --query \"Quotas[?QuotaName=='{name}']\"",
+                )
+            )
+            continue
+        code, value = quotas[name]
+        if value >= count:
+            results.append(CheckResult(PASS, check, f"{value:g} ({source}) covers the {count} instances the SageMaker jobs use ({parts})"))
+        else:
+            results.append(
+                CheckResult(
+                    FAIL,
+                    check,
+                    f"{value:g} ({source}) but the SageMaker jobs use {count} instances ({parts}): short by {count - value:g}",
+                    f"request at least {count} (aws service-quotas request-service-quota-increase --region {cfg.region} --service-code sagemaker "
+                    f"--quota-code {code} --desired-value {count}) or lower the jobs' nodes in {ctx.stack_file}",
+                )
+            )
+    return results

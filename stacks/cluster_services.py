@@ -1,0 +1,390 @@
+"""The cluster services of one environment, from a validated ``StackConfig``, one short function
+each: the device plugins, EFS and FSx, the operators, etcd, monitoring, the Cluster Autoscaler,
+Kueue and the queues, and the jobs (on EKS, and as SageMaker training jobs). ``build_services``
+registers them in that order, every Kubernetes object through one provider bound to the new
+cluster; ``stacks/environment.py`` calls it once the cluster and the system nodes exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
+from components.charts import ChartFile
+from components.cluster import Cluster
+from components.device_plugins import DevicePlugins, DevicePluginsArgs
+from components.etcd import Etcd, EtcdArgs
+from components.jobs import TrainingJobs, TrainingJobsArgs
+from components.monitoring import Monitoring, MonitoringArgs
+from components.network import Network
+from components.node_group import NodeGroup
+from components.operators import MpiOperator, MpiOperatorArgs, TrainingOperator, TrainingOperatorArgs
+from components.queues import ClusterQueueArgs, FlavorArgs, LocalQueueArgs, ProvisioningArgs, Queues, QueuesArgs, ResourceQuota, TeamArgs
+from components.sagemaker import SageMakerTrainingJobs, SageMakerTrainingJobsArgs, SharedFileSystem
+from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
+from facts import versions
+from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
+from facts.paths import PROJECT_ROOT
+from jobs.base import PRIORITIES, JobsContext
+from stacks import queues
+from stacks.addons import addon_version
+from stacks.config import GpuNodeGroupConfig, StackConfig
+from stacks.config.jobs import job_targets, runtime_of, sagemaker_jobs
+
+
+@dataclass
+class _Services:
+    """What the services build on, and what the jobs will need from them."""
+
+    cfg: StackConfig
+    gpu_az: str
+    network: Network
+    cluster: Cluster
+    tags: dict[str, str]
+    namespace: k8s.core.v1.Namespace
+    k8s_component: pulumi.ResourceOptions  # a component whose children go through the k8s provider
+    cluster_ready: list[pulumi.Resource]  # what add-ons wait for
+    outputs: dict[str, Any]
+    job_prerequisites: list[pulumi.Resource] = field(default_factory=list)
+    claims: dict[str, str] = field(default_factory=dict)
+    file_systems: dict[str, SharedFileSystem] = field(default_factory=dict)  # what SageMaker jobs read
+    etcd_endpoint: Optional[str] = None
+    job_queues: dict[str, str] = field(default_factory=dict)  # team ("" = none) -> LocalQueue of its jobs; empty without queues
+
+
+def build_services(cfg: StackConfig, gpu_az: str, network: Network, cluster: Cluster, system: NodeGroup, tags: dict[str, str]) -> dict[str, Any]:
+    """Cluster services: device plugins, storage, operators, etcd, monitoring, jobs. Every
+    Kubernetes object goes through one provider bound to the new cluster."""
+    provider = k8s.Provider("k8s", kubeconfig=cluster.kubeconfig, opts=pulumi.ResourceOptions(depends_on=[cluster.eks]))
+    assert cluster.coredns is not None, "build() adds CoreDNS before the services"
+    # Pods of the services need a node to run on, and add-ons need the cluster.
+    namespace = k8s.core.v1.Namespace(
+        "training-namespace",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=cfg.services.training_namespace, labels={"app.kubernetes.io/part-of": PART_OF}),
+        opts=pulumi.ResourceOptions(provider=provider, depends_on=[system]),
+    )
+    s = _Services(
+        cfg=cfg,
+        gpu_az=gpu_az,
+        network=network,
+        cluster=cluster,
+        tags=tags,
+        namespace=namespace,
+        k8s_component=pulumi.ResourceOptions(providers=[provider], depends_on=[system]),
+        cluster_ready=[cluster.eks, cluster.pod_identity_agent, system, cluster.coredns],
+        outputs={"trainingNamespace": cfg.services.training_namespace},
+        job_prerequisites=[cluster.pod_identity_agent],
+    )
+    for add in (_device_plugins, _efs, _fsx, _operators, _etcd, _monitoring, _autoscaler, _queues):
+        add(s)
+    _jobs(s, provider)
+    _sagemaker_jobs(s)
+    return s.outputs
+
+
+def _device_plugins(s: _Services) -> None:
+    sv = s.cfg.services
+    if not (sv.nvidia_device_plugin or sv.efa_device_plugin):
+        return
+    DevicePlugins(
+        "device-plugins",
+        DevicePluginsArgs(
+            nvidia_chart=ChartFile(versions.NVIDIA_DEVICE_PLUGIN_CHART_FILE, versions.NVIDIA_DEVICE_PLUGIN_CHART_SHA256, versions.NVIDIA_DEVICE_PLUGIN_CHART)
+            if sv.nvidia_device_plugin
+            else None,
+            efa_chart=ChartFile(versions.EFA_DEVICE_PLUGIN_CHART_FILE, versions.EFA_DEVICE_PLUGIN_CHART_SHA256, versions.EFA_DEVICE_PLUGIN_CHART)
+            if sv.efa_device_plugin
+            else None,
+            gpu_node_label=dict(GPU_PRESENT_LABEL),
+            efa_node_label=dict(EFA_PRESENT_LABEL),
+            efa_instance_types=sorted({g.instance_type for g in s.cfg.gpu_node_groups if g.efa_enabled}),
+            project_root=PROJECT_ROOT,
+        ),
+        opts=s.k8s_component,
+    )
+
+
+def _efs(s: _Services) -> None:
+    st = s.cfg.storage
+    if not st.efs.enabled:
+        return
+    efs = EfsStore(
+        "efs",
+        EfsStoreArgs(
+            cluster_name=s.cfg.cluster_name,
+            vpc_id=s.network.vpc_id,
+            subnet_ids=s.network.private_subnet_ids,
+            node_security_group_id=s.cluster.cluster_security_group_id,
+            namespace=s.namespace.metadata.name,
+            addon_version=addon_version(s.cfg, "aws-efs-csi-driver"),
+            throughput_mode=st.efs.throughput_mode,
+            performance_mode=st.efs.performance_mode,
+            protect=st.deletion_protection,
+            cluster_ready=s.cluster_ready,
+            tags=s.tags,
+        ),
+        opts=s.k8s_component,
+    )
+    s.outputs.update(efsFileSystemId=efs.file_system_id, efsClaim=EfsStore.CLAIM)
+    s.claims["efs"] = EfsStore.CLAIM
+    s.file_systems["efs"] = SharedFileSystem("EFS", efs.file_system_id, efs.security_group_id, ready=efs.mount_targets)
+    s.job_prerequisites.append(efs)
+
+
+def _fsx(s: _Services) -> None:
+    st = s.cfg.storage
+    f = st.fsx
+    if not f.enabled:
+        return
+    fsx = FsxStore(
+        "fsx",
+        FsxStoreArgs(
+            cluster_name=s.cfg.cluster_name,
+            vpc_id=s.network.vpc_id,
+            subnet_id=s.network.gpu_subnet_id,
+            availability_zone=s.gpu_az,
+            node_security_group_id=s.cluster.cluster_security_group_id,
+            namespace=s.namespace.metadata.name,
+            addon_version=addon_version(s.cfg, "aws-fsx-csi-driver"),
+            deployment_type=f.deployment_type,
+            lustre_version=versions.FSX_LUSTRE_VERSION,
+            storage_capacity_gib=f.storage_capacity_gib,
+            per_unit_storage_throughput=f.per_unit_storage_throughput,
+            s3_bucket=f.s3.bucket if f.s3 else None,
+            s3_prefix=f.s3.prefix if f.s3 else "",
+            s3_file_system_path=f.s3.file_system_path if f.s3 else "/s3",
+            s3_export=f.s3.export if f.s3 else False,
+            protect=st.deletion_protection,
+            backup_retention_days=f.backup_retention_days,
+            backup_start_time=f.backup_start_time,
+            final_backup=f.final_backup,
+            cluster_ready=s.cluster_ready,
+            tags=s.tags,
+        ),
+        opts=s.k8s_component,
+    )
+    s.outputs.update(fsxFileSystemId=fsx.file_system_id, fsxDnsName=fsx.dns_name, fsxClaim=FsxStore.CLAIM)
+    if fsx.kms_key_retained:
+        # The key `pulumi destroy` leaves behind for the final backup (README, "Teardown").
+        s.outputs["fsxBackupKmsKeyArn"] = fsx.kms_key_arn
+    s.claims["fsx"] = FsxStore.CLAIM
+    s.file_systems["fsx"] = SharedFileSystem("FSxLustre", fsx.file_system_id, fsx.security_group_id, fsx.mount_name)
+    s.job_prerequisites.append(fsx)
+
+
+def _operators(s: _Services) -> None:
+    sv = s.cfg.services
+    if sv.mpi_operator:
+        mpi = MpiOperator(
+            "mpi-operator",
+            MpiOperatorArgs(
+                manifest=PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST,
+                manifest_sha256=versions.MPI_OPERATOR_MANIFEST_SHA256,
+                version=versions.MPI_OPERATOR_VERSION,
+            ),
+            opts=s.k8s_component,
+        )
+        s.job_prerequisites.append(mpi)
+    if sv.training_operator:
+        training = TrainingOperator(
+            "training-operator",
+            TrainingOperatorArgs(
+                manifest=PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST,
+                manifest_sha256=versions.TRAINING_OPERATOR_MANIFEST_SHA256,
+                version=versions.TRAINING_OPERATOR_REF,
+            ),
+            opts=s.k8s_component,
+        )
+        s.job_prerequisites.append(training)
+
+
+def _etcd(s: _Services) -> None:
+    e = s.cfg.etcd
+    if not e.enabled:
+        return
+    etcd = Etcd(
+        "etcd",
+        EtcdArgs(
+            namespace=s.namespace.metadata.name,
+            namespace_name=s.cfg.services.training_namespace,
+            image=versions.ETCD_IMAGE,
+            member_image=versions.ETCD_MEMBER_IMAGE,
+            replicas=e.replicas,
+            cpu=e.cpu,
+            memory=e.memory,
+            node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
+        ),
+        opts=s.k8s_component,
+    )
+    s.outputs["etcdEndpoint"] = etcd.endpoint
+    s.etcd_endpoint = etcd.endpoint
+    s.job_prerequisites.append(etcd)
+
+
+def _monitoring(s: _Services) -> None:
+    m = s.cfg.monitoring
+    if not m.enabled:
+        return
+    mon = Monitoring(
+        "monitoring",
+        MonitoringArgs(
+            cluster_name=s.cfg.cluster_name,
+            region=s.cfg.region,
+            addon_version=addon_version(s.cfg, "amazon-cloudwatch-observability"),
+            log_retention_days=m.log_retention_days,
+            dashboard=m.dashboard,
+            cluster_ready=s.cluster_ready,
+            tags=s.tags,
+        ),
+    )
+    if mon.dashboard_name:
+        s.outputs["dashboardName"] = mon.dashboard_name
+
+
+def autoscaled(cfg: StackConfig, g: GpuNodeGroupConfig) -> bool:
+    """Whether the Cluster Autoscaler sizes group ``g``."""
+    return cfg.autoscaling.enabled and g.autoscaled
+
+
+def _autoscaler(s: _Services) -> None:
+    cfg = s.cfg
+    if not any(autoscaled(cfg, g) for g in cfg.gpu_node_groups):
+        return
+    a = cfg.autoscaling
+    ClusterAutoscaler(
+        "cluster-autoscaler",
+        ClusterAutoscalerArgs(
+            chart=ChartFile(versions.CLUSTER_AUTOSCALER_CHART_FILE, versions.CLUSTER_AUTOSCALER_CHART_SHA256, versions.CLUSTER_AUTOSCALER_CHART),
+            image_tag=versions.CLUSTER_AUTOSCALER_IMAGE_TAG[cfg.cluster.kubernetes_version],
+            cluster_name=cfg.cluster_name,
+            region=cfg.region,
+            node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
+            scale_down_unneeded_time=a.scale_down_unneeded_time,
+            scale_down_delay_after_add=a.scale_down_delay_after_add,
+            expander=a.expander,
+            # Served only for Kueue's ProvisioningRequest admission check (stacks/queues/).
+            provisioning_request_crd=ChartFile(versions.PROVISIONING_REQUEST_CRD, versions.PROVISIONING_REQUEST_CRD_SHA256, "cluster-autoscaler-1.36.1")
+            if a.provisioning_requests and cfg.queues.enabled
+            else None,
+            project_root=PROJECT_ROOT,
+            depends_on=[s.cluster.pod_identity_agent],
+            tags=s.tags,
+        ),
+        opts=s.k8s_component,
+    )
+
+
+def _queues(s: _Services) -> None:
+    """Kueue and the queues of the GPU jobs (``stacks/queues`` derives every quota)."""
+    cfg = s.cfg
+    plan = queues.plan_for(cfg)
+    if plan is None:
+        return
+    covered = list(queues.RESOURCES)
+
+    def amount(r: str, value: Optional[int]) -> Optional[str]:
+        return None if value is None else queues.quantity(r, value)
+
+    def quotas(cq: queues.ClusterQueue) -> dict[str, list[ResourceQuota]]:
+        return {
+            flavor: [ResourceQuota(r, queues.quantity(r, lim[r].nominal), amount(r, lim[r].borrowing), amount(r, lim[r].lending)) for r in covered]
+            for flavor, lim in cq.limits.items()
+        }
+
+    scaled = [f.name for f in plan.flavors if f.autoscaled]
+    component = Queues(
+        "queues",
+        QueuesArgs(
+            chart=ChartFile(versions.KUEUE_CHART_FILE, versions.KUEUE_CHART_SHA256, versions.KUEUE_CHART),
+            image_repository=versions.KUEUE_IMAGE_REPOSITORY,
+            image_tag=versions.KUEUE_VERSION,
+            node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
+            managed_namespaces=plan.managed_namespaces,
+            integrations=plan.integrations,
+            pods_ready_timeout=plan.pods_ready_timeout,
+            requeue_limit=plan.requeue_limit,
+            backoff_base_seconds=queues.REQUEUE_BACKOFF_BASE_SECONDS,
+            backoff_max_seconds=queues.REQUEUE_BACKOFF_MAX_SECONDS,
+            fair_sharing=plan.fair_sharing,
+            cohort=queues.COHORT,
+            covered_resources=covered,
+            flavors=[FlavorArgs(f.name, f.node_labels, f.tolerations) for f in plan.flavors],
+            cluster_queues=[
+                ClusterQueueArgs(
+                    cq.name,
+                    cq.namespaces,
+                    quotas(cq),
+                    None if cq.fair_share_weight is None else f"{cq.fair_share_weight:g}",
+                    scaled if plan.provisioning else (),
+                )
+                for cq in plan.cluster_queues
+            ],
+            local_queues=[LocalQueueArgs(q.namespace, q.name, q.cluster_queue) for q in plan.local_queues],
+            priorities=dict(PRIORITIES),
+            cluster_name=cfg.cluster_name,
+            namespace=queues.KUEUE_NAMESPACE,
+            teams=[TeamArgs(t.name, t.namespace, t.role_arn, t.kubernetes_group) for t in plan.teams],
+            provisioning=ProvisioningArgs(queues.PROVISIONING_CHECK, queues.PROVISIONING_CLASS, [queues.GPU]) if plan.provisioning else None,
+            project_root=PROJECT_ROOT,
+            depends_on=[s.cluster.eks, s.namespace],
+            tags=s.tags,
+        ),
+        opts=s.k8s_component,
+    )
+    s.job_queues = queues.job_queues(cfg.queues.teams)
+    s.outputs["clusterQueues"] = [cq.name for cq in plan.cluster_queues]
+    # The jobs' LocalQueues and Kueue's job webhooks must be there before a job is created.
+    s.job_prerequisites.append(component)
+
+
+def _jobs(s: _Services, provider: k8s.Provider) -> None:
+    cfg = s.cfg
+    on_eks = [j for j in cfg.jobs if runtime_of(j) == "eks"]
+    if not on_eks:
+        return
+    jobs = TrainingJobs(
+        "jobs",
+        TrainingJobsArgs(
+            jobs=on_eks,
+            context=JobsContext(
+                namespace=cfg.services.training_namespace,
+                targets=job_targets(cfg.gpu_node_groups, s.gpu_az),
+                claims=s.claims,
+                etcd_endpoint=s.etcd_endpoint,
+                system_node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
+                cluster_name=cfg.cluster_name,
+                region=cfg.region,
+                queues=s.job_queues,
+            ),
+            tags=s.tags,
+            depends_on=[s.namespace, *s.job_prerequisites],
+        ),
+        opts=pulumi.ResourceOptions(providers=[provider]),
+    )
+    s.outputs["jobs"] = jobs.job_names
+
+
+def _sagemaker_jobs(s: _Services) -> None:
+    """The jobs with ``runtime: sagemaker``: SageMaker training jobs in the stack's VPC, reading its
+    FSx and EFS (they need nothing of the cluster)."""
+    cfg = s.cfg
+    described = sagemaker_jobs(cfg.jobs, cfg.gpu_node_groups, cfg.region, cfg.cluster_name, s.tags)
+    if not described:
+        return
+    jobs = SageMakerTrainingJobs(
+        "sagemaker-jobs",
+        SageMakerTrainingJobsArgs(
+            jobs=described,
+            region=cfg.region,
+            vpc_id=s.network.vpc_id,
+            private_subnet_ids=s.network.private_subnet_ids,
+            gpu_subnet_id=s.network.gpu_subnet_id,
+            file_systems=s.file_systems,
+            tags=s.tags,
+        ),
+    )
+    s.outputs["sagemakerJobs"] = jobs.training_job_names

@@ -1,0 +1,237 @@
+"""The node groups' checks, for ``check_all`` (``stacks/config/checks.py``): the system group's
+type and sizes; each GPU group's name, type, EFA and sizes, its capacity (reservations, Capacity
+Blocks with their window, offering and purchase, spot), its placement group, labels and taints.
+
+Each appends a ``Problem`` naming the config key, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from typing import Optional
+
+from facts import aws_names, catalog
+from facts.catalog import CAPACITY_BLOCK_DRAIN, CAPACITY_BLOCK_DRAIN_TEXT
+from facts.problems import Problem
+from facts.problems import fmt as _fmt
+from stacks.config.models import NAMESPACE, GpuNodeGroupConfig, SystemNodeGroupConfig
+
+
+def _check_scaling(k: str, min_size: int, desired: int, max_size: int, problems: list[Problem]) -> None:
+    if min_size > max_size:
+        problems.append(Problem(f"{k}.minSize", f"{min_size} is greater than maxSize {max_size}"))
+    elif not min_size <= desired <= max_size:
+        problems.append(Problem(f"{k}.desiredSize", f"{desired} is outside minSize..maxSize ({min_size}..{max_size})"))
+
+
+def _check_system(s: SystemNodeGroupConfig, problems: list[Problem]) -> None:
+    k = f"{NAMESPACE}:systemNodeGroup"
+    it = catalog.get(s.instance_type)
+    if it is None:
+        problems.append(Problem(f"{k}.instanceType", f"{_fmt(s.instance_type)} is not in the instance catalog; use one of {', '.join(catalog.SYSTEM_TYPES)}"))
+    elif it.is_gpu:
+        problems.append(Problem(f"{k}.instanceType", f"{_fmt(s.instance_type)} is a GPU type; system nodes use one of {', '.join(catalog.SYSTEM_TYPES)}"))
+    _check_scaling(k, s.min_size, s.desired_size, s.max_size, problems)
+    if s.min_size < 1:
+        problems.append(
+            Problem(f"{k}.minSize", f"{s.min_size} is not allowed: at least 1 (CoreDNS, the operators, etcd and the CSI controllers run on system nodes)")
+        )
+
+
+def _aware(when: Optional[datetime.datetime]) -> bool:
+    return when is None or (when.tzinfo is not None and when.utcoffset() is not None)
+
+
+def _check_capacity(k: str, g: GpuNodeGroupConfig, it: Optional[catalog.InstanceType], problems: list[Problem]) -> None:
+    """Capacity Blocks: a type EC2 sells them for, and a consistent `capacity` section (window, offering, purchase)."""
+    block = g.capacity_type == "capacity-block"
+    if block and it is not None and it.is_gpu and not it.capacity_blocks:
+        problems.append(
+            Problem(
+                f"{k}.capacityType",
+                f"'capacity-block' is not offered for {g.instance_type}: EC2 sells Capacity Blocks for ML of {', '.join(catalog.CAPACITY_BLOCK_TYPES)} "
+                "(the catalog's types with the capacity-block usage class); use on-demand or spot, or one of those types",
+            )
+        )
+    c = g.capacity
+    if c is None:
+        return
+    if not block:
+        problems.append(Problem(f"{k}.capacity", f"is only used with capacityType 'capacity-block' (capacityType is {g.capacity_type!r})"))
+        return
+    o = c.offering
+    for key, when in (("start", c.start), ("end", c.end), ("offering.earliestStart", o and o.earliest_start), ("offering.latestEnd", o and o.latest_end)):
+        if when and not _aware(when):
+            problems.append(
+                Problem(f"{k}.capacity.{key}", f"{when.isoformat()} has no time zone; write it in UTC like 2026-10-01T11:30:00Z, as preflight shows it")
+            )
+    if (c.start is None) != (c.end is None):
+        problems.append(
+            Problem(f"{k}.capacity.{'end' if c.end is None else 'start'}", "is required with capacity.start/end: the block's window needs both ends")
+        )
+    window = g.capacity_block_window
+    if window is not None and _aware(window[0]) and _aware(window[1]):
+        start, end = window
+        if end - start <= CAPACITY_BLOCK_DRAIN:
+            problems.append(
+                Problem(
+                    f"{k}.capacity.end",
+                    f"{end.isoformat()} is not more than {CAPACITY_BLOCK_DRAIN_TEXT} after capacity.start {start.isoformat()}: the group scales to zero "
+                    f"{CAPACITY_BLOCK_DRAIN_TEXT} before the block ends",
+                )
+            )
+        if g.min_size or g.desired_size:
+            key, value = ("minSize", g.min_size) if g.min_size else ("desiredSize", g.desired_size)
+            problems.append(
+                Problem(
+                    f"{k}.{key}",
+                    f"{value} is not allowed with capacity.start/end: the group follows the block's window (maxSize nodes from its start, 0 "
+                    f"{CAPACITY_BLOCK_DRAIN_TEXT} before its end, by scheduled actions); leave minSize and desiredSize out",
+                )
+            )
+    if o is None:
+        return
+    if o.latest_end is not None and _aware(o.latest_end) and _aware(o.earliest_start) and o.latest_end <= o.earliest_start:
+        problems.append(Problem(f"{k}.capacity.offering.latestEnd", f"{o.latest_end.isoformat()} is not after earliestStart {o.earliest_start.isoformat()}"))
+    if o.offering_id is not None and not re.fullmatch(r"cb-[0-9a-z]{8,32}", o.offering_id):
+        problems.append(Problem(f"{k}.capacity.offering.offeringId", f"{_fmt(o.offering_id)} is not a Capacity Block offering id like cb-0123456789abcdefg"))
+    if o.purchase:
+        missing = [name for name, v in (("offeringId", o.offering_id), ("start", c.start), ("end", c.end)) if v is None]
+        if missing:
+            problems.append(
+                Problem(
+                    f"{k}.capacity.offering.purchase",
+                    "true needs the offering it buys: set capacity.offering.offeringId and the block's window capacity.start and capacity.end "
+                    f"(missing: {', '.join(missing)}) as preflight lists them for the offering you choose",
+                )
+            )
+        if g.capacity_reservation_id:
+            problems.append(
+                Problem(
+                    f"{k}.capacity.offering.purchase",
+                    f"true would buy a second block: the group already targets {g.capacity_reservation_id}; drop capacityReservationId or purchase",
+                )
+            )
+
+
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+RESERVED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io", "eks.amazonaws.com")
+
+
+def _reserved_label(key: str) -> bool:
+    """Labels in these domains (or their subdomains) are refused by kubelet or owned by EKS."""
+    if "/" not in key:
+        return False
+    domain = key.split("/", 1)[0]
+    return any(domain == d or domain.endswith("." + d) for d in RESERVED_LABEL_DOMAINS)
+
+
+def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list[Problem]) -> None:
+    base = f"{NAMESPACE}:gpuNodeGroups"
+    seen: dict[str, int] = {}
+    for i, g in enumerate(groups):
+        if g is None:
+            continue
+        k = f"{base}[{i}]"
+        if not _K8S_NAME.match(g.name) or len(g.name) > 32:
+            problems.append(
+                Problem(
+                    f"{k}.name",
+                    f"{_fmt(g.name)} is not allowed: lower-case letters, digits and '-', starting and ending with a letter or digit, at most 32 characters",
+                )
+            )
+        if g.name in seen:
+            problems.append(Problem(f"{k}.name", f"{_fmt(g.name)} is used by gpuNodeGroups[{seen[g.name]}] too; node group names must be unique"))
+        else:
+            seen[g.name] = i
+        it = catalog.get(g.instance_type)
+        refused = catalog.refusal(g.instance_type)
+        if refused is not None:
+            problems.append(Problem(f"{k}.instanceType", refused))
+        elif it is None or not it.is_gpu:
+            problems.append(
+                Problem(f"{k}.instanceType", f"{_fmt(g.instance_type)} is not a GPU type in the instance catalog; use one of {', '.join(catalog.GPU_TYPES)}")
+            )
+        elif g.efa and not it.efa_supported:
+            efa_types = ", ".join(t for t in catalog.GPU_TYPES if catalog.BUILTIN[t].efa_supported)
+            problems.append(Problem(f"{k}.efa", f"true is not allowed: {g.instance_type} has no EFA; EFA types are {efa_types}"))
+        _check_scaling(k, g.min_size, g.desired_size, g.max_size, problems)
+        if g.capacity_type == "capacity-block" and not g.capacity_reservation_id and (g.capacity is None or g.capacity.offering is None):
+            problems.append(
+                Problem(
+                    f"{k}.capacityReservationId",
+                    "is required with capacityType 'capacity-block' (the cr-... id of the block), unless capacity.offering looks for one to buy",
+                )
+            )
+        _check_capacity(k, g, it, problems)
+        if g.capacity_reservation_id and not re.fullmatch(r"cr-[0-9a-f]{8,17}", g.capacity_reservation_id):
+            problems.append(
+                Problem(f"{k}.capacityReservationId", f"{_fmt(g.capacity_reservation_id)} is not a capacity reservation id like cr-0123456789abcdef0")
+            )
+        if g.capacity_type == "capacity-block" and g.autoscale:
+            problems.append(
+                Problem(
+                    f"{k}.autoscale",
+                    "true is not allowed with capacityType 'capacity-block': outside the block's window every launch fails and the "
+                    "autoscaler backs off again and again, and EKS needs the group at desired size 0 before an upgrade. Leave it out "
+                    "(false is the default here) and give the block's window as capacity.start and capacity.end (the group then scales "
+                    "itself), or set desiredSize to the block's instance count for its window, 0 after",
+                )
+            )
+        if g.capacity_type == "spot" and g.capacity_reservation_id:
+            problems.append(Problem(f"{k}.capacityReservationId", "cannot be used with capacityType 'spot'"))
+        pg = g.placement_group
+        if pg is not None:
+            if pg.mode == "existing" and not pg.name:
+                problems.append(Problem(f"{k}.placementGroup.name", "is required with mode 'existing'"))
+            if pg.mode != "existing" and pg.name:
+                problems.append(Problem(f"{k}.placementGroup.name", f"{_fmt(pg.name)} is only used with mode 'existing' (mode is {pg.mode!r})"))
+            if pg.mode == "create" and (g.capacity_reservation_id or g.capacity_type == "capacity-block"):
+                problems.append(
+                    Problem(
+                        f"{k}.placementGroup.mode",
+                        "'create' cannot be combined with a capacity reservation/block; use 'none' or the reservation's own placement group with 'existing'",
+                    )
+                )
+        for lk, lv in g.labels.items():
+            if not _LABEL_KEY.match(lk) or _reserved_label(lk):
+                problems.append(
+                    Problem(
+                        f"{k}.labels.{lk}",
+                        f"{_fmt(lk)} is not an allowed label key (a valid Kubernetes label key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)",
+                    )
+                )
+            if not _LABEL_VALUE.match(lv):
+                problems.append(Problem(f"{k}.labels.{lk}", f"{_fmt(lv)} is not a valid Kubernetes label value"))
+        # EKS takes at most 50 taints per node group, and the GPU taint is one of them.
+        if len(g.taints) > aws_names.EKS_NODEGROUP_TAINTS_MAX - 1:
+            problems.append(
+                Problem(
+                    f"{k}.taints",
+                    f"{len(g.taints)} taints are too many: EKS allows {aws_names.EKS_NODEGROUP_TAINTS_MAX} per node group and the GPU taint is one; "
+                    f"at most {aws_names.EKS_NODEGROUP_TAINTS_MAX - 1}",
+                )
+            )
+        taint_at: dict[tuple[str, str], int] = {}
+        for j, t in enumerate(g.taints):
+            if (t.key, t.effect) in taint_at:
+                problems.append(
+                    Problem(
+                        f"{k}.taints[{j}]", f"{t.key!r} with effect {t.effect} is taints[{taint_at[t.key, t.effect]}] already; a key has one taint per effect"
+                    )
+                )
+            taint_at.setdefault((t.key, t.effect), j)
+            if not _LABEL_KEY.match(t.key) or _reserved_label(t.key):
+                problems.append(
+                    Problem(
+                        f"{k}.taints[{j}].key",
+                        f"{_fmt(t.key)} is not an allowed taint key (a valid Kubernetes key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)",
+                    )
+                )
+            if not _LABEL_VALUE.match(t.value):
+                problems.append(Problem(f"{k}.taints[{j}].value", f"{_fmt(t.value)} is not a valid taint value (up to 63 letters, digits, '-', '_', '.')"))
+            if t.key == "nvidia.com/gpu":
+                problems.append(Problem(f"{k}.taints[{j}].key", "'nvidia.com/gpu' is set on every GPU group already; list only extra taints"))

@@ -1,0 +1,175 @@
+"""The queues' config checks: the queue section on its own and against the GPU node groups (names,
+namespaces, the teams' quotas within the groups, what needs queues or the autoscaler), the jobs'
+teams, and a job that can never be admitted (or a pod no node can hold).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Optional, Sequence
+
+from facts import durations
+from facts.problems import Problem
+from jobs.base import JobBase
+from stacks.queues.admission import reach
+from stacks.queues.cluster_queues import KUEUE_NAMESPACE, RESERVED_TEAM_NAMES, team_namespace
+from stacks.queues.plan import QueuePlan
+from stacks.queues.resources import RESOURCES, group_nodes, human
+
+# Kueue's ResourceFlavor holds at most 8 tolerations: the GPU taint's and the group's own taints.
+MAX_FLAVOR_TOLERATIONS = 8
+
+
+def check_jobs(plan: QueuePlan, problems: list[Problem], key_prefix: str) -> None:
+    """A job that can never be admitted is a problem: naming the job, the resource and both
+    numbers (what it asks for, the most its queue can ever hold); so is a pod no node can hold."""
+    by_name = {q.name: q for q in plan.cluster_queues}
+    flavors = {f.name: f for f in plan.flavors}
+    for d in plan.demands:
+        flavor = d.flavor
+        if flavor is None or flavor not in flavors:
+            continue
+        cq = by_name[d.queue]
+        f = flavors[flavor]
+        field = "maxNodes" if d.elastic_max is not None else "nodes"
+        for p in d.pod_sets:
+            for r in RESOURCES:
+                if p.per_pod.get(r, 0) > f.per_node[r]:
+                    problems.append(
+                        Problem(
+                            f"{key_prefix}{d.key}",
+                            f"job {d.job!r}: a {p.name} pod asks for {human(r, p.per_pod[r])} {r}, more than one {f.instance_type} node of "
+                            f"group {flavor!r} offers ({human(r, f.per_node[r])})",
+                        )
+                    )
+        total = d.total
+        for r in RESOURCES:
+            most = reach(cq, plan.cluster_queues, flavor, r)
+            if total[r] > most:
+                lim = cq.limits[flavor][r]
+                borrow = most - lim.nominal
+                whose = f"the queue of team {cq.team!r}" if cq.team else f"the shared queue {cq.name!r}"
+                elastic = f" (an elastic job reserves maxNodes {d.elastic_max})" if d.elastic_max is not None else ""
+                problems.append(
+                    Problem(
+                        f"{key_prefix}{d.key}.{field}",
+                        f"job {d.job!r} can never be admitted: it asks for {human(r, total[r])} {r} of node group {flavor!r} at once{elastic}, "
+                        f"and {whose} can never hold more than {human(r, most)} (nominal {human(r, lim.nominal)} + borrowing {human(r, borrow)}, "
+                        f"from the group's {f.sizing})",
+                    )
+                )
+                break
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def check_config(
+    queues: Any, groups: Sequence[Any], autoscaling: Any, training_namespace: Optional[str], admin_principals: Sequence[str], problems: list[Problem], ns: str
+) -> None:
+    """The queue section on its own and against the GPU groups: names, namespaces, the teams'
+    quotas within the groups, and what needs queues or the autoscaler. ``ns`` is the config namespace."""
+    k = f"{ns}:queues"
+    from stacks.config.checks import RESERVED_NAMESPACES, role_arn_problem  # the config layer imports this module
+
+    why = durations.go_duration_problem(queues.pods_ready_timeout)
+    if why or durations.parse_go_duration(queues.pods_ready_timeout) <= 0:
+        problems.append(
+            Problem(f"{k}.podsReadyTimeout", f"{queues.pods_ready_timeout!r} is not a positive Go duration (Kueue reads it so), like 20m, 1200s or 1h30m")
+        )
+    if queues.teams and not queues.enabled:
+        problems.append(Problem(f"{k}.teams", "teams need queues: set queues.enabled to true (or remove the teams)"))
+    if autoscaling is not None and autoscaling.provisioning_requests:
+        if not queues.enabled:
+            problems.append(Problem(f"{ns}:autoscaling.provisioningRequests", "true needs queues.enabled: Kueue's admission check makes the requests"))
+        if not autoscaling.enabled:
+            problems.append(Problem(f"{ns}:autoscaling.provisioningRequests", "true needs autoscaling.enabled: the Cluster Autoscaler serves the requests"))
+    if queues.enabled:
+        for i, g in enumerate(groups):
+            if g is not None and len(g.taints) + 1 > MAX_FLAVOR_TOLERATIONS:
+                problems.append(
+                    Problem(
+                        f"{ns}:gpuNodeGroups[{i}].taints",
+                        f"{len(g.taints)} taints are too many with queues: its Kueue ResourceFlavor carries the GPU taint's toleration and one per "
+                        f"taint, at most {MAX_FLAVOR_TOLERATIONS}; use at most {MAX_FLAVOR_TOLERATIONS - 1}",
+                    )
+                )
+    by_group = {g.name: g for g in groups if g is not None}
+    names: dict[str, int] = {}
+    spaces: dict[str, int] = {}
+    taken: dict[str, int] = {}
+    for i, t in enumerate(queues.teams):
+        tk = f"{k}.teams[{i}]"
+        if not _DNS_LABEL.match(t.name) or len(t.name) > 63:
+            problems.append(Problem(f"{tk}.name", f"{t.name!r} is not allowed: a DNS label (lower-case letters, digits and '-', at most 63)"))
+        elif t.name in RESERVED_TEAM_NAMES:
+            problems.append(Problem(f"{tk}.name", f"{t.name!r} is not allowed: {', '.join(RESERVED_TEAM_NAMES)} name the shared queues"))
+        if t.name in names:
+            problems.append(Problem(f"{tk}.name", f"{t.name!r} is used by teams[{names[t.name]}] too; team names must be unique"))
+        names.setdefault(t.name, i)
+        space = team_namespace(t)
+        where = f"{tk}.namespace" if t.namespace else f"{tk}.name"
+        if not _DNS_LABEL.match(space) or len(space) > 63 or space.startswith("kube-"):
+            problems.append(Problem(where, f"{space!r} is not allowed as the team's namespace: a namespace name (lower-case letters, digits, '-'), not kube-*"))
+        elif space in RESERVED_NAMESPACES or space == KUEUE_NAMESPACE:
+            problems.append(Problem(where, f"{space!r} is not allowed as the team's namespace: it belongs to Kubernetes or to a service of the stack"))
+        elif space == training_namespace:
+            problems.append(
+                Problem(where, f"{space!r} is the training namespace (the stack's own jobs, etcd, the volumes): give the team a namespace of its own")
+            )
+        if space in spaces:
+            problems.append(Problem(where, f"{space!r} is the namespace of teams[{spaces[space]}] too; every team has its own"))
+        spaces.setdefault(space, i)
+        if t.role_arn is not None:
+            why = role_arn_problem(t.role_arn)
+            if why:
+                problems.append(Problem(f"{tk}.roleArn", why))
+            elif t.role_arn in admin_principals:
+                problems.append(
+                    Problem(
+                        f"{tk}.roleArn", f"{t.role_arn!r} is in cluster.adminPrincipals too; EKS takes one access entry per principal (and it is admin already)"
+                    )
+                )
+        seen: set[str] = set()
+        for j, q in enumerate(t.quotas):
+            qk = f"{tk}.quotas[{j}]"
+            g = by_group.get(q.node_group)
+            if g is None:
+                known = ", ".join(repr(n) for n in sorted(by_group)) or "none"
+                problems.append(Problem(f"{qk}.nodeGroup", f"{q.node_group!r} is not a GPU node group of this stack; known groups: {known}"))
+                continue
+            if q.node_group in seen:
+                problems.append(Problem(f"{qk}.nodeGroup", f"{q.node_group!r} is listed twice for team {t.name!r}"))
+            seen.add(q.node_group)
+            if q.lending_limit is not None and q.lending_limit > q.nodes:
+                problems.append(
+                    Problem(f"{qk}.lendingLimit", f"{q.lending_limit} is more than the team's own nodes ({q.nodes}); a team lends only what it has")
+                )
+            taken[q.node_group] = taken.get(q.node_group, 0) + q.nodes
+    if autoscaling is None:
+        return
+    for name, wanted in taken.items():
+        g = by_group[name]
+        nodes, scaled = group_nodes(g, autoscaling.enabled)
+        if wanted > nodes:
+            size = f"maxSize {nodes}" if scaled else f"a fixed size of {nodes} (not autoscaled)"
+            problems.append(
+                Problem(
+                    f"{k}.teams",
+                    f"the teams' nodes of node group {name!r} add up to {wanted}, and the group has {size}; lower the teams' nodes or raise the group",
+                )
+            )
+
+
+def check_job_teams(jobs: Iterable[tuple[str, JobBase]], queues: Any, problems: list[Problem]) -> None:
+    """A job's team must be one of the stack's, and needs queues."""
+    teams = {t.name for t in queues.teams}
+    for key, spec in jobs:
+        team = getattr(spec, "team", None)
+        if team is None or not spec.enabled:
+            continue
+        if not queues.enabled:
+            problems.append(Problem(f"{key}.team", f"{team!r} needs queues: set queues.enabled to true (or remove the job's team)"))
+        elif team not in teams:
+            known = ", ".join(repr(n) for n in sorted(teams)) or "none (add them under queues.teams)"
+            problems.append(Problem(f"{key}.team", f"{team!r} is not a team of this stack; teams: {known}"))

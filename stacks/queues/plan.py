@@ -1,0 +1,194 @@
+"""The queues of a stack as one ``QueuePlan`` (everything the queues component registers: flavors,
+queues, teams, Kueue's integrations and settings, and what the jobs ask for), built from its
+validated config; and the queue table of the offline plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+from jobs.base import JobBase, JobsContext
+from stacks.queues.admission import Admission, Demand, admit_in_order, demands
+from stacks.queues.cluster_queues import (
+    COHORT,
+    PROVISIONING_CHECK,
+    SHARED_QUEUE,
+    ClusterQueue,
+    LocalQueue,
+    Team,
+    cluster_queues,
+    job_queues,
+    local_queues,
+    team_namespace,
+)
+from stacks.queues.resources import CPU, EFA, GPU, HUGEPAGES, MEMORY, Flavor, NodeServices, flavor_of, human
+
+# The integration (Kueue framework) of each operator whose jobs the stack queues. batch/job only
+# with teams: Kueue's batch-user role lets a team create batch Jobs, which must queue too (the
+# stack's own data-stage Jobs name no queue and are left alone).
+INTEGRATIONS = {"mpi": ("kubeflow.org/mpijob",), "training": ("kubeflow.org/pytorchjob", "kubeflow.org/paddlejob")}
+BATCH_JOB = "batch/job"
+
+# waitForPodsReady: an admitted job must have every pod running within `queues.podsReadyTimeout`, or
+# it gives its nodes back and queues again (backoff 1 minute, doubling to 1 hour). The default, 20
+# minutes, covers a GPU node
+# started from zero (autoscaler decision, EC2 launch and join, device plugins, huge pages: about 8
+# minutes on p4d/p5) plus the pull of a 10-20 GB training image onto a fresh root volume (about 10
+# minutes), with room to spare.
+REQUEUE_BACKOFF_BASE_SECONDS = 60
+REQUEUE_BACKOFF_MAX_SECONDS = 3600
+
+# ---------------------------------------------------------------------------------------------
+# The plan
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueuePlan:
+    """Everything the queues component registers, and what the plan shows about it."""
+
+    flavors: tuple[Flavor, ...]
+    cluster_queues: tuple[ClusterQueue, ...]
+    local_queues: tuple[LocalQueue, ...]
+    teams: tuple[Team, ...]
+    managed_namespaces: tuple[str, ...]
+    integrations: tuple[str, ...]
+    pods_ready_timeout: str
+    requeue_limit: Optional[int]
+    provisioning: bool  # the ProvisioningRequest admission check, on the autoscaled flavors
+    demands: tuple[Demand, ...]
+
+    @property
+    def fair_sharing(self) -> bool:
+        return bool(self.teams)
+
+    def admissions(self) -> list[Admission]:
+        return admit_in_order(self.demands, self.cluster_queues)
+
+
+def plan_context(training_namespace: str, groups: Sequence[Any], volumes: Iterable[str], etcd: bool, teams: Sequence[Any]) -> JobsContext:
+    """A JobsContext like the stack's, for sizing jobs before anything exists (the claim names and
+    the etcd endpoint do not change what a job asks for)."""
+    from stacks.config.jobs import job_targets  # the config layer imports this module
+
+    return JobsContext(
+        namespace=training_namespace,
+        targets=job_targets(groups, "plan"),
+        claims={v: f"{v}-claim" for v in volumes},
+        etcd_endpoint="etcd:2379" if etcd else None,
+        system_node_selector={},
+        cluster_name="plan",
+        queues=job_queues(teams),
+    )
+
+
+def build_plan(
+    *,
+    groups: Sequence[Any],
+    queues: Any,
+    autoscaling: Any,
+    training_namespace: str,
+    services: NodeServices,
+    operators: Iterable[str],
+    volumes: Iterable[str],
+    etcd: bool,
+    jobs: Iterable[tuple[str, JobBase]],
+) -> QueuePlan:
+    """The queues of a stack from its (validated) sections; ``jobs`` are (config key, spec)."""
+    # A capacity-block group waiting for its block has no nodes and no flavor.
+    groups = [g for g in groups if not getattr(g, "awaiting_capacity_block", False)]
+    flavors = tuple(flavor_of(g, autoscaling.enabled, services) for g in groups)
+    teams = list(queues.teams)
+    cqs = tuple(cluster_queues(flavors, teams, training_namespace))
+    ops = set(operators)
+    ctx = plan_context(training_namespace, groups, volumes, etcd, teams)
+    queue_of_team = {"": SHARED_QUEUE, **{t.name: t.name for t in teams}}
+    return QueuePlan(
+        flavors=flavors,
+        cluster_queues=cqs,
+        local_queues=tuple(local_queues(teams, training_namespace)),
+        teams=tuple(Team(t.name, team_namespace(t), t.role_arn) for t in teams),
+        managed_namespaces=tuple(dict.fromkeys([training_namespace, *(team_namespace(t) for t in teams)])),
+        integrations=tuple(([BATCH_JOB] if teams else []) + [i for op in ("mpi", "training") if op in ops for i in INTEGRATIONS[op]]),
+        pods_ready_timeout=queues.pods_ready_timeout,
+        requeue_limit=queues.requeue_limit,
+        provisioning=bool(autoscaling.provisioning_requests and any(f.autoscaled for f in flavors)),
+        demands=tuple(demands(jobs, ctx, queue_of_team)),
+    )
+
+
+def plan_for(cfg: Any) -> Optional[QueuePlan]:
+    """The queues of a validated ``StackConfig``; None when it runs none."""
+    if not cfg.queues.enabled or not cfg.gpu_node_groups:
+        return None
+    st, sv = cfg.storage, cfg.services
+    return build_plan(
+        groups=cfg.gpu_node_groups,
+        queues=cfg.queues,
+        autoscaling=cfg.autoscaling,
+        training_namespace=sv.training_namespace,
+        services=NodeServices(fsx=st.fsx.enabled, efa_device_plugin=sv.efa_device_plugin, monitoring=cfg.monitoring.enabled),
+        operators=[name for name, on in (("mpi", sv.mpi_operator), ("training", sv.training_operator)) if on],
+        volumes=[name for name, on in (("efs", st.efs.enabled), ("fsx", st.fsx.enabled)) if on],
+        etcd=cfg.etcd.enabled,
+        jobs=[(f"jobs[{i}]", j) for i, j in enumerate(cfg.jobs)],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan's table
+# ---------------------------------------------------------------------------------------------
+
+
+_TABLE = (GPU, EFA, HUGEPAGES, CPU, MEMORY)
+_SHORT = {GPU: "GPUs", EFA: "EFA", HUGEPAGES: "hugepages", CPU: "CPU", MEMORY: "memory"}
+
+
+def describe(plan: QueuePlan, kueue_version: str) -> str:
+    """The queue table of the offline plan: per ClusterQueue and flavor the quota, then what each
+    enabled job asks for and whether it is admitted at once or waits."""
+    lines = [f"Queues (Kueue {kueue_version}, cohort {COHORT}; a job is admitted whole or waits; pods must run within {plan.pods_ready_timeout}):"]
+    extras = []
+    if plan.provisioning:
+        extras.append(f"ProvisioningRequest check {PROVISIONING_CHECK!r} on " + ", ".join(f.name for f in plan.flavors if f.autoscaled))
+    if plan.fair_sharing:
+        extras.append("fair sharing between the teams")
+    if extras:
+        lines.append("  " + "; ".join(extras))
+    head = f"    {'':<22}" + "".join(f"{_SHORT[r]:>12}" for r in _TABLE)
+    admissions = {a.demand.job: a for a in plan.admissions()}
+    for cq in plan.cluster_queues:
+        lqs = ", ".join(f"{q.namespace}/{q.name}" for q in plan.local_queues if q.cluster_queue == cq.name)
+        who = f"team {cq.team}" if cq.team else "shared"
+        weight = f", fair-share weight {cq.fair_share_weight:g}" if cq.team else ""
+        lines.append(f"  ClusterQueue {cq.name} ({who}{weight}; LocalQueues {lqs})")
+        for f in plan.flavors:
+            lim = cq.limits[f.name]
+            own, borrow, lend = cq.nodes[f.name]
+            size = f"{own} of the group's {f.sizing}"
+            if len(plan.cluster_queues) > 1:
+                size += f"; borrows {'any' if borrow is None else borrow}, lends {'all' if lend is None else lend}"
+            lines.append(f"    flavor {f.name} ({f.instance_type}, {size})")
+            lines.append(head)
+            lines.append(f"    {'nominal quota':<22}" + "".join(f"{human(r, lim[r].nominal):>12}" for r in _TABLE))
+            for d in plan.demands:
+                if d.queue != cq.name or d.flavor != f.name:
+                    continue
+                total = d.total
+                lines.append(f"    {d.job:<22}" + "".join(f"{human(r, total[r]):>12}" for r in _TABLE))
+                a = admissions[d.job]
+                what = f"{d.kind}, priority {d.priority}"
+                if d.elastic_max is not None:
+                    what += f", elastic: Kueue reserves maxNodes ({d.elastic_max})"
+                if d.kind in ("mpi", "nccl-test"):
+                    what += ", launcher counted"
+                if a.at_once:
+                    verdict = "admitted at once"
+                elif a.short is not None:
+                    r, need, room = a.short
+                    verdict = f"waits: {human(r, need)} {r} with the jobs before it, the queue holds {human(r, room)}"
+                else:
+                    verdict = "waits"
+                lines.append(f"      ({what}) {verdict}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,156 @@
+"""The resources the queues cover, in the units of this package (``cpu`` in millicores, ``memory``
+and ``hugepages-2Mi`` in MiB, GPUs and EFA interfaces as counts), Kubernetes quantities in and
+out, what one node of a GPU group leaves for training pods, and the Kueue ResourceFlavor of each
+GPU node group.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from facts import allocatable
+from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_2MI_PAGES, NODE_GROUP_LABEL
+from jobs.base import GPU_TOLERATION, toleration
+
+CPU, MEMORY, GPU, EFA, HUGEPAGES = "cpu", "memory", "nvidia.com/gpu", "vpc.amazonaws.com/efa", "hugepages-2Mi"
+# What the ClusterQueues cover, in this order (Kueue checks only these: quotaCheckStrategy
+# IgnoreUndeclared, so a team's pod that also asks for ephemeral-storage is not blocked).
+RESOURCES = (CPU, MEMORY, GPU, EFA, HUGEPAGES)
+UNIT = {CPU: "m", MEMORY: "Mi", HUGEPAGES: "Mi", GPU: "", EFA: ""}
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantities
+# ---------------------------------------------------------------------------------------------
+
+_BINARY = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024**2, "Pi": 1024**3}
+_DECIMAL = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+def parse_quantity(resource: str, value: Any) -> int:
+    """A Kubernetes quantity in this module's unit for ``resource`` (rounded up: a request counts whole)."""
+    text = str(value)
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([A-Za-z]*)", text)
+    if m is None:
+        raise ValueError(f"{resource}: {value!r} is not a quantity")
+    number, suffix = float(m.group(1)), m.group(2)
+    if resource == CPU:
+        millis = number if suffix == "m" else number * 1000 if suffix == "" else None
+        if millis is None:
+            raise ValueError(f"cpu: {value!r} is not a CPU quantity")
+        return int(-(-millis // 1))
+    if UNIT[resource] == "Mi":
+        if suffix in _BINARY:
+            mib = number * _BINARY[suffix]
+        elif suffix in _DECIMAL or suffix == "":
+            mib = number * _DECIMAL.get(suffix, 1) / 2**20
+        else:
+            raise ValueError(f"{resource}: {value!r} is not a memory quantity")
+        return int(-(-mib // 1))
+    if suffix:
+        raise ValueError(f"{resource}: {value!r} is not a count")
+    return int(number)
+
+
+def quantity(resource: str, amount: int) -> str:
+    """``amount`` as the Kubernetes quantity Kueue reads (whole cores where it is whole)."""
+    if resource == CPU:
+        return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+    return f"{amount}{UNIT[resource]}"
+
+
+def human(resource: str, amount: int) -> str:
+    """``amount`` for the plan's table: CPU in cores, memory in GiB."""
+    if resource == CPU:
+        return f"{amount / 1000:g}"
+    if resource == MEMORY:
+        return f"{amount / 1024:.1f}Gi"
+    return quantity(resource, amount)
+
+
+# ---------------------------------------------------------------------------------------------
+# Nodes and flavors
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeServices:
+    """The services whose DaemonSets request CPU and memory on every GPU node."""
+
+    fsx: bool = True
+    efa_device_plugin: bool = True
+    monitoring: bool = True
+
+
+def daemon_requests(efa: bool, services: NodeServices) -> list[allocatable.DaemonRequests]:
+    """The DaemonSets with a pod on a GPU node (with EFA or without) of a stack with ``services``."""
+    out = list(allocatable.ALWAYS)
+    if services.fsx:
+        out.append(allocatable.FSX_CSI_NODE)
+    if efa and services.efa_device_plugin:
+        out.append(allocatable.EFA_DEVICE_PLUGIN)
+    if services.monitoring:
+        out += allocatable.CLOUDWATCH
+    return out
+
+
+def node_allocatable(g: Any, services: NodeServices) -> dict[str, int]:
+    """What one node of GPU group ``g`` leaves for training pods, per covered resource."""
+    it = g.instance
+    hugepages = EFA_HUGEPAGES_2MI_PAGES * 2 if g.efa_interfaces else 0
+    daemons = daemon_requests(bool(g.efa_interfaces), services)
+    memory_capacity = int(it.memory_mib * (1 - allocatable.KERNEL_MEMORY_SHARE))
+    return {
+        CPU: it.vcpus * 1000 - allocatable.kube_reserved_cpu_m(it.vcpus) - sum(d.cpu_m for d in daemons),
+        MEMORY: memory_capacity - allocatable.kube_reserved_memory_mib(it.vcpus) - hugepages - sum(d.memory_mib for d in daemons),
+        GPU: it.gpus,
+        EFA: g.efa_interfaces,
+        HUGEPAGES: hugepages,
+    }
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """A Kueue ResourceFlavor: one GPU node group, its node labels and tolerations, and what all
+    its nodes offer."""
+
+    name: str
+    instance_type: str
+    nodes: int  # the group's maxSize, or its fixed size when it is not autoscaled
+    autoscaled: bool
+    per_node: Mapping[str, int]
+    node_labels: Mapping[str, str]
+    tolerations: Sequence[Mapping[str, str]]
+
+    @property
+    def capacity(self) -> dict[str, int]:
+        return {r: self.nodes * self.per_node[r] for r in RESOURCES}
+
+    @property
+    def sizing(self) -> str:
+        return f"maxSize {self.nodes}" if self.autoscaled else f"fixed size {self.nodes} (not autoscaled)"
+
+
+def group_nodes(g: Any, autoscaling_enabled: bool) -> tuple[int, bool]:
+    """How many nodes group ``g`` can have (maxSize when the autoscaler sizes it, else its fixed
+    size: desiredSize), and whether it is autoscaled."""
+    scaled = autoscaling_enabled and g.autoscaled
+    return (g.max_size if scaled else g.desired_size), scaled
+
+
+def flavor_of(g: Any, autoscaling_enabled: bool, services: NodeServices) -> Flavor:
+    nodes, scaled = group_nodes(g, autoscaling_enabled)
+    labels = {NODE_GROUP_LABEL: g.name, **g.labels}
+    if g.instance.accelerator:
+        labels[ACCELERATOR_LABEL] = g.instance.accelerator
+    return Flavor(
+        name=g.name,
+        instance_type=g.instance_type,
+        nodes=nodes,
+        autoscaled=scaled,
+        per_node=node_allocatable(g, services),
+        node_labels=labels,
+        tolerations=[dict(GPU_TOLERATION)] + [toleration(t.model_dump(by_alias=True)) for t in g.taints],
+    )
