@@ -499,6 +499,32 @@ def test_the_dev_stack_carries_disabled_sagemaker_examples(dev_plan):
     assert len(plan.of_type(DYNAMIC)) == 2
 
 
+# The training-job names of the dev stack's two SageMaker examples as d996fa2 (the version before the
+# queues) named them. A running SageMaker job whose name changes is replaced: a new full training run.
+# A field added to the job spec must leave these names alone unless it changes what SageMaker runs.
+DEV_EXAMPLE_NAMES = {"maskrcnn-sagemaker": "maskrcnn-sagemaker-1-1b50eaa0", "resnet50-hybrid": "resnet50-hybrid-1-a92d3d2a"}
+
+
+def _dev_example_names(change=None) -> dict[str, str]:
+    from conftest import ROOT, dev_values
+
+    from stacks.config.jobs import sagemaker_jobs
+
+    raw = load_yaml((ROOT / "Pulumi.dev.yaml").read_text())["config"]["gpu-training:jobs"]
+    examples = [{**j, "enabled": True, **(change or {})} for j in raw if j.get("runtime") == "sagemaker"]
+    cfg = stack_config.load({**dev_values(), "gpu-training:jobs": examples}, "gpu-training", "dev")
+    return {d.job: d.training_job_name for d in sagemaker_jobs(cfg.jobs, cfg.gpu_node_groups, cfg.region, cfg.cluster_name, {})}
+
+
+def test_new_spec_fields_do_not_rename_existing_sagemaker_jobs():
+    assert _dev_example_names() == DEV_EXAMPLE_NAMES
+
+
+def test_a_jobs_queue_priority_leaves_its_sagemaker_name_alone():
+    """Queues and priorities are Kueue's, on EKS: they do not change a SageMaker run."""
+    assert _dev_example_names({"priority": "high"}) == DEV_EXAMPLE_NAMES
+
+
 def test_the_provider_pulumi_serializes_loads_where_pulumi_runs_it(tmp_path):
     """Pulumi pickles the dynamic provider by reference (module and class name); its provider host
     runs from the project directory with the program's virtualenv, so the module must import

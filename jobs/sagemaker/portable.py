@@ -25,6 +25,10 @@ from jobs.sagemaker.limits import DEFAULT_MAX_RUNTIME, MAX_RETRY_ATTEMPTS, MAX_R
 from jobs.sagemaker.options import SageMakerOptions
 from jobs.sagemaker.training_job import FileSystemChannel, S3Channel, SageMakerJob
 
+# Fields that only steer the job on EKS (its Kueue queue and priority): they leave the name of a
+# SageMaker job alone, so adding them (or changing them) never starts a new SageMaker training run.
+EKS_ONLY_FIELDS = frozenset({"team", "priority"})
+
 
 class PortableJob(GpuJob):
     """A GPU kind that runs either on EKS or as a SageMaker training job, from one spec."""
@@ -227,5 +231,5 @@ class PortableJob(GpuJob):
         """``<name>-<run>-<8 hex>``: the hash covers the stack, the spec and the ml. type (which can
         come from the node group), so two stacks in one account never share a name and a changed
         job is a new training job with a new name."""
-        digest = self.spec_digest(stack_id, instance_type, length=NAME_HASH_LENGTH)
+        digest = self.spec_digest(stack_id, instance_type, exclude=EKS_ONLY_FIELDS, length=NAME_HASH_LENGTH)
         return f"{self.name}-{self.run}-{digest}"
