@@ -132,6 +132,14 @@ def _fake_kubeconfig(cluster_name: str, region: str) -> dict[str, Any]:
     }
 
 
+# What the mocks read of a Kubernetes object (not a Helm release): the rest never reaches them.
+_IDENTITY = ("apiVersion", "kind", "metadata")
+
+
+def _identity_only(typ: str) -> bool:
+    return typ.startswith("kubernetes:") and not typ.startswith("kubernetes:helm.sh/")
+
+
 class OfflineMocks(pulumi_mocks.Mocks):
     """Stable fake ids and the outputs the program reads; region facts from recorded AWS data."""
 
@@ -143,11 +151,11 @@ class OfflineMocks(pulumi_mocks.Mocks):
         typ, name, inputs = args.typ, args.name, dict(args.inputs)
         if args.resource_id:
             return args.resource_id, inputs
-        if typ.startswith("kubernetes:") and not typ.startswith("kubernetes:helm.sh/"):
+        if _identity_only(typ):
             # Kubernetes objects: the program reads back only their metadata (names), and a CRD's
             # schema runs to hundreds of kilobytes: hand back the identity only (sending whole
             # objects through the mock monitor again is most of what registering them costs here).
-            return f"{name}-{_digest(typ, name)}", {k: inputs[k] for k in ("apiVersion", "kind", "metadata") if k in inputs}
+            return f"{name}-{_digest(typ, name)}", {k: inputs[k] for k in _IDENTITY if k in inputs}
         rid = _ID_PREFIX.get(typ, f"{name}-") + _digest(typ, name)
         arn_service = typ.split(":")[1].split("/")[0] if ":" in typ else "unknown"
         state = dict(inputs)
@@ -353,11 +361,12 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     a URN registered twice (two resources of one type and name under one parent), with the engine's
     words (pkg/diag/errors.go, GetDuplicateResourceURNError, diagnostic 2001)."""
 
-    def __init__(self, mocks: pulumi_mocks.Mocks):
+    def __init__(self, mocks: pulumi_mocks.Mocks, on_record: Optional[Callable[[Record], None]] = None):
         super().__init__(mocks)
         self.records: list[Record] = []
         self.stack_outputs: dict[str, Any] = {}
         self.urns: set[str] = set()
+        self.on_record = on_record
 
     def RegisterResource(self, request):
         if request.type == "pulumi:pulumi:Stack":
@@ -369,14 +378,17 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         references: list[dict[str, Any]] = []
         raw = _wire_dict(request.object, references)
         # Resource references among the inputs (a cluster handed to a node group) reach the mocks
-        # as their URN: deserializing them for real would start lookups on another event loop.
-        # Most registrations hold none, and go to the mocks as they came.
+        # as their URN: deserializing them for real would start lookups on another event loop. A
+        # Kubernetes object reaches them as its identity, all they read of it (the SDK's decoding
+        # of a CRD's whole schema, only to be dropped, was a good part of registering it). Most
+        # other registrations go to the mocks as they came.
+        identity_only = _identity_only(request.type)
         sanitized = request
-        if references:
+        if references or identity_only:
             sanitized = type(request)()
             sanitized.CopyFrom(request)
             sanitized.object.Clear()
-            sanitized.object.update(_without_references(raw))
+            sanitized.object.update(_without_references({k: raw[k] for k in _IDENTITY if k in raw} if identity_only else raw))
         response = super().RegisterResource(sanitized)
         parent = None
         if request.parent and not _urn_parts(request.parent)[0] == "pulumi:pulumi:Stack":
@@ -397,19 +409,20 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         if request.provider:
             # "<provider urn>::<provider id>": which provider instance manages this resource.
             options["provider"] = _ref(request.provider.rsplit("::", 1)[0])
-        self.records.append(
-            Record(
-                type=request.type,
-                name=request.name,
-                id=response.id if request.custom else None,
-                parent=parent,
-                depends_on=deps,
-                inputs=_recorded_inputs(request.type, _plain(raw)),
-                custom=bool(request.custom),
-                urn=response.urn,
-                options=options,
-            )
+        record = Record(
+            type=request.type,
+            name=request.name,
+            id=response.id if request.custom else None,
+            parent=parent,
+            depends_on=deps,
+            inputs=_recorded_inputs(request.type, _plain(raw)),
+            custom=bool(request.custom),
+            urn=response.urn,
+            options=options,
         )
+        self.records.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
         return response
 
 
@@ -504,14 +517,16 @@ def run(
     project: str,
     stack: str,
     region: Optional[str] = None,
+    on_record: Optional[Callable[[Record], None]] = None,
 ) -> PlanResult:
     """Run ``program`` against the offline engine with ``config`` (``{"ns:key": value}``).
 
     Returns what was registered, in order, and the resolved stack outputs (secrets masked).
+    ``on_record`` sees each registration as it is recorded (from the monitor's threads).
     """
     region = region or str(config.get("aws:region") or "us-west-2")
     mocks = OfflineMocks(region)
-    monitor = RecordingMonitor(mocks)
+    monitor = RecordingMonitor(mocks, on_record)
     pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
     set_all_config(flat_config(config), [])
     # Config comes from `config` only, never from a PULUMI_CONFIG left in the environment.

@@ -9,20 +9,22 @@ failed for another reason.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import datetime
 import gc
-import json
 import sys
 from collections import Counter, OrderedDict
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 import yaml
 
 from facts import catalog, versions
 from facts.paths import PROJECT_ROOT
 from infra import critical_path, offline, releases
+from infra.plan_text import json_text, manifests_yaml
 from stacks import config as stack_config
 from stacks import cost, queues
 from stacks.config.placeholders import placeholders
@@ -36,6 +38,13 @@ def load_config(stack: str, root: Optional[Path] = None) -> stack_config.StackCo
     return stack_config.load(values, project, stack)
 
 
+# Set by the plan command while it plans: makes, from the stack's config, what sees each
+# registration as it is made (the command starts each Helm render there, beside the run).
+_on_record: contextvars.ContextVar[Optional[Callable[[stack_config.StackConfig], Callable[[offline.Record], None]]]] = contextvars.ContextVar(
+    "on_record", default=None
+)
+
+
 def plan(stack: str, root: Optional[Path] = None) -> tuple[stack_config.StackConfig, offline.PlanResult]:
     """Validate the stack's config, then run the program offline. Raises ConfigError first."""
     root = root or PROJECT_ROOT
@@ -43,8 +52,9 @@ def plan(stack: str, root: Optional[Path] = None) -> tuple[stack_config.StackCon
     cfg = stack_config.load(values, project, stack)
     from infra import program  # imported late: the program module imports pulumi resources
 
+    watch = _on_record.get()
     # The program gets its own copy of the values, as if read again from the files.
-    result = offline.run(program.main, copy.deepcopy(values), project=project, stack=stack, region=cfg.region)
+    result = offline.run(program.main, copy.deepcopy(values), project=project, stack=stack, region=cfg.region, on_record=watch(cfg) if watch else None)
     return cfg, result
 
 
@@ -54,100 +64,7 @@ def plan(stack: str, root: Optional[Path] = None) -> tuple[stack_config.StackCon
 
 
 def _dump_json(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
-
-
-def _str_presenter(dumper: yaml.representer.SafeRepresenter, data: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in data else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
-
-
-class _ManifestDumper(yaml.SafeDumper):
-    """PyYAML's pure-Python emitter: the reference form of manifests.yaml."""
-
-
-_ManifestDumper.add_representer(str, _str_presenter)
-
-if getattr(yaml, "__with_libyaml__", False):
-
-    class _FastManifestDumper(yaml.CSafeDumper):
-        """The same representer over libyaml's emitter: about six times faster."""
-
-    _FastManifestDumper.add_representer(str, _str_presenter)
-    _FAST_DUMPER: Optional[type] = _FastManifestDumper
-else:  # PyYAML built without libyaml
-    _FAST_DUMPER = None
-
-# libyaml and the pure-Python emitter write the same bytes for the same events, except in a few
-# cases: a double-quoted scalar long enough to be folded (libyaml folds without the Python
-# emitter's backslash escapes); a literal block that keeps its trailing line breaks ("|+", text
-# ending in two of them), after which libyaml also ends the document with "..."; and some keys
-# (empty, very long, with line breaks or control characters). A double-quoted scalar is only chosen
-# for text with characters outside printable ASCII, or with a space right before a line break or at
-# the end of a multi-line text. Manifests with none of those are written by libyaml; any other goes
-# through the Python emitter, so the file never depends on which emitter wrote it.
-# (tests/test_plan_speed_invariants.py compares the two on generated objects.)
-_MAX_SIMPLE_KEY = 100
-
-
-def _plain_ascii(text: str) -> bool:
-    """Printable ASCII and line breaks only."""
-    return text.isascii() and (text.isprintable() or text.replace("\n", "").isprintable())
-
-
-def _libyaml_writes_it_alike(value: Any) -> bool:
-    """Whether libyaml's emitter writes ``value`` byte for byte as the Python emitter does (see above)."""
-    if isinstance(value, str):
-        if "\n" in value:
-            return _plain_ascii(value) and " \n" not in value and not value.endswith((" ", "\n\n")) and value != "\n"
-        return _plain_ascii(value)
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(key, str):
-                if not (0 < len(key) <= _MAX_SIMPLE_KEY and "\n" not in key and _plain_ascii(key)):
-                    return False
-            elif not isinstance(key, int):  # bool is an int
-                return False
-            if not _libyaml_writes_it_alike(item):
-                return False
-        return True
-    if isinstance(value, list):
-        return all(_libyaml_writes_it_alike(item) for item in value)
-    return value is None or isinstance(value, (bool, int, float))
-
-
-def manifests_yaml(objects: list[dict[str, Any]], dumper: Optional[type] = None) -> str:
-    """The Kubernetes objects as one multi-document YAML text, in the pure-Python emitter's form.
-
-    ``dumper`` forces an emitter (the tests compare the two); by default libyaml's writes the
-    objects when it writes them alike, the Python emitter otherwise.
-    """
-    if not objects:
-        return ""
-    if dumper is not None:
-        return yaml.dump_all(objects, Dumper=dumper, sort_keys=False, default_flow_style=False, explicit_start=True)
-    if _FAST_DUMPER is None or not all(isinstance(o, dict) for o in objects):
-        return manifests_yaml(objects, _ManifestDumper)
-    # Each run of consecutive objects goes through the emitter that writes it alike (a chart's
-    # CRDs with tabs in their descriptions need the Python emitter; the rest need not wait for it).
-    # Every document starts with "---", so the runs join into the text one stream would be, unless
-    # a run of the Python emitter ends open ("..." at its end, which one stream writes only at its
-    # very end): then the whole stream goes through the Python emitter.
-    parts: list[str] = []
-    run: list[dict[str, Any]] = []
-    run_fast: Optional[bool] = None
-    for o in [*objects, None]:
-        fast = None if o is None else _libyaml_writes_it_alike(o)
-        if run and (o is None or fast != run_fast):
-            text = manifests_yaml(run, _FAST_DUMPER if run_fast else _ManifestDumper)
-            if not run_fast and o is not None and text.endswith("...\n"):
-                return manifests_yaml(objects, _ManifestDumper)
-            parts.append(text)
-            run = []
-        if o is not None:
-            run.append(o)
-            run_fast = fast
-    return "".join(parts)
+    return json_text(value)  # json.dumps(value, indent=2, ensure_ascii=False) + "\n"
 
 
 def write_files(result: offline.PlanResult, out: Path, rendered: Optional[releases.Rendered] = None, cfg: Optional[stack_config.StackConfig] = None) -> None:
@@ -157,8 +74,13 @@ def write_files(result: offline.PlanResult, out: Path, rendered: Optional[releas
     (out / "resources.json").write_text(_dump_json([r.as_json() for r in result.records]))
     (out / "manifests.yaml").write_text(manifests_yaml(result.kubernetes_objects()))
     (out / "outputs.json").write_text(_dump_json(result.outputs))
-    if rendered is not None and rendered.note is None:
-        (out / "releases.yaml").write_text(manifests_yaml(rendered.objects))
+    if rendered is not None:
+        write_releases(rendered, out)
+
+
+def write_releases(rendered: releases.Rendered, out: Path) -> None:
+    if rendered.note is None:
+        (out / "releases.yaml").write_text(releases.releases_yaml(rendered))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,35 +210,52 @@ def run_cli(stack: str, out: Optional[str], stdout: Optional[TextIO] = None, std
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    try:
-        cfg, result = plan(stack)
-    except CONFIG_ERRORS as err:
-        report_config_error(stack, err, stderr)
-        return EXIT_BAD_CONFIG
-    except pulumi.RunError as err:  # the program refused the config at run time (placement, ...)
-        print(f"error: stack {stack!r}: {err}", file=stderr)
-        return EXIT_BAD_CONFIG
-    except offline.OfflineDataError as err:  # a region the offline engine has no AWS data for
-        print(f"error: stack {stack!r}: {err}", file=stderr)
-        return EXIT_BAD_CONFIG
-    except offline.DuplicateURNError as err:  # the program registered one URN twice: `pulumi up` would stop there too
-        print(f"error: stack {stack!r}: {err}", file=stderr)
-        return EXIT_FAILED
-    with offline.collector_paused():  # writing the files allocates much as well
-        rendered = releases.render(result, cfg.cluster.kubernetes_version)  # charts are in the checkout
+    # The collector stays paused from the run to the files (see offline.collector_paused): the
+    # files allocate much as well, and the run's objects are not worth a collection in between.
+    # Each Helm release is rendered from the moment it is registered, beside the rest of the run.
+    with offline.collector_paused(), contextlib.ExitStack() as cleanup:
+        renderers: list[releases.Renderer] = []
+
+        def start_rendering(cfg: stack_config.StackConfig) -> Callable[[offline.Record], None]:
+            renderers.append(cleanup.enter_context(releases.Renderer(cfg.cluster.kubernetes_version)))  # charts are in the checkout
+            return renderers[0].start
+
+        watching = _on_record.set(start_rendering)
+        try:
+            cfg, result = plan(stack)
+        except CONFIG_ERRORS as err:
+            report_config_error(stack, err, stderr)
+            return EXIT_BAD_CONFIG
+        except pulumi.RunError as err:  # the program refused the config at run time (placement, ...)
+            print(f"error: stack {stack!r}: {err}", file=stderr)
+            return EXIT_BAD_CONFIG
+        except offline.OfflineDataError as err:  # a region the offline engine has no AWS data for
+            print(f"error: stack {stack!r}: {err}", file=stderr)
+            return EXIT_BAD_CONFIG
+        except offline.DuplicateURNError as err:  # the program registered one URN twice: `pulumi up` would stop there too
+            print(f"error: stack {stack!r}: {err}", file=stderr)
+            return EXIT_FAILED
+        finally:
+            _on_record.reset(watching)
+        if out:  # (while the last renders finish)
+            write_files(result, Path(out), None, cfg)
+        if not renderers:  # (a plan() that did not ask for it: a test's stand-in)
+            start_rendering(cfg)
+        rendered = renderers[0].collect(result)
         stdout.write(summary(cfg, result, rendered))
         # Placeholders copied from the examples: planned as they are, refused by preflight.
         for problem in placeholders(cfg):
             stdout.write(f"warning: {problem}\n")
         if out:
-            write_files(result, Path(out), rendered, cfg)
+            write_releases(rendered, Path(out))
             extra = f", {out}/releases.yaml" if rendered.objects else ""
             extra += f", {out}/cost.json"
             stdout.write(f"Wrote {out}/resources.json, {out}/manifests.yaml, {out}/outputs.json{extra}\n")
-    if _is_the_command():
-        # Nothing runs after this in `python -m infra plan`, and everything still alive is about to
-        # go: spare the interpreter's exit a last full collection over it (about 0.1 s).
-        gc.freeze()
+        if _is_the_command():
+            # Nothing runs after this in `python -m infra plan`, and everything still alive is about
+            # to go: spare the collector, when it is turned on again, a pass over the run's objects,
+            # and the interpreter's exit a last full collection over everything (about 0.1 s).
+            gc.freeze()
     return EXIT_OK
 
 

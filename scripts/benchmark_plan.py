@@ -19,12 +19,19 @@ Each run starts fresh processes, one after the other (the order flips every run)
 
 Then every run's figures, the medians and the ratios. The process that lists the modules also
 times the plan in-process: importing the program and the SDKs, the first plan, later plans.
+
+Every process runs with Python's bytecode cache on, as it is by default (a PYTHONDONTWRITEBYTECODE
+in the environment is dropped): the SDKs' bytecode is written when they are installed, the
+project's on its first import, so that warm runs compare warm with warm. The plan command runs its
+Helm renders beside the program, in processes of their own: on a busy machine it waits for them
+longer, so the figures come with the load average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -87,9 +94,12 @@ def entry_points(modules: list[str]) -> list[str]:
     return sorted(wanted)
 
 
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def timed(cmd: list[str]) -> float:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         sys.exit(f"failed ({proc.returncode}): {' '.join(cmd[:4])} ...\n{proc.stderr}")
@@ -107,6 +117,7 @@ def main() -> int:
     probe = subprocess.run(
         [py, "-c", _PROBE.format(root=str(ROOT), runs=max(1, args.in_process), stack=args.stack, packages=SDK_PACKAGES)],
         cwd=ROOT,
+        env=ENV,
         capture_output=True,
         text=True,
     )
@@ -119,9 +130,12 @@ def main() -> int:
     floor_cmd = [py, "-c", _FLOOR.format(names=modules, freeze=False, report=False, packages=SDK_PACKAGES)]
     frozen_cmd = [py, "-c", _FLOOR.format(names=modules, freeze=True, report=False, packages=SDK_PACKAGES)]
     statements_cmd = [py, "-c", "import " + ", ".join(names)]
-    check = subprocess.run([py, "-c", _FLOOR.format(names=modules, freeze=False, report=True, packages=SDK_PACKAGES)], cwd=ROOT, capture_output=True, text=True)
+    check = subprocess.run(
+        [py, "-c", _FLOOR.format(names=modules, freeze=False, report=True, packages=SDK_PACKAGES)], cwd=ROOT, env=ENV, capture_output=True, text=True
+    )
     floor_loads = set(check.stdout.split())
 
+    load_before = os.getloadavg()
     print(f"stack {args.stack}: {found['resources']} resources registered, {found['objects']} Kubernetes objects")
     by_package = ", ".join(f"{p} {sum(1 for m in modules if m.split('.')[0] == p)}" for p in SDK_PACKAGES)
     print(f"SDK modules loaded by the plan: {len(modules)} ({by_package})")
@@ -152,6 +166,10 @@ def main() -> int:
     print(f"median of {args.runs}: " + ", ".join(f"{c} {med[c]:.2f} s" for c in columns))
     print(
         f"ratio plan / floor: {med['plan'] / med['floor']:.2f} (plan / floor*: {med['plan'] / med['floor*']:.2f}; plan / statements: {med['plan'] / med['statements']:.2f})"
+    )
+    load_after = os.getloadavg()
+    print(
+        f"load average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in load_before)}; after: {', '.join(f'{x:.2f}' for x in load_after)} ({os.cpu_count()} CPUs)"
     )
     later = found["plans"][1:]
     print(
