@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import copy
+import hashlib
+import io
+import pickle
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -51,9 +55,60 @@ def run_stack(values: dict[str, Any], stack: str = "test") -> offline.PlanResult
     return offline.run(program.main, values, project="gpu-training", stack=stack)
 
 
+# The plans of the repository's dev and prod stacks, planned once per session and shared by every
+# test that only reads them (a test that changes a plan plans its own, or copies). That they stay
+# unchanged is checked when the session ends.
+_SHARED: dict[str, tuple[offline.PlanResult, str]] = {}
+
+
+def _fingerprint(plan: offline.PlanResult) -> str:
+    return hashlib.sha256(pickle.dumps((plan.records, plan.outputs))).hexdigest()
+
+
+def _shared(name: str, plan: offline.PlanResult) -> offline.PlanResult:
+    _SHARED[name] = (plan, _fingerprint(plan))
+    return plan
+
+
 @pytest.fixture(scope="session")
 def dev_plan() -> offline.PlanResult:
-    return run_stack(dev_values(), stack="dev")
+    return _shared("dev_plan", run_stack(dev_values(), stack="dev"))
+
+
+@pytest.fixture(scope="session")
+def prod_plan() -> offline.PlanResult:
+    return _shared("prod_plan", run_stack(read_stack_config("prod", ROOT)[1], stack="prod"))
+
+
+@dataclass(frozen=True)
+class PlanCommand:
+    code: int
+    stdout: str
+    stderr: str
+    out: Path  # the --out folder (its files are read only)
+
+
+@pytest.fixture(scope="session")
+def dev_plan_command(tmp_path_factory: pytest.TempPathFactory) -> PlanCommand:
+    """`python -m infra plan --stack dev --out DIR`, run once in-process and shared by the tests
+    that read what it prints and writes."""
+    from infra import plan as plan_mod
+
+    folder = tmp_path_factory.mktemp("dev-plan-command")
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code = plan_mod.run_cli("dev", str(folder), stdout=stdout, stderr=stderr)
+    for path in folder.iterdir():
+        path.chmod(0o444)
+    return PlanCommand(code, stdout.getvalue(), stderr.getvalue(), folder)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_plans_stay_unchanged() -> Iterator[None]:
+    yield
+    changed = [name for name, (plan, fingerprint) in _SHARED.items() if _fingerprint(plan) != fingerprint]
+    assert not changed, (
+        f"a test changed the shared {', '.join(changed)} (copy it before changing it); run the tests that use it one module at a time to find which"
+    )
 
 
 def clean_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

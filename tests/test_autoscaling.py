@@ -27,8 +27,8 @@ ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 
 
 @pytest.fixture(scope="module")
-def plan():
-    return run_stack(dev_values(), stack="dev")
+def plan(dev_plan):
+    return dev_plan  # (shared: read only)
 
 
 def template_nodes(plan) -> dict[str, dict[str, Any]]:

@@ -60,14 +60,11 @@ def test_capacity_blocks_and_types_without_a_price_are_left_out_with_a_note():
     assert any("capacity block" in n for n in c.notes) and any("no on-demand price" in n for n in c.notes)
 
 
-def test_the_plan_prints_and_writes_it(tmp_path):
-    from infra import plan as plan_mod
-
-    out = io.StringIO()
-    assert plan_mod.run_cli("dev", str(tmp_path), stdout=out) == 0
-    text = out.getvalue()
+def test_the_plan_prints_and_writes_it(dev_plan_command):
+    assert dev_plan_command.code == 0
+    text = dev_plan_command.stdout
     assert "Cost per hour (on-demand, us-west-2 prices of 2026-07): idle $1.08" in text
-    data = json.loads((tmp_path / "cost.json").read_text())
+    data = json.loads((dev_plan_command.out / "cost.json").read_text())
     assert data["idlePerHour"] == cost.estimate(cfg_of("dev")).idle and data["maximumPerHour"] > data["idlePerHour"]
 
 
@@ -118,7 +115,7 @@ def test_public_ipv4_and_kms_keys_are_priced_from_their_pins():
         pytest.param({"fsx": {"deploymentType": "PERSISTENT_2", "perUnitStorageThroughput": 125, "storageCapacityGiB": 1200}}, id="persistent-fsx"),
     ],
 )
-def test_the_kms_keys_priced_are_the_keys_the_program_creates(values):
+def test_the_kms_keys_priced_are_the_keys_the_program_creates(values, request):
     from tests.conftest import dev_values, run_stack
 
     if values == "prod":
@@ -128,7 +125,8 @@ def test_the_kms_keys_priced_are_the_keys_the_program_creates(values):
     else:
         stack, config = "dev", dev_values()
     cfg = load(config, "gpu-training", stack)
-    plan = run_stack(config, stack=stack)
+    # dev and prod: the session's shared plans (read only)
+    plan = request.getfixturevalue(f"{stack}_plan") if stack in ("dev", "prod") else run_stack(config, stack=stack)
     assert len(cost.kms_keys(cfg)) == len(plan.of_type("aws:kms/key:Key"))
     nat = len(plan.of_type("aws:ec2/natGateway:NatGateway"))
     assert len(plan.of_type("aws:ec2/eip:Eip")) == nat
@@ -163,13 +161,10 @@ def test_enabled_sagemaker_jobs_and_exposed_jobs_are_named_as_left_out():
     assert not any(o.startswith(("SageMaker", "load balancers")) for o in without.omitted)
 
 
-def test_the_plan_output_and_cost_json_list_what_is_left_out(tmp_path):
-    from infra import plan as plan_mod
-
-    out = io.StringIO()
-    assert plan_mod.run_cli("dev", str(tmp_path), stdout=out) == 0
-    text = out.getvalue()
+def test_the_plan_output_and_cost_json_list_what_is_left_out(dev_plan_command):
+    assert dev_plan_command.code == 0
+    text = dev_plan_command.stdout
     assert "  public IPv4 addresses (1, the NAT gateways' Elastic IPs): idle $0.01" in text
     assert "  not counted: Container Insights" in text and "  not counted: EKS control-plane logs" in text
-    data = json.loads((tmp_path / "cost.json").read_text())
+    data = json.loads((dev_plan_command.out / "cost.json").read_text())
     assert data["omitted"] == cost.estimate(cfg_of("dev")).omitted and len(data["omitted"]) >= 4

@@ -10,14 +10,11 @@ import pytest
 
 from infra import critical_path
 from infra import plan as plan_mod
-from stacks.config.stackfile import read_stack_config
-from tests.conftest import ROOT, run_stack
 
 
 @pytest.fixture(scope="module", params=["dev", "prod"])
 def records(request):
-    _, values = read_stack_config(request.param, ROOT)
-    return run_stack(values, stack=request.param).records
+    return request.getfixturevalue(f"{request.param}_plan").records  # (the shared plans: read only)
 
 
 def test_the_critical_path_is_within_5_percent_of_the_floor(records):
@@ -28,10 +25,10 @@ def test_the_critical_path_is_within_5_percent_of_the_floor(records):
     assert "cluster-eks" in names and "system-mng" in names
 
 
-def test_fsx_waiting_for_the_cluster_would_show():
+def test_fsx_waiting_for_the_cluster_would_show(prod_plan):
     """Make prod's PERSISTENT_2 file system (~15 min) wait for a rule that references the cluster's
     security group (as it did): the estimate must see the longer chain."""
-    records = run_stack(read_stack_config("prod", ROOT)[1], stack="prod").records
+    records = prod_plan.records  # (changed below in copies: dataclasses.replace)
     fs = next(r for r in records if r.type == "aws:fsx/lustreFileSystem:LustreFileSystem")
     node_rule = next(r for r in records if r.name.startswith("fsx-lustre-988") and r.name.endswith("-from-nodes"))
     changed = [dataclasses.replace(r, depends_on=[*r.depends_on, {"type": node_rule.type, "name": node_rule.name}]) if r is fs else r for r in records]
@@ -47,8 +44,8 @@ def test_fsx_waiting_for_the_cluster_would_show():
     assert slow.total >= 25
 
 
-def test_typical_minutes():
-    fsx = [r for r in run_stack(read_stack_config("prod", ROOT)[1], stack="prod").records if r.type.startswith("aws:fsx/lustre")]
+def test_typical_minutes(prod_plan):
+    fsx = [r for r in prod_plan.records if r.type.startswith("aws:fsx/lustre")]
     assert critical_path.minutes(fsx[0]) == 15.0  # PERSISTENT_2
     component = dataclasses.replace(fsx[0], type="gputraining:components:FsxStore", custom=False)
     assert critical_path.minutes(component) == 0.0

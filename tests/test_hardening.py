@@ -5,17 +5,15 @@ from __future__ import annotations
 import pytest
 
 from stacks.config import ConfigError
-from stacks.config.stackfile import read_stack_config
-from tests.conftest import NS, ROOT, dev_values, minimal_values, run_stack
+from tests.conftest import NS, minimal_values, run_stack
 
 FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 
 
 @pytest.fixture(scope="module")
-def prod():
-    _, values = read_stack_config("prod", ROOT)
-    return run_stack(values, stack="prod")
+def prod(prod_plan):
+    return prod_plan  # (shared: read only)
 
 
 def test_prod_fsx_keeps_daily_backups_and_a_final_one(prod):
@@ -27,8 +25,8 @@ def test_prod_fsx_keeps_daily_backups_and_a_final_one(prod):
     assert "copyTagsToBackups" not in fs.inputs
 
 
-def test_scratch_fsx_has_no_backup_settings():
-    (fs,) = run_stack(dev_values(), stack="dev").of_type(FSX)
+def test_scratch_fsx_has_no_backup_settings(dev_plan):
+    (fs,) = dev_plan.of_type(FSX)
     assert not {"automaticBackupRetentionDays", "skipFinalBackup", "copyTagsToBackups"} & set(fs.inputs)
 
 

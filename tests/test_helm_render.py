@@ -148,15 +148,13 @@ def test_a_tampered_chart_is_refused(tmp_path):
     assert good.verified(ROOT) == versions.EFA_DEVICE_PLUGIN_CHART_FILE
 
 
-def test_the_plan_command_writes_what_the_releases_install(tmp_path, capsys):
-    from infra import plan as plan_mod
-
-    assert plan_mod.run_cli("dev", str(tmp_path)) == 0
-    out = capsys.readouterr().out
+def test_the_plan_command_writes_what_the_releases_install(dev_plan_command):
+    assert dev_plan_command.code == 0
+    out = dev_plan_command.stdout
     assert "Helm release nvidia-device-plugin installs" in out and "DaemonSet/aws-efa-k8s-device-plugin" in out
     import yaml
 
-    docs = list(yaml.safe_load_all((tmp_path / "releases.yaml").read_text()))
+    docs = list(yaml.load_all((dev_plan_command.out / "releases.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
     assert {d["kind"] for d in docs} >= {"DaemonSet", "ServiceAccount", "ClusterRole"}
 
 
@@ -189,7 +187,7 @@ def _helm_template(release, values: dict[str, Any], tmp_path) -> list[dict[str, 
     cmd = [str(HELM), "template", release.inputs["name"], str(ROOT / release.inputs["chart"]), "--namespace", release.inputs["namespace"]]
     cmd += ["--kube-version", f"{versions.KUBERNETES_DEFAULT}.0", "-f", str(path)]
     text = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
-    return [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    return [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if isinstance(d, dict)]
 
 
 def _autoscaler_args(objects: list[dict[str, Any]]) -> list[str]:

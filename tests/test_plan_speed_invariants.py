@@ -34,7 +34,7 @@ from facts import versions
 from facts.paths import PROJECT_ROOT
 from infra import offline, plan_text, releases
 from infra import plan as plan_module
-from tests.conftest import dev_values, run_stack
+from tests.conftest import dev_values
 
 LIBYAML = bool(getattr(yaml, "__with_libyaml__", False))
 
@@ -82,9 +82,8 @@ def _generated(rng: random.Random, odd: float = 0.0, depth: int = 0):
 
 
 @pytest.fixture(scope="module")
-def prod_objects() -> list[dict]:
-    _, values = plan_module.read_stack_config("prod")
-    return run_stack(values, stack="prod").kubernetes_objects()
+def prod_objects(prod_plan) -> list[dict]:
+    return prod_plan.kubernetes_objects()
 
 
 def test_the_stacks_manifests_are_written_by_libyaml_and_identical_to_the_python_emitter(dev_plan, prod_objects):

@@ -7,7 +7,6 @@ Every Kueue object the stack emits is validated against Kueue's CRDs as vendored
 from __future__ import annotations
 
 import copy
-import io
 import re
 from typing import Any
 
@@ -104,11 +103,6 @@ def team_values(**over: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def team_plan():
     return run_stack(team_values())
-
-
-@pytest.fixture(scope="module")
-def prod_plan():
-    return run_stack(prod_values(), stack="prod")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,12 +336,9 @@ def test_the_dev_p4d_jobs_each_fit_alone_but_are_never_admitted_together(dev_pla
         assert alone[0].at_once, d.job
 
 
-def test_the_queue_table_is_in_the_plan_output():
-    from infra.plan import run_cli
-
-    out, err = io.StringIO(), io.StringIO()
-    assert run_cli("dev", None, stdout=out, stderr=err) == 0, err.getvalue()
-    text = out.getvalue()
+def test_the_queue_table_is_in_the_plan_output(dev_plan_command):
+    assert dev_plan_command.code == 0, dev_plan_command.stderr
+    text = dev_plan_command.stdout
     assert f"Queues (Kueue {versions.KUEUE_VERSION}" in text
     assert "ClusterQueue gpu (shared; LocalQueues training/gpu)" in text
     assert "nccl-p4d" in text and "admitted at once" in text

@@ -20,7 +20,7 @@ from facts import catalog
 from facts.kube import EFA_HUGEPAGES_2MI_PAGES, NODE_GROUP_LABEL
 from jobs.nccl_test import GATE_SCRIPT, default_min_bus_bandwidth
 from stacks.config import ConfigError
-from tests.conftest import dev_values, minimal_values, run_stack
+from tests.conftest import minimal_values, run_stack
 from tests.test_jobs import built, make_ctx, replicas, spec
 
 GATE = Path(J.__file__).parent / "scripts" / "nccl_gate.sh"
@@ -143,8 +143,8 @@ def test_mpirun_must_be_an_absolute_path(bad):
 
 
 @pytest.fixture(scope="module")
-def dev_plan_with_every_group_used():
-    return run_stack(dev_values(), stack="dev")
+def dev_plan_with_every_group_used(dev_plan):
+    return dev_plan  # (shared: read only)
 
 
 def _user_data_pages(record_inputs: dict[str, Any]) -> int:

@@ -15,9 +15,10 @@ def test_the_repository_has_dev_and_prod():
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_each_stack_file_plans(stack: str):
+def test_each_stack_file_plans(stack: str, request):
     _, values = read_stack_config(stack, ROOT)
-    result = run_stack(values, stack=stack)
+    # dev and prod: the session's shared plans of the same files (read only)
+    result = request.getfixturevalue(f"{stack}_plan") if stack in ("dev", "prod") else run_stack(values, stack=stack)
     kinds = {r.type for r in result.records}
     assert {"eks:index:Cluster", "eks:index:ManagedNodeGroup", "aws:ec2/vpc:Vpc"} <= kinds
     assert result.outputs["clusterName"]
