@@ -10,4 +10,6 @@ bash scripts/bootstrap.sh
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/python scripts/config_reference.py --check
-exec .venv/bin/python -m pytest --ignore=tests/integration "$@"
+# One worker per core (at most 8: each plans the shared dev and prod stacks once); pass -n 0 to run
+# in this process (a debugger, -x on the first failure in order).
+exec .venv/bin/python -m pytest -n auto --maxprocesses 8 --ignore=tests/integration "$@"
