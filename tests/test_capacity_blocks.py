@@ -6,7 +6,7 @@ DescribeCapacityBlocks) checked for type, AZ, count and window, and offerings
 
 moto implements none of the Capacity Block calls: each is answered by a botocore ``before-call``
 hook whose answer is first validated against the operation's output shape in botocore's EC2
-service model (what ``botocore.stub.Stubber`` does), so a stub AWS could never send fails the test.
+service model (tests/aws_stubs.py), so a stub AWS could never send fails the test.
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ import io
 from pathlib import Path
 from typing import Any, Callable
 
-import boto3
 import botocore.loaders
 import botocore.session
 import pytest
 from botocore.exceptions import ParamValidationError
-from botocore.validate import validate_parameters
 
 from components import node_group
 from infra import plan as plan_cli
 from infra import preflight
 from stacks import config as stack_config
+from tests import aws_stubs as stubs
+from tests.aws_stubs import new_session
 from tests.conftest import NS, minimal_values, run_stack
 
 UTC = datetime.timezone.utc
@@ -257,39 +257,21 @@ def test_plan_summary_and_pr_diff_say_the_purchase_in_words(tmp_path, monkeypatc
 # ---------------------------------------------------------------------------------------------
 
 
-_LOADER = botocore.loaders.create_loader()
-
-
 @pytest.fixture
 def session(aws):
-    core = botocore.session.get_session()
-    core.register_component("data_loader", _LOADER)
-    return boto3.session.Session(botocore_session=core, region_name="us-west-2")
-
-
-class _Http:
-    def __init__(self, status: int):
-        self.status_code = status
-        self.headers: dict[str, str] = {}
-        self.content = b""
-        self.text = ""
+    return new_session()
 
 
 def answer(session: Any, operation: str, respond: Callable[[dict], dict[str, Any]]) -> list[dict]:
-    """Answer EC2 ``operation`` with ``respond(request body)``, validated against the operation's
-    output shape in botocore's EC2 model; returns the requests seen."""
-    model = session._session.get_service_model("ec2")
-    shape = model.operation_model(operation).output_shape
-    seen: list[dict] = []
+    """Answer EC2 ``operation`` with ``respond(request body)``; returns the request bodies seen."""
+    bodies: list[dict] = []
 
-    def hook(params: dict, **_: Any):
-        seen.append(dict(params.get("body") or {}))
-        result = respond(seen[-1])
-        validate_parameters(result, shape)  # raises ParamValidationError for an answer EC2 could not give
-        return _Http(200), {**result, "ResponseMetadata": {"HTTPStatusCode": 200}}
+    def respond_to(request: dict) -> dict[str, Any]:
+        bodies.append(dict(request.get("body") or {}))
+        return respond(bodies[-1])
 
-    session.events.register(f"before-call.ec2.{operation}", hook)
-    return seen
+    stubs.answer(session, "ec2", operation, respond_to)
+    return bodies
 
 
 def reservation(**over: Any) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 moto answers EC2 (AZs, instance type offerings, instance types) from AWS's recorded data. It does
 not implement the EC2 Service Quotas codes, DescribeCapacityReservations or EKS
 DescribeClusterVersions; tests that need those answer the one call with a botocore
-``before-call`` hook (the same path a real response takes through the client).
+``before-call`` hook (the same path a real response takes through the client), validated against
+the operation's output shape in botocore's model (tests/aws_stubs.py).
 """
 
 from __future__ import annotations
@@ -15,9 +16,6 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-import boto3
-import botocore.loaders
-import botocore.session
 import pytest
 import yaml
 from conftest import NS, ROOT, clean_aws_env, dev_values, minimal_values
@@ -27,6 +25,7 @@ from infra.__main__ import main
 from stacks import config as stack_config
 from stacks.config.stackfile import load_yaml
 from stacks.placement import choose_gpu_az
+from tests.aws_stubs import Error, answer, new_session
 
 CR_ID = "cr-0123456789abcdef0"
 # The day the checks run on (the support window depends on it): far from any end of support.
@@ -38,45 +37,9 @@ TODAY = datetime.date(2026, 11, 24)
 # ---------------------------------------------------------------------------------------------
 
 
-_LOADER = botocore.loaders.create_loader()
-
-
 @pytest.fixture
 def session(aws):
-    # A new session per test (hooks stay with their test), sharing one data loader: reading
-    # botocore's service models again for every test would cost most of the suite's time.
-    core = botocore.session.get_session()
-    core.register_component("data_loader", _LOADER)
-    return boto3.session.Session(botocore_session=core, region_name="us-west-2")
-
-
-class _Http:
-    """What botocore reads of an HTTP response returned by a before-call hook."""
-
-    def __init__(self, status: int):
-        self.status_code = status
-        self.headers: dict[str, str] = {}
-        self.content = b""
-        self.text = ""
-
-
-class Error:
-    def __init__(self, code: str, message: str = "test error", status: int = 400):
-        self.code, self.message, self.status = code, message, status
-
-
-def answer(session: Any, service: str, operation: str, respond: Callable[[dict], Any]) -> None:
-    """Answer ``operation`` of ``service`` (botocore service id, e.g. 'service-quotas') with
-    ``respond(request)`` (botocore's serialized request: ``body``, ``query_string``...): a parsed
-    response dict, or an ``Error``."""
-
-    def hook(params: dict, **_: Any):
-        result = respond(params)
-        if isinstance(result, Error):
-            return _Http(result.status), {"Error": {"Code": result.code, "Message": result.message}, "ResponseMetadata": {"HTTPStatusCode": result.status}}
-        return _Http(200), {**result, "ResponseMetadata": {"HTTPStatusCode": 200}}
-
-    session.events.register(f"before-call.{service}.{operation}", hook)
+    return new_session()
 
 
 def answer_quotas(session: Any, quotas: dict[str, float]) -> None:

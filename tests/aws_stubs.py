@@ -1,0 +1,68 @@
+"""AWS answers for the calls moto does not implement, given the way a real response takes.
+
+A botocore ``before-call`` hook answers the call before any HTTP request is made; the client then
+parses the answer as it would parse AWS's. An answer is first validated against the operation's
+output shape in the service's botocore model (what ``botocore.stub.Stubber`` does), so a stub that
+AWS could never send fails the test.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Union
+
+import boto3
+import botocore.loaders
+import botocore.session
+from botocore.validate import validate_parameters
+
+# One data loader for every session: reading botocore's service models again for every test would
+# cost most of the preflight tests' time.
+_LOADER = botocore.loaders.create_loader()
+
+
+def new_session(region: str = "us-west-2") -> boto3.session.Session:
+    """A boto3 session of its own (hooks stay with the test that registers them), sharing the loader."""
+    core = botocore.session.get_session()
+    core.register_component("data_loader", _LOADER)
+    return boto3.session.Session(botocore_session=core, region_name=region)
+
+
+class _Http:
+    """What botocore reads of an HTTP response returned by a before-call hook."""
+
+    def __init__(self, status: int):
+        self.status_code = status
+        self.headers: dict[str, str] = {}
+        self.content = b""
+        self.text = ""
+
+
+class Error:
+    """An error answer: AWS's error code, message and HTTP status."""
+
+    def __init__(self, code: str, message: str = "test error", status: int = 400):
+        self.code, self.message, self.status = code, message, status
+
+
+Answer = Union[dict[str, Any], Error]
+
+
+def answer(session: Any, service: str, operation: str, respond: Callable[[dict], Answer]) -> list[dict]:
+    """Answer ``operation`` of ``service`` (botocore's service id: 'ec2', 'service-quotas'...) with
+    ``respond(request)``, the request as botocore serialized it (``body``, ``query_string``...): a
+    response (validated against the operation's output shape) or an ``Error``. Returns the requests
+    seen, in order."""
+    shape = session._session.get_service_model(service).operation_model(operation).output_shape
+    seen: list[dict] = []
+
+    def hook(params: dict, **_: Any):
+        seen.append(params)
+        result = respond(params)
+        if isinstance(result, Error):
+            return _Http(result.status), {"Error": {"Code": result.code, "Message": result.message}, "ResponseMetadata": {"HTTPStatusCode": result.status}}
+        if shape is not None:
+            validate_parameters(result, shape)  # raises ParamValidationError for an answer AWS could not give
+        return _Http(200), {**result, "ResponseMetadata": {"HTTPStatusCode": 200}}
+
+    session.events.register(f"before-call.{service}.{operation}", hook)
+    return seen
