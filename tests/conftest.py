@@ -9,7 +9,7 @@ import pickle
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -55,18 +55,19 @@ def run_stack(values: dict[str, Any], stack: str = "test") -> offline.PlanResult
     return offline.run(program.main, values, project="gpu-training", stack=stack)
 
 
-# The plans of the repository's dev and prod stacks, planned once per session and shared by every
-# test that only reads them (a test that changes a plan plans its own, or copies). That they stay
-# unchanged is checked when the session ends.
-_SHARED: dict[str, tuple[offline.PlanResult, str]] = {}
+# The plans of the repository's dev and prod stacks and one run of the dev plan command, made once
+# per session (per xdist worker) and shared by every test that only reads them (a test that
+# changes a plan plans its own, or copies). That they stay unchanged is checked when the session
+# ends: each is kept with a function that fingerprints it and the fingerprint it had.
+_SHARED: dict[str, tuple[Callable[[], str], str]] = {}
 
 
-def _fingerprint(plan: offline.PlanResult) -> str:
-    return hashlib.sha256(pickle.dumps((plan.records, plan.outputs))).hexdigest()
+def _share(name: str, fingerprint: Callable[[], str]) -> None:
+    _SHARED[name] = (fingerprint, fingerprint())
 
 
 def _shared(name: str, plan: offline.PlanResult) -> offline.PlanResult:
-    _SHARED[name] = (plan, _fingerprint(plan))
+    _share(name, lambda: hashlib.sha256(pickle.dumps((plan.records, plan.outputs))).hexdigest())
     return plan
 
 
@@ -85,7 +86,7 @@ class PlanCommand:
     code: int
     stdout: str
     stderr: str
-    out: Path  # the --out folder (its files are read only)
+    out: Path  # the --out folder (read only: checked at the session's end)
 
 
 @pytest.fixture(scope="session")
@@ -97,15 +98,21 @@ def dev_plan_command(tmp_path_factory: pytest.TempPathFactory) -> PlanCommand:
     folder = tmp_path_factory.mktemp("dev-plan-command")
     stdout, stderr = io.StringIO(), io.StringIO()
     code = plan_mod.run_cli("dev", str(folder), stdout=stdout, stderr=stderr)
-    for path in folder.iterdir():
-        path.chmod(0o444)
+
+    def files() -> str:
+        digest = hashlib.sha256()
+        for path in sorted(folder.rglob("*")):
+            digest.update(str(path.relative_to(folder)).encode() + b"\0" + (path.read_bytes() if path.is_file() else b"/") + b"\0")
+        return digest.hexdigest()
+
+    _share("dev_plan_command", files)
     return PlanCommand(code, stdout.getvalue(), stderr.getvalue(), folder)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _shared_plans_stay_unchanged() -> Iterator[None]:
     yield
-    changed = [name for name, (plan, fingerprint) in _SHARED.items() if _fingerprint(plan) != fingerprint]
+    changed = [name for name, (fingerprint, before) in _SHARED.items() if fingerprint() != before]
     assert not changed, (
         f"a test changed the shared {', '.join(changed)} (copy it before changing it); run the tests that use it one module at a time to find which"
     )

@@ -119,7 +119,7 @@ def _off_values():
 
 
 @pytest.fixture(scope="module")
-def prod_plan():
+def prodlike_plan():
     return run_stack(_prod_values())
 
 
@@ -134,8 +134,8 @@ def off_plan():
 
 
 @pytest.fixture(scope="module")
-def plans(dev_plan, prod_plan, lean_plan, off_plan):
-    return {"dev": dev_plan, "prod": prod_plan, "lean": lean_plan, "off": off_plan}
+def plans(dev_plan, prodlike_plan, lean_plan, off_plan):
+    return {"dev": dev_plan, "prod": prodlike_plan, "lean": lean_plan, "off": off_plan}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -288,10 +288,10 @@ def test_no_efa_release_when_no_group_has_efa(lean_plan):
     assert _release(lean_plan, "nvidia-device-plugin") is not None
 
 
-def test_device_plugin_toggles_remove_each_release_independently(prod_plan, off_plan):
+def test_device_plugin_toggles_remove_each_release_independently(prodlike_plan, off_plan):
     # prod: efaDevicePlugin false although its p4d group has EFA.
-    assert _release(prod_plan, "aws-efa-k8s-device-plugin") is None
-    assert _release(prod_plan, "nvidia-device-plugin") is not None
+    assert _release(prodlike_plan, "aws-efa-k8s-device-plugin") is None
+    assert _release(prodlike_plan, "nvidia-device-plugin") is not None
     # off: nvidiaDevicePlugin false.
     assert _release(off_plan, "nvidia-device-plugin") is None
     assert _release(off_plan, "aws-efa-k8s-device-plugin") is not None
@@ -375,11 +375,11 @@ def test_efs_storage_class_static_pv_and_claim(plans, variant):
     assert pvc["spec"]["resources"]["requests"]["storage"] == spec["capacity"]["storage"]
 
 
-def test_prod_claims_live_in_the_configured_namespace(prod_plan):
-    assert prod_plan.outputs["trainingNamespace"] == "ml"
+def test_prod_claims_live_in_the_configured_namespace(prodlike_plan):
+    assert prodlike_plan.outputs["trainingNamespace"] == "ml"
     for comp in (EFS_STORE, FSX_STORE):
-        assert _obj(prod_plan, PVC, comp)["metadata"]["namespace"] == "ml"
-    (ns,) = [r for r in prod_plan.of_type(NAMESPACE) if r.parent is None]
+        assert _obj(prodlike_plan, PVC, comp)["metadata"]["namespace"] == "ml"
+    (ns,) = [r for r in prodlike_plan.of_type(NAMESPACE) if r.parent is None]
     assert ns.inputs["metadata"]["name"] == "ml"
 
 
@@ -425,11 +425,11 @@ def test_fsx_is_in_the_gpu_az_subnet(plans, variant):
     assert subnet.inputs["availabilityZone"] == plan.outputs["gpuAvailabilityZone"]
 
 
-def test_fsx_follows_an_explicit_gpu_az_that_is_not_the_first_az(prod_plan):
-    assert prod_plan.outputs["gpuAvailabilityZone"] == "us-west-2c"
-    first = prod_plan.outputs["privateSubnetIds"][0]
-    assert prod_plan.outputs["gpuSubnetId"] != first, "the case under test: GPU AZ is not the first subnet"
-    assert _fsx_subnet(_child(prod_plan, FSX_STORE, FSX_FS)) == prod_plan.outputs["gpuSubnetId"]
+def test_fsx_follows_an_explicit_gpu_az_that_is_not_the_first_az(prodlike_plan):
+    assert prodlike_plan.outputs["gpuAvailabilityZone"] == "us-west-2c"
+    first = prodlike_plan.outputs["privateSubnetIds"][0]
+    assert prodlike_plan.outputs["gpuSubnetId"] != first, "the case under test: GPU AZ is not the first subnet"
+    assert _fsx_subnet(_child(prodlike_plan, FSX_STORE, FSX_FS)) == prodlike_plan.outputs["gpuSubnetId"]
 
 
 @pytest.mark.parametrize("variant", ["dev", "prod"])
@@ -473,22 +473,22 @@ def test_fsx_scratch_deployment_from_config_without_throughput_or_key(dev_plan):
     assert _children(dev_plan, FSX_STORE, KMS_KEY) == []
 
 
-def test_fsx_persistent_deployment_from_config_with_throughput_and_key(prod_plan):
-    fs = _child(prod_plan, FSX_STORE, FSX_FS)
+def test_fsx_persistent_deployment_from_config_with_throughput_and_key(prodlike_plan):
+    fs = _child(prodlike_plan, FSX_STORE, FSX_FS)
     assert fs.inputs["deploymentType"] == "PERSISTENT_2"
     assert fs.inputs["storageCapacity"] == 2400
     assert fs.inputs["perUnitStorageThroughput"] == 250
-    key = _child(prod_plan, FSX_STORE, KMS_KEY)
+    key = _child(prodlike_plan, FSX_STORE, KMS_KEY)
     assert fs.inputs["kmsKeyId"].startswith("arn:aws:kms:")
     assert {"type": KMS_KEY, "name": key.name} in fs.depends_on
-    efs = _child(prod_plan, EFS_STORE, EFS_FS)
+    efs = _child(prodlike_plan, EFS_STORE, EFS_FS)
     assert fs.inputs["kmsKeyId"] != efs.inputs["kmsKeyId"]
 
 
-def test_fsx_persistent_2_links_s3_through_a_data_repository_association(prod_plan):
-    fs = _child(prod_plan, FSX_STORE, FSX_FS)
+def test_fsx_persistent_2_links_s3_through_a_data_repository_association(prodlike_plan):
+    fs = _child(prodlike_plan, FSX_STORE, FSX_FS)
     assert not {"importPath", "exportPath", "autoImportPolicy"} & set(fs.inputs)
-    dra = _child(prod_plan, FSX_STORE, DRA)
+    dra = _child(prodlike_plan, FSX_STORE, DRA)
     assert dra.inputs["fileSystemId"] == fs.id
     assert dra.inputs["dataRepositoryPath"] == f"s3://{PROD_BUCKET}/imagenet"
     assert dra.inputs["fileSystemPath"] == "/s3"
@@ -600,10 +600,10 @@ def _protected(plan) -> set[tuple[str, str]]:
     return {(r.type, r.name) for r in plan.records if r.options.get("protect")}
 
 
-def test_default_deletion_protection_protects_file_systems_and_their_keys(prod_plan, lean_plan, off_plan):
-    efs_key = _child(prod_plan, EFS_STORE, KMS_KEY).name
-    fsx_key = _child(prod_plan, FSX_STORE, KMS_KEY).name
-    assert _protected(prod_plan) == {(EFS_FS, "efs-fs"), (KMS_KEY, efs_key), (FSX_FS, "fsx-fs"), (KMS_KEY, fsx_key)}
+def test_default_deletion_protection_protects_file_systems_and_their_keys(prodlike_plan, lean_plan, off_plan):
+    efs_key = _child(prodlike_plan, EFS_STORE, KMS_KEY).name
+    fsx_key = _child(prodlike_plan, FSX_STORE, KMS_KEY).name
+    assert _protected(prodlike_plan) == {(EFS_FS, "efs-fs"), (KMS_KEY, efs_key), (FSX_FS, "fsx-fs"), (KMS_KEY, fsx_key)}
     # Scratch FSx has no key of its own; EFS off.
     assert _protected(lean_plan) == {(FSX_FS, "fsx-fs")}
     assert _protected(off_plan) == {(EFS_FS, "efs-fs"), (KMS_KEY, _child(off_plan, EFS_STORE, KMS_KEY).name)}
@@ -922,9 +922,9 @@ def test_etcd_client_service_and_endpoint_output(plans, variant):
     assert plan.outputs["etcdEndpoint"] == f"etcd.{ns}.svc:2379"
 
 
-def test_three_etcd_members_get_a_disruption_budget_keeping_quorum(prod_plan):
-    pdb = _obj(prod_plan, PDB, ETCD)
-    sts, _ = _etcd(prod_plan)
+def test_three_etcd_members_get_a_disruption_budget_keeping_quorum(prodlike_plan):
+    pdb = _obj(prodlike_plan, PDB, ETCD)
+    sts, _ = _etcd(prodlike_plan)
     assert pdb["spec"]["minAvailable"] == 2
     assert pdb["metadata"]["namespace"] == "ml"
     assert pdb["spec"]["selector"]["matchLabels"].items() <= sts["spec"]["template"]["metadata"]["labels"].items()
@@ -1076,8 +1076,8 @@ def test_every_core_object_validates_against_the_cluster_version_schema(plans, v
     assert failures == []
 
 
-def test_schema_coverage_includes_the_crd_and_the_disruption_budget(prod_plan):
-    kinds = {o["kind"] for o in prod_plan.kubernetes_objects() if _is_builtin(o["apiVersion"])}
+def test_schema_coverage_includes_the_crd_and_the_disruption_budget(prodlike_plan):
+    kinds = {o["kind"] for o in prodlike_plan.kubernetes_objects() if _is_builtin(o["apiVersion"])}
     assert {"CustomResourceDefinition", "PodDisruptionBudget", "StatefulSet", "PersistentVolume", "Deployment"} <= kinds
 
 
