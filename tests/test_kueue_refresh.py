@@ -6,17 +6,23 @@ job's spec would delete it and start the training again. Kueue edits the jobs it
 
 - its webhook suspends a job when it is created (`runPolicy.suspend`, or `spec.suspend` for a
   batch Job: jobframework.ApplyDefaultForSuspend);
-- on admission it unsuspends it and merges the flavor's node labels and tolerations into every pod
-  template (pkg/podset/podset.go at v0.19.2, ``PodSetInfo.Merge``: a nodeSelector key the template
-  already has with another value is a conflict and the job is not admitted; new keys are added;
-  the flavor's tolerations are appended unless an equal one is there, ``tolerations.Equal``: key,
-  effect, value and operator, an empty operator being Equal);
+- on admission it unsuspends it and merges into every pod template what the admission gives the
+  pod set (jobframework's getPodSetsInfoFromStatus): the flavor's node labels (as nodeSelector)
+  and tolerations, the `kueue.x-k8s.io/podset` label, the queue labels when the
+  AssignQueueLabelsForPods gate is on, and the annotations of admission checks such as the
+  ProvisioningRequest one (pkg/podset/podset.go at v0.19.2, ``PodSetInfo.Merge``: a label,
+  annotation or nodeSelector key the template already has with another value is a conflict and
+  the job is not admitted; new keys are added; tolerations are appended unless an equal one is
+  there, ``tolerations.Equal``: key, effect, value and operator, an empty operator being Equal);
 - on eviction it restores the templates as they were (``RestorePodSpec``).
 
 pulumi-kubernetes computes the diff between the new inputs and the refreshed live object pruned to
-the shape of the old inputs (provider/pkg/provider/util.go, ``pruneMap`` and ``pruneSlice``, the
-same from v4.32.0 to main of July 2026: map keys the inputs lack are dropped, list elements are
-matched by index and cut at the inputs' length; provider.go's Diff). Both rules are restated here and applied to every job the plans emit.
+the shape of the old inputs (provider/pkg/provider/util.go, ``pruneMap`` and ``pruneSlice``; read
+at v4.31.0, v4.32.0 and main of July 2026, the same in each, the newest source available here: the
+project pins 4.34.2, released later; map keys the inputs lack are dropped, list elements are
+matched by index and cut at the inputs' length; provider.go's Diff). Both rules are restated here
+and applied to every job the plans emit. Edits by other controllers (the operators' defaulting)
+are not covered.
 """
 
 from __future__ import annotations
@@ -63,19 +69,44 @@ class Conflict(Exception):
     pass
 
 
-def kueue_merge(template: dict[str, Any], flavor: dict[str, Any]) -> None:
-    """Kueue's Merge of a flavor into a pod template, in place."""
-    spec = template.setdefault("spec", {})
-    selector = spec.get("nodeSelector") or {}
-    for key, value in flavor.get("nodeLabels", {}).items():
-        if key in selector and selector[key] != value:
-            raise Conflict(f"nodeSelector {key}: {selector[key]} != {value}")
-    spec["nodeSelector"] = {**selector, **{k: v for k, v in flavor.get("nodeLabels", {}).items() if k not in selector}}
+def _merge_map(mine: dict[str, str], theirs: dict[str, str], what: str) -> dict[str, str]:
+    """utilmaps.HaveConflict, then utilmaps.Copy: a key with another value is a conflict."""
+    for key, value in theirs.items():
+        if key in mine and mine[key] != value:
+            raise Conflict(f"{what} {key}: {mine[key]} != {value}")
+    return {**mine, **theirs}
+
+
+def kueue_merge(template: dict[str, Any], info: dict[str, Any]) -> None:
+    """Kueue's podset.Merge of a PodSetInfo into a pod template, in place: labels, annotations and
+    nodeSelector merged, the info's tolerations appended unless an equal one is there."""
+    meta, spec = template.setdefault("metadata", {}), template.setdefault("spec", {})
+    for where, key, what in ((meta, "labels", "labels"), (meta, "annotations", "annotations"), (spec, "nodeSelector", "nodeSelector")):
+        merged = _merge_map(where.get(key) or {}, info.get(what) or {}, what)
+        if merged:
+            where[key] = merged
     tolerations = list(spec.get("tolerations") or [])
-    for t in flavor.get("tolerations", []):
+    for t in info.get("tolerations") or []:
         if not any(_same_toleration(t, mine) for mine in tolerations):
             tolerations.append(dict(t))
     spec["tolerations"] = tolerations
+
+
+def podset_info(flavor: dict[str, Any], podset: str, local_queue: str, cluster_queue: str) -> dict[str, Any]:
+    """What admission merges into a pod set (jobframework's getPodSetsInfoFromStatus at v0.19.2):
+    the flavor's node labels and tolerations, the podset label, the queue labels (feature gate
+    AssignQueueLabelsForPods), and the ProvisioningRequest admission check's PodSetUpdate
+    annotations (cluster-autoscaler's ProvisioningRequestPodAnnotationKey and
+    ProvisioningClassPodAnnotationKey), the one admission check the stack configures."""
+    return {
+        "nodeSelector": dict(flavor.get("nodeLabels") or {}),
+        "tolerations": list(flavor.get("tolerations") or []),
+        "labels": {"kueue.x-k8s.io/podset": podset, "kueue.x-k8s.io/local-queue-name": local_queue, "kueue.x-k8s.io/cluster-queue-name": cluster_queue},
+        "annotations": {
+            "autoscaling.x-k8s.io/consume-provisioning-request": f"{podset}-provreq",
+            "autoscaling.x-k8s.io/provisioning-class-name": "check-capacity.autoscaling.x-k8s.io",
+        },
+    }
 
 
 def fits(template: dict[str, Any], flavor: dict[str, Any]) -> bool:
@@ -90,12 +121,14 @@ def fits(template: dict[str, Any], flavor: dict[str, Any]) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def templates(job: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def templates(job: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The job's pod sets: Kueue's name for each (the replica type in lower case; "main" for a
+    batch Job) and its pod template."""
     if job["kind"] == "Job":
-        yield job["spec"]["template"]
+        yield "main", job["spec"]["template"]
     else:
-        for replica in job["spec"][REPLICA_SPECS[job["kind"]]].values():
-            yield replica["template"]
+        for role, replica in job["spec"][REPLICA_SPECS[job["kind"]]].items():
+            yield role.lower(), replica["template"]
 
 
 def suspend_path(job: dict[str, Any]) -> tuple[str, ...]:
@@ -164,8 +197,11 @@ def test_the_program_never_sets_a_managed_jobs_suspend_flag(objects):
 def test_every_pod_template_is_admitted_on_its_groups_flavor_without_drift(objects):
     jobs, by_name = managed_jobs(objects), flavors(objects)
     assert jobs and by_name
+    cluster_queue = {(o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]["clusterQueue"] for o in objects if o["kind"] == "LocalQueue"}
     for job in jobs:
-        for i, template in enumerate(templates(job)):
+        local_queue = job["metadata"]["labels"][QUEUE_LABEL]
+        queues = (local_queue, cluster_queue[(job["metadata"]["namespace"], local_queue)])
+        for i, (podset, template) in enumerate(templates(job)):
             fitting = [name for name, f in by_name.items() if fits(template, f)]
             if gpu_pods(template):
                 group = template["spec"]["nodeSelector"]["gputraining/node-group"]
@@ -175,7 +211,7 @@ def test_every_pod_template_is_admitted_on_its_groups_flavor_without_drift(objec
                 waiting = suspended(job, True)  # created: the webhook suspended it
                 assert prune(waiting, job) == job, job["metadata"]["name"]
                 admitted = suspended(job, False)  # admitted on this flavor
-                kueue_merge(list(templates(admitted))[i], by_name[name])  # raises Conflict: never admitted
+                kueue_merge(list(templates(admitted))[i][1], podset_info(by_name[name], podset, *queues))  # Conflict: never admitted
                 assert prune(admitted, job) == job, (job["metadata"]["name"], name)
 
 
@@ -200,7 +236,10 @@ def test_the_rules_see_drift_where_there_is_some():
     }
     flavor = {"nodeLabels": {"g": "a", "accel": "v100"}, "tolerations": [{"key": "y", "operator": "Exists"}, {"key": "x", "operator": "Exists"}]}
     live = copy.deepcopy(job)
-    kueue_merge(live["spec"]["template"], flavor)
+    kueue_merge(
+        live["spec"]["template"], {"nodeSelector": flavor["nodeLabels"], "tolerations": flavor["tolerations"], "labels": {"kueue.x-k8s.io/podset": "main"}}
+    )
+    assert live["spec"]["template"]["metadata"]["labels"] == {"kueue.x-k8s.io/podset": "main"}
     assert live["spec"]["template"]["spec"]["nodeSelector"] == {"g": "a", "accel": "v100"}
     assert [t["key"] for t in live["spec"]["template"]["spec"]["tolerations"]] == ["x", "y"]  # appended, no duplicate
     assert prune(live, job) == job
@@ -210,5 +249,9 @@ def test_the_rules_see_drift_where_there_is_some():
     prepended["spec"]["template"]["spec"]["tolerations"].insert(0, {"key": "y", "operator": "Exists"})
     assert prune(prepended, job) != job  # were the flavor's put first, the refreshed diff would show it
     with pytest.raises(Conflict):
-        kueue_merge(copy.deepcopy(job)["spec"]["template"], {"nodeLabels": {"g": "b"}})
+        kueue_merge(copy.deepcopy(job)["spec"]["template"], {"nodeSelector": {"g": "b"}})
+    labelled = copy.deepcopy(job)["spec"]["template"]
+    labelled["metadata"] = {"labels": {"kueue.x-k8s.io/podset": "mine"}}
+    with pytest.raises(Conflict):  # a template label Kueue also sets, with another value
+        kueue_merge(labelled, {"labels": {"kueue.x-k8s.io/podset": "main"}})
     assert not fits(job["spec"]["template"], {"nodeLabels": {"g": "b"}})
