@@ -6,9 +6,14 @@ each, so the two sides cannot drift apart.
 
 from __future__ import annotations
 
-# Every GPU node carries this taint; only pods that tolerate it (jobs, device plugins, GPU agents)
-# land on GPU nodes.
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+# The extended resources GPU nodes advertise and training pods request: the NVIDIA device plugin's
+# GPUs, the EFA device plugin's interfaces, and kubelet's 2 MiB huge pages.
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+HUGEPAGES_2MI_RESOURCE = "hugepages-2Mi"
+# Every GPU node carries this taint (keyed like the GPU resource, as the NVIDIA device plugin's
+# docs do); only pods that tolerate it (jobs, device plugins, GPU agents) land on GPU nodes.
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "true", "effect": "NoSchedule"}
 # Set on every GPU node (the NVIDIA device plugin's chart selects on it).
 GPU_PRESENT_LABEL = {"nvidia.com/gpu.present": "true"}
 # Set on nodes with EFA interfaces (the EFA device plugin's chart selects on it).
@@ -28,6 +33,8 @@ PART_OF = "gpu-training"
 # launch-template user data reserves them before kubelet starts (it then advertises them as
 # hugepages-2Mi: 5128 x 2 MiB = 10256Mi).
 EFA_HUGEPAGES_2MI_PAGES = 5128
+# The same in MiB, as the node advertises it (10256Mi).
+EFA_HUGEPAGES_NODE_MIB = EFA_HUGEPAGES_2MI_PAGES * 2
 # What an EFA worker container requests (hugepages-2Mi), within what a node advertises.
 EFA_HUGEPAGES_REQUEST = "5120Mi"
 

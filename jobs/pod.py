@@ -16,7 +16,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from facts.kube import EFA_HUGEPAGES_REQUEST, PART_OF
+from facts.kube import EFA_HUGEPAGES_REQUEST, EFA_RESOURCE, GPU_RESOURCE, HUGEPAGES_2MI_RESOURCE, PART_OF
 from jobs.base import EnvValue, GpuJob, JobBase, JobBuildError, JobsContext, JobTarget, RunJob
 
 JOB_LABEL = "gputraining/job"
@@ -165,8 +165,8 @@ def gpu_worker_container(
 ) -> dict[str, Any]:
     """A container that owns a whole GPU node: all its GPUs, and on EFA all its EFA interfaces,
     huge pages and IPC_LOCK (libfabric pins memory for RDMA)."""
-    limits: dict[str, Any] = {"nvidia.com/gpu": gpus}
-    requests: dict[str, Any] = {"nvidia.com/gpu": gpus, "memory": WORKER_MEMORY_REQUEST}
+    limits: dict[str, Any] = {GPU_RESOURCE: gpus}
+    requests: dict[str, Any] = {GPU_RESOURCE: gpus, "memory": WORKER_MEMORY_REQUEST}
     container: dict[str, Any] = {"name": name, "image": image}
     if command:
         container["command"] = list(command)
@@ -176,8 +176,8 @@ def gpu_worker_container(
         container["env"] = copy.deepcopy(env)
     if efa_interfaces:
         for r in (limits, requests):
-            r["vpc.amazonaws.com/efa"] = efa_interfaces
-            r["hugepages-2Mi"] = EFA_HUGEPAGES
+            r[EFA_RESOURCE] = efa_interfaces
+            r[HUGEPAGES_2MI_RESOURCE] = EFA_HUGEPAGES
         container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     container["resources"] = {"limits": limits, "requests": requests}
     container["volumeMounts"] = [dict(SHM_MOUNT)] + copy.deepcopy(mounts)

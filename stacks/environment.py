@@ -15,7 +15,7 @@ from components.cluster import Cluster, ClusterArgs
 from components.network import Network, NetworkArgs
 from components.node_group import NodeGroup, NodeGroupArgs
 from facts import catalog, versions
-from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_2MI_PAGES, SYSTEM_GROUP
+from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_2MI_PAGES, EFA_HUGEPAGES_NODE_MIB, EFA_RESOURCE, GPU_RESOURCE, HUGEPAGES_2MI_RESOURCE, SYSTEM_GROUP
 from stacks.addons import addon_configuration, addon_version
 from stacks.cluster_services import autoscaled, build_services
 from stacks.config import GpuNodeGroupConfig, StackConfig
@@ -142,10 +142,10 @@ def node_resources(g: GpuNodeGroupConfig) -> dict[str, str]:
 def extended_resources(instance: catalog.InstanceType, efa_interfaces: int) -> dict[str, str]:
     """The extended resources a node of ``instance`` with ``efa_interfaces`` EFA interfaces offers:
     its GPUs, and on EFA the interfaces and the huge pages the node reserves at boot."""
-    resources = {"nvidia.com/gpu": str(instance.gpus)}
+    resources = {GPU_RESOURCE: str(instance.gpus)}
     if efa_interfaces:
-        resources["vpc.amazonaws.com/efa"] = str(efa_interfaces)
-        resources["hugepages-2Mi"] = f"{EFA_HUGEPAGES_2MI_PAGES * 2}Mi"
+        resources[EFA_RESOURCE] = str(efa_interfaces)
+        resources[HUGEPAGES_2MI_RESOURCE] = f"{EFA_HUGEPAGES_NODE_MIB}Mi"
     return resources
 
 

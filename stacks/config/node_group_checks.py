@@ -13,6 +13,7 @@ from typing import Optional
 
 from facts import aws_names, catalog
 from facts.catalog import CAPACITY_BLOCK_DRAIN, CAPACITY_BLOCK_DRAIN_TEXT
+from facts.kube import GPU_TAINT
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
 from stacks.config.models import NAMESPACE, GpuNodeGroupConfig, SystemNodeGroupConfig
@@ -233,5 +234,5 @@ def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list
                 )
             if not _LABEL_VALUE.match(t.value):
                 problems.append(Problem(f"{k}.taints[{j}].value", f"{_fmt(t.value)} is not a valid taint value (up to 63 letters, digits, '-', '_', '.')"))
-            if t.key == "nvidia.com/gpu":
-                problems.append(Problem(f"{k}.taints[{j}].key", "'nvidia.com/gpu' is set on every GPU group already; list only extra taints"))
+            if t.key == GPU_TAINT["key"]:
+                problems.append(Problem(f"{k}.taints[{j}].key", f"{GPU_TAINT['key']!r} is set on every GPU group already; list only extra taints"))

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from facts import allocatable
-from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_2MI_PAGES, NODE_GROUP_LABEL
+from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_NODE_MIB, EFA_RESOURCE, GPU_RESOURCE, HUGEPAGES_2MI_RESOURCE, NODE_GROUP_LABEL
 from jobs.base import GPU_TOLERATION, toleration
 
-CPU, MEMORY, GPU, EFA, HUGEPAGES = "cpu", "memory", "nvidia.com/gpu", "vpc.amazonaws.com/efa", "hugepages-2Mi"
+CPU, MEMORY, GPU, EFA, HUGEPAGES = "cpu", "memory", GPU_RESOURCE, EFA_RESOURCE, HUGEPAGES_2MI_RESOURCE
 # What the ClusterQueues cover, in this order (Kueue checks only these: quotaCheckStrategy
 # IgnoreUndeclared, so a team's pod that also asks for ephemeral-storage is not blocked).
 RESOURCES = (CPU, MEMORY, GPU, EFA, HUGEPAGES)
@@ -99,7 +99,7 @@ def daemon_requests(efa: bool, services: NodeServices) -> list[allocatable.Daemo
 def node_allocatable(g: Any, services: NodeServices) -> dict[str, int]:
     """What one node of GPU group ``g`` leaves for training pods, per covered resource."""
     it = g.instance
-    hugepages = EFA_HUGEPAGES_2MI_PAGES * 2 if g.efa_interfaces else 0
+    hugepages = EFA_HUGEPAGES_NODE_MIB if g.efa_interfaces else 0
     daemons = daemon_requests(bool(g.efa_interfaces), services)
     memory_capacity = int(it.memory_mib * (1 - allocatable.KERNEL_MEMORY_SHARE))
     return {
