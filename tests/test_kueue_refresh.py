@@ -32,13 +32,11 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
+from facts.kube import GPU_RESOURCE, NODE_GROUP_LABEL
+from jobs.pod import QUEUE_LABEL
+from stacks.queues.admission import REPLICA_SPECS
 from tests.conftest import minimal_values, run_stack
 from tests.test_queues import team_values
-
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-# Where each kind keeps its pod templates and its suspend flag.
-REPLICA_SPECS = {"MPIJob": "mpiReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs", "PaddleJob": "paddleReplicaSpecs"}
-
 
 # ---------------------------------------------------------------------------------------------
 # The two rules, restated
@@ -160,7 +158,7 @@ def flavors(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def gpu_pods(template: dict[str, Any]) -> bool:
-    return any("nvidia.com/gpu" in (c.get("resources") or {}).get("limits", {}) for c in template["spec"]["containers"])
+    return any(GPU_RESOURCE in (c.get("resources") or {}).get("limits", {}) for c in template["spec"]["containers"])
 
 
 PADDLE = {"name": "ctr", "kind": "paddle", "nodeGroup": "p4d", "image": "nvcr.io/x/y:1", "command": ["python", "train.py"], "mode": "ps"}
@@ -204,7 +202,7 @@ def test_every_pod_template_is_admitted_on_its_groups_flavor_without_drift(objec
         for i, (podset, template) in enumerate(templates(job)):
             fitting = [name for name, f in by_name.items() if fits(template, f)]
             if gpu_pods(template):
-                group = template["spec"]["nodeSelector"]["gputraining/node-group"]
+                group = template["spec"]["nodeSelector"][NODE_GROUP_LABEL]
                 assert fitting == [group], (job["metadata"]["name"], fitting)  # its group's flavor, and only that
             assert fitting, f"{job['metadata']['name']}: no flavor fits {template['spec'].get('nodeSelector')}"
             for name in fitting:

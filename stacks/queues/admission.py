@@ -16,7 +16,7 @@ from stacks.queues.cluster_queues import ClusterQueue
 from stacks.queues.resources import RESOURCES, parse_quantity
 
 # The replica maps Kueue reads a pod set from, per kind (one pod set per replica type).
-_REPLICA_SPECS = {"MPIJob": "mpiReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs", "PaddleJob": "paddleReplicaSpecs"}
+REPLICA_SPECS = {"MPIJob": "mpiReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs", "PaddleJob": "paddleReplicaSpecs"}
 
 # ---------------------------------------------------------------------------------------------
 # What jobs ask for
@@ -79,7 +79,7 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
 
 def pod_sets(manifest: Mapping[str, Any]) -> list[PodSet]:
     """The pod sets Kueue makes of a queued job object (one per replica type, ``replicas`` pods)."""
-    replicas = (manifest.get("spec") or {}).get(_REPLICA_SPECS.get(manifest.get("kind", ""), ""), {})
+    replicas = (manifest.get("spec") or {}).get(REPLICA_SPECS.get(manifest.get("kind", ""), ""), {})
     out = []
     for role, rs in replicas.items():
         spec = (rs.get("template") or {}).get("spec") or {}
@@ -100,7 +100,7 @@ def demands(jobs: Iterable[tuple[str, JobBase]], ctx: JobsContext, queue_of_team
         except JobBuildError:
             continue
         for m in manifests:
-            if m.get("kind") in _REPLICA_SPECS and QUEUE_LABEL in (m["metadata"].get("labels") or {}):
+            if m.get("kind") in REPLICA_SPECS and QUEUE_LABEL in (m["metadata"].get("labels") or {}):
                 elastic = (m["spec"].get("elasticPolicy") or {}).get("maxReplicas") if m["kind"] == "PyTorchJob" else None
                 out.append(Demand(spec.name, spec.kind, key, queue_of_team[spec.team or ""], spec.priority, tuple(pod_sets(m)), elastic))
     return out
