@@ -97,9 +97,10 @@ class ClusterAutoscalerArgs:
     scale_down_unneeded_time: str = "10m"  # how long a node must be unneeded before it is removed
     scale_down_delay_after_add: str = "10m"  # no scale-down this long after a scale-up
     expander: str = "least-waste"  # which group to grow when several fit (not `priority`: no priorities ConfigMap is written)
-    # The vendored ProvisioningRequest CRD and its pinned sha256: given, the CRD is installed and the
-    # autoscaler serves ProvisioningRequests (Kueue's admission check makes them); None: neither.
+    # The vendored ProvisioningRequest CRD and its pinned sha256: given, the CRD is installed (Kueue
+    # sets up its ProvisioningRequest controller only if the API is served when it starts); None: not.
     provisioning_request_crd: Optional[ChartFile] = None
+    serve_provisioning_requests: bool = False  # the autoscaler acts on ProvisioningRequests (needs the CRD)
     discovery_tag: str = AUTOSCALE_TAG  # our ASG tag marking the groups to autoscale (NodeGroup writes it)
     project_root: Path = Path(".")  # where the chart path is relative to (the program's working directory)
     depends_on: list[pulumi.Resource] = field(default_factory=list)  # what must exist first (the Pod Identity agent, system nodes)
@@ -141,15 +142,18 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             "skip-nodes-with-local-storage": "false",
         }
         waits: list[pulumi.Resource] = [association, *args.depends_on]
+        if args.serve_provisioning_requests and args.provisioning_request_crd is None:
+            raise ValueError(f"{name}: serving ProvisioningRequests needs their CRD")
+        # The ProvisioningRequest API, when given (the chart grants the autoscaler its RBAC but does not
+        # ship the CRD; the autoscaler only watches the API when the CRD exists when it starts).
+        self.provisioning_request_crd: Optional[pulumi.Resource] = None
         if args.provisioning_request_crd is not None:
-            # The chart grants the autoscaler the ProvisioningRequest RBAC but does not ship the CRD;
-            # the autoscaler only watches the API when the CRD exists when it starts.
             crd = _crd(args.provisioning_request_crd.verified(args.project_root), args.project_root)
-            waits.append(
-                k8s.apiextensions.v1.CustomResourceDefinition(
-                    f"{name}-provisioningrequests-crd", metadata=crd["metadata"], spec=crd["spec"], opts=pulumi.ResourceOptions(parent=self)
-                )
+            self.provisioning_request_crd = k8s.apiextensions.v1.CustomResourceDefinition(
+                f"{name}-provisioningrequests-crd", metadata=crd["metadata"], spec=crd["spec"], opts=pulumi.ResourceOptions(parent=self)
             )
+            waits.append(self.provisioning_request_crd)
+        if args.serve_provisioning_requests:
             extra_args["enable-provisioning-requests"] = "true"
         self.release = k8s.helm.v3.Release(
             f"{name}-release",

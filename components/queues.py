@@ -39,6 +39,10 @@ RELEASE = "kueue"  # the Helm release; the chart names its objects after it ("ku
 # The ClusterRole the chart aggregates from every job kind's editor role and the queue viewers.
 BATCH_USER_ROLE = f"{RELEASE}-batch-user-role"
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
+# On Kueue's pod template: the optional APIs served when it started. Kueue sets up its
+# ProvisioningRequest controller only if the API is served at start (kueue v0.19.2 cmd/kueue/main.go,
+# "Skipping provisioning controller setup"), so a change of them must restart it.
+APIS_AT_START_ANNOTATION = "gputraining/kueue-apis-at-start"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 # Kueue's own settings the chart ships in its default configuration (charts/kueue values.yaml); the
 # stack's settings are added to these.
@@ -146,6 +150,9 @@ class QueuesArgs:
     namespace: str = "kueue-system"  # Kueue's own namespace
     teams: Sequence[TeamArgs] = ()  # teams: namespace, access entry, role bindings
     provisioning: Optional[ProvisioningArgs] = None  # the ProvisioningRequest admission check, if any
+    # Optional APIs Kueue looks for once, when it starts (the ProvisioningRequest CRD): they must exist
+    # before the release (``depends_on``), and a change of this list restarts Kueue (a pod annotation).
+    apis_at_start: Sequence[str] = ()
     project_root: Path = Path(".")  # where the chart path is relative to
     depends_on: list[pulumi.Resource] = field(default_factory=list)  # what must exist first (the cluster, system nodes)
     tags: dict[str, str] = field(default_factory=dict)  # tags on the access entries
@@ -185,7 +192,10 @@ def chart_values(args: QueuesArgs) -> dict[str, Any]:
     """The Helm values of the Kueue release."""
     return {
         "controllerManager": {
-            "manager": {"image": {"repository": args.image_repository, "tag": args.image_tag, "pullPolicy": "IfNotPresent"}},
+            "manager": {
+                "image": {"repository": args.image_repository, "tag": args.image_tag, "pullPolicy": "IfNotPresent"},
+                "podAnnotations": {APIS_AT_START_ANNOTATION: ",".join(sorted(args.apis_at_start)) or "none"},
+            },
             "nodeSelector": dict(args.node_selector),
         },
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_config(args), sort_keys=False)},

@@ -54,6 +54,7 @@ class _Services:
     file_systems: dict[str, SharedFileSystem] = field(default_factory=dict)  # what SageMaker jobs read
     etcd_endpoint: Optional[str] = None
     job_queues: dict[str, str] = field(default_factory=dict)  # team ("" = none) -> LocalQueue of its jobs; empty without queues
+    provisioning_request_crd: Optional[pulumi.Resource] = None  # the ProvisioningRequest API, when installed
 
 
 def build_services(cfg: StackConfig, gpu_az: str, network: Network, cluster: Cluster, system: NodeGroup, tags: dict[str, str]) -> dict[str, Any]:
@@ -255,7 +256,7 @@ def _autoscaler(s: _Services) -> None:
     if not any(autoscaled(cfg, g) for g in cfg.gpu_node_groups):
         return
     a = cfg.autoscaling
-    ClusterAutoscaler(
+    autoscaler = ClusterAutoscaler(
         "cluster-autoscaler",
         ClusterAutoscalerArgs(
             chart=ChartFile(versions.CLUSTER_AUTOSCALER_CHART_FILE, versions.CLUSTER_AUTOSCALER_CHART_SHA256, versions.CLUSTER_AUTOSCALER_CHART),
@@ -266,16 +267,20 @@ def _autoscaler(s: _Services) -> None:
             scale_down_unneeded_time=a.scale_down_unneeded_time,
             scale_down_delay_after_add=a.scale_down_delay_after_add,
             expander=a.expander,
-            # Served only for Kueue's ProvisioningRequest admission check (stacks/queues/).
+            # The API of Kueue's ProvisioningRequest admission check, installed whenever Kueue runs next
+            # to the autoscaler, so that Kueue (which looks for it once, at start) has its controller
+            # ready and turning `autoscaling.provisioningRequests` on or off needs no restart of Kueue.
             provisioning_request_crd=ChartFile(versions.PROVISIONING_REQUEST_CRD, versions.PROVISIONING_REQUEST_CRD_SHA256, "cluster-autoscaler-1.36.1")
-            if a.provisioning_requests and cfg.queues.enabled
+            if queues.plan_for(cfg) is not None
             else None,
+            serve_provisioning_requests=bool(a.provisioning_requests and cfg.queues.enabled),
             project_root=PROJECT_ROOT,
             depends_on=[s.cluster.pod_identity_agent],
             tags=s.tags,
         ),
         opts=s.k8s_component,
     )
+    s.provisioning_request_crd = autoscaler.provisioning_request_crd
 
 
 def _queues(s: _Services) -> None:
@@ -329,8 +334,9 @@ def _queues(s: _Services) -> None:
             namespace=queues.KUEUE_NAMESPACE,
             teams=[TeamArgs(t.name, t.namespace, t.role_arn, t.kubernetes_group) for t in plan.teams],
             provisioning=ProvisioningArgs(queues.PROVISIONING_CHECK, queues.PROVISIONING_CLASS, [queues.GPU]) if plan.provisioning else None,
+            apis_at_start=[queues.PROVISIONING_REQUEST_API] if s.provisioning_request_crd is not None else [],
             project_root=PROJECT_ROOT,
-            depends_on=[s.cluster.eks, s.namespace],
+            depends_on=[s.cluster.eks, s.namespace, *([s.provisioning_request_crd] if s.provisioning_request_crd is not None else [])],
             tags=s.tags,
         ),
         opts=s.k8s_component,

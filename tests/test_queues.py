@@ -268,6 +268,45 @@ def test_a_group_that_is_not_autoscaled_contributes_its_fixed_size(team_plan):
     assert quota(one(off, "ClusterQueue", queues.SHARED_QUEUE), "p4d")["nvidia.com/gpu"]["nominalQuota"] == "8"  # desiredSize 1
 
 
+# A capacity-block group that follows its block's window: the scheduled action scales it to maxSize
+# when the block starts, so that is what its flavor supplies (issue 24, item 1).
+WINDOWED_BLOCK = {
+    "name": "h100",
+    "instanceType": "p5.48xlarge",
+    "maxSize": 2,
+    "capacityType": "capacity-block",
+    "capacityReservationId": "cr-0123456789abcdef0",
+    "capacity": {"start": "2030-01-01T11:30:00Z", "end": "2030-01-02T11:30:00Z"},
+}
+
+
+def test_a_capacity_block_with_a_window_supplies_its_max_size_to_every_queue():
+    team = {"name": "vision", "quotas": [{"nodeGroup": "h100", "nodes": 1}]}
+    values = minimal_values(
+        gpuAvailabilityZone="us-west-2b",
+        gpuNodeGroups=[WINDOWED_BLOCK],
+        queues={"teams": [team]},
+        jobs=[job("block-nccl", 2, group="h100"), job("team-nccl", 1, group="h100", team="vision")],
+    )
+    plan = run_stack(values)
+    shared = quota(one(plan, "ClusterQueue", queues.SHARED_QUEUE), "h100")
+    team_cq = one(plan, "ClusterQueue", "vision")  # a team's ClusterQueue is named after it
+    assert quota(team_cq, "h100")["nvidia.com/gpu"]["nominalQuota"] == "8"  # the team's 1 node
+    assert shared["nvidia.com/gpu"]["nominalQuota"] == "8"  # maxSize 2 less the team's node, not 0
+    # Without the window the group is sized by desiredSize (0 here): a two-node job is refused.
+    unwindowed = {**WINDOWED_BLOCK, "capacity": None}
+    (problem,) = problems_of(minimal_values(gpuAvailabilityZone="us-west-2b", gpuNodeGroups=[unwindowed], queues={}, jobs=[job("block-nccl", 2, group="h100")]))
+    assert "can never be admitted" in problem and "fixed size 0" in problem
+
+
+def test_the_plan_says_a_windowed_group_supplies_max_size_during_its_window():
+    values = minimal_values(gpuAvailabilityZone="us-west-2b", gpuNodeGroups=[WINDOWED_BLOCK], queues={}, jobs=[job("block-nccl", 2, group="h100")])
+    plan = queues.plan_for(load(values, "gpu-training", "test"))
+    assert plan is not None
+    text = queues.describe(plan, "v0")
+    assert "flavor h100 (p5.48xlarge, 2 of the group's maxSize 2 (capacity block, during its window))" in text, text
+
+
 def test_flavors_carry_the_groups_labels_and_taints_as_tolerations(team_plan):
     p4d = one(team_plan, "ResourceFlavor", "p4d")["spec"]
     assert p4d["nodeLabels"][NODE_GROUP_LABEL] == "p4d"
@@ -512,8 +551,9 @@ def test_provisioning_requests_on_the_autoscaled_flavors(team_plan):
 def test_no_provisioning_requests_by_default(dev_plan):
     (ca,) = [r for r in dev_plan.of_type(RELEASE) if r.inputs["name"] == "cluster-autoscaler"]
     assert "enable-provisioning-requests" not in ca.inputs["values"]["extraArgs"]
-    assert not dev_plan.of_type(CRD) or all("provisioningrequests" not in r.inputs["metadata"]["name"] for r in dev_plan.of_type(CRD))
     assert not objects_of(dev_plan, "AdmissionCheck")
+    # The API is there all the same, for Kueue, which looks for it only at its start (test_provisioning_api.py).
+    assert [r for r in dev_plan.of_type(CRD) if r.inputs["metadata"]["name"] == queues.PROVISIONING_REQUEST_API]
 
 
 def test_waiting_for_pods_and_requeueing_in_the_kueue_config(dev_plan):

@@ -14,7 +14,7 @@ from jobs.base import JobBase
 from stacks.queues.admission import reach
 from stacks.queues.cluster_queues import KUEUE_NAMESPACE, RESERVED_TEAM_NAMES, team_namespace
 from stacks.queues.plan import QueuePlan
-from stacks.queues.resources import RESOURCES, group_nodes, human
+from stacks.queues.resources import RESOURCES, group_supply, human
 
 # Kueue's ResourceFlavor holds at most 8 tolerations: the GPU taint's and the group's own taints.
 MAX_FLAVOR_TOLERATIONS = 8
@@ -150,9 +150,9 @@ def check_config(
         return
     for name, wanted in taken.items():
         g = by_group[name]
-        nodes, scaled = group_nodes(g, autoscaling.enabled)
-        if wanted > nodes:
-            size = f"maxSize {nodes}" if scaled else f"a fixed size of {nodes} (not autoscaled)"
+        supply = group_supply(g, autoscaling.enabled)
+        if wanted > supply.nodes:
+            size = supply.text
             problems.append(
                 Problem(
                     f"{k}.teams",

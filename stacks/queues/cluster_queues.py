@@ -21,6 +21,8 @@ PROVISIONING_CHECK = "gpu-provisioning"  # the ProvisioningRequest admission che
 # The autoscaler's provisioning class for a gang: all its nodes or none, as far as the cloud provider
 # can (AWS's cannot: it has no atomic resize, so the autoscaler makes one resize for the whole gang).
 PROVISIONING_CLASS = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+# The API the check's ProvisioningRequests are made in (the autoscaler's CRD, by its name).
+PROVISIONING_REQUEST_API = "provisioningrequests.autoscaling.x-k8s.io"
 KUEUE_NAMESPACE = "kueue-system"
 # Names a team cannot take (its ClusterQueue and its LocalQueue in the training namespace are named
 # after it): the shared queue's, and `default`, which in the training namespace would take in the

@@ -118,7 +118,7 @@ class Flavor:
 
     name: str
     instance_type: str
-    nodes: int  # the group's maxSize, or its fixed size when it is not autoscaled
+    nodes: int  # what the group supplies: see ``GroupSupply``
     autoscaled: bool
     per_node: Mapping[str, int]
     node_labels: Mapping[str, str]
@@ -128,20 +128,40 @@ class Flavor:
     def capacity(self) -> dict[str, int]:
         return {r: self.nodes * self.per_node[r] for r in RESOURCES}
 
+    sizing: str  # how the group comes to hold ``nodes`` (``GroupSupply.text``)
+
+
+@dataclass(frozen=True)
+class GroupSupply:
+    """How many nodes a GPU group holds when it runs, which is what its flavor's quota may count:
+    an autoscaled group its ``maxSize`` (the autoscaler adds nodes for waiting pods); a capacity-block
+    group with a window its ``maxSize`` too (the scheduled action scales it to that at the block's
+    start, and preflight checks ``maxSize`` against the block's instance count); any other group its
+    fixed ``desiredSize``."""
+
+    nodes: int
+    autoscaled: bool
+    windowed: bool  # a capacity block whose window the group follows
+
     @property
-    def sizing(self) -> str:
-        return f"maxSize {self.nodes}" if self.autoscaled else f"fixed size {self.nodes} (not autoscaled)"
+    def text(self) -> str:
+        if self.autoscaled:
+            return f"maxSize {self.nodes}"
+        if self.windowed:
+            return f"maxSize {self.nodes} (capacity block, during its window)"
+        return f"fixed size {self.nodes} (not autoscaled)"
 
 
-def group_nodes(g: Any, autoscaling_enabled: bool) -> tuple[int, bool]:
-    """How many nodes group ``g`` can have (maxSize when the autoscaler sizes it, else its fixed
-    size: desiredSize), and whether it is autoscaled."""
+def group_supply(g: Any, autoscaling_enabled: bool) -> GroupSupply:
+    """What group ``g`` can supply (``GroupSupply``)."""
     scaled = autoscaling_enabled and g.autoscaled
-    return (g.max_size if scaled else g.desired_size), scaled
+    windowed = not scaled and g.capacity_block_window is not None
+    return GroupSupply(g.max_size if scaled or windowed else g.desired_size, scaled, windowed)
 
 
 def flavor_of(g: Any, autoscaling_enabled: bool, services: NodeServices) -> Flavor:
-    nodes, scaled = group_nodes(g, autoscaling_enabled)
+    supply = group_supply(g, autoscaling_enabled)
+    nodes, scaled = supply.nodes, supply.autoscaled
     labels = {NODE_GROUP_LABEL: g.name, **g.labels}
     if g.instance.accelerator:
         labels[ACCELERATOR_LABEL] = g.instance.accelerator
@@ -153,4 +173,5 @@ def flavor_of(g: Any, autoscaling_enabled: bool, services: NodeServices) -> Flav
         per_node=node_allocatable(g, services),
         node_labels=labels,
         tolerations=[dict(GPU_TOLERATION)] + [toleration(t.model_dump(by_alias=True)) for t in g.taints],
+        sizing=supply.text,
     )
