@@ -16,7 +16,10 @@ reservation or block. This one adds, on top of the same EFA layout:
   at ``pulumi up`` from an offering (an irreversible purchase, only when the stack asks for it);
 - for a capacity block with a known window, scheduled actions on the group's Auto Scaling group:
   to the group's maxSize when the block starts and to zero ``CAPACITY_BLOCK_DRAIN`` before it
-  ends (EC2 starts terminating a block's instances 30 minutes before its end).
+  ends (EC2 starts terminating a block's instances 30 minutes before its end); inside the window
+  the program sets the desired size itself, so any `up` leaves the group at its block's size, and
+  holds back the changes EKS would apply by upgrading or replacing the group
+  (``components.node_scaling.BlockPlan``).
 No subnet is set on the interfaces: EKS picks it from the node group's subnets. The Cluster
 Autoscaler's tags and a capacity block's schedule are worked out in ``components/node_scaling.py``.
 """
@@ -33,7 +36,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 
 from components.node_scaling import NODE_TEMPLATE as NODE_TEMPLATE  # re-exported: the tests read it here
-from components.node_scaling import ScheduledSize, _config_order, _utc_text, autoscaler_template_tags, capacity_block_schedule, tag_resource_parts
+from components.node_scaling import BlockPlan, _config_order, _utc_text, autoscaler_template_tags, capacity_block_plan, held_back_text, tag_resource_parts
 from facts.catalog import InterfaceSlot
 from facts.kube import AUTOSCALE_TAG, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL
 
@@ -62,8 +65,8 @@ class NodeGroupArgs:
     # instead of capacity_reservation_id; None: buy nothing.
     capacity_block_offering_id: Optional[str] = None
     # The capacity block's (start, end), timezone-aware: the group scales to max_size at the start and
-    # to zero CAPACITY_BLOCK_DRAIN before the end (scheduled actions), and desired_size is then
-    # computed from the window; None: no scheduled scaling.
+    # to zero CAPACITY_BLOCK_DRAIN before the end (scheduled actions, and inside the window the
+    # program itself), and desired_size is then computed from the window; None: no scheduled scaling.
     capacity_block_window: Optional[tuple[datetime.datetime, datetime.datetime]] = None
     # The launch template's network interfaces, card by card (facts.catalog.efa_layout of the type);
     # empty: no EFA, the primary interface as EKS makes it.
@@ -104,6 +107,15 @@ def _asg_name(resources: Any) -> str:
     """The name of the Auto Scaling group EKS made for a node group (one per group)."""
     groups = resources[0].autoscaling_groups or []
     return str(groups[0].name)
+
+
+def _ignored(autoscaled: bool, block: Optional[BlockPlan]) -> Optional[list[str]]:
+    """The GPU node group's ``ignoreChanges``: the desired size of an autoscaled group, and what a
+    capacity block's plan keeps from the state; None when nothing."""
+    ignored = block.ignored() if block is not None else []
+    if autoscaled and "scalingConfig.desiredSize" not in ignored:
+        ignored.insert(0, "scalingConfig.desiredSize")
+    return ignored or None
 
 
 def _pulumi_eks_child_urn(name: str, parent: pulumi.Resource) -> pulumi.Output[str]:
@@ -163,11 +175,6 @@ def efa_network_interfaces(slots: Sequence[InterfaceSlot], security_group_ids: l
             )
         )
     return interfaces
-
-
-def utc_now() -> datetime.datetime:
-    """The time the program runs at (a function, so tests can fix it)."""
-    return datetime.datetime.now(datetime.timezone.utc)
 
 
 class NodeGroup(pulumi.ComponentResource):
@@ -304,9 +311,14 @@ class NodeGroup(pulumi.ComponentResource):
         self.node_group_name = node_group_name
         eks_taints = [aws.eks.NodeGroupTaintArgs(key=t["key"], value=t.get("value") or None, effect=EKS_TAINT_EFFECT[t["effect"]]) for t in taints]
         desired_size = args.desired_size
-        schedule: tuple[ScheduledSize, ...] = ()
+        # A capacity block's window at the program's `now` (node_scaling.utc_now, the one clock).
+        block: Optional[BlockPlan] = None
         if args.capacity_block_window is not None:
-            desired_size, schedule = capacity_block_schedule(*args.capacity_block_window, args.max_size, utc_now())
+            block = capacity_block_plan(*args.capacity_block_window, args.max_size)
+            desired_size = block.desired
+            if block.held:
+                pulumi.log.warn(f"node group {node_group_name}: {held_back_text(block)}", resource=self)
+        schedule = block.actions if block is not None else ()
         scaling = aws.eks.NodeGroupScalingConfigArgs(min_size=args.min_size, desired_size=desired_size, max_size=args.max_size)
         lt_ref = aws.eks.NodeGroupLaunchTemplateArgs(id=launch_template.id, version=launch_template.latest_version.apply(str))
         self.node_group: pulumi.Resource
@@ -335,8 +347,10 @@ class NodeGroup(pulumi.ComponentResource):
                     parent=self,
                     depends_on=[args.cluster, *args.ready],
                     # The autoscaler owns the desired size of an autoscaled group, the scheduled actions
-                    # that of a capacity block's group: a refreshed `up` sends the size they set.
-                    ignore_changes=["scalingConfig.desiredSize"] if args.autoscale_resources is not None or args.capacity_block_window else None,
+                    # that of a capacity block's group outside its window: a refreshed `up` sends the
+                    # size they set. Inside the window the program sets it, and holds back what EKS
+                    # would apply by upgrading or replacing the group (node_scaling.BlockPlan).
+                    ignore_changes=_ignored(args.autoscale_resources is not None, block),
                     # Stacks made before kept this group as pulumi-eks' ManagedNodeGroup, whose child
                     # aws.eks.NodeGroup had this name: take it over instead of replacing the nodes.
                     aliases=[_pulumi_eks_child_urn(name, self)],
@@ -381,6 +395,7 @@ class NodeGroup(pulumi.ComponentResource):
         # one per node group). Only desired capacity changes (-1 leaves min and max alone), so a
         # later `pulumi up` of minSize/maxSize and the actions never fight over the same value.
         self.scheduled_sizes = schedule
+        self.capacity_block_plan = block
         if schedule:
             group = self.node_group
             assert isinstance(group, aws.eks.NodeGroup), "capacity blocks are GPU groups"

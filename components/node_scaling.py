@@ -3,7 +3,9 @@
 - the Auto Scaling group tags the Cluster Autoscaler builds a node of a group at zero nodes from
   (its labels, taints and extended resources), and the names of their ``aws.autoscaling.Tag``
   resources, never two alike;
-- a capacity block's window as the group's starting size and the scheduled actions still to come.
+- a capacity block's window at the program's ``now`` (``BlockPlan``): the group's starting size,
+  the scheduled actions still to come, whether the program sets the desired size itself and whether
+  changes EKS would apply by upgrading the group are held back; ``utc_now`` is the one clock.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Literal, Optional, Sequence
 
 from facts.catalog import CAPACITY_BLOCK_DRAIN
 
@@ -79,19 +81,133 @@ class ScheduledSize:
     size: int
 
 
-def capacity_block_schedule(start: datetime.datetime, end: datetime.datetime, size: int, now: datetime.datetime) -> tuple[int, tuple[ScheduledSize, ...]]:
-    """The desired size a capacity block's group is created with, and the scheduled actions that
-    are still to come at ``now``: ``size`` nodes at the start, none ``CAPACITY_BLOCK_DRAIN`` before
-    the end. An action whose time has passed is left out: EC2 Auto Scaling deletes a one-time
-    action once it has run, and refuses to create one in the past. A group created inside the
-    window starts at ``size``; outside it, at 0."""
-    down = end - CAPACITY_BLOCK_DRAIN
-    actions = []
-    if start > now:
-        actions.append(ScheduledSize("block-start", start, size))
-    if down > now:
-        actions.append(ScheduledSize("block-end", down, 0))
-    return (size if start <= now < down else 0), tuple(actions)
+def utc_now() -> datetime.datetime:
+    """The time the program (and preflight, and the offline plan) runs at: the one clock every
+    capacity-block decision reads, so tests fix it here."""
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+# How far ahead of the program's `now` a scheduled action must be to be registered, and how long
+# before the scale-down the stack stops raising the group itself. Auto Scaling refuses a one-time
+# action whose start time has passed when PutScheduledUpdateGroupAction is called, and that call
+# comes after the program ran: on a first `up`, after the network, the cluster (about 10 minutes)
+# and the node group (3-5) are created, about 17 minutes (infra/critical_path.py's table). A
+# day-two `up` reaches it in a minute or two.
+SCHEDULE_LEAD = datetime.timedelta(minutes=20)
+SCHEDULE_LEAD_TEXT = "20 minutes"
+
+# The node group inputs EKS applies by upgrading the group (UpdateNodegroupVersion: the Kubernetes
+# version, the AMI release, the launch template's version, which carries the disk size, the user
+# data and the instances' and volumes' tags) or by replacing it (a new group: new nodes). EKS
+# upgrades a capacity-block group only at desired size 0, and either would take the nodes of the
+# paid block away, so while its window is open they keep the values in the state (ignoreChanges;
+# Pulumi has no wildcard for "every input", so they are named). Left to apply in the window: what
+# UpdateNodegroupConfig changes with the group running (labels, taints, minSize/maxSize, the update
+# and repair settings) and the group's own tags (TagResource).
+HELD_BACK = ("amiType", "capacityType", "instanceTypes", "launchTemplate", "nodeRoleArn", "releaseVersion", "subnetIds", "version")
+HELD_BACK_TEXT = (
+    "the Kubernetes version, the launch template (disk size, user data, instance and volume tags), the AMI, the instance type, the subnet and the node role"
+)
+
+Phase = Literal["before", "open", "closing", "draining", "over"]
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """What the program does with a capacity block's group at ``now``.
+
+    - ``before`` (more than SCHEDULE_LEAD before the start): the group is created at 0 and both
+      scheduled actions are registered; Pulumi ignores its desired size (the actions set it).
+    - ``open`` (from SCHEDULE_LEAD before the start to SCHEDULE_LEAD before the scale-down): the
+      start action is not registered (it could be refused, or has run), and the program sets the
+      desired size to ``size`` on every `up` (not ignored; `refresh: always` reads the running size,
+      so an `up` sends UpdateNodegroupConfig only when the group is short). Before the start, EKS's
+      documented behaviour applies: the launches fail until the block is active, then succeed.
+    - ``closing`` (the last SCHEDULE_LEAD before the scale-down): the group is left as it is and
+      the scale-down action stays registered (one already in the state is not called again), so an
+      `up` whose call would land after the scale-down never raises the group again.
+    - ``draining`` (from the scale-down to the end) and ``over`` (after it): no action; the program
+      sets the desired size to 0 on every `up`, whatever ran before.
+    From ``open`` to the end, ``held``: the inputs of ``HELD_BACK`` keep their state values."""
+
+    start: datetime.datetime
+    end: datetime.datetime
+    size: int
+    now: datetime.datetime
+
+    @property
+    def down(self) -> datetime.datetime:
+        """When the group scales to zero: ``CAPACITY_BLOCK_DRAIN`` before the end."""
+        return self.end - CAPACITY_BLOCK_DRAIN
+
+    @property
+    def phase(self) -> Phase:
+        if self.now < self.start - SCHEDULE_LEAD:
+            return "before"
+        if self.now < self.down - SCHEDULE_LEAD:
+            return "open"
+        if self.now < self.down:
+            return "closing"
+        return "draining" if self.now < self.end else "over"
+
+    @property
+    def desired(self) -> int:
+        """The desired size the program sends: on create, and on every `up` when ``steered``."""
+        return self.size if self.phase == "open" else 0
+
+    @property
+    def steered(self) -> bool:
+        """Whether the program's desired size is sent on every `up` (else Pulumi ignores it)."""
+        return self.phase in ("open", "draining", "over")
+
+    @property
+    def held(self) -> bool:
+        """Whether changes EKS would apply by upgrading or replacing the group are held back."""
+        return self.phase in ("open", "closing", "draining")
+
+    @property
+    def actions(self) -> tuple[ScheduledSize, ...]:
+        """The one-time actions registered: the start only while it is more than SCHEDULE_LEAD
+        ahead; the scale-down while it is ahead (within SCHEDULE_LEAD only one already made
+        stays quiet: a new one could be refused if its call came after it)."""
+        out = []
+        if self.phase == "before":
+            out.append(ScheduledSize("block-start", self.start, self.size))
+        if self.down > self.now:
+            out.append(ScheduledSize("block-end", self.down, 0))
+        return tuple(out)
+
+    def ignored(self) -> list[str]:
+        """The node group inputs Pulumi keeps from the state (``ignoreChanges``)."""
+        return ([] if self.steered else ["scalingConfig.desiredSize"]) + (list(HELD_BACK) if self.held else [])
+
+
+def capacity_block_plan(start: datetime.datetime, end: datetime.datetime, size: int, now: Optional[datetime.datetime] = None) -> BlockPlan:
+    """The plan of a group of ``size`` nodes following the block ``start``..``end`` at ``now``
+    (default: ``utc_now()``)."""
+    return BlockPlan(start, end, size, now if now is not None else utc_now())
+
+
+def utc_text(when: datetime.datetime) -> str:
+    """``YYYY-MM-DD hh:mm UTC``, how the stack's messages give a time."""
+    return when.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def held_back_text(plan: BlockPlan) -> str:
+    """What an `up` does to the group while its window is open, in words (the preview's warning,
+    preflight and the plan summary)."""
+    steer = {
+        "open": f"each `pulumi up` brings the group to {plan.size} nodes (maxSize) if it has fewer, until {utc_text(plan.down - SCHEDULE_LEAD)}"
+        + (" (launches fail until the block is active, then succeed)" if plan.now < plan.start else ""),
+        "closing": f"the group is left at its size until its scale-down at {utc_text(plan.down)}",
+        "draining": "each `pulumi up` brings the group to 0 if the scale-down has not",
+    }[str(plan.phase)]
+    opens = "opens" if plan.now < plan.start else "is open"
+    return (
+        f"its capacity block's window {opens} ({utc_text(plan.start)} to {utc_text(plan.end)}): {steer}; changes to "
+        f"{HELD_BACK_TEXT} are held back until {utc_text(plan.end)} (EKS upgrades a capacity-block group only at desired size 0, "
+        "and replacing it would end the block's nodes); the first `pulumi up` after that applies them"
+    )
 
 
 def _utc_text(when: datetime.datetime) -> str:

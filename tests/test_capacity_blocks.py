@@ -21,7 +21,7 @@ import botocore.session
 import pytest
 from botocore.exceptions import ParamValidationError
 
-from components import node_group
+from components import node_scaling
 from infra import plan as plan_cli
 from infra import preflight
 from stacks import config as stack_config
@@ -138,13 +138,13 @@ def test_an_offering_alone_is_valid_and_the_group_waits_for_its_block():
     ],
 )
 def test_schedule_follows_the_window(now, created, actions):
-    size, schedule = node_group.capacity_block_schedule(START, END, 2, now)
-    assert size == created
-    assert [(a.suffix, a.at, a.size) for a in schedule] == actions
+    block = node_scaling.capacity_block_plan(START, END, 2, now)
+    assert block.desired == created
+    assert [(a.suffix, a.at, a.size) for a in block.actions] == actions
 
 
 def test_plan_schedules_the_group_on_its_asg(monkeypatch):
-    monkeypatch.setattr(node_group, "utc_now", lambda: START - datetime.timedelta(days=2))
+    monkeypatch.setattr(node_scaling, "utc_now", lambda: START - datetime.timedelta(days=2))
     plan = run_stack(values_with(block_group()))
     mng = plan.named("aws:eks/nodeGroup:NodeGroup", "gpu-h100-mng")
     assert mng.inputs["scalingConfig"] == {"minSize": 0, "desiredSize": 0, "maxSize": 2}
@@ -169,9 +169,11 @@ def test_plan_schedules_the_group_on_its_asg(monkeypatch):
 
 
 def test_a_group_created_inside_the_window_starts_at_its_size(monkeypatch):
-    monkeypatch.setattr(node_group, "utc_now", lambda: START + datetime.timedelta(hours=1))
+    monkeypatch.setattr(node_scaling, "utc_now", lambda: START + datetime.timedelta(hours=1))
     plan = run_stack(values_with(block_group()))
-    assert plan.named("aws:eks/nodeGroup:NodeGroup", "gpu-h100-mng").inputs["scalingConfig"]["desiredSize"] == 2
+    mng = plan.named("aws:eks/nodeGroup:NodeGroup", "gpu-h100-mng")
+    assert mng.inputs["scalingConfig"]["desiredSize"] == 2
+    assert "scalingConfig.desiredSize" not in mng.options["ignoreChanges"]  # inside the window the program sets it
     assert [r.name for r in plan.of_type(SCHEDULE)] == ["gpu-h100-block-end"]
 
 
@@ -195,7 +197,7 @@ def purchase_group() -> dict[str, Any]:
 
 
 def test_purchase_true_buys_the_offering_and_targets_it(monkeypatch):
-    monkeypatch.setattr(node_group, "utc_now", lambda: START - datetime.timedelta(days=2))
+    monkeypatch.setattr(node_scaling, "utc_now", lambda: START - datetime.timedelta(days=2))
     plan = run_stack(values_with(purchase_group()))
     (bought,) = plan.of_type(PURCHASE)
     assert bought.inputs["capacityBlockOfferingId"] == OFFERING_ID and bought.inputs["instancePlatform"] == "Linux/UNIX"
@@ -224,7 +226,7 @@ def _write_plan(values: dict[str, Any], folder: Path) -> None:
 
 
 def test_plan_summary_and_pr_diff_say_the_purchase_in_words(tmp_path, monkeypatch):
-    monkeypatch.setattr(node_group, "utc_now", lambda: START - datetime.timedelta(days=2))
+    monkeypatch.setattr(node_scaling, "utc_now", lambda: START - datetime.timedelta(days=2))
     cfg = load(values_with(purchase_group()))
     g = cfg.gpu_group("h100")
     assert g is not None

@@ -1,7 +1,8 @@
 """Preflight's capacity checks: a GPU group's capacity reservation or Capacity Block (its type, AZ
 and state; for a block, its instance count against maxSize and its window against
 capacity.start/end), and a capacity-block group's offerings with their upfront price, or the
-offering `pulumi up` will buy (and the block an earlier `up` bought).
+offering `pulumi up` will buy (and the block an earlier `up` bought); while a group's window is
+open, a WARN that `pulumi up` holds back the changes EKS would apply by upgrading the group.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import datetime
 import functools
 from typing import TYPE_CHECKING, Any, Optional
 
+from components import node_scaling
 from facts.catalog import CAPACITY_BLOCK_DRAIN_TEXT
 from infra.preflight.results import FAIL, PASS, WARN, CheckResult, _error_code, _guard, _is_client_error, _paginate, _unanswered
 from stacks import config as stack_config
@@ -31,6 +33,30 @@ def _check_reservations(ctx: _Context) -> list[CheckResult]:
             _guard(check, "ec2 DescribeCapacityReservations", "ec2:DescribeCapacityReservations", functools.partial(_reservation_line, ctx, g, check))
         )
     results += _check_capacity_offerings(ctx)
+    results += _check_windows(ctx)
+    return results
+
+
+def _check_windows(ctx: _Context) -> list[CheckResult]:
+    """A WARN per capacity-block group whose window is open now (no AWS call): inside it `pulumi up`
+    holds back the changes EKS would apply by upgrading or replacing the group
+    (``components.node_scaling.BlockPlan``, on the clock the program reads)."""
+    results = []
+    for g in ctx.cfg.gpu_node_groups:
+        window = g.capacity_block_window
+        if window is None or g.awaiting_capacity_block:
+            continue
+        block = node_scaling.capacity_block_plan(*window, g.max_size)
+        if block.held:
+            results.append(
+                CheckResult(
+                    WARN,
+                    f"capacity block window (GPU group {g.name})",
+                    node_scaling.held_back_text(block),
+                    f"a change to {node_scaling.HELD_BACK_TEXT} of group {g.name} waits for the first `pulumi up` after "
+                    f"{node_scaling.utc_text(block.end)}; the preview warns while it is held back",
+                )
+            )
     return results
 
 

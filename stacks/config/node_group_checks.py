@@ -88,7 +88,8 @@ def _check_capacity(k: str, g: GpuNodeGroupConfig, it: Optional[catalog.Instance
                 Problem(
                     f"{k}.{key}",
                     f"{value} is not allowed with capacity.start/end: the group follows the block's window (maxSize nodes from its start, 0 "
-                    f"{CAPACITY_BLOCK_DRAIN_TEXT} before its end, by scheduled actions); leave minSize and desiredSize out",
+                    f"{CAPACITY_BLOCK_DRAIN_TEXT} before its end, by scheduled actions and, inside the window, by `pulumi up` itself); leave minSize and "
+                    "desiredSize out",
                 )
             )
     if o is None:
