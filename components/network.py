@@ -13,6 +13,10 @@ from typing import Optional
 import pulumi
 import pulumi_aws as aws
 
+# The tag (value "true") that marks the GPU AZ's private subnet, there since the first version: with
+# the stack's own tags it is how a later run finds the GPU AZ the stack is deployed in (stacks/placement.py).
+GPU_SUBNET_TAG = "gputraining/gpu-az"
+
 
 @dataclass
 class NetworkArgs:
@@ -113,7 +117,7 @@ class Network(pulumi.ComponentResource):
                     **cluster_tag,
                     "Name": f"{args.cluster_name}-private-{az}",
                     "kubernetes.io/role/internal-elb": "1",
-                    **({"gputraining/gpu-az": "true"} if az == args.gpu_availability_zone else {}),
+                    **({GPU_SUBNET_TAG: "true"} if az == args.gpu_availability_zone else {}),
                 },
                 opts=child,
             )

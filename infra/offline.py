@@ -2,7 +2,9 @@
 
 It stands in for the cloud only. Every resource gets a stable fake id and the outputs the program
 reads; invokes that ask AWS about the region (AZs, instance type offerings) are answered from
-AWS's recorded data that moto ships. The program itself runs unchanged.
+AWS's recorded data that moto ships, and lookups of what the stack has already made (its GPU
+subnet) from ``infra/offline_deployed.py``: nothing by default, a new stack. The program itself
+runs unchanged.
 
 Used by the offline plan (``python -m infra plan``) and by the tests.
 """
@@ -30,6 +32,9 @@ from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
+
+from infra import offline_deployed
+from infra.offline_deployed import Deployed
 
 ACCOUNT_ID = "123456789012"
 
@@ -143,8 +148,9 @@ def _identity_only(typ: str) -> bool:
 class OfflineMocks(pulumi_mocks.Mocks):
     """Stable fake ids and the outputs the program reads; region facts from recorded AWS data."""
 
-    def __init__(self, region: str):
+    def __init__(self, region: str, deployed: Optional[Deployed] = None):
         self.region = region
+        self.deployed = deployed or Deployed()  # what the stack already has (default: nothing, a new stack)
 
     # -- resources ------------------------------------------------------------------------
     def new_resource(self, args: pulumi_mocks.MockResourceArgs):
@@ -228,6 +234,8 @@ class OfflineMocks(pulumi_mocks.Mocks):
                     types.append(t)
                     locs.append(az)
             return {"id": self.region, "instanceTypes": types, "locations": locs, "locationTypes": ["availability-zone"] * len(types)}
+        if token in offline_deployed.TOKENS:  # what the stack has already made (its GPU subnet)
+            return self.deployed.answer(token, a, self.region)
         raise NotImplementedError(f"the offline engine has no answer for invoke {token}")
 
 
@@ -455,6 +463,7 @@ def _recorded_inputs(typ: str, inputs: dict[str, Any]) -> dict[str, Any]:
 class PlanResult:
     records: list[Record]
     outputs: dict[str, Any]
+    deployed: Deployed = field(default_factory=Deployed)  # the deployed stack the engine answered for
 
     def of_type(self, typ: str) -> list[Record]:
         return [r for r in self.records if r.type == typ]
@@ -518,14 +527,16 @@ def run(
     stack: str,
     region: Optional[str] = None,
     on_record: Optional[Callable[[Record], None]] = None,
+    deployed: Optional[Deployed] = None,
 ) -> PlanResult:
     """Run ``program`` against the offline engine with ``config`` (``{"ns:key": value}``).
 
     Returns what was registered, in order, and the resolved stack outputs (secrets masked).
     ``on_record`` sees each registration as it is recorded (from the monitor's threads).
+    ``deployed``: what the stack already has in AWS (default: nothing, a new stack).
     """
     region = region or str(config.get("aws:region") or "us-west-2")
-    mocks = OfflineMocks(region)
+    mocks = OfflineMocks(region, deployed)
     monitor = RecordingMonitor(mocks, on_record)
     pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
     set_all_config(flat_config(config), [])
@@ -564,7 +575,7 @@ def run(
             os.environ["PULUMI_CONFIG"] = saved_env_config
     position = {key: i for i, key in reversed(list(enumerate(constructed)))}
     records = sorted(monitor.records, key=lambda r: position.get((r.type, r.name), len(position)))
-    return PlanResult(records=records, outputs=outputs)
+    return PlanResult(records=records, outputs=outputs, deployed=mocks.deployed)
 
 
 def _quiet_about_duplicates(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

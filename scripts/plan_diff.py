@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Compare two offline plans (``python -m infra plan --stack S --out DIR``) and print a markdown
-summary for a pull-request comment: the change in hourly cost, resources added, removed and changed
-(by type and name, with the input keys that changed), Kubernetes objects (Helm releases' objects
-included) added, removed and changed, and changed stack outputs.
+summary for a pull-request comment: a move of the GPU AZ (the stack output gpuAvailabilityZone)
+first, in words; the change in hourly cost; a Capacity Block bought, in words; resources added,
+removed and changed (by type and name, with the input keys that changed), Kubernetes objects (Helm
+releases' objects included) added, removed and changed, and changed stack outputs.
 
     python scripts/plan_diff.py BASE_DIR HEAD_DIR [--title TEXT] [--base-status ok|absent|failed]
                                 [--head-status ok|failed] [--head-log FILE] [--max-rows N]
@@ -236,6 +237,33 @@ def purchases(diff: Diff) -> list[tuple[str, str]]:
     return sorted((name, offering) for name, offering in new if offering not in bought)
 
 
+GPU_AZ = "gpuAvailabilityZone"
+
+
+def gpu_az_move(diff: Diff) -> Optional[tuple[str, str]]:
+    """(from, to) when the head plan puts the GPU nodes in another AZ than the base plan (the stack
+    output gpuAvailabilityZone): on a deployed stack that replaces the GPU node groups and FSx, so the
+    comment says it in words, first."""
+    old, new = diff.base.outputs.get(GPU_AZ), diff.head.outputs.get(GPU_AZ)
+    if not diff.base.present or not old or not new or old == new:
+        return None
+    return str(old), str(new)
+
+
+def _gpu_az_move_lines(diff: Diff) -> list[str]:
+    move = gpu_az_move(diff)
+    if move is None:
+        return []
+    return [
+        f"**This change MOVES the GPU AZ** from {_code(move[0])} to {_code(move[1])} (stack output `{GPU_AZ}`). On a deployed stack, "
+        "`pulumi up` replaces every GPU node group (their nodes, and the jobs running on them), FSx for Lustre (a new, empty file system) "
+        "and the training jobs, and moves the GPU subnet. With `gpuAvailabilityZone: auto` a deployed stack keeps its AZ instead, and "
+        "`pulumi preview` refuses the GPU types that AZ does not offer (the offline plan is the plan of a new stack); "
+        "to move on purpose, set `gpuAvailabilityZone` to the new AZ.",
+        "",
+    ]
+
+
 def render(diff: Diff, title: str, base_status: str = "ok", head_status: str = "ok", head_log: str = "", max_rows: int = 50) -> str:
     lines = [MARKER, f"### {title}", ""]
     if head_status != "ok":
@@ -247,6 +275,7 @@ def render(diff: Diff, title: str, base_status: str = "ok", head_status: str = "
         lines += ["The base branch has no plan for this stack (new stack): everything below is added.", ""]
     elif base_status == "failed":
         lines += ["The offline plan of the base branch failed: everything below is compared with an empty plan.", ""]
+    lines += _gpu_az_move_lines(diff)
     b, h = diff.base, diff.head
     lines.append(
         f"Resources: **{len(diff.resources_added)} added, {len(diff.resources_removed)} removed, {len(diff.resources_changed)} changed** "

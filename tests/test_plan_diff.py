@@ -92,6 +92,10 @@ def test_synthetic_plans(synthetic):
     assert "| `ConfigMap (v1)` | `training/cfg` | `data.k` |" in sections["Kubernetes objects changed"]
     assert "Namespace" not in md
     assert "`gpuAvailabilityZone`" in sections["Stack outputs changed"] and "vpcId" not in sections["Stack outputs changed"]
+    # The GPU AZ moves (us-west-2b -> us-west-2c): said in words, before anything else.
+    first = md.split("\n")[3]
+    assert first.startswith("**This change MOVES the GPU AZ** from `us-west-2b` to `us-west-2c` (stack output `gpuAvailabilityZone`)")
+    assert "replaces every GPU node group" in first and "FSx for Lustre" in first and "`gpuAvailabilityZone: auto`" in first
 
 
 def test_identical_plans_say_so(synthetic):
@@ -99,7 +103,7 @@ def test_identical_plans_say_so(synthetic):
     md = run([base, base])
     assert "Resources: **0 added, 0 removed, 0 changed** (5 → 5)" in md
     assert "No difference in resources, Kubernetes objects or stack outputs." in md
-    assert "####" not in md
+    assert "####" not in md and "MOVES" not in md
 
 
 def test_new_stack_compares_with_an_empty_plan(synthetic, tmp_path):
@@ -107,6 +111,7 @@ def test_new_stack_compares_with_an_empty_plan(synthetic, tmp_path):
     md = run([tmp_path / "missing", head, "--base-status", "absent"])
     assert "The base branch has no plan for this stack (new stack)" in md
     assert "Resources: **5 added, 0 removed, 0 changed** (0 → 5)" in md
+    assert "MOVES" not in md  # a new stack has no AZ to move from
 
 
 def test_failed_base_plan_is_noted(synthetic):

@@ -246,6 +246,60 @@ def test_efa_check_compares_the_catalog_with_what_ec2_reports(session):
     assert p3dn.status == preflight.FAIL and "set efa: false for group p3dn" in p3dn.fix
 
 
+def deploy_gpu_subnet(session: Any, az: str, stack: str = "dev") -> str:
+    """A GPU subnet as `pulumi up` of ``stack`` leaves it (the tags the program looks it up by)."""
+    ec2 = session.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
+    tags = {"gputraining/project": "gpu-training", "gputraining/stack": stack, "gputraining/gpu-az": "true", "Name": f"gpu-training-{stack}-private-{az}"}
+    spec = [{"ResourceType": "subnet", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+    return ec2.create_subnet(VpcId=vpc, CidrBlock="10.20.32.0/19", AvailabilityZone=az, TagSpecifications=spec)["Subnet"]["SubnetId"]
+
+
+def test_auto_keeps_the_az_of_the_deployed_gpu_subnet(session):
+    subnet = deploy_gpu_subnet(session, "us-west-2c")  # a new dev stack would go to us-west-2b
+    results = preflight.run_checks(dev_cfg(), session)
+    az = by_check(results, "GPU AZ")
+    assert az.status == preflight.PASS
+    assert az.detail.startswith(f"'auto' keeps us-west-2c, where this stack already has its GPU subnet ({subnet}), and it offers p3dn.24xlarge, p4d.24xlarge")
+    assert "private subnets in us-west-2a, us-west-2c" in by_check(results, "subnet AZs").detail
+    # Another stack's GPU subnet does not count.
+    deploy_gpu_subnet(session, "us-west-2d", stack="prod")
+    assert by_check(preflight.run_checks(dev_cfg(), session), "GPU AZ").detail.startswith("'auto' keeps us-west-2c")
+
+
+def test_auto_refuses_a_type_the_deployed_az_lacks(session):
+    subnet = deploy_gpu_subnet(session, "us-west-2b")
+    groups = [*dev_values()[f"{NS}:gpuNodeGroups"], {"name": "h200", "instanceType": "p5en.48xlarge", "maxSize": 1}]
+    results = preflight.run_checks(dev_cfg(gpuNodeGroups=groups), session)
+    az = by_check(results, "GPU AZ")
+    assert az.status == preflight.FAIL
+    assert f"'auto' keeps us-west-2b, where this stack already has its GPU subnet ({subnet}), and us-west-2b does not offer p5en.48xlarge" in az.detail
+    assert "p5en.48xlarge is offered in us-west-2a, us-west-2c, us-west-2d" in az.detail
+    assert az.fix == (
+        f"choose GPU types us-west-2b offers, or move the GPU AZ on purpose: set {NS}:gpuAvailabilityZone to one of us-west-2c in Pulumi.dev.yaml "
+        "(that replaces the GPU node groups and FSx for Lustre)"
+    )
+
+
+def test_an_explicit_move_of_a_deployed_stack_is_a_warning(session):
+    deploy_gpu_subnet(session, "us-west-2b")
+    results = preflight.run_checks(dev_cfg(gpuAvailabilityZone="us-west-2c"), session)
+    assert by_check(results, "GPU AZ").status == preflight.PASS
+    move = by_check(results, "move of the GPU AZ")
+    assert move.status == preflight.WARN
+    assert move.detail.startswith("the GPU AZ MOVES from us-west-2b (where this stack's GPU subnet is) to us-west-2c")
+    assert "private subnets in us-west-2a, us-west-2c" in move.detail
+    assert not [r for r in preflight.run_checks(dev_cfg(gpuAvailabilityZone="us-west-2b"), session) if r.check == "move of the GPU AZ"]
+
+
+def test_a_refused_subnet_lookup_is_its_own_line(session):
+    answer(session, "ec2", "DescribeSubnets", lambda _request: Error("UnauthorizedOperation", "not allowed", 403))
+    results = preflight.run_checks(dev_cfg(), session)
+    lookup = by_check(results, "deployed GPU subnet")
+    assert lookup.status == preflight.FAIL and "ec2:DescribeSubnets" in lookup.fix
+    assert "could not be looked up" in by_check(results, "GPU AZ").detail
+
+
 def test_groups_without_efa_get_no_efa_line(session):
     values = dev_values()
     for g in values[f"{NS}:gpuNodeGroups"]:
