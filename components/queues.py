@@ -14,7 +14,8 @@ half-starting on the nodes there are.
 - Teams: a namespace each, an EKS access entry for the team's IAM role with a Kubernetes group, and
   that group bound in the namespace to Kueue's batch-user role (MPIJobs, PyTorchJobs, PaddleJobs and
   Jobs, which EKS's managed access policies do not cover: they are custom resources or need a queue)
-  and to reading pods and their logs.
+  and to reading pods and their logs; an admission policy keeps their pods off the node
+  (``components/team_policy.py``).
 
 This component knows nothing of stack config: ``stacks/queues/`` derives every number.
 """
@@ -32,7 +33,8 @@ import yaml
 from pulumi_kubernetes import _utilities as k8s_utilities
 
 from components.charts import ChartFile
-from facts.kube import PART_OF
+from components.team_policy import TeamPodPolicy, TeamPodPolicyArgs
+from facts.kube import PART_OF, TEAM_LABEL
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 RELEASE = "kueue"  # the Helm release; the chart names its objects after it ("kueue-...")
@@ -303,11 +305,14 @@ class Queues(pulumi.ComponentResource):
             opts=child,
         )
         namespaces: dict[str, k8s.core.v1.Namespace] = {}
+        # The admission policy on team pods is in force before a team namespace exists (team_policy.py).
+        policy_args = TeamPodPolicyArgs(depends_on=list(args.depends_on))
+        team_pods: list[pulumi.Resource] = [TeamPodPolicy(f"{name}-team-pods", policy_args, opts=pulumi.ResourceOptions(parent=self))] if args.teams else []
         for t in args.teams:
             namespaces[t.namespace] = k8s.core.v1.Namespace(
                 f"{name}-team-{t.name}",
-                metadata=k8s.meta.v1.ObjectMetaArgs(name=t.namespace, labels={"app.kubernetes.io/part-of": PART_OF, "gputraining/team": t.name}),
-                opts=child,
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=t.namespace, labels={"app.kubernetes.io/part-of": PART_OF, TEAM_LABEL: t.name}),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *team_pods]),
             )
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
         self.objects: list[pulumi.Resource] = []

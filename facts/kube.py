@@ -20,6 +20,8 @@ GPU_PRESENT_LABEL = {"nvidia.com/gpu.present": "true"}
 EFA_PRESENT_LABEL = {"vpc.amazonaws.com/efa.present": "true"}
 # The config name of a node group ("system" or a GPU group's name) on each of its nodes.
 NODE_GROUP_LABEL = "gputraining/node-group"
+# On every team namespace, the team's name (the team admission policy's binding selects on it).
+TEAM_LABEL = "gputraining/team"
 # The node-group label value of the system group (etcd, operators, data-stage jobs run there).
 SYSTEM_GROUP = "system"
 # Kubernetes' well-known zone label.
