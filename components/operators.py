@@ -76,11 +76,11 @@ KIND_CLASSES = {
     ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): k8s.admissionregistration.v1.ValidatingWebhookConfiguration,
 }
-# Registered first, and waited for by everything else (workloads need their namespace, CRDs, RBAC
-# and the Secrets they mount: the training operator keeps its webhook certificate in one). They go
-# side by side: a namespaced one may reach the API server before its Namespace, and the Kubernetes
-# provider retries such a create (it tolerates that misordering by design).
-FOUNDATION_KINDS = ("Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Secret")
+# Registered first, and waited for by everything else: the namespaces and the CRDs.
+ROOT_KINDS = ("Namespace", "CustomResourceDefinition")
+# Then what workloads need besides (RBAC and the Secrets they mount: the training operator keeps its
+# webhook certificate in one), after the namespaces they live in.
+FOUNDATION_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Secret")
 # Registered after the foundation, and waited for by the workloads. A webhook configuration must
 # exist before the operator that serves it starts: the training operator writes its CA into the
 # configuration and reports ready only once it has, so its Deployment being ready (which `pulumi up`
@@ -101,12 +101,11 @@ _TOP_LEVEL = {
 
 
 def _stage(kind: str) -> tuple[int, int]:
-    """(stage, place within it): foundation, then front, then workloads (each in manifest order)."""
-    if kind in FOUNDATION_KINDS:
-        return (0, FOUNDATION_KINDS.index(kind))
-    if kind in FRONT_KINDS:
-        return (1, FRONT_KINDS.index(kind))
-    return (2, 0)
+    """(stage, place within it): roots, foundation, front, then workloads (each in manifest order)."""
+    for stage, kinds in enumerate((ROOT_KINDS, FOUNDATION_KINDS, FRONT_KINDS)):
+        if kind in kinds:
+            return (stage, kinds.index(kind))
+    return (3, 0)
 
 
 def register_objects(
@@ -116,8 +115,8 @@ def register_objects(
     aliases: Optional[Callable[[dict[str, Any]], Sequence[pulumi.Alias]]] = None,
 ) -> list[pulumi.CustomResource]:
     """Register manifest objects as typed resources, named ``<name>-<kind>-<object name>``, each as
-    its document says (but an empty Secret ``data``): the foundation kinds first, then the front
-    kinds, then the workloads. Each object waits for every object of the stages before its own.
+    its document says (but an empty Secret ``data``): the namespaces and CRDs first, then the rest of
+    the foundation, the front kinds, then the workloads. Each object waits for every object of the stages before its own.
     ``aliases``, when given, names the earlier identities of each object's resource."""
     ordered = sorted(objects, key=lambda o: _stage(o["kind"]))
     earlier: list[pulumi.Resource] = []  # every object of the stages before the current one

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
-import datetime
 import gc
 import sys
 from collections import Counter, OrderedDict
@@ -21,9 +20,10 @@ from typing import Any, Callable, Optional, TextIO
 
 import yaml
 
+from components import node_scaling
 from facts import catalog, versions
 from facts.paths import PROJECT_ROOT
-from infra import critical_path, offline, releases
+from infra import critical_path, invariants, offline, releases
 from infra.plan_text import json_text, manifests_yaml
 from stacks import config as stack_config
 from stacks import cost, queues
@@ -90,11 +90,8 @@ def write_releases(rendered: releases.Rendered, out: Path) -> None:
 
 def summary(cfg: stack_config.StackConfig, result: offline.PlanResult, rendered: Optional[releases.Rendered] = None) -> str:
     lines = []
-    outputs = result.outputs
     lines.append(f"Stack {cfg.project}/{cfg.stack} in {cfg.region}: cluster {cfg.cluster_name}, Kubernetes {cfg.cluster.kubernetes_version}")
-    gpu_az = outputs.get("gpuAvailabilityZone")
-    how = "chosen automatically" if cfg.gpu_availability_zone == "auto" else "from config"
-    lines.append(f"GPU availability zone: {gpu_az} ({how}); subnet AZs: {', '.join(outputs.get('availabilityZones', []))}")
+    lines += gpu_az_lines(cfg, result)
     lines.append("")
     lines.append("GPU node groups:")
     if not cfg.gpu_node_groups:
@@ -153,6 +150,23 @@ def summary(cfg: stack_config.StackConfig, result: offline.PlanResult, rendered:
     return "\n".join(lines) + "\n"
 
 
+def gpu_az_lines(cfg: stack_config.StackConfig, result: offline.PlanResult) -> list[str]:
+    """The GPU AZ and how it was chosen; when it moves away from where the deployed stack has its
+    GPU subnet (the engine's simulated deployed stack; none by default), a line in capitals."""
+    from stacks.placement import az_move_warning, gpu_subnet_tags
+
+    gpu_az, subnet_azs = result.outputs.get("gpuAvailabilityZone"), result.outputs.get("availabilityZones", [])
+    deployed = sorted({s.availability_zone for s in result.deployed.find(gpu_subnet_tags(cfg))})
+    auto = cfg.gpu_availability_zone == "auto"
+    how = "chosen automatically" if auto else "from config"
+    if gpu_az in deployed:
+        how = "kept by 'auto': this stack's GPU subnet is there" if auto else "from config; this stack's GPU subnet is there"
+    lines = [f"GPU availability zone: {gpu_az} ({how}); subnet AZs: {', '.join(subnet_azs)}"]
+    if deployed and gpu_az not in deployed:
+        lines.append(f"MOVE: {az_move_warning(deployed, str(gpu_az), subnet_azs)}")
+    return lines
+
+
 def capacity_lines(g: stack_config.GpuNodeGroupConfig) -> list[str]:
     """What a capacity-block group's block does, in words: the purchase above all (it costs money
     the moment `pulumi up` runs and cannot be undone)."""
@@ -171,9 +185,18 @@ def capacity_lines(g: stack_config.GpuNodeGroupConfig) -> list[str]:
         out.append("capacity.offering is looked up by preflight only: nothing is bought (purchase is false)")
     window = g.capacity_block_window
     if window is not None:
-        start, end = (w.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") for w in window)
-        down = (window[1] - catalog.CAPACITY_BLOCK_DRAIN).astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        out.append(f"block {start} to {end}: scheduled to {g.max_size} nodes at its start and to 0 at {down}")
+        out += _window_lines(node_scaling.capacity_block_plan(*window, g.max_size))
+    return out
+
+
+def _window_lines(block: node_scaling.BlockPlan) -> list[str]:
+    """A capacity block's window at plan time (``node_scaling.utc_now``, as the program sees it)."""
+    start, end, down = (node_scaling.utc_text(w) for w in (block.start, block.end, block.down))
+    out = [f"block {start} to {end}: scheduled to {block.size} nodes at its start and to 0 at {down}"]
+    if block.held:
+        out.append(f"HELD BACK (plan time {node_scaling.utc_text(block.now)}): {node_scaling.held_back_text(block)}")
+    elif block.phase == "over":
+        out.append("the block has ended: each `pulumi up` keeps the group at 0")
     return out
 
 
@@ -246,6 +269,11 @@ def run_cli(stack: str, out: Optional[str], stdout: Optional[TextIO] = None, std
         # Placeholders copied from the examples: planned as they are, refused by preflight.
         for problem in placeholders(cfg):
             stdout.write(f"warning: {problem}\n")
+        # What must hold when features meet (infra/invariants/): a violation is a bug of the stack.
+        violations = invariants.check(result, cfg)
+        for v in violations:
+            print(f"error: whole-stack invariant broken: {v}", file=stderr)
+        stdout.write(f"Whole-stack invariants: {len(invariants.RULES) - len({v.rule for v in violations})} of {len(invariants.RULES)} hold\n")
         if out:
             write_releases(rendered, Path(out))
             extra = f", {out}/releases.yaml" if rendered.objects else ""
@@ -256,7 +284,7 @@ def run_cli(stack: str, out: Optional[str], stdout: Optional[TextIO] = None, std
             # to go: spare the collector, when it is turned on again, a pass over the run's objects,
             # and the interpreter's exit a last full collection over everything (about 0.1 s).
             gc.freeze()
-    return EXIT_OK
+    return EXIT_FAILED if violations else EXIT_OK
 
 
 def _is_the_command() -> bool:

@@ -39,6 +39,7 @@ PACKAGES = {
     "jobs.sagemaker": ["limits", "options", "entry_point", "training_job", "checks", "portable"],
     "stacks.queues": ["resources", "cluster_queues", "admission", "plan", "checks"],
     "infra.preflight": ["results", "placement", "quotas", "capacity", "eks"],
+    "infra.invariants": ["view", "rules"],
 }
 # What the SageMaker runtime (the base of the kinds with two runtimes) may import of the jobs layer:
 # the pieces every kind shares. The kinds import it, so it never imports a kind or the registry.

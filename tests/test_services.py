@@ -757,13 +757,20 @@ def test_training_operator_objects_are_ordered(dev_plan):
     configuration; the Deployment last, so its readiness means the webhook has its CA."""
     children = _training_children(dev_plan)
     ref = {r.inputs["kind"]: {"type": r.type, "name": r.name} for r in children}
-    foundation = [r for r in children if r.inputs["kind"] in operators.FOUNDATION_KINDS]
+    roots = [r for r in children if r.inputs["kind"] in operators.ROOT_KINDS]
+    assert {r.inputs["kind"] for r in roots} == {"Namespace", "CustomResourceDefinition"}
+    root_refs = sorted(({"type": r.type, "name": r.name} for r in roots), key=lambda d: (d["type"], d["name"]))
+    foundation = [r for r in children if r.inputs["kind"] in operators.ROOT_KINDS + operators.FOUNDATION_KINDS]
     assert {r.inputs["kind"] for r in foundation} == {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret"}
     assert len(foundation) == 7
     foundation_refs = sorted(({"type": r.type, "name": r.name} for r in foundation), key=lambda d: (d["type"], d["name"]))
     by_kind = {r.inputs["kind"]: r for r in children}
-    for r in foundation:
+    for r in roots:
         assert r.depends_on == [], r.name
+    for r in foundation:
+        if r not in roots:
+            # The ServiceAccount and the Secret live in the operator's namespace: created after it.
+            assert r.depends_on == root_refs, r.name
     for kind in ("Service", "ValidatingWebhookConfiguration"):
         assert by_kind[kind].depends_on == foundation_refs, kind
     dep = by_kind["Deployment"]

@@ -50,6 +50,7 @@ from stacks.queues.plan import (
     QueuePlan,
     build_plan,
     describe,
+    node_services,
     plan_context,
     plan_for,
 )
@@ -122,6 +123,7 @@ __all__ = [
     "local_queues",
     "node_allocatable",
     "parse_quantity",
+    "node_services",
     "plan_context",
     "plan_for",
     "pod_requests",

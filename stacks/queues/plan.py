@@ -118,6 +118,11 @@ def build_plan(
     )
 
 
+def node_services(cfg: Any) -> NodeServices:
+    """What of a validated ``StackConfig`` runs on every GPU node beside the training pods."""
+    return NodeServices(fsx=cfg.storage.fsx.enabled, efa_device_plugin=cfg.services.efa_device_plugin, monitoring=cfg.monitoring.enabled)
+
+
 def plan_for(cfg: Any) -> Optional[QueuePlan]:
     """The queues of a validated ``StackConfig``; None when it runs none."""
     if not cfg.queues.enabled or not cfg.gpu_node_groups:
@@ -128,7 +133,7 @@ def plan_for(cfg: Any) -> Optional[QueuePlan]:
         queues=cfg.queues,
         autoscaling=cfg.autoscaling,
         training_namespace=sv.training_namespace,
-        services=NodeServices(fsx=st.fsx.enabled, efa_device_plugin=sv.efa_device_plugin, monitoring=cfg.monitoring.enabled),
+        services=node_services(cfg),
         operators=[name for name, on in (("mpi", sv.mpi_operator), ("training", sv.training_operator)) if on],
         volumes=[name for name, on in (("efs", st.efs.enabled), ("fsx", st.fsx.enabled)) if on],
         etcd=cfg.etcd.enabled,

@@ -1,0 +1,289 @@
+"""The whole-stack rules, one function each (see the package's docstring)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Optional
+
+from components.queues import PROVISIONING_CONTROLLER
+from facts.kube import AUTOSCALE_TAG, NODE_GROUP_LABEL, TEAM_LABEL
+from infra.invariants.view import (
+    ASG_TAG,
+    AUTOSCALER_RELEASE,
+    BUILT_IN_GROUPS,
+    CRD,
+    KUEUE_RELEASE,
+    RELEASE,
+    RELEASE_API_GROUPS,
+    Node,
+    PodTemplate,
+    StackView,
+    Violation,
+    required_affinity_matches,
+    selects,
+    tolerates,
+    view,
+)
+from jobs.pod import QUEUE_LABEL
+from stacks import queues
+from stacks.queues.admission import REPLICA_SPECS, pod_requests, pod_sets
+
+# ---------------------------------------------------------------------------------------------
+# The rules
+# ---------------------------------------------------------------------------------------------
+
+
+def _quota(cq: Mapping[str, Any]) -> dict[str, dict[str, Mapping[str, Any]]]:
+    """ClusterQueue -> flavor -> resource -> its quota entry."""
+    out: dict[str, dict[str, Mapping[str, Any]]] = {}
+    for rg in cq["spec"].get("resourceGroups") or []:
+        for f in rg.get("flavors") or []:
+            out[f["name"]] = {r["name"]: r for r in f.get("resources") or []}
+    return out
+
+
+def quota_within_supply(v: StackView) -> list[Violation]:
+    """No flavor is promised more than its group can hold."""
+    out = []
+    cqs = [_quota(o) for _, o in v.of_kind("ClusterQueue")]
+    for _, flavor in v.of_kind("ResourceFlavor"):
+        group = flavor["metadata"]["name"]
+        node = v.nodes.get(group)
+        if node is None or node.allocatable is None:
+            out.append(Violation("quota_within_supply", f"flavor {group!r} names no GPU node group of the plan"))
+            continue
+        nodes = v.supply(group)
+        for r in queues.RESOURCES:
+            promised = sum(queues.parse_quantity(r, q[group][r]["nominalQuota"]) for q in cqs if group in q and r in q[group])
+            if promised > nodes * node.allocatable[r]:
+                out.append(
+                    Violation(
+                        "quota_within_supply",
+                        f"flavor {group!r}: the ClusterQueues' nominal {r} adds up to {queues.human(r, promised)}, "
+                        f"and {nodes} node(s) of the group hold {queues.human(r, nodes * node.allocatable[r])}",
+                    )
+                )
+    return out
+
+
+def _reach(name: str, flavor: str, resource: str, cqs: Mapping[str, Mapping[str, Any]]) -> int:
+    """The most ClusterQueue ``name`` can hold of ``resource`` on ``flavor``: its nominal quota plus
+    what the rest of its cohort lends, up to its borrowing limit."""
+    own = _quota(cqs[name]).get(flavor, {}).get(resource)
+    if own is None:
+        return 0
+    nominal = queues.parse_quantity(resource, own["nominalQuota"])
+    cohort = cqs[name]["spec"].get("cohortName")
+    lent = 0
+    for other, cq in cqs.items():
+        entry = _quota(cq).get(flavor, {}).get(resource)
+        if other == name or entry is None or cq["spec"].get("cohortName") != cohort or cohort is None:
+            continue
+        lent += queues.parse_quantity(resource, entry.get("lendingLimit", entry["nominalQuota"]))
+    limit = own.get("borrowingLimit")
+    return nominal + (lent if limit is None else min(lent, queues.parse_quantity(resource, limit)))
+
+
+def jobs_admissible(v: StackView) -> list[Violation]:
+    """Every queued job fits whole in what its ClusterQueue can ever hold."""
+    out = []
+    cqs = {o["metadata"]["name"]: o for _, o in v.of_kind("ClusterQueue")}
+    local = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o["spec"]["clusterQueue"] for _, o in v.of_kind("LocalQueue")}
+    for _, o in v.objects:
+        meta = o.get("metadata") or {}
+        queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
+        if queue is None or o["kind"] not in REPLICA_SPECS:
+            continue
+        job = f"{o['kind']} {meta.get('namespace')}/{meta['name']}"
+        cq = local.get((meta.get("namespace"), queue))
+        if cq is None or cq not in cqs:
+            out.append(Violation("jobs_admissible", f"{job}: queue {queue!r} is no LocalQueue of its namespace with a ClusterQueue"))
+            continue
+        total: dict[tuple[str, str], int] = {}
+        for ps in pod_sets(o):
+            flavor = ps.flavor or next(iter(_quota(cqs[cq])), "")
+            for r, amount in ps.per_pod.items():
+                total[(flavor, r)] = total.get((flavor, r), 0) + ps.count * amount
+        for (flavor, r), wanted in sorted(total.items()):
+            most = _reach(cq, flavor, r, cqs)
+            if wanted > most:
+                out.append(
+                    Violation(
+                        "jobs_admissible",
+                        f"{job} asks for {queues.human(r, wanted)} {r} on flavor {flavor!r}; ClusterQueue {cq!r} can hold {queues.human(r, most)}",
+                    )
+                )
+    return out
+
+
+def _fit_problem(pod: PodTemplate, node: Node, flavor: Optional[Mapping[str, Any]]) -> Optional[str]:
+    spec = pod.spec
+    tolerations = list(spec.get("tolerations") or []) + list((flavor or {}).get("tolerations") or [])
+    labels = node.labels
+    selector = {**(spec.get("nodeSelector") or {})}
+    missing = {k: val for k, val in selector.items() if labels.get(k) != val}
+    if missing:
+        return f"its nodeSelector {missing} is not on the nodes of group {node.group!r}"
+    if not required_affinity_matches(spec, labels):
+        return f"its required node affinity matches no node of group {node.group!r}"
+    untolerated = [t for t in node.taints if t["effect"] in ("NoSchedule", "NoExecute") and not tolerates(tolerations, t)]
+    if untolerated:
+        return f"it does not tolerate the taint(s) {untolerated} of group {node.group!r}"
+    if node.allocatable is not None:
+        asks = pod_requests(spec)
+        over = [r for r in queues.RESOURCES if asks.get(r, 0) > node.allocatable[r]]
+        if over:
+            r = over[0]
+            return f"it asks for {queues.human(r, asks[r])} {r}, one {node.group} node leaves {queues.human(r, node.allocatable[r])} for pods"
+    return None
+
+
+def pods_fit_their_nodes(v: StackView) -> list[Violation]:
+    """Every pod that selects a node group fits one of its nodes."""
+    out = []
+    flavors = {o["metadata"]["name"]: o["spec"] for _, o in v.of_kind("ResourceFlavor")}
+    for pod in v.pods():
+        group = (pod.spec.get("nodeSelector") or {}).get(NODE_GROUP_LABEL)
+        if group is None:
+            continue
+        node = v.nodes.get(group)
+        if node is None:
+            out.append(Violation("pods_fit_their_nodes", f"{pod.owner}: selects node group {group!r}, which the plan does not build"))
+            continue
+        problem = _fit_problem(pod, node, flavors.get(group) if pod.queued else None)
+        if problem:
+            out.append(Violation("pods_fit_their_nodes", f"{pod.owner}: {problem}"))
+    return out
+
+
+def admission_checks_have_their_api(v: StackView) -> list[Violation]:
+    """A ProvisioningRequest check has its API, Kueue starts after it, the autoscaler serves it for
+    every flavor the check runs on."""
+    out: list[Violation] = []
+    checks = {o["metadata"]["name"]: o for _, o in v.of_kind("AdmissionCheck")}
+    if not checks:
+        return out
+    crds = [r for r in v.records if r.type == CRD and r.inputs["metadata"]["name"] == queues.PROVISIONING_REQUEST_API]
+    kueue, autoscaler = v.release(KUEUE_RELEASE), v.release(AUTOSCALER_RELEASE)
+    for name, check in checks.items():
+        if check["spec"].get("controllerName") != PROVISIONING_CONTROLLER:
+            out.append(
+                Violation(
+                    "admission_checks_have_their_api", f"AdmissionCheck {name!r}: no controller of the stack runs {check['spec'].get('controllerName')!r}"
+                )
+            )
+            continue
+        if not crds:
+            out.append(Violation("admission_checks_have_their_api", f"AdmissionCheck {name!r}: the plan installs no {queues.PROVISIONING_REQUEST_API} CRD"))
+        elif kueue is None or not v.waits_for(kueue, crds[0]):
+            out.append(
+                Violation(
+                    "admission_checks_have_their_api",
+                    f"AdmissionCheck {name!r}: Kueue is not created after the ProvisioningRequest CRD (it looks once, at start)",
+                )
+            )
+        serving = autoscaler is not None and (autoscaler.inputs.get("values") or {}).get("extraArgs", {}).get("enable-provisioning-requests") == "true"
+        if not serving:
+            out.append(Violation("admission_checks_have_their_api", f"AdmissionCheck {name!r}: the Cluster Autoscaler does not serve ProvisioningRequests"))
+    scaled = {
+        g for g in v.nodes if any(r.type == ASG_TAG and (r.inputs.get("tag") or {}).get("key") == AUTOSCALE_TAG and v._group_of(r) == g for r in v.records)
+    }
+    for _, cq in v.of_kind("ClusterQueue"):
+        for ac in (cq["spec"].get("admissionChecksStrategy") or {}).get("admissionChecks") or []:
+            for flavor in ac.get("onFlavors") or []:
+                if flavor not in scaled:
+                    out.append(
+                        Violation(
+                            "admission_checks_have_their_api",
+                            f"ClusterQueue {cq['metadata']['name']!r}: check {ac['name']!r} on flavor {flavor!r}, whose group the autoscaler does not scale",
+                        )
+                    )
+    return out
+
+
+def team_namespaces_under_policy(v: StackView) -> list[Violation]:
+    """Every team namespace is bound to a ValidatingAdmissionPolicy that denies."""
+    policies = {o["metadata"]["name"] for _, o in v.of_kind("ValidatingAdmissionPolicy")}
+    bindings = [o["spec"] for _, o in v.of_kind("ValidatingAdmissionPolicyBinding") if o["spec"].get("policyName") in policies]
+    out = []
+    for _, ns in v.of_kind("Namespace"):
+        labels = {**(ns["metadata"].get("labels") or {}), "kubernetes.io/metadata.name": ns["metadata"]["name"]}
+        if TEAM_LABEL not in labels:
+            continue
+        bound = [
+            b
+            for b in bindings
+            if "Deny" in (b.get("validationActions") or []) and selects((b.get("matchResources") or {}).get("namespaceSelector") or {}, labels)
+        ]
+        if not bound:
+            out.append(Violation("team_namespaces_under_policy", f"team namespace {ns['metadata']['name']!r} is under no denying ValidatingAdmissionPolicy"))
+    return out
+
+
+def _api_group(api_version: str) -> str:
+    return api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+
+
+def _kind_source(v: StackView, o: Mapping[str, Any]) -> Optional[Any]:
+    """The record that defines the kind of custom object ``o``: its CRD, or the Helm release that ships it."""
+    group = _api_group(o["apiVersion"])
+    for r in v.records:
+        if r.type == CRD and r.inputs["spec"]["group"] == group and r.inputs["spec"]["names"]["kind"] == o["kind"]:
+            return r
+    for release, groups in RELEASE_API_GROUPS.items():
+        if group in groups:
+            return v.release(release)
+    return None
+
+
+def _namespace_source(v: StackView, namespace: str) -> Optional[Any]:
+    for r, o in v.of_kind("Namespace"):
+        if o["metadata"]["name"] == namespace:
+            return r
+    for r in v.records:
+        if r.type == RELEASE and r.inputs.get("namespace") == namespace and r.inputs.get("createNamespace"):
+            return r
+    return None
+
+
+def created_after_what_they_need(v: StackView) -> list[Violation]:
+    """Custom objects after their kind's CRD, objects after their namespace, queued jobs after their
+    LocalQueue and Kueue (whose webhook suspends them: a job created before it would start unqueued)."""
+    out = []
+    local = {(o["metadata"].get("namespace"), o["metadata"]["name"]): r for r, o in v.of_kind("LocalQueue")}
+    kueue = v.release(KUEUE_RELEASE)
+    for r, o in v.objects:
+        meta = o.get("metadata") or {}
+        what = f"{o['kind']} {meta.get('namespace', '') + '/' if meta.get('namespace') else ''}{meta.get('name')}"
+        needs: list[tuple[str, Optional[Any]]] = []
+        if _api_group(o["apiVersion"]) not in BUILT_IN_GROUPS:
+            needs.append(("the definition of its kind", _kind_source(v, o)))
+        if meta.get("namespace"):
+            source = _namespace_source(v, meta["namespace"])
+            if source is not None:
+                needs.append((f"namespace {meta['namespace']!r}", source))
+        queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
+        if queue is not None and o["kind"] in REPLICA_SPECS:
+            needs.append((f"LocalQueue {queue!r}", local.get((meta.get("namespace"), queue))))
+            needs.append(("Kueue", kueue))
+        for name, source in needs:
+            if source is None:
+                out.append(Violation("created_after_what_they_need", f"{what}: the plan has no {name}"))
+            elif source is not r and not v.waits_for(r, source):
+                out.append(Violation("created_after_what_they_need", f"{what} is not created after {name}"))
+    return out
+
+
+RULES: tuple[Callable[[StackView], list[Violation]], ...] = (
+    quota_within_supply,
+    jobs_admissible,
+    pods_fit_their_nodes,
+    admission_checks_have_their_api,
+    team_namespaces_under_policy,
+    created_after_what_they_need,
+)
+
+
+def check(plan: Any, cfg: Any) -> list[Violation]:
+    """Every rule on a plan (``infra.offline.PlanResult``) of the validated config ``cfg``."""
+    v = view(plan, cfg)
+    return [violation for rule in RULES for violation in rule(v)]

@@ -1,0 +1,234 @@
+"""The whole-stack invariants' view of a plan: its records and Kubernetes objects indexed, the
+dependency closure, each node group's node as the scheduler sees it, and scheduling on paper
+(Kubernetes' toleration and selector matching)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+
+from facts.kube import AUTOSCALE_TAG, NODE_GROUP_LABEL, SYSTEM_GROUP, ZONE_LABEL
+from jobs.pod import QUEUE_LABEL
+from stacks import queues
+from stacks.queues.admission import REPLICA_SPECS
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+CRD = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+EKS_NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+SYSTEM_NODE_GROUP = "eks:index:ManagedNodeGroup"
+NODE_GROUP_COMPONENT = "gputraining:components:NodeGroup"
+ASG_TAG = "aws:autoscaling/tag:Tag"
+SCHEDULE = "aws:autoscaling/schedule:Schedule"
+KUEUE_RELEASE = "kueue"
+AUTOSCALER_RELEASE = "cluster-autoscaler"
+# API groups whose CRDs a Helm release of the stack ships (its chart's crds/), by release name.
+RELEASE_API_GROUPS = {KUEUE_RELEASE: ("kueue.x-k8s.io",)}
+# Kinds built into Kubernetes (the stack's custom kinds are everything else).
+BUILT_IN_GROUPS = ("", "apps", "batch", "rbac.authorization.k8s.io", "storage.k8s.io", "admissionregistration.k8s.io", "policy", "apiextensions.k8s.io")
+# Labels every EKS node has besides its node group's own (EKS and the kubelet set them).
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
+POD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job")
+EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: which rule, and what breaks it."""
+
+    rule: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.what}"
+
+
+Ref = tuple[str, str]  # (type, name) of a registered resource
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node of a group as the scheduler sees it."""
+
+    group: str
+    labels: Mapping[str, str]
+    taints: Sequence[Mapping[str, str]]
+    allocatable: Optional[Mapping[str, int]]  # what it leaves for pods (GPU groups), in stacks.queues units
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """A pod the stack emits, where it comes from, and whether Kueue queues it."""
+
+    owner: str  # kind/namespace/name of the object, and its replica type
+    spec: Mapping[str, Any]
+    queued: bool
+
+
+@dataclass
+class StackView:
+    """The plan's records and objects, indexed for the rules."""
+
+    records: list[Any]
+    cfg: Any
+    gpu_az: str = ""
+    by_ref: dict[Ref, list[Any]] = field(default_factory=dict)
+    _closure: dict[int, frozenset[Ref]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for r in self.records:
+            self.by_ref.setdefault((r.type, r.name), []).append(r)
+
+    # -- what the plan holds --
+
+    @cached_property
+    def objects(self) -> list[tuple[Any, dict[str, Any]]]:
+        """Every Kubernetes object with its record."""
+        out = []
+        for r in self.records:
+            if r.type.startswith("kubernetes:") and not r.type.startswith("kubernetes:helm.sh/") and "kind" in r.inputs and "apiVersion" in r.inputs:
+                out.append((r, r.inputs))
+        return out
+
+    def of_kind(self, kind: str) -> list[tuple[Any, dict[str, Any]]]:
+        return [(r, o) for r, o in self.objects if o["kind"] == kind]
+
+    def release(self, name: str) -> Optional[Any]:
+        return next((r for r in self.records if r.type == RELEASE and r.inputs.get("name") == name), None)
+
+    @cached_property
+    def queue_plan(self) -> Optional[Any]:
+        return queues.plan_for(self.cfg)
+
+    # -- dependencies --
+
+    def needs(self, record: Any) -> frozenset[Ref]:
+        """Everything ``record`` waits for, directly or through what it waits for."""
+        key = id(record)
+        if key not in self._closure:
+            self._closure[key] = frozenset()  # a cycle ends here
+            found: set[Ref] = set()
+            for d in record.depends_on:
+                ref = (d["type"], d["name"])
+                found.add(ref)
+                for dep in self.by_ref.get(ref, []):
+                    found |= self.needs(dep)
+            self._closure[key] = frozenset(found)
+        return self._closure[key]
+
+    def waits_for(self, record: Any, target: Any) -> bool:
+        return (target.type, target.name) in self.needs(record)
+
+    # -- nodes --
+
+    def _group_of(self, record: Any) -> Optional[str]:
+        """The GPU group a node-group-side AWS record belongs to (its NodeGroup component gpu-<group>)."""
+        parent = record.parent
+        while parent is not None:
+            if parent["type"] == NODE_GROUP_COMPONENT:
+                name = parent["name"]
+                return name[len("gpu-") :] if name.startswith("gpu-") else name
+            ups = self.by_ref.get((parent["type"], parent["name"]), [])
+            parent = ups[0].parent if ups else None
+        return None
+
+    @cached_property
+    def nodes(self) -> dict[str, Node]:
+        """group -> one of its nodes: the GPU groups from their EKS node groups, the system group."""
+        out: dict[str, Node] = {}
+        flavors = {f.name: f for f in self.queue_plan.flavors} if self.queue_plan else {}
+        per_node = {g.name: queues.node_allocatable(g, queues.node_services(self.cfg)) for g in self.cfg.gpu_node_groups}
+        for r in self.records:
+            if r.type not in (EKS_NODE_GROUP, SYSTEM_NODE_GROUP):
+                continue
+            labels = dict(r.inputs.get("labels") or {})
+            group = labels.get(NODE_GROUP_LABEL)
+            if group is None:
+                continue
+            types = r.inputs.get("instanceTypes") or []
+            labels.setdefault(INSTANCE_TYPE_LABEL, types[0] if types else "")
+            labels.setdefault(CAPACITY_TYPE_LABEL, r.inputs.get("capacityType") or "ON_DEMAND")
+            if group != SYSTEM_GROUP:
+                labels.setdefault(ZONE_LABEL, self.gpu_az)
+            taints = [{"key": t["key"], "value": t.get("value") or "", "effect": EFFECTS[t["effect"]]} for t in r.inputs.get("taints") or []]
+            allocatable = flavors[group].per_node if group in flavors else per_node.get(group)
+            out[group] = Node(group, labels, taints, allocatable)
+        return out
+
+    def supply(self, group: str) -> int:
+        """The nodes group ``group`` can have, from the AWS side of the plan."""
+        ng = [r for r in self.records if r.type == EKS_NODE_GROUP and (r.inputs.get("labels") or {}).get(NODE_GROUP_LABEL) == group]
+        if not ng:
+            return 0
+        scaling = ng[0].inputs.get("scalingConfig") or {}
+        owned = [r for r in self.records if r.type in (ASG_TAG, SCHEDULE) and self._group_of(r) == group]
+        if any(r.type == ASG_TAG and (r.inputs.get("tag") or {}).get("key") == AUTOSCALE_TAG for r in owned):
+            return int(scaling.get("maxSize", 0))
+        scheduled = [int(r.inputs.get("desiredCapacity", 0)) for r in owned if r.type == SCHEDULE]
+        return max([int(scaling.get("desiredSize", 0)), *scheduled])
+
+    # -- pods --
+
+    def pods(self) -> Iterator[PodTemplate]:
+        for _, o in self.objects:
+            kind, meta, spec = o["kind"], o.get("metadata") or {}, o.get("spec") or {}
+            where = f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}"
+            queued = QUEUE_LABEL in (meta.get("labels") or {})
+            if kind == "Pod":
+                yield PodTemplate(where, spec, queued)
+            elif kind in POD_KINDS:
+                yield PodTemplate(where, (spec.get("template") or {}).get("spec") or {}, queued)
+            elif kind in REPLICA_SPECS:
+                for role, rs in (spec.get(REPLICA_SPECS[kind]) or {}).items():
+                    yield PodTemplate(f"{where} {role}", (rs.get("template") or {}).get("spec") or {}, queued)
+
+
+def view(plan: Any, cfg: Any) -> StackView:
+    """The rules' view of a plan (``infra.offline.PlanResult``) of the validated config ``cfg``."""
+    return StackView(list(plan.records), cfg, str((plan.outputs or {}).get("gpuAvailabilityZone", "")))
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduling on paper (Kubernetes' matching rules)
+# ---------------------------------------------------------------------------------------------
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, str]) -> bool:
+    """Whether any of ``tolerations`` tolerates ``taint``."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        op = t.get("operator", "Equal")
+        if not t.get("key"):
+            if op == "Exists":
+                return True
+            continue
+        if t["key"] == taint["key"] and (op == "Exists" or t.get("value", "") == taint.get("value", "")):
+            return True
+    return False
+
+
+def _expression(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, op, vals = expr["key"], expr["operator"], expr.get("values") or []
+    present = key in labels
+    return {
+        "In": present and labels.get(key) in vals,
+        "NotIn": not present or labels.get(key) not in vals,
+        "Exists": present,
+        "DoesNotExist": not present,
+    }[op]
+
+
+def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A label selector (``matchLabels`` and ``matchExpressions``) against labels."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(_expression(e, labels) for e in selector.get("matchExpressions") or [])
+
+
+def required_affinity_matches(pod: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    required = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    return not terms or any(all(_expression(e, labels) for e in term.get("matchExpressions") or []) for term in terms)
