@@ -21,8 +21,10 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 PREVIEW = WORKFLOWS / "preview.yml"
 DEPLOY = WORKFLOWS / "deploy-dev.yml"
 
-# A tag (v6, v4.2.1) or a full commit sha; never a branch.
-PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@(v\d+(\.\d+){0,2}|[0-9a-f]{40})$")
+# A full commit sha, never a tag or a branch: a moved tag would run new code with the deploy role.
+PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
+# In the file, each pinned line names the release it is: `uses: owner/repo@<sha>  # v4.4.0`.
+TAG_COMMENT = re.compile(r"uses:\s*(\S+@[0-9a-f]{40})\s+#\s*v\d+\.\d+\.\d+\s*$")
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -95,17 +97,40 @@ def test_actionlint_finds_nothing():
 
 
 @pytest.mark.parametrize("path", [PREVIEW, DEPLOY], ids=lambda p: p.name)
-def test_every_action_is_pinned_to_a_tag_or_sha(path):
+def test_every_action_is_pinned_to_a_commit_with_its_tag_in_a_comment(path):
     refs = list(all_uses(load(path)))
     assert refs
     loose = [r for r in refs if not PINNED.match(r)]
-    assert not loose, f"not pinned to a version tag or commit sha: {loose}"
+    assert not loose, f"not pinned to a commit sha: {loose}"
+    lines = [line for line in path.read_text().splitlines() if re.search(r"^\s*(-\s*)?uses:", line)]
+    assert len(lines) == len(refs)
+    untagged = [line.strip() for line in lines if not TAG_COMMENT.search(line)]
+    assert not untagged, f"say which release each sha is (`# vX.Y.Z`): {untagged}"
 
 
-def test_pinned_pattern_rejects_branches():
-    assert PINNED.match("pulumi/actions@v6") and PINNED.match("actions/checkout@" + "a" * 40)
-    for ref in ("pulumi/actions@main", "pulumi/actions@master", "pulumi/actions", "./local-action", "pulumi/actions@latest"):
+def test_pinned_pattern_rejects_tags_and_branches():
+    assert PINNED.match("actions/checkout@" + "a" * 40)
+    for ref in ("pulumi/actions@v6", "pulumi/actions@v6.6.1", "pulumi/actions@main", "pulumi/actions", "./local-action", "pulumi/actions@latest"):
         assert not PINNED.match(ref), ref
+
+
+def _zizmor(*paths: Path) -> list[dict[str, Any]]:
+    """zizmor's findings (JSON) on ``paths``, offline, with its default (regular) persona."""
+    exe = Path(sys.executable).parent / "zizmor"
+    done = subprocess.run([str(exe), "--offline", "--format", "json", *map(str, paths)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode in (0, 13, 14), done.stderr  # 13/14: findings of high severity (zizmor's exit codes)
+    return json.loads(done.stdout)
+
+
+def test_the_workflow_auditor_finds_nothing():
+    findings = _zizmor(PREVIEW, DEPLOY)
+    assert findings == [], [(f["ident"], f["desc"]) for f in findings]
+
+
+def test_the_workflow_auditor_refuses_an_action_pinned_to_a_tag(tmp_path):
+    moved = tmp_path / "preview.yml"
+    moved.write_text(re.sub(r"actions/checkout@[0-9a-f]{40}", "actions/checkout@v4", PREVIEW.read_text(), count=1))
+    assert "unpinned-uses" in {f["ident"] for f in _zizmor(moved)}
 
 
 def test_preview_workflow():
