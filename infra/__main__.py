@@ -1,4 +1,4 @@
-"""Command line: `python -m infra plan --stack dev [--out DIR]`, `python -m infra preflight --stack dev`."""
+"""Command line: `python -m infra plan --stack dev [--out DIR] [--config-file PATH]`, `python -m infra preflight --stack dev`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p_plan = sub.add_parser("plan", help="run the stack offline (no AWS, no Pulumi CLI) and show what it would create")
-    p_plan.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+    p_plan.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml (unless --config-file)")
     p_plan.add_argument("--out", help="write resources.json, manifests.yaml and outputs.json to this folder")
+    p_plan.add_argument(
+        "--config-file",
+        metavar="PATH",
+        help="read the stack's config from this file instead of Pulumi.<stack>.yaml in the project root, as `pulumi preview "
+        "--config-file` does (an example in place: --stack minimal --config-file examples/minimal/Pulumi.minimal.yaml)",
+    )
 
     p_pre = sub.add_parser(
         "preflight",
@@ -28,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         from infra.plan import run_cli
 
-        return run_cli(args.stack, args.out)
+        return run_cli(args.stack, args.out, stack_file=args.config_file)
     if args.command == "preflight":
         from infra.preflight import run_cli as run_preflight
 

@@ -1,7 +1,7 @@
 """The offline plan: run the stack's real program against the offline engine and show what it
 would create, with no AWS account and no Pulumi CLI.
 
-    python -m infra plan --stack dev [--out DIR]
+    python -m infra plan --stack dev [--out DIR] [--config-file PATH]
 
 Exit codes: 0 planned; 2 invalid config (messages on stderr, no files written); 1 the program
 failed for another reason.
@@ -45,10 +45,12 @@ _on_record: contextvars.ContextVar[Optional[Callable[[stack_config.StackConfig],
 )
 
 
-def plan(stack: str, root: Optional[Path] = None) -> tuple[stack_config.StackConfig, offline.PlanResult]:
-    """Validate the stack's config, then run the program offline. Raises ConfigError first."""
+def plan(stack: str, root: Optional[Path] = None, stack_file: Optional[Path] = None) -> tuple[stack_config.StackConfig, offline.PlanResult]:
+    """Validate the stack's config, then run the program offline. Raises ConfigError first.
+    ``stack_file``: the stack's config from that file instead of ``Pulumi.<stack>.yaml`` in the
+    project root (an example planned in place: examples/<scenario>/)."""
     root = root or PROJECT_ROOT
-    project, values = read_stack_config(stack, root)
+    project, values = read_stack_config(stack, root, stack_file)
     cfg = stack_config.load(values, project, stack)
     from infra import program  # imported late: the program module imports pulumi resources
 
@@ -228,7 +230,7 @@ def load_config_for_cli(stack: str, root: Optional[Path], stderr: TextIO) -> Opt
         return None
 
 
-def run_cli(stack: str, out: Optional[str], stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
+def run_cli(stack: str, out: Optional[str], stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None, stack_file: Optional[str] = None) -> int:
     import pulumi
 
     stdout = stdout or sys.stdout
@@ -245,7 +247,8 @@ def run_cli(stack: str, out: Optional[str], stdout: Optional[TextIO] = None, std
 
         watching = _on_record.set(start_rendering)
         try:
-            cfg, result = plan(stack)
+            # (the project's own Pulumi.<stack>.yaml: plan(stack), as it always was; stand-ins for plan take the stack only)
+            cfg, result = plan(stack) if stack_file is None else plan(stack, stack_file=Path(stack_file))
         except CONFIG_ERRORS as err:
             report_config_error(stack, err, stderr)
             return EXIT_BAD_CONFIG

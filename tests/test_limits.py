@@ -639,6 +639,10 @@ def test_the_prod_examples_placeholders_are_found():
         ({"cluster": {"adminPrincipals": ["arn:aws:iam::123456789012:role/Admin"]}}, "cluster.adminPrincipals[0]"),
         ({"cluster": {"adminPrincipals": ["arn:aws:iam::111122223333:user/path/alice"]}}, "cluster.adminPrincipals[0]"),
         ({"jobs": [{**_BASE_JOBS["mpi"], "image": "111122223333.dkr.ecr.us-west-2.amazonaws.com/train:1"}]}, "jobs[0].image"),
+        (
+            {"queues": {"teams": [{"name": "a"}, {"name": "vision", "roleArn": "arn:aws:iam::111122223333:role/VisionTeam"}]}},
+            "queues.teams[1].roleArn",
+        ),
     ],
 )
 def test_each_kind_of_placeholder_is_found(section, expected):
@@ -652,6 +656,7 @@ def test_each_kind_of_placeholder_is_found(section, expected):
         {"cluster": {"endpointPublicAccessCidrs": ["203.0.0.0/16"]}},  # holds the range, is not it
         {"cluster": {"endpointPublicAccessCidrs": ["203.0.113.0/24"], "endpointPublicAccess": False}},  # not used
         {"cluster": {"adminPrincipals": ["arn:aws:iam::123456789013:role/Admin"]}},
+        {"queues": {"teams": [{"name": "vision", "roleArn": "arn:aws:iam::123456789013:role/VisionTeam"}]}},
         {"jobs": [{**_BASE_JOBS["mpi"], "image": "111122223333.dkr.ecr.us-west-2.amazonaws.com/train:1", "enabled": False}]},
     ],
 )

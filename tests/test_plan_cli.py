@@ -1,4 +1,4 @@
-"""The offline plan CLI: `python -m infra plan --stack NAME [--out DIR]`."""
+"""The offline plan CLI: `python -m infra plan --stack NAME [--out DIR] [--config-file PATH]`."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _run_main(argv: list[str], mp: pytest.MonkeyPatch) -> tuple[int, str, str]:
     """Run the CLI entry point in-process; returns (exit code, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     # run_cli's stdout/stderr defaults are bound when infra.plan is imported; hand it buffers.
-    mp.setattr(plan_module, "run_cli", lambda stack, dest: _RUN_CLI(stack, dest, stdout=out, stderr=err))
+    mp.setattr(plan_module, "run_cli", lambda stack, dest, **kw: _RUN_CLI(stack, dest, stdout=out, stderr=err, **kw))
     rc = main(argv)
     return rc, out.getvalue(), err.getvalue()
 
@@ -349,3 +349,48 @@ def test_stack_file_that_is_not_yaml_exits_2_with_the_reason(tmp_path, monkeypat
     assert "Pulumi.broken.yaml is not valid YAML" in err and "line 3" in err
     assert "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# --config-file: a stack file outside the project root (the examples, planned in place)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_help_lists_the_config_file_option(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "--help"])
+    assert info.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--config-file PATH" in help_text and "instead of Pulumi.<stack>.yaml in the project root" in help_text
+
+
+def test_a_stack_file_elsewhere_plans_as_the_same_file_in_the_project_root(dev_runs, tmp_path, monkeypatch):
+    """dev's stack file copied elsewhere and named by --config-file: the same plan, file for file
+    (the project, Pulumi.yaml, is still the one in the project root)."""
+    elsewhere = tmp_path / "elsewhere" / "my-dev.yaml"
+    elsewhere.parent.mkdir()
+    shutil.copy(ROOT / "Pulumi.dev.yaml", elsewhere)
+    out = tmp_path / "out"
+    rc, stdout, stderr = _run_main(["plan", "--stack", "dev", "--out", str(out), "--config-file", str(elsewhere)], monkeypatch)
+    assert (rc, stderr) == (0, "")
+    same = dev_runs["a"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in same["dir"].iterdir())
+    for path in same["dir"].iterdir():
+        assert (out / path.name).read_bytes() == path.read_bytes(), path.name
+    assert stdout.replace(str(out), "OUT") == same["stdout"].replace(str(same["dir"]), "OUT")
+
+
+def test_config_file_that_is_missing_or_invalid_exits_2_and_writes_nothing(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    missing = tmp_path / "Pulumi.nope.yaml"
+    rc, stdout, stderr = _run_main(["plan", "--stack", "nope", "--out", str(out), "--config-file", str(missing)], monkeypatch)
+    assert (rc, stdout) == (2, "")
+    assert stderr == f"error: no stack file {missing}\n"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_STACK)
+    rc, stdout, stderr = _run_main(["plan", "--stack", "bad", "--out", str(out), "--config-file", str(bad)], monkeypatch)
+    assert (rc, stdout) == (2, "")
+    for key in BAD_KEYS:
+        assert f"  - {key}: " in stderr, key
+    assert "Traceback" not in stderr
+    assert not out.exists()

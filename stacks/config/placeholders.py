@@ -39,6 +39,16 @@ def placeholders(cfg: StackConfig) -> list[Problem]:
                     "nobody of yours an admin; put the ARN of your own admin role there (aws sts get-caller-identity shows your account)",
                 )
             )
+    for i, team in enumerate(cfg.queues.teams):
+        account = aws_names.example_account(team.role_arn) if team.role_arn else None
+        if account is not None:
+            found.append(
+                Problem(
+                    f"{NAMESPACE}:queues.teams[{i}].roleArn",
+                    f"{team.role_arn!r} is in {account}, the example account of AWS's documentation, not yours: its access entry would "
+                    f"let nobody of yours submit jobs to team {team.name!r}; put the ARN of the team's own IAM role there",
+                )
+            )
     for i, job in enumerate(cfg.jobs):
         account = aws_names.example_account(job.image)
         if job.enabled and account is not None and ".dkr.ecr." in job.image:

@@ -289,17 +289,23 @@ def _stack_values(project: str, data: Union[str, bytes], file_name: str) -> tupl
     return doc, wire
 
 
-def engine_config(stack: str, root: Path = PROJECT_ROOT) -> tuple[str, dict[str, str]]:
+def engine_config(stack: str, root: Path = PROJECT_ROOT, stack_file: Optional[Path] = None) -> tuple[str, dict[str, str]]:
     """The project name and the config the engine hands the program for ``stack``
     (``{"namespace:key": text}``): project-level defaults from Pulumi.yaml, overridden by
-    Pulumi.<stack>.yaml. Raises StackFileError for a file the Pulumi CLI cannot read, and
-    ConfigError (naming the key) for a config value it refuses."""
+    Pulumi.<stack>.yaml, or by ``stack_file`` when given (the Pulumi CLI's ``--config-file``: a
+    stack file anywhere, the project still the one in ``root``). Raises StackFileError for a file
+    the Pulumi CLI cannot read, and ConfigError (naming the key) for a config value it refuses."""
     project = read_project(root)
     name = project["name"]
-    path = root / f"Pulumi.{stack}.yaml"
-    if not path.exists():
-        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
-        raise FileNotFoundError(f"no stack file {path.name}; stacks here: {', '.join(known) or 'none'}")
+    if stack_file is not None:
+        path = stack_file
+        if not path.is_file():
+            raise FileNotFoundError(f"no stack file {path}")
+    else:
+        path = root / f"Pulumi.{stack}.yaml"
+        if not path.exists():
+            known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+            raise FileNotFoundError(f"no stack file {path.name}; stacks here: {', '.join(known) or 'none'}")
     wire: dict[str, str] = {}
     for key, spec in (project.get("config") or {}).items():
         full = key if ":" in key else f"{name}:{key}"
@@ -311,8 +317,8 @@ def engine_config(stack: str, root: Path = PROJECT_ROOT) -> tuple[str, dict[str,
     return name, wire
 
 
-def read_stack_config(stack: str, root: Path = PROJECT_ROOT) -> tuple[str, dict[str, Any]]:
+def read_stack_config(stack: str, root: Path = PROJECT_ROOT, stack_file: Optional[Path] = None) -> tuple[str, dict[str, Any]]:
     """The project name and the stack's config exactly as the program sees it under `pulumi up`:
     ``decode_config_values`` of what the engine hands it (see ``engine_config``)."""
-    name, wire = engine_config(stack, root)
+    name, wire = engine_config(stack, root, stack_file)
     return name, decode_config_values(wire)
