@@ -104,14 +104,11 @@ def test_the_checker_catches_upward_and_forbidden_imports():
 
 def test_the_pulumi_program_does_not_load_the_offline_engine():
     """What `pulumi up` runs (__main__.py -> infra.program) loads neither the offline engine nor the
-    tooling around it (plan, preflight, moto). (The Pulumi SDK itself imports its mocks module on
-    `import pulumi`; what matters is that our mock engine is never set up.)"""
-    code = (
-        "import sys; sys.path.insert(0, '.');"
-        "import infra.program;"
-        "bad = sorted(m for m in sys.modules if m in ('infra.offline', 'infra.plan', 'infra.preflight', 'infra.aws_catalog', 'moto', 'boto3'));"
-        "print(','.join(bad))"
-    )
+    tooling around it (plan, preflight, moto), nor the stack-file reader (the engine hands the program
+    its config; ruamel.yaml is in requirements-dev.txt only). (The Pulumi SDK itself imports its mocks
+    module on `import pulumi`; what matters is that our mock engine is never set up.)"""
+    tooling = ("infra.offline", "infra.plan", "infra.preflight", "infra.aws_catalog", "moto", "boto3", "stacks.config.stackfile", "ruamel")
+    code = f"import sys; sys.path.insert(0, '.'); import infra.program; print(','.join(sorted(m for m in sys.modules if m in {tooling!r})))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == ""
 

@@ -3,8 +3,8 @@ the program receives it. Used by the offline plan, preflight and the tests (``pu
 config from the engine instead).
 
 The Pulumi CLI reads ``Pulumi.yaml`` and ``Pulumi.<stack>.yaml`` with gopkg.in/yaml.v3 (YAML 1.2
-with quirks of its own, not PyYAML's YAML 1.1): ``yaml_decode`` and ``yaml_resolve`` are that
-reader, ported. Then what the CLI does with the decoded stack file (pulumi/pulumi
+with quirks of its own, not PyYAML's YAML 1.1); ``yaml_reading`` reads them as it does, with
+ruamel.yaml. Then what the CLI does with the decoded stack file (pulumi/pulumi
 sdk/go/common/workspace/loaders.go LoadProjectStackBytes, sdk/go/common/resource/config/key.go
 and object.go):
 
@@ -34,9 +34,8 @@ from typing import Any, Optional, Union
 from facts.paths import PROJECT_ROOT
 from facts.problems import ConfigError, Problem
 from stacks.config.loading import MAX_DEPTH, decode_config_values, too_deep_message
-from stacks.config.yaml_decode import Found, decode
-from stacks.config.yaml_decode import Path as KeyPath
-from stacks.config.yaml_resolve import GoTime
+from stacks.config.yaml_reading import Found, GoTime, decode
+from stacks.config.yaml_reading import Path as KeyPath
 
 
 class StackFileError(FileNotFoundError):
@@ -82,7 +81,7 @@ def _program_value(value: Any, path: KeyPath = ()) -> Any:
         text = go_json_float(value)  # what JSON has, read as Python's json reads it
         return int(text) if text.lstrip("-").isdigit() else value
     if isinstance(value, GoTime):
-        return value.go_string()
+        return value.go_string
     if isinstance(value, list):
         return [_program_value(v, (*path, i)) for i, v in enumerate(value)]
     if isinstance(value, dict):
@@ -128,7 +127,7 @@ def _program_text(value: Any) -> str:
         # Written out and read again first: -0.0 becomes the int 0.
         return "0" if value == 0 else go_json_float(value)
     if isinstance(value, GoTime):
-        return value.go_string()
+        return value.go_string
     if isinstance(value, dict) and _is_secure(value):
         return SECRET
     return json.dumps(_program_value(value), ensure_ascii=False, separators=(",", ":"))
@@ -147,7 +146,7 @@ def _project_default_text(value: Any) -> str:
     if isinstance(value, (bool, int)):
         return _program_text(value)
     if isinstance(value, GoTime):
-        return json.dumps(value.rfc3339())
+        return json.dumps(value.rfc3339)
     if isinstance(value, float) and math.isfinite(value):
         return go_json_float(value)
     return json.dumps(_program_value(value), ensure_ascii=False, separators=(",", ":"))
@@ -158,13 +157,13 @@ def _project_default_text(value: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def load_yaml(text: Union[str, bytes]) -> Any:
+def load_yaml(text: Union[str, bytes], name: str = "the YAML text") -> Any:
     """A YAML text as the Pulumi CLI reads it (yaml.v3 into interface{}): timestamps are
     ``GoTime``. Raises StackFileError for what stops the CLI."""
     value, found = decode(text, _CONFIG_LEVEL + MAX_DEPTH)
     found = [f for f in found if f.kind != "nonfinite"]
     if found:
-        raise _file_error("the YAML text", found)
+        raise _file_error(name, found)
     return value
 
 
@@ -175,10 +174,6 @@ def read_config_value(text: str) -> Any:
     body = f" {text}" if len(lines) == 1 else "\n" + "\n".join(f"    {line}" for line in lines)
     _, values = _stack_values("project", f"config:\n  x:{body}\n", "the YAML text")
     return decode_config_values(values)["project:x"]
-
-
-def _where(path: KeyPath) -> str:
-    return f"at {_path_text(path)}: " if path else ""
 
 
 def _path_text(path: KeyPath) -> str:
@@ -217,7 +212,7 @@ def _file_error(name: str, found: list[Found], project: str = "") -> StackFileEr
             where = _problem_key(project, f.path) if project and _in_config(f.path) else _path_text(f.path)
             parts.append(f"{name} is not valid YAML: {f.message}" + (f" (reading {where})" if where else ""))
         else:
-            parts.append(f"{name}: {_where(f.path)}{f.message}")
+            parts.append(f"{name}: " + (f"at {_path_text(f.path)}: " if f.path else "") + f.message)
     return StackFileError("; ".join(parts))
 
 
@@ -234,10 +229,7 @@ def _config_problem(found: Found) -> str:
 
 def read_project(root: Path = PROJECT_ROOT) -> dict[str, Any]:
     path = root / "Pulumi.yaml"
-    doc, found = decode(_bytes(path), _CONFIG_LEVEL + MAX_DEPTH)
-    found = [f for f in found if f.kind != "nonfinite"]
-    if found:
-        raise _file_error(path.name, found)
+    doc = load_yaml(_bytes(path), path.name)
     if not isinstance(doc, dict) or not isinstance(doc.get("name"), str) or not doc["name"]:
         raise StackFileError(f"{path.name} must be a map with the project's 'name:'")
     if not isinstance(doc.get("config") or {}, dict):
