@@ -1,59 +1,24 @@
-"""Shared test helpers: run the real program against the offline engine with a given config."""
+"""The tests' fixtures: the shared dev and prod plans, the plan command's run, moto. Helpers (functions, configs, specs) are in tests/helpers.py."""
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import io
 import pickle
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+_ROOT = Path(__file__).resolve().parent.parent
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
 
 from infra import offline  # noqa: E402
-from stacks import config as stack_config  # noqa: E402
 from stacks.config.stackfile import read_stack_config  # noqa: E402
-
-NS = stack_config.NAMESPACE
-
-
-def minimal_values(**sections: Any) -> dict[str, Any]:
-    """A small valid config: us-west-2, one p4d group. Override sections by their key name."""
-    values: dict[str, Any] = {
-        "aws:region": "us-west-2",
-        f"{NS}:gpuAvailabilityZone": "auto",
-        f"{NS}:gpuNodeGroups": [
-            {"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 0, "desiredSize": 1, "maxSize": 2},
-        ],
-    }
-    for key, value in sections.items():
-        full = key if ":" in key else f"{NS}:{key}"
-        if value is None:
-            values.pop(full, None)
-        else:
-            values[full] = copy.deepcopy(value)
-    return values
-
-
-def dev_values() -> dict[str, Any]:
-    _, values = read_stack_config("dev", ROOT)
-    return values
-
-
-def run_stack(values: dict[str, Any], stack: str = "test") -> offline.PlanResult:
-    """Validate and run the real program offline; returns what it registered."""
-    from infra import program
-
-    stack_config.load(values, "gpu-training", stack)  # raise ConfigError first, like the CLI
-    return offline.run(program.main, values, project="gpu-training", stack=stack)
-
+from tests.helpers import ROOT, clean_aws_env, dev_values, run_stack  # noqa: E402
 
 # The plans of the repository's dev and prod stacks and one run of the dev plan command, made once
 # per session (per xdist worker) and shared by every test that only reads them (a test that
@@ -116,18 +81,6 @@ def _shared_plans_stay_unchanged() -> Iterator[None]:
     assert not changed, (
         f"a test changed the shared {', '.join(changed)} (copy it before changing it); run the tests that use it one module at a time to find which"
     )
-
-
-def clean_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Nothing of the machine's AWS setup: no AWS_* variables, profile files or instance metadata."""
-    import os
-
-    for key in list(os.environ):
-        if key.startswith("AWS_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
 @pytest.fixture

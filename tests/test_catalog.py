@@ -3,10 +3,6 @@ card by card, and the EFA layout walked over every EFA type of that data."""
 
 from __future__ import annotations
 
-import gzip
-import json
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -17,6 +13,7 @@ import pytest
 
 from facts import catalog, prices
 from infra import aws_catalog
+from tests.helpers import RECORDED_EFA_GPU_TYPES, RECORDED_EFA_TYPES, recorded
 
 REGION = "us-west-2"
 # No longer returned by DescribeInstanceTypes (and not in moto's recording); their rows come from
@@ -55,21 +52,6 @@ REQUIRED_EFA = {
     "p6-b200.48xlarge": 8,
     "p6-b300.48xlarge": 16,
 }
-
-
-@lru_cache(maxsize=1)
-def recorded() -> dict[str, dict[str, Any]]:
-    """moto's recording of EC2 DescribeInstanceTypes: instance type -> its item."""
-    data: dict[str, dict[str, Any]] = json.loads(gzip.open(Path(moto.__file__).parent / "ec2" / "resources" / "instance_types.json.gz").read())
-    return data
-
-
-def _efa(item: dict[str, Any]) -> bool:
-    return bool((item.get("NetworkInfo") or {}).get("EfaSupported"))
-
-
-RECORDED_EFA_TYPES = sorted(n for n, item in recorded().items() if _efa(item))
-RECORDED_EFA_GPU_TYPES = sorted(n for n in RECORDED_EFA_TYPES if (recorded()[n].get("GpuInfo") or {}).get("Gpus"))
 
 
 def _fake_aws_env(mp: pytest.MonkeyPatch, tmp) -> None:

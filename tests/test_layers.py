@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 LAYERS = ["facts", "jobs", "providers", "components", "stacks", "infra"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
@@ -160,3 +160,15 @@ def test_the_package_checker_catches_upward_imports_and_kinds():
     assert package_violations("infra.preflight", "eks", "from infra.preflight import _Context\n")
     assert package_violations("jobs.sagemaker", "portable", "from jobs.mpi import MpiBase\n")
     assert package_violations("jobs.sagemaker", "portable", "from jobs import checks\nfrom jobs.base import GpuJob\n") == []
+
+
+def test_test_modules_import_no_other_test_module():
+    """What test modules share lives in tests/helpers.py (fixtures in conftest.py): pytest imports a test
+    module under its own name, so one imported again from another module runs twice, under two names."""
+    found = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for line, module in imports_of(path.read_text()):
+            last = module.split(".")[-1] if module.startswith("tests.") else module
+            if module.startswith(("tests.test_", "test_")) or last == "conftest" or module == "conftest":
+                found.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert found == []

@@ -14,13 +14,13 @@ from typing import Any, Optional
 
 import pulumi
 import pytest
-from conftest import NS, dev_values, minimal_values
 
 from infra import offline
 from infra import plan as plan_cli
 from infra.offline import Deployed, Subnet
 from stacks import config as stack_config
 from stacks.placement import KEY, DeployedGpuSubnet, PlacementError, choose_gpu_az, gpu_subnet_tags
+from tests.helpers import NS, dev_values, minimal_values
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"

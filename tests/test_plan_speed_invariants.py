@@ -35,7 +35,7 @@ from facts.paths import PROJECT_ROOT
 from infra import offline, plan_text, releases
 from infra import plan as plan_module
 from infra.offline import monitor
-from tests.conftest import dev_values
+from tests.helpers import dev_values
 
 LIBYAML = bool(getattr(yaml, "__with_libyaml__", False))
 

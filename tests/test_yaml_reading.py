@@ -34,7 +34,7 @@ from stacks.config.loading import MAX_DEPTH, decode_config_values
 from stacks.config.stackfile import StackFileError, engine_config, load_yaml, read_config_value, read_stack_config
 from stacks.config.yaml_decode import allowed_alias_ratio, decode
 from stacks.config.yaml_resolve import GoTime
-from tests.conftest import NS, ROOT, minimal_values
+from tests.helpers import NS, ROOT, minimal_values
 
 # ----------------------------------------------------------------------------------------------
 # Scalars: yaml.v3's resolver
