@@ -18,6 +18,7 @@ if str(_ROOT) not in sys.path:
 
 from infra import offline  # noqa: E402
 from stacks.config.stackfile import read_stack_config  # noqa: E402
+from tests import aws_stubs  # noqa: E402
 from tests.helpers import ROOT, clean_aws_env, dev_values, run_stack  # noqa: E402
 
 # The plans of the repository's dev and prod stacks and one run of the dev plan command, made once
@@ -83,16 +84,46 @@ def _shared_plans_stay_unchanged() -> Iterator[None]:
     )
 
 
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    """moto with fake credentials (see clean_aws_env). AWS_DEFAULT_REGION points elsewhere: the
-    region the code passes must win."""
-    from moto import mock_aws
-
+def _moto_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Fake credentials and nothing else of the machine's AWS setup (see clean_aws_env);
+    AWS_DEFAULT_REGION points elsewhere: the region the code passes must win. The service models
+    are read once per process (aws_stubs.share_service_models)."""
     clean_aws_env(monkeypatch, tmp_path)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-central-1")
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # no test needs moto's AMIs; loading them is slow
+    aws_stubs.share_service_models(monkeypatch)
+
+
+_module_moto: list[str] = []  # the module whose tests share one moto now (aws_module)
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """moto, empty for this test, with fake credentials (see _moto_env)."""
+    from moto import mock_aws
+
+    # Inside a running moto a second one starts nothing (no reset): the test would see what the
+    # module's other tests left there.
+    assert not _module_moto, f"{_module_moto[0]} shares one moto (aws_module): its tests cannot also have a moto of their own (aws)"
+    _moto_env(monkeypatch, tmp_path)
     with mock_aws():
         yield
+
+
+@pytest.fixture(scope="module")
+def aws_module(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """One moto for the tests of a module that only read from it (what a module-scoped fixture put
+    there, or nothing: moto then only keeps them from AWS), set up once; as ``aws`` otherwise. A
+    module uses this or ``aws``, not both."""
+    from moto import mock_aws
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _moto_env(monkeypatch, tmp_path_factory.mktemp("aws"))
+        with mock_aws():
+            _module_moto.append(request.module.__name__)
+            try:
+                yield
+            finally:
+                _module_moto.clear()
