@@ -13,17 +13,39 @@ from typing import Any, Callable, Union
 import boto3
 import botocore.loaders
 import botocore.session
+import pytest
 from botocore.validate import validate_parameters
 
-# One data loader for every session: reading botocore's service models again for every test would
-# cost most of the preflight tests' time.
-_LOADER = botocore.loaders.create_loader()
+
+class _SearchPaths(list):
+    """A loader's search paths, each once: every boto3 Session adds boto3's own to its loader's."""
+
+    def append(self, path: str) -> None:
+        if path not in self:
+            super().append(path)
+
+
+# One data loader for every session: botocore's service models (megabytes of JSON, the same for every
+# session) are read once per process. A new session reads them again otherwise: moto starts every
+# test with a new boto3 default session, and the code under test makes sessions of its own; that was
+# most of the set-up time of the tests that use moto.
+LOADER = botocore.loaders.Loader(extra_search_paths=_SearchPaths())
+
+
+def _loader(search_path_string: Union[str, None] = None) -> botocore.loaders.Loader:
+    return LOADER if not search_path_string else botocore.loaders.create_loader(search_path_string)
+
+
+def share_service_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every botocore session made from now on (until ``monkeypatch`` is undone) reads the service
+    models through LOADER (as botocore would, with no AWS_DATA_PATH)."""
+    monkeypatch.setattr(botocore.session, "create_loader", _loader)
 
 
 def new_session(region: str = "us-west-2") -> boto3.session.Session:
     """A boto3 session of its own (hooks stay with the test that registers them), sharing the loader."""
     core = botocore.session.get_session()
-    core.register_component("data_loader", _LOADER)
+    core.register_component("data_loader", LOADER)
     return boto3.session.Session(botocore_session=core, region_name=region)
 
 

@@ -1,59 +1,25 @@
-"""Shared test helpers: run the real program against the offline engine with a given config."""
+"""The tests' fixtures: the shared dev and prod plans, the plan command's run, moto. Helpers (functions, configs, specs) are in tests/helpers.py."""
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import io
 import pickle
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+_ROOT = Path(__file__).resolve().parent.parent
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
 
 from infra import offline  # noqa: E402
-from stacks import config as stack_config  # noqa: E402
 from stacks.config.stackfile import read_stack_config  # noqa: E402
-
-NS = stack_config.NAMESPACE
-
-
-def minimal_values(**sections: Any) -> dict[str, Any]:
-    """A small valid config: us-west-2, one p4d group. Override sections by their key name."""
-    values: dict[str, Any] = {
-        "aws:region": "us-west-2",
-        f"{NS}:gpuAvailabilityZone": "auto",
-        f"{NS}:gpuNodeGroups": [
-            {"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 0, "desiredSize": 1, "maxSize": 2},
-        ],
-    }
-    for key, value in sections.items():
-        full = key if ":" in key else f"{NS}:{key}"
-        if value is None:
-            values.pop(full, None)
-        else:
-            values[full] = copy.deepcopy(value)
-    return values
-
-
-def dev_values() -> dict[str, Any]:
-    _, values = read_stack_config("dev", ROOT)
-    return values
-
-
-def run_stack(values: dict[str, Any], stack: str = "test") -> offline.PlanResult:
-    """Validate and run the real program offline; returns what it registered."""
-    from infra import program
-
-    stack_config.load(values, "gpu-training", stack)  # raise ConfigError first, like the CLI
-    return offline.run(program.main, values, project="gpu-training", stack=stack)
-
+from tests import aws_stubs  # noqa: E402
+from tests.helpers import ROOT, clean_aws_env, dev_values, run_stack  # noqa: E402
 
 # The plans of the repository's dev and prod stacks and one run of the dev plan command, made once
 # per session (per xdist worker) and shared by every test that only reads them (a test that
@@ -118,28 +84,46 @@ def _shared_plans_stay_unchanged() -> Iterator[None]:
     )
 
 
-def clean_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Nothing of the machine's AWS setup: no AWS_* variables, profile files or instance metadata."""
-    import os
-
-    for key in list(os.environ):
-        if key.startswith("AWS_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    """moto with fake credentials (see clean_aws_env). AWS_DEFAULT_REGION points elsewhere: the
-    region the code passes must win."""
-    from moto import mock_aws
-
+def _moto_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Fake credentials and nothing else of the machine's AWS setup (see clean_aws_env);
+    AWS_DEFAULT_REGION points elsewhere: the region the code passes must win. The service models
+    are read once per process (aws_stubs.share_service_models)."""
     clean_aws_env(monkeypatch, tmp_path)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-central-1")
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # no test needs moto's AMIs; loading them is slow
+    aws_stubs.share_service_models(monkeypatch)
+
+
+_module_moto: list[str] = []  # the module whose tests share one moto now (aws_module)
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """moto, empty for this test, with fake credentials (see _moto_env)."""
+    from moto import mock_aws
+
+    # Inside a running moto a second one starts nothing (no reset): the test would see what the
+    # module's other tests left there.
+    assert not _module_moto, f"{_module_moto[0]} shares one moto (aws_module): its tests cannot also have a moto of their own (aws)"
+    _moto_env(monkeypatch, tmp_path)
     with mock_aws():
         yield
+
+
+@pytest.fixture(scope="module")
+def aws_module(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """One moto for the tests of a module that only read from it (what a module-scoped fixture put
+    there, or nothing: moto then only keeps them from AWS), set up once; as ``aws`` otherwise. A
+    module uses this or ``aws``, not both."""
+    from moto import mock_aws
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _moto_env(monkeypatch, tmp_path_factory.mktemp("aws"))
+        with mock_aws():
+            _module_moto.append(request.module.__name__)
+            try:
+                yield
+            finally:
+                _module_moto.clear()

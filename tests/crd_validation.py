@@ -29,12 +29,21 @@ from typing import Any, Iterator
 import jsonschema
 import yaml
 
+from facts import versions
 from facts.aws_names import INT32_MAX, INT64_MAX
+from facts.paths import PROJECT_ROOT
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _RANGES = {"int32": (-INT32_MAX - 1, INT32_MAX), "int64": (-INT64_MAX - 1, INT64_MAX)}
+
+# The CRDs the stack installs: the MPI operator's release manifest and the rendered training operator.
+CRD_FILES = {
+    ("kubeflow.org/v2beta1", "MPIJob"): PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST,
+    ("kubeflow.org/v1", "PyTorchJob"): PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST,
+    ("kubeflow.org/v1", "PaddleJob"): PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST,
+}
 
 
 def crd_in(manifest: Path, kind: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import pytest
 
 from facts import catalog
 from facts.kube import ACCELERATOR_LABEL
-from tests.conftest import minimal_values, run_stack
+from tests.helpers import minimal_values, run_stack
 
 # The AWS provider's GPU label and its known GPU types, as in kubernetes/autoscaler at tag
 # cluster-autoscaler-1.36.1 (commit 35e8a280425c76a4040f57ae0fa232a952c02024),

@@ -9,7 +9,7 @@ import pytest
 from stacks.addons import addon_pins
 from stacks.config import load
 from stacks.config.stackfile import read_stack_config
-from tests.conftest import ROOT, minimal_values, run_stack
+from tests.helpers import ROOT, minimal_values, run_stack
 
 
 def _registered(plan) -> dict[str, tuple[str, object]]:

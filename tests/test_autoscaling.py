@@ -18,7 +18,7 @@ import pytest
 from components.node_group import NODE_TEMPLATE
 from facts import catalog, versions
 from stacks.config import ConfigError
-from tests.conftest import NS, dev_values, minimal_values, run_stack
+from tests.helpers import NS, dev_values, minimal_values, run_stack
 from tests.scheduling import NODE_GROUP, tolerates
 
 TAG = "aws:autoscaling/tag:Tag"

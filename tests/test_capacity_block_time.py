@@ -27,8 +27,8 @@ from components.node_scaling import HELD_BACK, SCHEDULE_LEAD
 from facts.catalog import CAPACITY_BLOCK_DRAIN
 from infra import plan as plan_cli
 from infra import preflight
-from tests.conftest import run_stack
-from tests.test_capacity_blocks import END, START, block_group, load, values_with
+from tests.aws_stubs import new_session
+from tests.helpers import END, START, answer_ec2, block_group, block_reservation, block_values, capacity_block, load_values, run_stack
 
 MNG = "aws:eks/nodeGroup:NodeGroup"
 SCHEDULE = "aws:autoscaling/schedule:Schedule"
@@ -77,7 +77,7 @@ def plan_at(monkeypatch, now: datetime.datetime, **over: Any) -> tuple[Any, list
     real_warn = pulumi.log.warn
     monkeypatch.setattr(node_scaling, "utc_now", lambda: now)
     monkeypatch.setattr(pulumi.log, "warn", lambda msg, *a, **k: (warned.append(msg), real_warn(msg, *a, **k)))
-    return run_stack(values_with(block_group(**over))), warned
+    return run_stack(block_values(block_group(**over))), warned
 
 
 @pytest.mark.parametrize("name, now, phase, desired, steered, actions, held", TIMES, ids=[t[0] for t in TIMES])
@@ -138,7 +138,7 @@ def test_outside_the_window_nothing_is_held_back(monkeypatch):
 
 def test_the_plan_summary_says_what_is_held_back(monkeypatch):
     monkeypatch.setattr(node_scaling, "utc_now", lambda: START + datetime.timedelta(hours=1))
-    g = load(values_with(block_group())).gpu_group("h100")
+    g = load_values(block_values(block_group())).gpu_group("h100")
     assert g is not None
     lines = plan_cli.capacity_lines(g)
     assert lines[0] == "block 2030-01-01 11:30 UTC to 2030-01-02 11:30 UTC: scheduled to 2 nodes at its start and to 0 at 2030-01-02 10:30 UTC"
@@ -154,18 +154,14 @@ def test_the_plan_summary_says_what_is_held_back(monkeypatch):
 
 @pytest.fixture
 def session(aws):
-    from tests.aws_stubs import new_session
-
     return new_session()
 
 
 def window_lines(session: Any, now: datetime.datetime, monkeypatch) -> list[preflight.CheckResult]:
-    from tests.test_capacity_blocks import answer, block, reservation
-
     monkeypatch.setattr(node_scaling, "utc_now", lambda: now)
-    answer(session, "DescribeCapacityReservations", lambda _b: {"CapacityReservations": [reservation()]})
-    answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [block()]})
-    results = preflight.run_checks(load(values_with(block_group())), session, today=datetime.date(2029, 12, 1))
+    answer_ec2(session, "DescribeCapacityReservations", lambda _b: {"CapacityReservations": [block_reservation()]})
+    answer_ec2(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [capacity_block()]})
+    results = preflight.run_checks(load_values(block_values(block_group())), session, today=datetime.date(2029, 12, 1))
     return [r for r in results if r.check.startswith("capacity block window")]
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime
 import io
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import botocore.loaders
 import botocore.session
@@ -25,44 +25,17 @@ from components import node_scaling
 from infra import plan as plan_cli
 from infra import preflight
 from stacks import config as stack_config
-from tests import aws_stubs as stubs
 from tests.aws_stubs import new_session
-from tests.conftest import NS, minimal_values, run_stack
+from tests.helpers import BLOCK_AZ as AZ
+from tests.helpers import BLOCK_ID, CR_ID, END, NS, START, block_group, capacity_block, run_stack, zulu
+from tests.helpers import answer_ec2 as answer
+from tests.helpers import block_reservation as reservation
+from tests.helpers import block_values as values_with
+from tests.helpers import load_values as load
 
-UTC = datetime.timezone.utc
-START = datetime.datetime(2030, 1, 1, 11, 30, tzinfo=UTC)
-END = datetime.datetime(2030, 1, 2, 11, 30, tzinfo=UTC)
-CR_ID = "cr-0123456789abcdef0"
-BLOCK_ID = "cb-0a1b2c3d4e5f60718"
 OFFERING_ID = "cb-0123456789abcdefa"
-AZ = "us-west-2b"
 SCHEDULE = "aws:autoscaling/schedule:Schedule"
 PURCHASE = "aws:ec2/capacityBlockReservation:CapacityBlockReservation"
-
-
-def _z(when: datetime.datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def block_group(**over: Any) -> dict[str, Any]:
-    group: dict[str, Any] = {
-        "name": "h100",
-        "instanceType": "p5.48xlarge",
-        "maxSize": 2,
-        "capacityType": "capacity-block",
-        "capacityReservationId": CR_ID,
-        "capacity": {"start": _z(START), "end": _z(END)},
-    }
-    group.update(over)
-    return group
-
-
-def values_with(*groups: dict[str, Any]) -> dict[str, Any]:
-    return minimal_values(gpuAvailabilityZone=AZ, gpuNodeGroups=list(groups))
-
-
-def load(values: dict[str, Any]) -> stack_config.StackConfig:
-    return stack_config.load(values, "gpu-training", "test")
 
 
 def problems_of(values: dict[str, Any]) -> str:
@@ -87,9 +60,9 @@ def test_a_window_parses_into_aware_times():
     [
         ({"minSize": 1, "desiredSize": 1}, "minSize", "follows the block's window"),
         ({"desiredSize": 1}, "desiredSize", "leave minSize and desiredSize out"),
-        ({"capacity": {"start": _z(START), "end": _z(START + datetime.timedelta(minutes=30))}}, "capacity.end", "scales to zero an hour before"),
-        ({"capacity": {"start": _z(START)}}, "capacity.end", "needs both ends"),
-        ({"capacity": {"start": "2030-01-01T11:30:00", "end": _z(END)}}, "capacity.start", "has no time zone"),
+        ({"capacity": {"start": zulu(START), "end": zulu(START + datetime.timedelta(minutes=30))}}, "capacity.end", "scales to zero an hour before"),
+        ({"capacity": {"start": zulu(START)}}, "capacity.end", "needs both ends"),
+        ({"capacity": {"start": "2030-01-01T11:30:00", "end": zulu(END)}}, "capacity.start", "has no time zone"),
         ({"capacityType": "on-demand"}, "capacity", "only used with capacityType 'capacity-block'"),
         ({"capacityReservationId": None}, "capacityReservationId", "unless capacity.offering looks for one to buy"),
     ],
@@ -102,19 +75,19 @@ def test_bad_capacity_config_is_refused(change, key, words):
 
 
 def test_purchase_needs_the_offering_and_its_window():
-    offering = {"durationHours": 24, "earliestStart": _z(START), "purchase": True}
+    offering = {"durationHours": 24, "earliestStart": zulu(START), "purchase": True}
     text = problems_of(values_with(block_group(capacityReservationId=None, capacity={"offering": offering})))
     assert f"{NS}:gpuNodeGroups[0].capacity.offering.purchase" in text and "missing: offeringId, start, end" in text
 
 
 def test_purchase_next_to_a_reservation_is_refused():
-    offering = {"durationHours": 24, "earliestStart": _z(START), "offeringId": OFFERING_ID, "purchase": True}
-    text = problems_of(values_with(block_group(capacity={"start": _z(START), "end": _z(END), "offering": offering})))
+    offering = {"durationHours": 24, "earliestStart": zulu(START), "offeringId": OFFERING_ID, "purchase": True}
+    text = problems_of(values_with(block_group(capacity={"start": zulu(START), "end": zulu(END), "offering": offering})))
     assert "would buy a second block" in text and CR_ID in text
 
 
 def test_an_offering_alone_is_valid_and_the_group_waits_for_its_block():
-    group = block_group(capacityReservationId=None, capacity={"offering": {"durationHours": 24, "earliestStart": _z(START)}})
+    group = block_group(capacityReservationId=None, capacity={"offering": {"durationHours": 24, "earliestStart": zulu(START)}})
     cfg = load(values_with(group))
     g = cfg.gpu_group("h100")
     assert g is not None and g.awaiting_capacity_block and g.capacity_block_purchase is None
@@ -192,8 +165,8 @@ def test_without_a_window_the_group_is_sized_by_hand():
 
 
 def purchase_group() -> dict[str, Any]:
-    offering = {"durationHours": 24, "earliestStart": _z(START - datetime.timedelta(hours=12)), "offeringId": OFFERING_ID, "purchase": True}
-    return block_group(capacityReservationId=None, capacity={"start": _z(START), "end": _z(END), "offering": offering})
+    offering = {"durationHours": 24, "earliestStart": zulu(START - datetime.timedelta(hours=12)), "offeringId": OFFERING_ID, "purchase": True}
+    return block_group(capacityReservationId=None, capacity={"start": zulu(START), "end": zulu(END), "offering": offering})
 
 
 def test_purchase_true_buys_the_offering_and_targets_it(monkeypatch):
@@ -264,51 +237,6 @@ def session(aws):
     return new_session()
 
 
-def answer(session: Any, operation: str, respond: Callable[[dict], dict[str, Any]]) -> list[dict]:
-    """Answer EC2 ``operation`` with ``respond(request body)``; returns the request bodies seen."""
-    bodies: list[dict] = []
-
-    def respond_to(request: dict) -> dict[str, Any]:
-        bodies.append(dict(request.get("body") or {}))
-        return respond(bodies[-1])
-
-    stubs.answer(session, "ec2", operation, respond_to)
-    return bodies
-
-
-def reservation(**over: Any) -> dict[str, Any]:
-    cr = {
-        "CapacityReservationId": CR_ID,
-        "InstanceType": "p5.48xlarge",
-        "AvailabilityZone": AZ,
-        "State": "scheduled",
-        "ReservationType": "capacity-block",
-        "TotalInstanceCount": 2,
-        "AvailableInstanceCount": 2,
-        "StartDate": START,
-        "EndDate": END,
-        "CapacityBlockId": BLOCK_ID,
-        "Tenancy": "default",
-        "InstancePlatform": "Linux/UNIX",
-    }
-    cr.update(over)
-    return {k: v for k, v in cr.items() if v is not None}
-
-
-def block(**over: Any) -> dict[str, Any]:
-    b = {
-        "CapacityBlockId": BLOCK_ID,
-        "AvailabilityZone": AZ,
-        "CapacityReservationIds": [CR_ID],
-        "StartDate": START,
-        "EndDate": END,
-        "CreateDate": START - datetime.timedelta(days=10),
-        "State": "scheduled",
-    }
-    b.update(over)
-    return b
-
-
 def offering(**over: Any) -> dict[str, Any]:
     o = {
         "CapacityBlockOfferingId": OFFERING_ID,
@@ -344,7 +272,7 @@ def test_stubs_are_checked_against_the_model(session):
 
 def test_the_block_behind_the_group_matches_its_type_az_count_and_window(session):
     answer(session, "DescribeCapacityReservations", lambda _b: {"CapacityReservations": [reservation()]})
-    seen = answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [block()]})
+    seen = answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [capacity_block()]})
     r = line(run(session, block_group()), f"capacity reservation {CR_ID}")
     assert r.status == preflight.PASS, r.line()
     assert f"capacity block {BLOCK_ID} of 2 x p5.48xlarge in {AZ}, scheduled, 2030-01-01T11:30:00Z to 2030-01-02T11:30:00Z" in r.detail
@@ -354,17 +282,17 @@ def test_the_block_behind_the_group_matches_its_type_az_count_and_window(session
 def test_a_window_other_than_the_blocks_fails_with_the_right_one(session):
     answer(session, "DescribeCapacityReservations", lambda _b: {"CapacityReservations": [reservation()]})
     later = END + datetime.timedelta(days=1)
-    answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [block(EndDate=later)]})
+    answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [capacity_block(EndDate=later)]})
     r = line(run(session, block_group()), f"capacity reservation {CR_ID}")
     assert r.status == preflight.FAIL
     assert "the group would scale at the wrong times" in r.detail
-    assert f"capacity.end: {_z(later)}" in r.fix
+    assert f"capacity.end: {zulu(later)}" in r.fix
 
 
 @pytest.mark.parametrize("count, status, words", [(1, preflight.FAIL, "set maxSize: 1"), (4, preflight.WARN, "2 paid for and left idle")])
 def test_the_blocks_instance_count_against_max_size(session, count, status, words):
     answer(session, "DescribeCapacityReservations", lambda _b: {"CapacityReservations": [reservation(TotalInstanceCount=count)]})
-    answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [block()]})
+    answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [capacity_block()]})
     r = line(run(session, block_group()), f"capacity reservation {CR_ID}")
     assert r.status == status and words in r.line(), r.line()
 
@@ -379,18 +307,18 @@ def test_the_blocks_instance_count_against_max_size(session, count, status, word
 )
 def test_type_az_and_state_mismatches_fail(session, over, words):
     answer(session, "DescribeCapacityReservations", lambda _b: {"CapacityReservations": [reservation(**over)]})
-    answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [block()]})
+    answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [capacity_block()]})
     r = line(run(session, block_group()), f"capacity reservation {CR_ID}")
     assert r.status == preflight.FAIL and words in r.detail
 
 
 def test_without_a_window_preflight_gives_the_one_to_set(session):
     answer(session, "DescribeCapacityReservations", lambda _b: {"CapacityReservations": [reservation()]})
-    answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [block()]})
+    answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [capacity_block()]})
     group = {k: v for k, v in block_group(capacity=None).items() if v is not None}
     r = line(run(session, group), f"capacity reservation {CR_ID}")
     assert r.status == preflight.PASS
-    assert f"set capacity.start: {_z(START)} and capacity.end: {_z(END)}" in r.detail
+    assert f"set capacity.start: {zulu(START)} and capacity.end: {zulu(END)}" in r.detail
 
 
 def test_describe_capacity_blocks_unanswered_falls_back_to_the_reservation(session):
@@ -401,7 +329,7 @@ def test_describe_capacity_blocks_unanswered_falls_back_to_the_reservation(sessi
 
 
 def offering_group(**offering_over: Any) -> dict[str, Any]:
-    o = {"durationHours": 24, "earliestStart": _z(START - datetime.timedelta(hours=12)), **offering_over}
+    o = {"durationHours": 24, "earliestStart": zulu(START - datetime.timedelta(hours=12)), **offering_over}
     return {k: v for k, v in block_group(capacityReservationId=None, capacity={"offering": o}).items() if v is not None}
 
 
@@ -432,7 +360,7 @@ def test_no_offering_is_a_warning(session):
 
 def purchasing() -> dict[str, Any]:
     g = offering_group(offeringId=OFFERING_ID, purchase=True)
-    g["capacity"].update(start=_z(START), end=_z(END))
+    g["capacity"].update(start=zulu(START), end=zulu(END))
     return g
 
 
@@ -466,7 +394,7 @@ def test_a_bought_block_is_checked_like_a_reservation(session):
         "DescribeCapacityReservations",
         lambda _b: {"CapacityReservations": [reservation(Tags=[{"Key": "gputraining/capacity-block-offering", "Value": OFFERING_ID}])]},
     )
-    answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [block()]})
+    answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [capacity_block()]})
     r = line(run(session, purchasing()), f"capacity block purchase {OFFERING_ID}")
     assert r.status == preflight.PASS, r.line()
     assert f"bought as {CR_ID}" in r.check and "2030-01-02T11:30:00Z" in r.detail

@@ -3,20 +3,16 @@ card by card, and the EFA layout walked over every EFA type of that data."""
 
 from __future__ import annotations
 
-import gzip
-import json
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import boto3
 import botocore.exceptions
 import botocore.session
-import moto
 import pytest
 
 from facts import catalog, prices
 from infra import aws_catalog
+from tests.helpers import RECORDED_EFA_GPU_TYPES, RECORDED_EFA_TYPES, recorded
 
 REGION = "us-west-2"
 # No longer returned by DescribeInstanceTypes (and not in moto's recording); their rows come from
@@ -57,42 +53,10 @@ REQUIRED_EFA = {
 }
 
 
-@lru_cache(maxsize=1)
-def recorded() -> dict[str, dict[str, Any]]:
-    """moto's recording of EC2 DescribeInstanceTypes: instance type -> its item."""
-    data: dict[str, dict[str, Any]] = json.loads(gzip.open(Path(moto.__file__).parent / "ec2" / "resources" / "instance_types.json.gz").read())
-    return data
-
-
-def _efa(item: dict[str, Any]) -> bool:
-    return bool((item.get("NetworkInfo") or {}).get("EfaSupported"))
-
-
-RECORDED_EFA_TYPES = sorted(n for n, item in recorded().items() if _efa(item))
-RECORDED_EFA_GPU_TYPES = sorted(n for n in RECORDED_EFA_TYPES if (recorded()[n].get("GpuInfo") or {}).get("Gpus"))
-
-
-def _fake_aws_env(mp: pytest.MonkeyPatch, tmp) -> None:
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_EC2"):
-        mp.delenv(name, raising=False)
-    mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-    mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    mp.setenv("AWS_SESSION_TOKEN", "testing")
-    mp.setenv("AWS_SECURITY_TOKEN", "testing")
-    mp.setenv("AWS_DEFAULT_REGION", REGION)
-    mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    # Never read a real ~/.aws.
-    mp.setenv("AWS_CONFIG_FILE", str(tmp / "aws-config"))
-    mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp / "aws-credentials"))
-
-
 @pytest.fixture(scope="module")
-def aws(tmp_path_factory):
-    """A mocked AWS (moto) with fake credentials: a boto3 session in us-west-2."""
-    with pytest.MonkeyPatch.context() as mp:
-        _fake_aws_env(mp, tmp_path_factory.mktemp("aws"))
-        with moto.mock_aws():
-            yield boto3.session.Session(region_name=REGION)
+def aws(aws_module) -> boto3.session.Session:
+    """A boto3 session in us-west-2 on the module's moto (the tests only read its recorded data)."""
+    return boto3.session.Session(region_name=REGION)
 
 
 @pytest.fixture(scope="module")

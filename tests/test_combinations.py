@@ -23,7 +23,7 @@ from allpairspy import AllPairs
 from facts import catalog
 from infra import invariants
 from stacks.config import ConfigError, load
-from tests.conftest import NS, minimal_values, run_stack
+from tests.helpers import NS, minimal_values, run_stack
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1.0"
 AZ = "us-west-2b"

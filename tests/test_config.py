@@ -12,7 +12,7 @@ from facts import catalog, versions
 from infra import offline
 from stacks import config as stack_config
 from stacks.config import ConfigError, Problem, decode_config_values, load
-from tests.conftest import NS, dev_values, minimal_values
+from tests.helpers import NS, dev_values, minimal_values
 
 P4D = "p4d.24xlarge"
 RESERVATION = "cr-0123456789abcdef0"

@@ -22,7 +22,7 @@ import yaml
 
 from infra import plan as plan_mod
 from stacks.config import ConfigError, load
-from tests.conftest import NS, ROOT, dev_values, minimal_values
+from tests.helpers import NS, ROOT, dev_values, minimal_values
 
 # Every YAML shape a value can take, including the surprising ones (yes -> True, 012 -> 10).
 SHAPES: list[Any] = [None, True, False, 0, -1, 3, 2**40, 1.5, "", "yes", "x" * 300, "Ünïcødé", "a b", [], ["a"], [1, 2], {}, {"k": "v"}, {"value": "x"}]

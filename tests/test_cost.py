@@ -11,7 +11,7 @@ from facts import catalog, prices
 from stacks import cost
 from stacks.config import load
 from stacks.config.stackfile import read_stack_config
-from tests.conftest import NS, ROOT, minimal_values
+from tests.helpers import NS, ROOT, minimal_values
 
 
 def cfg_of(stack: str):
@@ -116,7 +116,7 @@ def test_public_ipv4_and_kms_keys_are_priced_from_their_pins():
     ],
 )
 def test_the_kms_keys_priced_are_the_keys_the_program_creates(values, request):
-    from tests.conftest import dev_values, run_stack
+    from tests.helpers import dev_values, run_stack
 
     if values == "prod":
         stack, config = "prod", read_stack_config("prod", ROOT)[1]
@@ -144,7 +144,7 @@ def test_what_is_left_out_is_named():
 
 
 def test_enabled_sagemaker_jobs_and_exposed_jobs_are_named_as_left_out():
-    from tests.conftest import dev_values
+    from tests.helpers import dev_values
 
     values = dev_values()
     for job in values[f"{NS}:jobs"]:

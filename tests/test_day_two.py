@@ -23,7 +23,7 @@ import yaml
 
 from infra import plan as plan_module
 from stacks.config import ConfigError
-from tests.conftest import ROOT, minimal_values, run_stack
+from tests.helpers import ROOT, minimal_values, run_stack
 
 PROJECT_SCHEMA = ROOT / "tests" / "data" / "pulumi" / "project.json"
 KEY = "aws:kms/key:Key"

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from jobs.base import SecretKeyRef, VolumeMount
 from jobs.registry import JOB_KINDS
 from stacks.config import models as config_models
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 COMPONENTS = ROOT / "components"
 COMPONENT_FILES = sorted(p for p in COMPONENTS.glob("*.py") if p.name != "__init__.py")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from typing import Any
 
 import pytest
@@ -24,39 +23,12 @@ from facts import catalog
 from stacks import config as C
 from stacks.config import jobs as jobs_config
 from stacks.config import reference
-from stacks.config.stackfile import load_yaml
-from tests.conftest import ROOT, minimal_values, run_stack
+from tests.helpers import ALL_JOBS, DOC_TEXT, JOB_BLOCKS, JOBS_MARKER, ROOT, minimal_values, run_stack
+from tests.helpers import DOC_GROUPS as GROUPS
+from tests.helpers import with_doc_jobs as values_with
 
-DOC = ROOT / "docs" / "jobs.md"
 README = ROOT / "README.md"
 PROJECT = "gpu-training"
-
-# ```yaml fences, also indented ones (inside list items); the closing fence has the same indent.
-_FENCE = re.compile(r"^(?P<indent>[ \t]*)```yaml[ \t]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
-JOBS_MARKER = "- name:"
-GROUPS_MARKER = "gpu-training:gpuNodeGroups:"
-
-
-def yaml_blocks(text: str) -> list[str]:
-    return [textwrap.dedent(m.group("body")) for m in _FENCE.finditer(text)]
-
-
-DOC_TEXT = DOC.read_text()
-JOB_BLOCKS: list[list[dict[str, Any]]] = [load_yaml(b) for b in yaml_blocks(DOC_TEXT) if b.startswith(JOBS_MARKER)]
-ALL_JOBS: list[dict[str, Any]] = [job for block in JOB_BLOCKS for job in block]
-
-
-def _groups() -> list[dict[str, Any]]:
-    found = [load_yaml(b)[GROUPS_MARKER[:-1]] for b in yaml_blocks(DOC_TEXT) if b.startswith(GROUPS_MARKER)]
-    assert len(found) == 1, f"docs/jobs.md needs exactly one ```yaml block starting with {GROUPS_MARKER!r}"
-    return found[0]
-
-
-GROUPS = _groups()
-
-
-def values_with(jobs: list[dict[str, Any]]) -> dict[str, Any]:
-    return minimal_values(gpuNodeGroups=GROUPS, jobs=jobs)
 
 
 def _block_id(block: list[dict[str, Any]]) -> str:

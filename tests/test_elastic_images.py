@@ -15,8 +15,7 @@ import pytest
 import jobs as J
 from facts import images
 from stacks import config as C
-from tests.conftest import NS, dev_values
-from tests.test_jobs_config import KEY, elastic, one, parse
+from tests.helpers import ALL_JOBS, DOC_TEXT, JOBS_KEY, NS, dev_values, elastic_job, make_ctx, one_job_problem, parse_job_list
 
 DLC = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training"
 DLC_EC2 = f"{DLC}:2.5.1-gpu-py311-cu124-ubuntu22.04-ec2"
@@ -93,8 +92,8 @@ def test_every_row_names_a_dockerfile_of_its_minor_and_cuda() -> None:
 @pytest.mark.parametrize("backend", [None, "etcd", "etcd-v2"])
 def test_an_etcd_backend_on_an_image_known_to_lack_python_etcd_is_refused(backend: Any) -> None:
     over = {} if backend is None else {"rendezvous": backend}
-    p = one([elastic(image=DLC_EC2, **over)])
-    assert p.key == f"{KEY}[0].rendezvous"
+    p = one_job_problem([elastic_job(image=DLC_EC2, **over)])
+    assert p.key == f"{JOBS_KEY}[0].rendezvous"
     shown = backend or "etcd"
     assert p.message.startswith(f"{shown!r}{' (the default)' if backend is None else ''} needs the python-etcd package")
     for words in (
@@ -109,31 +108,29 @@ def test_an_etcd_backend_on_an_image_known_to_lack_python_etcd_is_refused(backen
 
 def test_a_disabled_job_is_refused_too() -> None:
     """It is wrong on its own, like a bad image reference (checked for disabled jobs as well)."""
-    assert one([elastic(image=DLC_EC2, enabled=False)]).key == f"{KEY}[0].rendezvous"
+    assert one_job_problem([elastic_job(image=DLC_EC2, enabled=False)]).key == f"{JOBS_KEY}[0].rendezvous"
 
 
 @pytest.mark.parametrize(
     "job",
     [
-        elastic(image=DLC_EC2, rendezvous="c10d"),  # c10d needs nothing in the image
-        elastic(image=OWN_COPY),  # an image of your own: unknown, the etcd default stands
-        elastic(image=OWN_COPY, rendezvous="etcd-v2"),
-        elastic(image="nvcr.io/nvidia/pytorch:24.01-py3"),
+        elastic_job(image=DLC_EC2, rendezvous="c10d"),  # c10d needs nothing in the image
+        elastic_job(image=OWN_COPY),  # an image of your own: unknown, the etcd default stands
+        elastic_job(image=OWN_COPY, rendezvous="etcd-v2"),
+        elastic_job(image="nvcr.io/nvidia/pytorch:24.01-py3"),
         # On SageMaker the toolkit starts torchrun with a static rendezvous: `rendezvous` does not apply.
-        elastic(image=DLC_SAGEMAKER, runtime="sagemaker", nodeGroup="p4d"),
+        elastic_job(image=DLC_SAGEMAKER, runtime="sagemaker", nodeGroup="p4d"),
     ],
     ids=["c10d", "own-copy", "own-copy-etcd-v2", "ngc", "sagemaker"],
 )
 def test_what_is_accepted(job: dict[str, Any]) -> None:
-    _, problems = parse([job])
+    _, problems = parse_job_list([job])
     assert [p for p in problems if p.key.endswith(".rendezvous")] == []
 
 
 def test_c10d_on_the_aws_image_emits_the_operator_default_endpoint() -> None:
     """c10d: no rdzvHost/rdzvPort, so the operator points PET_RDZV_ENDPOINT at <name>-worker-0."""
-    from tests.test_jobs import make_ctx
-
-    (spec,), problems = parse([elastic(image=DLC_EC2, rendezvous="c10d", minNodes=1, maxNodes=2)])
+    (spec,), problems = parse_job_list([elastic_job(image=DLC_EC2, rendezvous="c10d", minNodes=1, maxNodes=2)])
     assert problems == []
     (cr,) = spec.build(make_ctx(etcd_endpoint=None))
     policy = cr["spec"]["elasticPolicy"]
@@ -176,8 +173,6 @@ def test_the_dev_plan_has_the_c10d_policy(dev_plan) -> None:
 
 
 def test_the_docs_quote_the_first_examples_rendezvous_id() -> None:
-    from tests.test_docs import ALL_JOBS, DOC_TEXT
-
     first = next(j for j in ALL_JOBS if j["kind"] == "pytorch-elastic")
     quoted = re.search(r"`([a-z0-9-]+-\d+-[0-9a-f]{8})` for the first example below", DOC_TEXT)
     assert quoted is not None and quoted.group(1) == J.PyTorchElasticSpec.model_validate(first).rendezvous_id

@@ -23,7 +23,7 @@ from infra.__main__ import main
 from jobs.registry import JOB_KINDS
 from stacks import config as stack_config
 from stacks.config.placeholders import placeholders
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 EXAMPLES_DIR = ROOT / "examples"
 EXAMPLES = sorted(p.name for p in EXAMPLES_DIR.iterdir() if p.is_dir())

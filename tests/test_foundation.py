@@ -8,7 +8,7 @@ import pytest
 
 from facts import catalog, versions
 from infra import offline
-from tests.conftest import minimal_values, run_stack
+from tests.helpers import minimal_values, run_stack
 from tests.scheduling import MNG, NODE_GROUP
 
 VPC = "aws:ec2/vpc:Vpc"

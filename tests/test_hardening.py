@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stacks.config import ConfigError
-from tests.conftest import NS, minimal_values, run_stack
+from tests.helpers import NS, minimal_values, run_stack
 
 FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"

@@ -18,12 +18,11 @@ from components.charts import ChartChecksumError, ChartFile
 from facts import versions
 from facts.paths import TOOLS_BIN
 from infra import releases
-from tests.conftest import ROOT, minimal_values, run_stack
-from tests.scheduling import kubernetes_taints, node_groups, tolerates
+from tests.helpers import ROOT, minimal_values, run_stack
+from tests.scheduling import INSTANCE_TYPE_LABEL, kubernetes_taints, node_groups, schedulable
 
 HELM = TOOLS_BIN / "helm"
 RELEASE = "kubernetes:helm.sh/v3:Release"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")
 
@@ -67,31 +66,6 @@ def nodes(plan) -> list[dict[str, Any]]:
         taints = kubernetes_taints(r)
         out.append({"name": r.name, "labels": labels, "taints": taints})
     return out
-
-
-def _expression(expr: dict[str, Any], labels: dict[str, str]) -> bool:
-    key, op, vals = expr["key"], expr["operator"], expr.get("values") or []
-    if op == "In":
-        return labels.get(key) in vals
-    if op == "NotIn":
-        return labels.get(key) not in vals
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    raise AssertionError(f"operator {op} not handled")
-
-
-def schedulable(pod: dict[str, Any], node: dict[str, Any]) -> bool:
-    """Whether a DaemonSet pod can run on a node: nodeSelector, required node affinity, and every
-    NoSchedule/NoExecute taint tolerated."""
-    if any(node["labels"].get(k) != v for k, v in (pod.get("nodeSelector") or {}).items()):
-        return False
-    required = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms = required.get("nodeSelectorTerms") or []
-    if terms and not any(all(_expression(e, node["labels"]) for e in term.get("matchExpressions") or []) for term in terms):
-        return False
-    return all(tolerates(pod.get("tolerations") or [], t) for t in node["taints"] if t["effect"] in ("NoSchedule", "NoExecute"))
 
 
 def daemonsets(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

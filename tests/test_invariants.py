@@ -12,7 +12,7 @@ import pytest
 from infra import invariants
 from stacks.config import load
 from stacks.config.stackfile import read_stack_config
-from tests.conftest import ROOT, dev_values, minimal_values, run_stack
+from tests.helpers import ROOT, dev_values, minimal_values, run_stack
 
 TEAMS = [{"name": "vision", "quotas": [{"nodeGroup": "p4d", "nodes": 1}]}]
 

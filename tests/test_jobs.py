@@ -25,112 +25,23 @@ from components.jobs import TrainingJobs, TrainingJobsArgs
 from facts import catalog, versions
 from facts.kube import GPU_TAINT, NODE_GROUP_LABEL
 from infra import offline
-from stacks.config import GpuNodeGroupConfig
 from stacks.config.jobs import job_targets
 from tests import crd_validation
-from tests.conftest import ROOT
+from tests.crd_validation import CRD_FILES
+from tests.helpers import CLAIMS, GROUP_TYPE, REPLICA_KEY, ROOT, SYSTEM_SELECTOR, TRAIN_IMAGE, built, make_ctx, replicas
+from tests.helpers import TARGET_AZ as AZ
+from tests.helpers import TARGET_GROUPS as GROUPS
+from tests.helpers import job_spec as spec
 
-AZ = "us-west-2b"
-TRAIN_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:2026.11"
-V100_NCCL_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/nccl-tests:sm70-2.16.9"
-ETCD = "etcd.training.svc:2379"
-CLAIMS = {"fsx": "fsx-claim", "efs": "efs-claim"}
-SYSTEM_SELECTOR = {NODE_GROUP_LABEL: "system"}
-
-GROUPS = [
-    GpuNodeGroupConfig(name="p4d", instanceType="p4d.24xlarge", maxSize=4, taints=[{"key": "team", "value": "vision"}]),
-    GpuNodeGroupConfig(name="p3", instanceType="p3.16xlarge", maxSize=4),
-    GpuNodeGroupConfig(name="p3dn", instanceType="p3dn.24xlarge", maxSize=4, efa=False),
-    GpuNodeGroupConfig(name="p3dn-efa", instanceType="p3dn.24xlarge", maxSize=4),
-]
 EFA_GROUPS = ["p4d"]
 NON_EFA_GROUPS = ["p3", "p3dn"]
 TEST_GROUPS = EFA_GROUPS + NON_EFA_GROUPS
-GROUP_TYPE = {g.name: catalog.get(g.instance_type) for g in GROUPS}
-
-
-def make_ctx(**changes: Any) -> J.JobsContext:
-    values: dict[str, Any] = dict(
-        namespace="training",
-        targets=job_targets(GROUPS, AZ),
-        claims=dict(CLAIMS),
-        etcd_endpoint=ETCD,
-        system_node_selector=dict(SYSTEM_SELECTOR),
-        cluster_name="gpu-training-test",
-        region="us-west-2",
-    )
-    values.update(changes)
-    return J.JobsContext(**values)
-
-
-def spec(kind: str, group: str = "p4d", **over: Any) -> J.JobBase:
-    """A realistic job of ``kind`` on ``group`` (config-shaped, camelCase)."""
-    common_env = dict(env={"EPOCHS": 2, "AMP": True}, secretEnv={"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}})
-    volumes = [{"name": "fsx", "mountPath": "/fsx"}, {"name": "efs", "mountPath": "/efs", "readOnly": True}]
-    raw: dict[str, Any] = {
-        "mpi": dict(
-            name="maskrcnn",
-            kind="mpi",
-            nodeGroup=group,
-            nodes=2,
-            image=TRAIN_IMAGE,
-            command=["python", "/workspace/train_maskrcnn.py"],
-            args=["--data", "/fsx/coco"],
-            mpirunArgs=["--mca", "pml", "^ucx"],
-            volumes=volumes,
-            **common_env,
-        ),
-        "nccl-test": dict(name="nccl", kind="nccl-test", nodeGroup=group),
-        "pytorch-elastic": dict(
-            name="imagenet",
-            kind="pytorch-elastic",
-            nodeGroup=group,
-            nodes=2,
-            minNodes=1,
-            maxNodes=3,
-            maxRestarts=10,
-            image=TRAIN_IMAGE,
-            command=["torchrun", "/workspace/main.py"],
-            args=["--arch", "resnet50"],
-            volumes=volumes,
-            **common_env,
-        ),
-        "paddle": dict(
-            name="ctr",
-            kind="paddle",
-            nodeGroup=group,
-            nodes=2,
-            mode="ps",
-            pservers=2,
-            image=TRAIN_IMAGE,
-            command=["python", "-m", "paddle.distributed.launch", "train.py"],
-            volumes=volumes[1:],
-            **common_env,
-        ),
-        "data-stage": dict(name="stage-coco", kind="data-stage", source="s3://ml-datasets/coco/2017", volume="fsx", path="coco/2017"),
-        "tensorboard": dict(name="tb", kind="tensorboard", volume="efs", logPath="runs/maskrcnn"),
-    }[kind]
-    if kind == "nccl-test" and GROUP_TYPE[group].gpu_model not in J.NCCL_TESTS_IMAGE_GPU_MODELS:
-        raw["image"] = V100_NCCL_IMAGE
-    raw.update(over)
-    return J.JOB_KINDS[kind].model_validate(raw)
-
-
-def built(kind: str, group: str = "p4d", ctx: J.JobsContext | None = None, **over: Any) -> list[dict[str, Any]]:
-    return J.build_manifests(spec(kind, group, **over), ctx or make_ctx())
 
 
 def only(manifests: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     found = [m for m in manifests if m["kind"] == kind]
     assert len(found) == 1, [m["kind"] for m in manifests]
     return found[0]
-
-
-REPLICA_KEY = {"MPIJob": "mpiReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs", "PaddleJob": "paddleReplicaSpecs"}
-
-
-def replicas(cr: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return cr["spec"][REPLICA_KEY[cr["kind"]]]
 
 
 def pod_specs(manifest: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -570,12 +481,6 @@ def test_pod_hostnames():
 # Upstream CRDs and the Kubernetes schema
 # ----------------------------------------------------------------------------------------------
 
-# The CRDs the stack installs: the MPI operator's release manifest and the rendered training operator.
-CRD_FILES = {
-    ("kubeflow.org/v2beta1", "MPIJob"): ROOT / versions.MPI_OPERATOR_MANIFEST,
-    ("kubeflow.org/v1", "PyTorchJob"): ROOT / versions.TRAINING_OPERATOR_MANIFEST,
-    ("kubeflow.org/v1", "PaddleJob"): ROOT / versions.TRAINING_OPERATOR_MANIFEST,
-}
 K8S_VERSION = "1.33"
 CORE_KINDS = {("v1", "ServiceAccount"), ("batch/v1", "Job"), ("apps/v1", "Deployment"), ("v1", "Service")}
 

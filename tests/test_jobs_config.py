@@ -2,63 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
 import jobs as J
-from stacks.config import ConfigError, GpuNodeGroupConfig, Problem
-from stacks.config.jobs import group_facts, job_targets, parse_jobs
-
-KEY = "gpu-training:jobs"
-IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:2026.11"
-
-GROUPS = {
-    g.name: g
-    for g in [
-        GpuNodeGroupConfig(name="p4d", instanceType="p4d.24xlarge", maxSize=2),
-        GpuNodeGroupConfig(name="p3", instanceType="p3.16xlarge", maxSize=4),
-        GpuNodeGroupConfig(name="p3dn", instanceType="p3dn.24xlarge", maxSize=2, efa=False),
-        GpuNodeGroupConfig(name="big", instanceType="p5.48xlarge", maxSize=16),
-    ]
-}
-
-
-def parse(
-    raw: Any,
-    *,
-    volumes: Optional[set[str]] = None,
-    operators: Optional[set[str]] = None,
-    etcd: bool = True,
-    groups: Optional[dict[str, GpuNodeGroupConfig]] = None,
-) -> tuple[list[J.JobBase], list[Problem]]:
-    problems: list[Problem] = []
-    env = J.JobEnvironment(
-        groups={name: group_facts(g) for name, g in (GROUPS if groups is None else groups).items()},
-        volumes=frozenset({"fsx", "efs"} if volumes is None else volumes),
-        operators=frozenset({"mpi", "training"} if operators is None else operators),
-        etcd_enabled=etcd,
-    )
-    specs = parse_jobs(raw, KEY, problems, env)
-    return specs, problems
-
-
-def one(raw: Any, **kw: Any) -> Problem:
-    _, problems = parse(raw, **kw)
-    assert len(problems) == 1, problems
-    return problems[0]
+from stacks.config import ConfigError
+from stacks.config.jobs import job_targets
+from tests.helpers import JOB_GROUPS, TRAIN_IMAGE, dev_values
+from tests.helpers import JOBS_KEY as KEY
+from tests.helpers import elastic_job as elastic
+from tests.helpers import one_job_problem as one
+from tests.helpers import parse_job_list as parse
 
 
 def mpi(**over: Any) -> dict[str, Any]:
-    return {"name": "maskrcnn", "kind": "mpi", "nodeGroup": "p4d", "nodes": 2, "image": IMAGE, "command": ["python", "train.py"], **over}
-
-
-def elastic(**over: Any) -> dict[str, Any]:
-    return {"name": "imagenet", "kind": "pytorch-elastic", "nodeGroup": "p4d", "image": IMAGE, "command": ["torchrun", "main.py"], **over}
+    return {"name": "maskrcnn", "kind": "mpi", "nodeGroup": "p4d", "nodes": 2, "image": TRAIN_IMAGE, "command": ["python", "train.py"], **over}
 
 
 def paddle(**over: Any) -> dict[str, Any]:
-    return {"name": "ctr", "kind": "paddle", "nodeGroup": "p4d", "image": IMAGE, "command": ["python", "train.py"], **over}
+    return {"name": "ctr", "kind": "paddle", "nodeGroup": "p4d", "image": TRAIN_IMAGE, "command": ["python", "train.py"], **over}
 
 
 def stage(**over: Any) -> dict[str, Any]:
@@ -156,7 +119,7 @@ def test_wrong_types_are_reported_with_the_value():
 
 
 def test_required_fields():
-    p = one([{"name": "x", "kind": "mpi", "nodeGroup": "p4d", "image": IMAGE}])
+    p = one([{"name": "x", "kind": "mpi", "nodeGroup": "p4d", "image": TRAIN_IMAGE}])
     assert (p.key, p.message) == (f"{KEY}[0].command", "is required")
 
 
@@ -406,7 +369,7 @@ def test_targets_for_the_parsed_jobs_build_clean_manifests():
     assert problems == []
     ctx = J.JobsContext(
         namespace="training",
-        targets=job_targets(GROUPS.values(), "us-west-2a"),
+        targets=job_targets(JOB_GROUPS.values(), "us-west-2a"),
         claims={"fsx": "fsx", "efs": "efs"},
         etcd_endpoint="etcd.training.svc:2379",
         system_node_selector={"gputraining/node-group": "system"},
@@ -418,7 +381,6 @@ def test_targets_for_the_parsed_jobs_build_clean_manifests():
 
 def test_a_job_on_a_group_that_failed_its_own_checks_adds_no_second_problem():
     from stacks import config as stack_config
-    from tests.conftest import dev_values
 
     values = dev_values()
     groups = values["gpu-training:gpuNodeGroups"]

@@ -35,8 +35,7 @@ import pytest
 from facts.kube import GPU_RESOURCE, NODE_GROUP_LABEL
 from jobs.pod import QUEUE_LABEL
 from stacks.queues.admission import REPLICA_SPECS
-from tests.conftest import minimal_values, run_stack
-from tests.test_queues import team_values
+from tests.helpers import minimal_values, run_stack, team_values
 
 # ---------------------------------------------------------------------------------------------
 # The two rules, restated

@@ -27,8 +27,7 @@ from facts.paths import TOOLS_BIN
 from infra import releases
 from stacks import queues
 from stacks.config import load
-from tests.conftest import ROOT, dev_values, run_stack
-from tests.test_queues import team_values
+from tests.helpers import ROOT, dev_values, run_stack, team_values
 
 HELM = TOOLS_BIN / "helm"
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")

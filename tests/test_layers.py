@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 LAYERS = ["facts", "jobs", "providers", "components", "stacks", "infra"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
@@ -40,7 +40,12 @@ PACKAGES = {
     "stacks.queues": ["resources", "cluster_queues", "admission", "plan", "checks"],
     "infra.preflight": ["results", "placement", "quotas", "capacity", "eks"],
     "infra.invariants": ["view", "rules"],
+    "infra.offline": ["region", "deployed", "mocks", "monitor", "engine"],
 }
+# Packages whose modules import none after them even for annotations: no circle under
+# `if TYPE_CHECKING:` either (a module that needs the shape of one above it says what it reads, as
+# jobs/sagemaker/checks.py's SageMakerSpec does).
+NO_ANNOTATION_CIRCLES = {"jobs.sagemaker", "infra.offline"}
 # What the SageMaker runtime (the base of the kinds with two runtimes) may import of the jobs layer:
 # the pieces every kind shares. The kinds import it, so it never imports a kind or the registry.
 SAGEMAKER_RUNTIME_USES = {"jobs.base", "jobs.checks", "jobs.pod"}
@@ -107,17 +112,23 @@ def test_the_pulumi_program_does_not_load_the_offline_engine():
     tooling around it (plan, preflight, moto), nor the stack-file reader (the engine hands the program
     its config; ruamel.yaml is in requirements-dev.txt only). (The Pulumi SDK itself imports its mocks
     module on `import pulumi`; what matters is that our mock engine is never set up.)"""
-    tooling = ("infra.offline", "infra.plan", "infra.preflight", "infra.aws_catalog", "moto", "boto3", "stacks.config.stackfile", "ruamel")
-    code = f"import sys; sys.path.insert(0, '.'); import infra.program; print(','.join(sorted(m for m in sys.modules if m in {tooling!r})))"
+    code = (
+        "import sys; sys.path.insert(0, '.');"
+        "import infra.program;"
+        "bad = sorted(m for m in sys.modules if m.split('.')[:2] in (['infra', 'offline'], ['infra', 'plan'], ['infra', 'preflight'], ['infra', 'aws_catalog'])"
+        " or m in ('moto', 'boto3', 'stacks.config.stackfile') or m.split('.')[0] == 'ruamel');"
+        "print(','.join(bad))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == ""
 
 
 def package_violations(package: str, module: str, source: str) -> list[str]:
-    """Imports of ``package.module`` that point up or sideways inside its package (see PACKAGES)."""
+    """Imports of ``package.module`` that point up or sideways inside its package (see PACKAGES;
+    annotation-only imports count in the packages of NO_ANNOTATION_CIRCLES)."""
     order = PACKAGES[package]
     found: list[str] = []
-    for line, name in runtime_imports_of(source):
+    for line, name in (imports_of if package in NO_ANNOTATION_CIRCLES else runtime_imports_of)(source):
         if any(f"{module}:{line} " in f for f in found):
             continue  # `from a.b import c` is a.b and a.b.c: one import
         if name == package or name.startswith(package + "."):
@@ -144,6 +155,22 @@ def test_the_package_checker_catches_upward_imports_and_kinds():
     up = "from typing import TYPE_CHECKING\nfrom stacks.queues.plan import QueuePlan\nif TYPE_CHECKING:\n    from stacks.queues.checks import x\n"
     assert package_violations("stacks.queues", "admission", up) == ["stacks.queues.admission:2 imports stacks.queues.plan (plan is not below admission)"]
     assert package_violations("stacks.queues", "checks", up) == []
+    assert package_violations(
+        "jobs.sagemaker", "checks", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jobs.sagemaker.portable import PortableJob\n"
+    )
+    assert package_violations("infra.preflight", "eks", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from infra.preflight import _Context\n") == []
     assert package_violations("infra.preflight", "eks", "from infra.preflight import _Context\n")
     assert package_violations("jobs.sagemaker", "portable", "from jobs.mpi import MpiBase\n")
     assert package_violations("jobs.sagemaker", "portable", "from jobs import checks\nfrom jobs.base import GpuJob\n") == []
+
+
+def test_test_modules_import_no_other_test_module():
+    """What test modules share lives in tests/helpers.py (fixtures in conftest.py): pytest imports a test
+    module under its own name, so one imported again from another module runs twice, under two names."""
+    found = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for line, module in imports_of(path.read_text()):
+            last = module.split(".")[-1] if module.startswith("tests.") else module
+            if module.startswith(("tests.test_", "test_")) or last == "conftest" or module == "conftest":
+                found.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert found == []

@@ -27,9 +27,12 @@ from infra import plan as plan_mod
 from stacks import config as C
 from stacks.config import models, reference
 from stacks.config.placeholders import placeholders
-from tests.conftest import NS, ROOT, minimal_values, run_stack
-from tests.test_jobs_config import KEY
-from tests.test_sagemaker import elastic, mpi, problems_of, sm, the_problem
+from tests.helpers import JOBS_KEY, NS, ROOT, minimal_values, run_stack
+from tests.helpers import job_problems as problems_of
+from tests.helpers import sagemaker_elastic as elastic
+from tests.helpers import sagemaker_mpi as mpi
+from tests.helpers import sagemaker_settings as sm
+from tests.helpers import the_job_problem as the_problem
 
 TESTS = Path(__file__).parent
 
@@ -111,7 +114,7 @@ def test_volume_size_is_spelled_as_documented():
     assert J.SageMakerOptions.model_fields["volume_size_gib"].alias == "volumeSizeGiB"
     assert problems_of(mpi(sagemaker=sm(volumeSizeGiB=500))) == []
     problem = the_problem(mpi(sagemaker=sm(volumeSizeGib=500)))
-    assert problem.key == f"{KEY}[0].sagemaker.volumeSizeGib" and "volumeSizeGiB" in problem.message
+    assert problem.key == f"{JOBS_KEY}[0].sagemaker.volumeSizeGib" and "volumeSizeGiB" in problem.message
 
 
 @pytest.mark.parametrize("ml_type", ["ml.p4d.24xlarge", "ml.p3dn.24xlarge", "ml.p4de.24xlarge"])
@@ -120,7 +123,7 @@ def test_a_volume_above_the_types_nvme_is_refused(ml_type):
     # ml.p5's 30400 GB are more than SageMaker's 16384 for any volume: the field's own bound refuses first.
     assert problems_of(mpi(nodeGroup="p3", nodes=1, sagemaker=sm(instanceType=ml_type, volumeSizeGiB=nvme))) == []
     problem = the_problem(mpi(nodeGroup="p3", nodes=1, sagemaker=sm(instanceType=ml_type, volumeSizeGiB=nvme + 1)))
-    assert problem.key == f"{KEY}[0].sagemaker.volumeSizeGiB"
+    assert problem.key == f"{JOBS_KEY}[0].sagemaker.volumeSizeGiB"
     for part in (str(nvme + 1), f"{nvme} GB", ml_type, f"at most {nvme}"):
         assert part in problem.message, problem.message
 
@@ -129,7 +132,7 @@ def test_the_nvme_limit_follows_the_ml_type_not_the_node_group():
     # The p3 group's ml.p3.16xlarge has no instance storage: EBS of any size up to SageMaker's 16384.
     assert problems_of(mpi(nodeGroup="p3", nodes=1, sagemaker=sm(volumeSizeGiB=16384))) == []
     problem = the_problem(mpi(nodeGroup="p3", nodes=1, sagemaker=sm(volumeSizeGiB=9000, instanceType="ml.p4d.24xlarge")))
-    assert problem.key == f"{KEY}[0].sagemaker.volumeSizeGiB" and "ml.p4d.24xlarge" in problem.message
+    assert problem.key == f"{JOBS_KEY}[0].sagemaker.volumeSizeGiB" and "ml.p4d.24xlarge" in problem.message
     # On EKS the SageMaker settings are not read.
     assert problems_of(mpi(runtime="eks", volumes=[], sagemaker=sm(volumeSizeGiB=9000))) == []
 
@@ -147,10 +150,10 @@ def test_sagemaker_input_channels_count_volumes_and_inputs():
     # mpi() mounts two volumes: 18 S3 inputs make 20 channels, 19 make 21.
     assert problems_of(mpi(sagemaker=sm(inputs=_inputs(18)))) == []
     problem = the_problem(mpi(sagemaker=sm(inputs=_inputs(19))))
-    assert problem.key == f"{KEY}[0].sagemaker.inputs"
+    assert problem.key == f"{JOBS_KEY}[0].sagemaker.inputs"
     for part in ("19 S3 inputs", "2 volumes", "21 input channels", "at most 20"):
         assert part in problem.message
-    assert the_problem(elastic(volumes=[], sagemaker=sm(inputs=_inputs(21)))).key == f"{KEY}[0].sagemaker.inputs"
+    assert the_problem(elastic(volumes=[], sagemaker=sm(inputs=_inputs(21)))).key == f"{JOBS_KEY}[0].sagemaker.inputs"
 
 
 @pytest.mark.parametrize("field", ["outputPath", "checkpointS3Uri", "tensorboardS3Uri"])
@@ -163,14 +166,14 @@ def test_sagemaker_s3_uris_are_at_most_1024_characters(field):
     fields = {"checkpointS3Uri": uri(1024)} if extra else {}
     assert problems_of(mpi(sagemaker=sm(**{**fields, field: uri(1024)}, **extra))) == []
     problem = the_problem(mpi(sagemaker=sm(**{field: uri(1025)}, **({"spot": True} if extra else {}))))
-    assert problem.key == f"{KEY}[0].sagemaker.{field}"
+    assert problem.key == f"{JOBS_KEY}[0].sagemaker.{field}"
     assert "1025 characters" in problem.message and "at most 1024" in problem.message
 
 
 def test_an_input_uri_over_1024_characters_is_refused():
     long = "s3://my-training-data/" + "p" * 1010
     problem = the_problem(mpi(sagemaker=sm(inputs=[{"channel": "train", "s3Uri": long}])))
-    assert problem.key == f"{KEY}[0].sagemaker.inputs[0].s3Uri" and "1032 characters" in problem.message
+    assert problem.key == f"{JOBS_KEY}[0].sagemaker.inputs[0].s3Uri" and "1032 characters" in problem.message
 
 
 def test_at_most_40_public_endpoint_cidrs():
@@ -261,7 +264,7 @@ _BASE_JOBS = {
 @pytest.mark.parametrize("kind, field", INT32_FIELDS)
 def test_kubernetes_int32_fields_are_bounded(kind, field):
     job = {**_BASE_JOBS[kind], field: 2**31}
-    problems = [p for p in _problems(minimal_values(jobs=[job])) if p.key == f"{KEY}[0].{field}"]
+    problems = [p for p in _problems(minimal_values(jobs=[job])) if p.key == f"{JOBS_KEY}[0].{field}"]
     assert problems, field
     assert "2147483648" in problems[0].message and "at most 2147483647" in problems[0].message and "32-bit" in problems[0].message
 
@@ -307,7 +310,7 @@ def test_an_int64_deadline_is_bounded():
     ],
 )
 def test_an_image_that_is_no_valid_reference_is_refused(image, words):
-    problems = [p for p in _problems(minimal_values(jobs=[{**_BASE_JOBS["mpi"], "image": image}])) if p.key == f"{KEY}[0].image"]
+    problems = [p for p in _problems(minimal_values(jobs=[{**_BASE_JOBS["mpi"], "image": image}])) if p.key == f"{JOBS_KEY}[0].image"]
     assert len(problems) == 1, problems
     assert "not a valid image reference" in problems[0].message or "not an image reference" in problems[0].message
     for w in words:
@@ -341,11 +344,11 @@ def test_valid_references_are_taken(image):
 
 
 def test_the_issues_examples():
-    message = _only(minimal_values(jobs=[{**_BASE_JOBS["mpi"], "ttlSecondsAfterFinished": False}]), f"{KEY}[0].ttlSecondsAfterFinished")
+    message = _only(minimal_values(jobs=[{**_BASE_JOBS["mpi"], "ttlSecondsAfterFinished": False}]), f"{JOBS_KEY}[0].ttlSecondsAfterFinished")
     assert message.startswith("false is not allowed") and "a boolean is not a number" in message and "leave the key out" in message
-    assert "true is not allowed" in _only(minimal_values(jobs=[{**_BASE_JOBS["mpi"], "nodes": True}]), f"{KEY}[0].nodes")
+    assert "true is not allowed" in _only(minimal_values(jobs=[{**_BASE_JOBS["mpi"], "nodes": True}]), f"{JOBS_KEY}[0].nodes")
     for inf in (float("inf"), float("-inf"), float("nan")):
-        message = _only(minimal_values(jobs=[{**_BASE_JOBS["nccl-test"], "minBusBandwidthGBps": inf}]), f"{KEY}[0].minBusBandwidthGBps")
+        message = _only(minimal_values(jobs=[{**_BASE_JOBS["nccl-test"], "minBusBandwidthGBps": inf}]), f"{JOBS_KEY}[0].minBusBandwidthGBps")
         assert "finite number" in message
 
 
@@ -415,7 +418,7 @@ def test_no_job_number_takes_a_boolean_and_no_flag_a_number(kind, path, k):
     for part in parts[:-1]:
         target = target.setdefault(part, {})
     target[parts[-1]] = True if k == "number" else 0
-    problems = [p for p in _problems(minimal_values(jobs=[job])) if p.key == f"{KEY}[0].{path}"]
+    problems = [p for p in _problems(minimal_values(jobs=[job])) if p.key == f"{JOBS_KEY}[0].{path}"]
     assert len(problems) == 1, path
     assert ("a boolean is not a number" if k == "number" else "a number is not a flag") in problems[0].message
 
@@ -424,7 +427,7 @@ def test_text_from_pulumi_config_set_is_still_read():
     """`pulumi config set` writes scalars as text: "3" and "true" stay a number and a flag."""
     cfg = _loads(minimal_values(gpuNodeGroups=[_group(minSize="1", maxSize="3")], monitoring={"dashboard": "false"}))
     assert (cfg.gpu_node_groups[0].max_size, cfg.monitoring.dashboard) == (3, False)
-    assert "finite number" in _only(minimal_values(jobs=[{**_BASE_JOBS["nccl-test"], "minBusBandwidthGBps": "inf"}]), f"{KEY}[0].minBusBandwidthGBps")
+    assert "finite number" in _only(minimal_values(jobs=[{**_BASE_JOBS["nccl-test"], "minBusBandwidthGBps": "inf"}]), f"{JOBS_KEY}[0].minBusBandwidthGBps")
 
 
 # ---------------------------------------------------------------------------------------------

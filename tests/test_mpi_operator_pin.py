@@ -73,9 +73,7 @@ def _vendored_crd() -> dict:
 
 
 def test_the_installed_mpijob_crd_is_the_one_the_job_tests_validate_against():
-    from tests import test_jobs
-
-    path = test_jobs.CRD_FILES[("kubeflow.org/v2beta1", "MPIJob")]
+    path = crd_validation.CRD_FILES[("kubeflow.org/v2beta1", "MPIJob")]
     assert path == PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST
     assert crd_validation.crd_in(path, "MPIJob") == _vendored_crd()
 

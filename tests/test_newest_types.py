@@ -22,8 +22,7 @@ from facts import catalog
 from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_2MI_PAGES, NODE_GROUP_LABEL
 from jobs.nccl_test import DEFAULT_MIN_BUSBW_SHARE
 from stacks.environment import extended_resources
-from tests.conftest import NS, minimal_values, run_stack
-from tests.test_catalog import RECORDED_EFA_GPU_TYPES, recorded
+from tests.helpers import NS, RECORDED_EFA_GPU_TYPES, minimal_values, recorded, run_stack
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 MNG = "aws:eks/nodeGroup:NodeGroup"

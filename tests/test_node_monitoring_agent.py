@@ -18,10 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import subprocess
 import tarfile
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -31,18 +28,13 @@ import yaml
 
 from components.charts import ChartFile
 from facts import versions
-from facts.paths import TOOLS_BIN
 from stacks.addons import addon_pins
 from stacks.config import load
-from tests.conftest import ROOT, minimal_values, run_stack
-from tests.scheduling import kubernetes_taints, node_groups, tolerates
-from tests.test_helm_render import INSTANCE_TYPE_LABEL, schedulable
+from tests.helpers import AGENT, AGENT_NAMESPACE, HELM, ROOT, minimal_values, render_agent, run_stack
+from tests.scheduling import INSTANCE_TYPE_LABEL, kubernetes_taints, node_groups, schedulable, tolerates
 
-HELM = TOOLS_BIN / "helm"
 ADDON = "aws:eks/addon:Addon"
-AGENT = "eks-node-monitoring-agent"
 DCGM = "dcgm-server"  # the chart's DaemonSet of the DCGM host engine (templates/dcgm-daemonset.yaml)
-NAMESPACE = "kube-system"  # where EKS installs the add-on (the chart uses the release namespace)
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")
 
@@ -102,21 +94,10 @@ def _chart_version(k8s: str) -> str:
     return versions.NODE_MONITORING_AGENT_ADDON[k8s].split("-")[0].lstrip("v")
 
 
-def _render(chart: str, k8s: str, values: dict[str, Any] | None) -> list[dict[str, Any]]:
-    cmd = [str(HELM), "template", AGENT, str(ROOT / chart), "--namespace", NAMESPACE, "--kube-version", f"{k8s}.0", "--include-crds"]
-    with tempfile.TemporaryDirectory() as tmp:
-        if values is not None:
-            path = Path(tmp) / "values.json"
-            path.write_text(json.dumps(values))  # JSON is YAML
-            cmd += ["-f", str(path)]
-        text = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
-    return [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
-
-
 @pytest.fixture(scope="module")
 def rendered(chart, k8s, sent) -> dict[str, list[dict[str, Any]]]:
     """The chart rendered with the values the plan sends, and with none (EKS's defaults)."""
-    return {"sent": _render(chart, k8s, sent), "none": _render(chart, k8s, None)}
+    return {"sent": render_agent(chart, k8s, sent), "none": render_agent(chart, k8s, None)}
 
 
 def daemonset(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
@@ -217,7 +198,7 @@ def test_shared_taints_are_tolerated_once_in_config_order():
 def test_the_rendered_daemonsets_are_valid_for_the_cluster_version(rendered, k8s):
     for name in (DCGM, AGENT):
         ds = daemonset(rendered["sent"], name)
-        assert ds["metadata"]["namespace"] == NAMESPACE
+        assert ds["metadata"]["namespace"] == AGENT_NAMESPACE
         kubernetes_validate.validate(ds, k8s, True)
 
 

@@ -2,7 +2,7 @@
 deployed stack keeps the AZ of its GPU subnet (found by its tags), refuses a GPU type that AZ does
 not offer, and moves only on an explicit gpuAvailabilityZone, said out loud.
 
-A deployed stack is simulated by the offline engine (infra/offline_deployed.py): the subnets an
+A deployed stack is simulated by the offline engine (infra/offline/deployed.py): the subnets an
 earlier plan registered, with their ids, AZs and tags, answer the program's subnet lookups.
 """
 
@@ -14,13 +14,13 @@ from typing import Any, Optional
 
 import pulumi
 import pytest
-from conftest import NS, dev_values, minimal_values
 
 from infra import offline
 from infra import plan as plan_cli
-from infra.offline_deployed import Deployed, Subnet
+from infra.offline import Deployed, Subnet
 from stacks import config as stack_config
 from stacks.placement import KEY, DeployedGpuSubnet, PlacementError, choose_gpu_az, gpu_subnet_tags
+from tests.helpers import NS, dev_values, minimal_values
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"

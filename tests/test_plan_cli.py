@@ -18,7 +18,7 @@ import infra.plan as plan_module
 from facts import catalog
 from facts.paths import TOOLS_BIN
 from infra.__main__ import main
-from tests.conftest import NS, ROOT
+from tests.helpers import NS, ROOT
 
 _RUN_CLI = plan_module.run_cli
 FILES = ("resources.json", "manifests.yaml", "outputs.json", "cost.json")

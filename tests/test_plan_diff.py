@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import NS, ROOT, dev_values, run_stack
 
 from infra import plan as infra_plan
+from tests.helpers import NS, ROOT, dev_values, run_stack
 
 _spec = importlib.util.spec_from_file_location("plan_diff", ROOT / "scripts" / "plan_diff.py")
 plan_diff = importlib.util.module_from_spec(_spec)

@@ -34,7 +34,8 @@ from facts import versions
 from facts.paths import PROJECT_ROOT
 from infra import offline, plan_text, releases
 from infra import plan as plan_module
-from tests.conftest import dev_values
+from infra.offline import monitor
+from tests.helpers import dev_values
 
 LIBYAML = bool(getattr(yaml, "__with_libyaml__", False))
 
@@ -313,8 +314,8 @@ def test_releases_render_while_the_program_runs():
 
 
 def test_struct_walk_gives_what_message_to_dict_gives():
-    ref = {offline._SIG_KEY: offline._SIG_RESOURCE, "urn": "urn:pulumi:dev::p::eks:index:Cluster::c", "id": "c"}
-    secret = {offline._SIG_KEY: offline._SIG_SECRET, "value": "s"}
+    ref = {monitor._SIG_KEY: monitor._SIG_RESOURCE, "urn": "urn:pulumi:dev::p::eks:index:Cluster::c", "id": "c"}
+    secret = {monitor._SIG_KEY: monitor._SIG_SECRET, "value": "s"}
     data = {
         "s": "text",
         "n": 3,
@@ -328,12 +329,12 @@ def test_struct_walk_gives_what_message_to_dict_gives():
     struct = struct_pb2.Struct()
     struct.update(data)
     refs: list = []
-    walked = offline._wire_dict(struct, refs)
+    walked = monitor._wire_dict(struct, refs)
     assert walked == json_format.MessageToDict(struct, preserving_proto_field_name=True)
     assert isinstance(walked["n"], float)  # numbers stay floats, as MessageToDict gives them
     assert refs == [ref]
     refs.clear()
-    offline._wire_dict(struct_pb2.Struct(), refs)
+    monitor._wire_dict(struct_pb2.Struct(), refs)
     assert refs == []
 
 

@@ -18,7 +18,6 @@ from typing import Any, Callable
 
 import pytest
 import yaml
-from conftest import NS, ROOT, clean_aws_env, dev_values, minimal_values
 
 from infra import offline, preflight
 from infra.__main__ import main
@@ -26,6 +25,7 @@ from stacks import config as stack_config
 from stacks.config.stackfile import load_yaml
 from stacks.placement import choose_gpu_az
 from tests.aws_stubs import Error, answer, new_session
+from tests.helpers import NS, ROOT, clean_aws_env, dev_values, minimal_values
 
 CR_ID = "cr-0123456789abcdef0"
 # The day the checks run on (the support window depends on it): far from any end of support.

@@ -24,7 +24,7 @@ from components.queues import APIS_AT_START_ANNOTATION
 from facts import versions
 from infra import releases
 from stacks import queues
-from tests.conftest import ROOT, dev_values, minimal_values, run_stack
+from tests.helpers import ROOT, dev_values, minimal_values, run_stack
 
 CRD = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 HELM = ROOT / ".tools" / "bin" / "helm"

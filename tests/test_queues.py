@@ -22,13 +22,15 @@ from stacks import queues
 from stacks.config import ConfigError, load
 from stacks.config.stackfile import read_stack_config
 from tests import kueue_crds
-from tests.conftest import NS, ROOT, dev_values, minimal_values, run_stack
+from tests.helpers import NS, ROOT, TEAMS, dev_values, minimal_values, render_agent, run_stack, team_values
+from tests.helpers import TEAM_ROLE_ARN as ROLE_ARN
+from tests.helpers import elastic_queue_job as elastic
+from tests.helpers import nccl_job as job
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 ACCESS_ENTRY = "aws:eks/accessEntry:AccessEntry"
 ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
 CRD = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
-ROLE_ARN = "arn:aws:iam::111122223333:role/VisionTeam"
 
 
 def objects_of(plan, kind: str) -> list[dict[str, Any]]:
@@ -48,56 +50,6 @@ def problems_of(values: dict[str, Any]) -> list[str]:
 
 def prod_values() -> dict[str, Any]:
     return read_stack_config("prod", ROOT)[1]
-
-
-def job(name: str, nodes: int = 1, group: str = "p4d", **extra: Any) -> dict[str, Any]:
-    return {"name": name, "kind": "nccl-test", "nodeGroup": group, "nodes": nodes, **extra}
-
-
-def elastic(name: str, max_nodes: int, group: str = "p4d", **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "kind": "pytorch-elastic",
-        "nodeGroup": group,
-        "minNodes": 1,
-        "maxNodes": max_nodes,
-        "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1.0",
-        "command": ["torchrun"],
-        **extra,
-    }
-
-
-# Two teams in one cohort next to the shared queue, the ProvisioningRequest check, and jobs of
-# every team (a data-stage and a tensorboard job too, for the webhook scope test).
-TEAM_GROUPS = [
-    {"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 4, "taints": [{"key": "team", "value": "ml", "effect": "NoSchedule"}]},
-    {"name": "p5", "instanceType": "p5.48xlarge", "maxSize": 2},
-    {"name": "fixed", "instanceType": "p4de.24xlarge", "minSize": 1, "desiredSize": 1, "maxSize": 3, "autoscale": False},
-]
-TEAMS = [
-    {
-        "name": "vision",
-        "roleArn": ROLE_ARN,
-        "fairShareWeight": 2,
-        "quotas": [{"nodeGroup": "p4d", "nodes": 2, "borrowingLimit": 1, "lendingLimit": 1}, {"nodeGroup": "p5", "nodes": 1}],
-    },
-    {"name": "nlp", "namespace": "team-nlp", "quotas": [{"nodeGroup": "p4d", "nodes": 1, "borrowingLimit": 0}]},
-]
-TEAM_JOBS = [
-    job("vision-nccl", 3, team="vision", priority="high"),
-    job("nlp-nccl", 1, team="nlp", priority="low"),
-    job("shared-nccl", 1),
-    elastic("shared-elastic", 2, group="p5", rendezvous="c10d"),
-    {"name": "stage", "kind": "data-stage", "source": "s3://my-bucket/data/", "volume": "fsx", "path": "data"},
-    {"name": "board", "kind": "tensorboard", "volume": "efs", "logPath": "logs"},
-]
-
-
-def team_values(**over: Any) -> dict[str, Any]:
-    values = minimal_values(gpuNodeGroups=TEAM_GROUPS, queues={"teams": TEAMS}, autoscaling={"provisioningRequests": True}, jobs=TEAM_JOBS)
-    for key, value in over.items():
-        values[f"{NS}:{key}"] = value
-    return values
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +195,6 @@ def test_the_daemonset_requests_match_the_vendored_charts(dev_plan):
     """The device plugins' and the node monitoring agent's requests in facts/allocatable.py are the
     ones their vendored charts render with the stack's values."""
     from infra import releases
-    from tests.test_node_monitoring_agent import _render as render_agent
 
     rendered = releases.render(dev_plan, versions.KUBERNETES_DEFAULT)
 

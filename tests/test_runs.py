@@ -20,8 +20,7 @@ from facts import catalog
 from facts.kube import EFA_HUGEPAGES_2MI_PAGES, NODE_GROUP_LABEL
 from jobs.nccl_test import GATE_SCRIPT, default_min_bus_bandwidth
 from stacks.config import ConfigError
-from tests.conftest import minimal_values, run_stack
-from tests.test_jobs import built, make_ctx, replicas, spec
+from tests.helpers import built, job_spec, make_ctx, minimal_values, replicas, run_stack
 
 GATE = Path(J.__file__).parent / "scripts" / "nccl_gate.sh"
 DATA = Path(__file__).parent / "data" / "nccl"
@@ -71,7 +70,7 @@ def test_rendezvous_etcd_or_c10d():
     (cr,) = built("pytorch-elastic", rendezvous="c10d", ctx=make_ctx(etcd_endpoint=None))
     assert cr["spec"]["elasticPolicy"]["rdzvBackend"] == "c10d" and cr["spec"]["elasticPolicy"]["rdzvId"]
     with pytest.raises(Exception, match="rendezvous"):
-        spec("pytorch-elastic", rendezvous="zookeeper")
+        job_spec("pytorch-elastic", rendezvous="zookeeper")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -104,9 +103,9 @@ def test_finished_or_failed_kubeflow_jobs_free_their_gpu_nodes(kind):
 
 def test_negative_retries_and_zero_deadline_are_refused():
     with pytest.raises(Exception, match="backoffLimit"):
-        spec("mpi", backoffLimit=-1)
+        job_spec("mpi", backoffLimit=-1)
     with pytest.raises(Exception, match="activeDeadlineSeconds"):
-        spec("paddle", activeDeadlineSeconds=0)
+        job_spec("paddle", activeDeadlineSeconds=0)
 
 
 # ----------------------------------------------------------------------------------------------

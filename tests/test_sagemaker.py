@@ -13,7 +13,6 @@ from typing import Any
 import botocore.session
 import botocore.validate
 import pytest
-from conftest import minimal_values, run_stack
 
 import jobs as J
 from facts import catalog
@@ -21,63 +20,16 @@ from jobs.sagemaker import SAGEMAKER_DATA_ROOT, FileSystemTarget, PortableJob
 from stacks import config as stack_config
 from stacks.config import ConfigError
 from stacks.config.stackfile import load_yaml
-from tests.test_jobs_config import KEY, parse
+from tests.helpers import JOBS_KEY, ROOT, dev_values, minimal_values, run_stack
+from tests.helpers import SAGEMAKER_EFS as EFS
+from tests.helpers import SAGEMAKER_FSX as FSX
+from tests.helpers import job_problems as problems_of
+from tests.helpers import sagemaker_elastic as elastic
+from tests.helpers import sagemaker_mpi as mpi
+from tests.helpers import sagemaker_settings as sm
+from tests.helpers import the_job_problem as the_problem
 
-ECR = "763104351884.dkr.ecr.us-west-2.amazonaws.com"
-TF_IMAGE = f"{ECR}/tensorflow-training:2.18.0-gpu-py310-cu125-ubuntu22.04-sagemaker"
-PT_IMAGE = f"{ECR}/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker"
-FSX = {"name": "fsx", "mountPath": f"{SAGEMAKER_DATA_ROOT}/fsx", "readOnly": True, "subPath": "coco"}
-EFS = {"name": "efs", "mountPath": f"{SAGEMAKER_DATA_ROOT}/efs"}
 DYNAMIC = "pulumi-python:dynamic/gputraining:SageMakerTrainingJob"
-
-
-def mpi(**over: Any) -> dict[str, Any]:
-    """Mask R-CNN on COCO with Horovod: the script on EFS, COCO on FSx."""
-    job = {
-        "name": "maskrcnn",
-        "kind": "mpi",
-        "runtime": "sagemaker",
-        "nodeGroup": "p4d",
-        "nodes": 2,
-        "image": TF_IMAGE,
-        "command": ["python", f"{SAGEMAKER_DATA_ROOT}/efs/code/maskrcnn/train.py"],
-        "args": ["--data_dir", f"{SAGEMAKER_DATA_ROOT}/fsx", "--images_per_gpu", "4", "--lr=0.01", "--amp", "true"],
-        "mpirunArgs": ["-x", "NCCL_ALGO=Ring"],
-        "env": {"TF_CPP_MIN_LOG_LEVEL": 2},
-        "volumes": [FSX, EFS],
-        "sagemaker": {"outputPath": "s3://my-training-output/maskrcnn/"},
-    }
-    job.update(over)
-    return job
-
-
-def elastic(**over: Any) -> dict[str, Any]:
-    job = {
-        "name": "resnet",
-        "kind": "pytorch-elastic",
-        "runtime": "sagemaker",
-        "nodeGroup": "p4d",
-        "minNodes": 1,
-        "maxNodes": 2,
-        "image": PT_IMAGE,
-        "command": ["torchrun"],
-        "args": [f"{SAGEMAKER_DATA_ROOT}/efs/code/main.py", "--arch", "resnet50", "--epochs", "90"],
-        "rendezvous": "c10d",
-        "volumes": [EFS],
-        "sagemaker": {"outputPath": "s3://my-training-output/resnet/"},
-    }
-    job.update(over)
-    return job
-
-
-def problems_of(raw: dict[str, Any], **kw: Any) -> list[stack_config.Problem]:
-    return parse([raw], **kw)[1]
-
-
-def the_problem(raw: dict[str, Any], **kw: Any) -> stack_config.Problem:
-    problems = problems_of(raw, **kw)
-    assert len(problems) == 1, problems
-    return problems[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,10 +43,6 @@ def test_valid_sagemaker_jobs_have_no_problems():
     # SageMaker needs none of the cluster's operators, etcd or node groups (with instanceType).
     assert problems_of(elastic(rendezvous="etcd"), etcd=False, operators=set()) == []
     assert problems_of(mpi(nodeGroup=None, sagemaker={"outputPath": "s3://b-1/o", "instanceType": "ml.p5.48xlarge"}), groups={}) == []
-
-
-def sm(**fields: Any) -> dict[str, Any]:
-    return {"outputPath": "s3://my-training-output/x/", **fields}
 
 
 @pytest.mark.parametrize(
@@ -166,7 +114,7 @@ def sm(**fields: Any) -> dict[str, Any]:
 )
 def test_a_bad_sagemaker_job_is_one_problem_naming_its_key(raw, key, words):
     problem = the_problem(raw)
-    assert problem.key == f"{KEY}[0].{key}", problem
+    assert problem.key == f"{JOBS_KEY}[0].{key}", problem
     text = str(problem)
     for w in words:
         assert w in text, text
@@ -193,12 +141,12 @@ def test_nccl_debug_goes_to_the_launchers_own_option():
 
 def test_instance_count_is_checked_by_type():
     problem = the_problem(mpi(nodes=0))
-    assert problem.key == f"{KEY}[0].nodes" and "greater than or equal to 1" in problem.message
+    assert problem.key == f"{JOBS_KEY}[0].nodes" and "greater than or equal to 1" in problem.message
 
 
 def test_a_disabled_sagemaker_job_is_still_checked_on_its_own():
     problem = the_problem(mpi(enabled=False, args=["positional"]))
-    assert problem.key == f"{KEY}[0].args"
+    assert problem.key == f"{JOBS_KEY}[0].args"
 
 
 def test_a_bad_job_stops_the_stack_before_anything_is_created():
@@ -487,14 +435,12 @@ def test_the_job_waits_for_its_role_rules_and_mount_targets_and_is_replaced_dele
 
 
 def test_the_dev_stack_carries_disabled_sagemaker_examples(dev_plan):
-    from conftest import ROOT
-
     raw = load_yaml((ROOT / "Pulumi.dev.yaml").read_text())["config"]["gpu-training:jobs"]
     examples = [j for j in raw if j.get("runtime") == "sagemaker"]
     assert {j["kind"] for j in examples} == {"mpi", "pytorch-elastic"} and not any(j.get("enabled", True) for j in examples)
     assert dev_plan.of_type(DYNAMIC) == []
     # Switched on, they plan (the stack file's groups and stores).
-    values = {**__import__("conftest").dev_values(), "gpu-training:jobs": [{**j, "enabled": True} for j in examples]}
+    values = {**dev_values(), "gpu-training:jobs": [{**j, "enabled": True} for j in examples]}
     plan = run_stack(values, stack="dev")
     assert len(plan.of_type(DYNAMIC)) == 2
 
@@ -506,8 +452,6 @@ DEV_EXAMPLE_NAMES = {"maskrcnn-sagemaker": "maskrcnn-sagemaker-1-1b50eaa0", "res
 
 
 def _dev_example_names(change=None) -> dict[str, str]:
-    from conftest import ROOT, dev_values
-
     from stacks.config.jobs import sagemaker_jobs
 
     raw = load_yaml((ROOT / "Pulumi.dev.yaml").read_text())["config"]["gpu-training:jobs"]
@@ -532,7 +476,6 @@ def test_the_provider_pulumi_serializes_loads_where_pulumi_runs_it(tmp_path):
     import subprocess
     import sys
 
-    from conftest import ROOT
     from pulumi.dynamic.dynamic import serialize_provider
 
     from providers.sagemaker_training_job import TrainingJobProvider

@@ -19,7 +19,7 @@ from facts import versions
 from facts.paths import PROJECT_ROOT
 from stacks import config as stack_config
 from stacks.config import ConfigError, load
-from tests.conftest import NS, ROOT, dev_values, minimal_values, run_stack
+from tests.helpers import NS, ROOT, dev_values, minimal_values, run_stack
 from tests.scheduling import MNG, kubernetes_taints, node_groups, tolerates
 
 RELEASE = "kubernetes:helm.sh/v3:Release"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stacks.config.stackfile import read_stack_config
-from tests.conftest import ROOT, run_stack
+from tests.helpers import ROOT, run_stack
 
 STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
 

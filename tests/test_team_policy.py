@@ -39,9 +39,7 @@ from facts import versions
 from stacks import queues
 from stacks.config.checks import RESERVED_NAMESPACES
 from stacks.queues.admission import REPLICA_SPECS
-from tests.conftest import run_stack
-from tests.test_docs import ALL_JOBS, values_with
-from tests.test_queues import TEAM_JOBS, TEAMS, team_values
+from tests.helpers import ALL_JOBS, TEAM_JOBS, TEAMS, run_stack, team_values, with_doc_jobs
 
 POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
 BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
@@ -83,7 +81,7 @@ def team_plan():
 
 @pytest.fixture(scope="module")
 def docs_plan():
-    return run_stack(values_with(ALL_JOBS), stack="docs")
+    return run_stack(with_doc_jobs(ALL_JOBS), stack="docs")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import dev_values, run_stack
+from tests.helpers import dev_values, run_stack
 
 EKS = {"type": "eks:index:Cluster", "name": "cluster-eks"}
 K8S_PROVIDER = {"type": "pulumi:providers:kubernetes", "name": "k8s"}

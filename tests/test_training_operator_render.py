@@ -32,7 +32,7 @@ import yaml
 from components import operators
 from facts import versions
 from facts.paths import TOOLS_BIN
-from tests.conftest import ROOT, dev_values, run_stack
+from tests.helpers import ROOT, dev_values, run_stack
 
 KUBECTL = TOOLS_BIN / "kubectl"
 MANIFEST = ROOT / versions.TRAINING_OPERATOR_MANIFEST

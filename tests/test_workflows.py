@@ -13,9 +13,9 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
-from conftest import ROOT
 
 from stacks.config.stackfile import load_yaml
+from tests.helpers import ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 PREVIEW = WORKFLOWS / "preview.yml"

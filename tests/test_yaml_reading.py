@@ -46,7 +46,7 @@ from infra import plan as plan_mod
 from stacks.config import load
 from stacks.config.loading import MAX_DEPTH, decode_config_values
 from stacks.config.stackfile import StackFileError, engine_config, load_yaml, read_config_value, read_stack_config
-from tests.conftest import NS, ROOT, minimal_values
+from tests.helpers import NS, ROOT, minimal_values
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,9 @@ Pure: builds a ``SageMakerJob`` description; ``components/sagemaker.py`` registe
 package, from the bottom up: ``limits`` (SageMaker's paths and limits), ``options`` (the spec's
 ``sagemaker`` section), ``entry_point`` (command + args as launcher, script and hyperparameters),
 ``training_job`` (``SageMakerJob``: the CreateTrainingJob request, the execution role's policy),
-``checks`` (the checks of runtime sagemaker) and ``portable`` (``PortableJob``, the base of the
-kinds with both runtimes). Every name is importable from ``jobs.sagemaker``.
+``checks`` (the checks of runtime sagemaker, on ``SageMakerSpec``: what they read of a spec) and
+``portable`` (``PortableJob``, the base of the kinds with both runtimes). Every name is importable
+from ``jobs.sagemaker``.
 """
 
 from __future__ import annotations

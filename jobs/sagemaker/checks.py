@@ -1,21 +1,24 @@
 """The checks of a spec with runtime ``sagemaker``: what SageMaker takes (names, ECR images, channel
 names and counts, S3 URIs, runtimes, spot, the environment) and where the code and entry script
 are, for ``PortableJob.check`` (``jobs/sagemaker/portable.py``).
+
+They read the spec through ``SageMakerSpec``, what they need of it, which ``PortableJob`` has:
+this module never imports the one above it.
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
-from typing import TYPE_CHECKING
+from typing import ClassVar, Optional, Protocol, Union
 
 from facts import catalog
 from facts.aws_names import SAGEMAKER_INPUT_CHANNELS_MAX, SAGEMAKER_S3_URI_MAX
 from facts.problems import Problem
 from jobs import checks
-from jobs.base import EFA_ENV_NAMES
+from jobs.base import EFA_ENV_NAMES, EnvValue, SecretKeyRef, VolumeMount
 from jobs.pod import env_text
-from jobs.sagemaker.entry_point import _inside, _program
+from jobs.sagemaker.entry_point import EntryPoint, _inside, _program
 from jobs.sagemaker.limits import (
     ECR_IMAGE,
     MAX_ENVIRONMENT,
@@ -25,9 +28,7 @@ from jobs.sagemaker.limits import (
     SAGEMAKER_DATA_ROOT,
     TRAINING_JOB_NAME_MAX,
 )
-
-if TYPE_CHECKING:
-    from jobs.sagemaker.portable import PortableJob
+from jobs.sagemaker.options import SageMakerOptions
 
 _CHANNEL = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 # The toolkit's rule for sagemaker_program (process.validate_entry_point): a relative path of
@@ -35,7 +36,45 @@ _CHANNEL = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 _SAFE_PROGRAM = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$")
 
 
-def check_sagemaker_runtime(job: PortableJob, key: str, problems: list[Problem]) -> None:
+class SageMakerSpec(Protocol):
+    """What the checks read of a spec with runtime sagemaker (``PortableJob`` is one)."""
+
+    SCRIPT_SUFFIXES: ClassVar[tuple[str, ...]]
+
+    # (read-only: the specs are frozen models)
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def run(self) -> int: ...
+
+    @property
+    def image(self) -> str: ...
+
+    @property
+    def env(self) -> dict[str, EnvValue]: ...
+
+    @property
+    def secret_env(self) -> dict[str, SecretKeyRef]: ...
+
+    @property
+    def volumes(self) -> list[VolumeMount]: ...
+
+    @property
+    def active_deadline_seconds(self) -> Optional[int]: ...
+
+    @property
+    def sm(self) -> SageMakerOptions: ...
+
+    @property
+    def max_runtime_seconds(self) -> int: ...
+
+    def entry_point_or_problem(self) -> Union[EntryPoint, Problem]: ...
+
+    def check_sagemaker_kind(self, key: str, problems: list[Problem]) -> None: ...
+
+
+def check_sagemaker_runtime(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
     """The checks of a spec with runtime sagemaker (``PortableJob.check``): SageMaker's names, image,
     volumes, runtime, S3 URIs, spot, input channels, entry point and environment."""
     sm = job.sm
@@ -146,7 +185,7 @@ def check_sagemaker_runtime(job: PortableJob, key: str, problems: list[Problem])
     job.check_sagemaker_kind(key, problems)
 
 
-def _check_entry(job: PortableJob, key: str, problems: list[Problem]) -> None:
+def _check_entry(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
     sm = job.sm
     before = len(problems)
     entry = job.entry_point_or_problem()
