@@ -14,7 +14,8 @@ members start under their old entries to make the quorum again, the survivors el
 keys they had are kept. When all are lost, the empty members start a new cluster (a new token, so no
 member of an old one can mix with it). A member cut off while the others started anew, or on the
 losing side of two clusters, stops its etcd (the pod shares its process namespace), wipes its data and
-rejoins. The decisions and their limits: the script's docstring.
+rejoins. The decisions and their limits: the docstring of ``scripts/etcd_member_decisions.py``, which
+the script imports (both ship in the same ConfigMap).
 
 Chosen over persistent volumes: EBS volumes are zonal (a member would be pinned to one AZ of the
 system nodes and wait when that AZ has no node with room), they need the EBS CSI driver and its IAM
@@ -47,8 +48,11 @@ MEMBER_PORT = 2390  # the member script's own port: its state (GET /member) for 
 WAIT_FOR_PEERS = 10
 STUCK_AFTER = 20
 LOST_AFTER = 300
-# The script of every member (its member sidecar: start-up and watch), shipped in a ConfigMap.
+# The script of every member (its member sidecar: start-up and watch) and the module of its decisions, which
+# it imports from its own directory: both shipped in one ConfigMap, mounted together at SCRIPT_DIR.
 MEMBER_SCRIPT = Path(__file__).parent / "scripts" / "etcd_member.py"
+MEMBER_DECISIONS = MEMBER_SCRIPT.with_name("etcd_member_decisions.py")
+MEMBER_FILES = (MEMBER_SCRIPT, MEMBER_DECISIONS)
 SCRIPT_DIR = "/opt/etcd-member"
 DATA_DIR = "/var/lib/etcd"
 CONFIG_FILE = "/run/etcd/etcd.json"
@@ -71,6 +75,14 @@ def initial_cluster(name: str, namespace: str, replicas: int, port: int = PEER_P
     """``<member>=http://<member>.<name>-peers.<namespace>.svc:<port>,...`` of every member."""
     peers = f"{name}-peers.{namespace}.svc"
     return ",".join(f"{name}-{i}=http://{name}-{i}.{peers}:{port}" for i in range(replicas))
+
+
+def scripts_sha256(scripts: dict[str, str]) -> str:
+    """One digest of every file of the member script's ConfigMap (names and contents, in name order)."""
+    digest = hashlib.sha256()
+    for name in sorted(scripts):
+        digest.update(f"{name}\0{len(scripts[name])}\0{scripts[name]}".encode())
+    return digest.hexdigest()
 
 
 class Etcd(pulumi.ComponentResource):
@@ -120,11 +132,11 @@ class Etcd(pulumi.ComponentResource):
             "--initial-cluster-state=new",
             f"--initial-cluster-token={app}-{args.namespace_name}",
         ]
-        script = MEMBER_SCRIPT.read_text()
+        scripts = {path.name: path.read_text() for path in MEMBER_FILES}
         script_map = k8s.core.v1.ConfigMap(
             f"{name}-member-script",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{app}-member", namespace=args.namespace, labels=labels),
-            data={MEMBER_SCRIPT.name: script},
+            data=scripts,
             opts=child,
         )
         member_command = [
@@ -162,10 +174,8 @@ class Etcd(pulumi.ComponentResource):
                 pod_management_policy="Parallel",
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    # A new script rolls the members (each rejoins), so every member runs the same one.
-                    metadata=k8s.meta.v1.ObjectMetaArgs(
-                        labels=labels, annotations={"gputraining/member-script-sha256": hashlib.sha256(script.encode()).hexdigest()}
-                    ),
+                    # A new script (any of its files) rolls the members (each rejoins), so every member runs the same one.
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels, annotations={"gputraining/member-script-sha256": scripts_sha256(scripts)}),
                     spec=k8s.core.v1.PodSpecArgs(
                         node_selector=args.node_selector or None,
                         # The member script stops etcd (SIGTERM) when the member must start again empty.

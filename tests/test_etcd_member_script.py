@@ -1,6 +1,7 @@
-"""The etcd members' start-up and watch decisions (components/scripts/etcd_member.py), without etcd.
+"""The etcd members' start-up and watch decisions (components/scripts/etcd_member_decisions.py, which
+the member script components/scripts/etcd_member.py imports), without etcd.
 
-The script's pure functions are fed what the peers would show (``Peer``: its etcd healthy or not or not
+The decisions' pure functions are fed what the peers would show (``Peer``: its etcd healthy or not or not
 answering, the cluster it lists, its member script's state and offer) and must answer what a member
 does: rejoin, restore the quorum under its old entry, start or adopt a new cluster, or wait; and, once
 running, whether it must give up its data. tests/integration/test_etcd_members.py runs the same script
@@ -15,11 +16,11 @@ from types import ModuleType
 
 import pytest
 
-from components.etcd import MEMBER_SCRIPT
+from components.etcd import MEMBER_DECISIONS
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("etcd_member_script", MEMBER_SCRIPT)
+    spec = importlib.util.spec_from_file_location("etcd_member_decisions", MEMBER_DECISIONS)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up

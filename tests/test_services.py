@@ -4,6 +4,7 @@ provider, Kubernetes schemas of every emitted object, and the config checks of t
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -14,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components import operators
+from components import etcd, operators
 from facts import versions
 from facts.paths import PROJECT_ROOT
 from stacks import config as stack_config
@@ -928,6 +929,35 @@ def test_etcd_client_service_and_endpoint_output(plans, variant):
     assert svc["spec"]["selector"].items() <= pod_labels.items()
     assert plan.outputs["etcdEndpoint"] == f"{svc['metadata']['name']}.{ns}.svc:2379"
     assert plan.outputs["etcdEndpoint"] == f"etcd.{ns}.svc:2379"
+
+
+def test_etcd_member_script_ships_with_every_module_it_imports(dev_plan):
+    """The member script and the modules beside it that it imports are keys of one ConfigMap, mounted
+    as one folder (``python3 DIR/script`` imports from DIR); the pod's checksum follows all of them."""
+    sts, _ = _etcd(dev_plan)
+    spec = sts["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (mount,) = [m for m in init["volumeMounts"] if "configMap" in volumes[m["name"]]]
+    cm_name = volumes[mount["name"]]["configMap"]["name"]
+    (cm,) = [o for o in dev_plan.kubernetes_objects() if o["kind"] == "ConfigMap" and o["metadata"]["name"] == cm_name]
+    scripts = ROOT / "components" / "scripts"
+    assert init["command"][:2] == ["python3", f"{mount['mountPath']}/etcd_member.py"]
+    siblings = {f"{n}.py" for text in cm["data"].values() for n in _imports(text) if (scripts / f"{n}.py").is_file()}
+    assert siblings == {"etcd_member_decisions.py"}
+    assert cm["data"] == {f: (scripts / f).read_text() for f in {"etcd_member.py", *siblings}}
+    assert sts["spec"]["template"]["metadata"]["annotations"]["gputraining/member-script-sha256"] == etcd.scripts_sha256(cm["data"])
+
+
+def _imports(source: str) -> list[str]:
+    """The top-level modules a script imports (``import x`` and ``from x import ...``)."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module.split(".")[0])
+    return names
 
 
 def test_three_etcd_members_get_a_disruption_budget_keeping_quorum(prodlike_plan):
