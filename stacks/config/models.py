@@ -121,7 +121,9 @@ class CapacityOfferingConfig(ConfigModel):
     """A Capacity Block offering for a capacity-block group: `maxSize` instances of its `instanceType`.
     Preflight looks offerings up and shows their upfront price; only `purchase: true` buys one."""
 
-    duration_hours: int = Field(ge=1, description="the block's length in hours (EC2 offers whole days; preflight shows what it has)")
+    duration_hours: int = Field(
+        ge=1, description="the block's length in hours, as EC2 sells them: 24-336 in steps of 24 (1-14 days), then 504-4368 in steps of 168 (to 26 weeks)"
+    )
     earliest_start: datetime = Field(description="the earliest start, ISO 8601 with a time zone (`2026-10-01T00:00:00Z`)")
     latest_end: Optional[datetime] = Field(None, description="the latest end, ISO 8601 with a time zone (default: any)")
     offering_id: Optional[str] = Field(None, description="the offering to buy, `cb-...` as preflight lists it; required with `purchase`")

@@ -1,0 +1,98 @@
+"""Issue 26, items 2-5: configs that planned, then failed or misbehaved on AWS, are refused by the
+plan command (exit 2, one line per problem naming its key, the value and what is allowed, no
+traceback, no files): Capacity Block lengths and sizes EC2 does not sell, launcher options that
+fight the ones the stack derives, subnets too small for the addresses the nodes take, and
+environment variable names Kubernetes refuses. The rules' sources are read where a service model
+states them."""
+
+from __future__ import annotations
+
+import datetime
+import io
+from pathlib import Path
+from typing import Any
+
+import botocore.session
+import pytest
+import yaml
+
+from facts import aws_names
+from infra import plan as plan_mod
+from tests.conftest import NS, ROOT, minimal_values
+
+UTC = datetime.timezone.utc
+START = datetime.datetime(2030, 1, 1, 11, 30, tzinfo=UTC)
+
+
+def plan_command(values: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, Path]:
+    """`python -m infra plan --stack t --out DIR` on a stack file holding ``values``: (exit code, stderr, DIR)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    (root / "Pulumi.t.yaml").write_text(yaml.safe_dump({"config": values}, sort_keys=False))
+    monkeypatch.setattr(plan_mod, "PROJECT_ROOT", root)
+    out = tmp_path / "out"
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code = plan_mod.run_cli("t", str(out), stdout=stdout, stderr=stderr)
+    return code, stderr.getvalue(), out
+
+
+def refused(values: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The problem lines of a config the plan command refuses (exit 2, no traceback, no files)."""
+    code, err, out = plan_command(values, tmp_path, monkeypatch)
+    assert code == plan_mod.EXIT_BAD_CONFIG, err
+    assert "Traceback" not in err
+    assert not out.exists() or not any(out.iterdir())
+    return [line[4:] for line in err.splitlines() if line.startswith("  - ")]
+
+
+def the_line(values: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    lines = refused(values, tmp_path, monkeypatch)
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 2: Capacity Blocks EC2 sells
+# ---------------------------------------------------------------------------------------------
+
+
+def offering_group(hours: int, max_size: int = 2) -> dict[str, Any]:
+    return {
+        "name": "h100",
+        "instanceType": "p5.48xlarge",
+        "maxSize": max_size,
+        "capacityType": "capacity-block",
+        "capacity": {"offering": {"durationHours": hours, "earliestStart": START.strftime("%Y-%m-%dT%H:%M:%SZ")}},
+    }
+
+
+def test_the_durations_are_the_ones_ec2_states():
+    doc = botocore.session.get_session().get_service_model("ec2").operation_model("DescribeCapacityBlockOfferings").input_shape.members
+    assert "in 1-day increments up 14 days, and in 7-day increments up to 182 days" in doc["CapacityDurationHours"].documentation
+    assert f"Each Capacity Block can have up to {aws_names.CAPACITY_BLOCK_INSTANCES_MAX} instances" in doc["InstanceCount"].documentation
+    days = aws_names.CAPACITY_BLOCK_DAYS
+    assert days[:14] == tuple(range(1, 15)) and days[14:] == tuple(range(21, 183, 7)) and days[-1] == 182
+    assert aws_names.CAPACITY_BLOCK_HOURS[0] == 24 and aws_names.CAPACITY_BLOCK_HOURS[-1] == 4368
+
+
+@pytest.mark.parametrize("hours", [24, 48, 336, 504, 672, 4368])
+def test_a_duration_ec2_sells_plans(hours):
+    assert aws_names.capacity_block_duration_problem(hours) is None
+
+
+@pytest.mark.parametrize(
+    "hours, nearest",
+    [(1, "24"), (12, "24"), (36, "24 or 48"), (360, "336 or 504"), (408, "336 or 504"), (505, "504 or 672"), (4369, "4368"), (8760, "4368")],
+)
+def test_a_duration_ec2_does_not_sell_is_refused_with_the_nearest(hours, nearest, tmp_path, monkeypatch):
+    line = the_line(minimal_values(gpuNodeGroups=[offering_group(hours)]), tmp_path, monkeypatch)
+    assert line.startswith(f"{NS}:gpuNodeGroups[0].capacity.offering.durationHours: {hours} hours is not a length EC2 sells: ")
+    assert "1 to 14 days (24-336 hours in steps of 24)" in line and "up to 26 weeks (504-4368 hours in steps of 168)" in line
+    assert line.endswith(f"the nearest are {nearest}")
+
+
+def test_a_block_of_more_than_64_instances_is_refused(tmp_path, monkeypatch):
+    line = the_line(minimal_values(gpuNodeGroups=[offering_group(48, max_size=65)]), tmp_path, monkeypatch)
+    assert line.startswith(f"{NS}:gpuNodeGroups[0].maxSize: 65 is the instance count of the block capacity.offering looks for")
+    assert "at most 64 instances; use maxSize 64 or less" in line
