@@ -96,3 +96,63 @@ def test_a_block_of_more_than_64_instances_is_refused(tmp_path, monkeypatch):
     line = the_line(minimal_values(gpuNodeGroups=[offering_group(48, max_size=65)]), tmp_path, monkeypatch)
     assert line.startswith(f"{NS}:gpuNodeGroups[0].maxSize: 65 is the instance count of the block capacity.offering looks for")
     assert "at most 64 instances; use maxSize 64 or less" in line
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 5: environment variable names
+# ---------------------------------------------------------------------------------------------
+
+
+def job_with(**fields: Any) -> dict[str, Any]:
+    return {"name": "nccl", "kind": "nccl-test", "nodeGroup": "p4d", "nodes": 2, **fields}
+
+
+def test_a_name_with_an_equals_sign_and_no_value_is_one_line_not_four(tmp_path, monkeypatch):
+    # `env: {NCCL_DEBUG=INFO}` in YAML: the name NCCL_DEBUG=INFO with no value (null).
+    line = the_line(minimal_values(jobs=[job_with(env={"NCCL_DEBUG=INFO": None})]), tmp_path, monkeypatch)
+    assert line == (
+        f"{NS}:jobs[0].env.NCCL_DEBUG=INFO: 'NCCL_DEBUG=INFO' is not an environment variable name: a name may not contain '=' "
+        "(Kubernetes refuses it: its names are printable ASCII other than '='); give the value after the colon instead: NCCL_DEBUG: INFO"
+    )
+
+
+def test_the_stack_file_as_written_gives_that_line(tmp_path, monkeypatch):
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    (root / "Pulumi.t.yaml").write_text(
+        "config:\n  aws:region: us-west-2\n  gpu-training:gpuNodeGroups:\n    - {name: p4d, instanceType: p4d.24xlarge, maxSize: 2}\n"
+        "  gpu-training:jobs:\n    - {name: nccl, kind: nccl-test, nodeGroup: p4d, nodes: 2, env: {NCCL_DEBUG=INFO}}\n"
+    )
+    monkeypatch.setattr(plan_mod, "PROJECT_ROOT", root)
+    err = io.StringIO()
+    assert plan_mod.run_cli("t", None, stdout=io.StringIO(), stderr=err) == plan_mod.EXIT_BAD_CONFIG
+    lines = [line for line in err.getvalue().splitlines() if line.startswith("  - ")]
+    assert len(lines) == 1 and "may not contain '='" in lines[0] and ".bool" not in err.getvalue(), err.getvalue()
+
+
+def test_each_bad_name_is_one_problem_whatever_its_value(tmp_path, monkeypatch):
+    env = {"A=1": "x", "my.var": 1, "": "z", "GOOD": "ok", "OPTS": "a=b c=d"}
+    secret = {"T=1": {"secret": "s", "key": "k"}, "TOKEN": {"secret": "s", "key": "k"}}
+    lines = refused(minimal_values(jobs=[job_with(env=env, secretEnv=secret)]), tmp_path, monkeypatch)
+    keys = sorted(line.split(": ", 1)[0] for line in lines)
+    assert keys == sorted(f"{NS}:jobs[0].{k}" for k in ("env.A=1", "env.my.var", "env.", "secretEnv.T=1")), lines
+    assert all(line.count("is not an environment variable name") == 1 for line in lines)
+    dotted = next(line for line in lines if "my.var" in line)
+    assert "letters, digits and '_', not starting with a digit" in dotted and "Kubernetes 1.35 and 1.36 would take" in dotted
+
+
+def test_a_name_without_a_value_is_one_problem(tmp_path, monkeypatch):
+    lines = refused(minimal_values(jobs=[job_with(env={"WANDB_MODE": None}, secretEnv={"TOKEN": None})]), tmp_path, monkeypatch)
+    assert sorted(lines) == [
+        f'{NS}:jobs[0].env.WANDB_MODE: has no value (YAML reads `WANDB_MODE:` and `{{WANDB_MODE}}` as null): give one, like WANDB_MODE: "1" ("" for an empty value)',
+        f"{NS}:jobs[0].secretEnv.TOKEN: has no value (YAML reads `TOKEN:` and `{{TOKEN}}` as null): give the Secret and its key, {{secret: <name>, key: <key>}}",
+    ]
+
+
+def test_good_names_and_values_with_equals_signs_plan(tmp_path, monkeypatch):
+    values = minimal_values(jobs=[job_with(env={"_X1": "a=b", "NCCL_ALGO": "Ring"})])
+    code, err, out = plan_command(values, tmp_path, monkeypatch)
+    assert code == plan_mod.EXIT_OK, err
+    manifests = (out / "manifests.yaml").read_text()
+    assert "name: _X1" in manifests and "value: a=b" in manifests
