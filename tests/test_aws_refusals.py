@@ -156,3 +156,159 @@ def test_good_names_and_values_with_equals_signs_plan(tmp_path, monkeypatch):
     assert code == plan_mod.EXIT_OK, err
     manifests = (out / "manifests.yaml").read_text()
     assert "name: _X1" in manifests and "value: a=b" in manifests
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 3: launcher options the stack derives
+# ---------------------------------------------------------------------------------------------
+
+PYTORCH_IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-ec2"
+H100_1GPU = {"name": "h100", "instanceType": "p5.4xlarge", "maxSize": 2}
+
+
+def elastic(command: list[str], args: list[str], group: str = "h100", **fields: Any) -> dict[str, Any]:
+    return {
+        "name": "ddp",
+        "kind": "pytorch-elastic",
+        "nodeGroup": group,
+        "nodes": 2,
+        "image": PYTORCH_IMAGE,
+        "rendezvous": "c10d",
+        "command": command,
+        "args": args,
+        **fields,
+    }
+
+
+def elastic_values(command: list[str], args: list[str], group: str = "h100", **fields: Any) -> dict[str, Any]:
+    groups = [H100_1GPU, {"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 2}]
+    return minimal_values(gpuNodeGroups=groups, jobs=[elastic(command, args, group, **fields)])
+
+
+def test_torchrun_with_more_processes_than_gpus_is_refused(tmp_path, monkeypatch):
+    line = the_line(elastic_values(["torchrun", "--nproc-per-node=8"], ["/code/train.py"]), tmp_path, monkeypatch)
+    assert line.startswith(f"{NS}:jobs[0].command[1]: '--nproc-per-node=8' sets torchrun's --nproc-per-node to 8, which the stack derives: 1 ")
+    assert "the GPUs of one p5.4xlarge node of group 'h100'" in line and "PET_NPROC_PER_NODE" in line
+    assert "7 of 8 ranks would get no GPU" in line and "remove it" in line
+
+
+def test_the_underscore_spelling_and_the_value_apart_are_found_in_args(tmp_path, monkeypatch):
+    line = the_line(elastic_values(["torchrun"], ["--nproc_per_node", "8", "/code/train.py"]), tmp_path, monkeypatch)
+    assert line.startswith(f"{NS}:jobs[0].args[0]: '--nproc_per_node 8' sets torchrun's --nproc-per-node to 8")
+
+
+def test_a_value_equal_to_the_derived_one_is_refused_too(tmp_path, monkeypatch):
+    line = the_line(elastic_values(["torchrun", "--nproc-per-node", "8"], ["/code/train.py"], group="p4d"), tmp_path, monkeypatch)
+    assert "to 8, which the stack derives: 8 " in line and "A value equal to the derived one is refused too" in line
+    assert "ranks would get no GPU" not in line
+
+
+@pytest.mark.parametrize(
+    "command, args, key, text",
+    [
+        (
+            ["python3", "-m", "torch.distributed.run", "--nnodes=1:4"],
+            ["/code/train.py"],
+            "command[3]",
+            "'--nnodes=1:4' sets torchrun's --nnodes to 1:4, which the stack derives: 2:2",
+        ),
+        (["torchrun"], ["--nnode", "2", "/code/train.py"], "args[0]", "'--nnode 2' sets torchrun's --nnodes to 2"),
+        (["torchrun"], ["--rdzv-backend=static", "/code/train.py"], "args[0]", "which the stack derives: c10d"),
+        (["torchrun"], ["--rdzv_endpoint", "h:1", "/code/train.py"], "args[0]", "which the stack derives: ddp-worker-0:23456"),
+        (["torchrun"], ["--rdzv-id=x", "/code/train.py"], "args[0]", "which the stack derives: ddp-1-"),
+        (["torchrun"], ["--max-restarts=0", "/code/train.py"], "args[0]", "which the stack derives: 3 (maxRestarts"),
+        (
+            ["torchrun"],
+            ["--log-dir", "/tmp", "--standalone", "/code/train.py"],
+            "args[2]",
+            "'--standalone' sets torchrun's --standalone, which the stack derives",
+        ),
+    ],
+)
+def test_every_option_the_operator_sets_is_refused_however_written(command, args, key, text):
+    from stacks import config as stack_config
+
+    with pytest.raises(stack_config.ConfigError) as err:
+        stack_config.load(elastic_values(command, args), "gpu-training", "t")
+    (problem,) = err.value.problems
+    assert problem.key == f"{NS}:jobs[0].{key}" and text in problem.message, problem
+
+
+def test_the_scripts_own_arguments_and_other_torchrun_options_plan(tmp_path, monkeypatch):
+    values = elastic_values(["torchrun", "--log-dir=/tmp/logs", "--rdzv-conf", "timeout=900"], ["/code/train.py", "--nnodes", "3", "--nproc-per-node=8"])
+    code, err, _ = plan_command(values, tmp_path, monkeypatch)
+    assert code == plan_mod.EXIT_OK, err
+
+
+def mpi_job(mpirun_args: list[str], **fields: Any) -> dict[str, Any]:
+    return {
+        "name": "hvd",
+        "kind": "mpi",
+        "nodeGroup": "p4d",
+        "nodes": 2,
+        "image": "nvcr.io/nvidia/pytorch:24.01-py3",
+        "command": ["python", "/t.py"],
+        "mpirunArgs": mpirun_args,
+        **fields,
+    }
+
+
+@pytest.mark.parametrize(
+    "args, written, label",
+    [
+        (["-np", "8"], "-np 8", "process count (-np) to 8"),
+        (["--np=16"], "--np=16", "process count (-np) to 16"),
+        (["-n", "4"], "-n 4", "process count (-np)"),
+        (["--n", "4"], "--n 4", "process count (-np)"),
+        (["-c", "4"], "-c 4", "process count (-np)"),
+        (["-H", "a,b"], "-H a,b", "hosts (--host, --hostfile) to a,b"),
+        (["-host", "a"], "-host a", "hosts"),
+        (["--host=a:8,b:8"], "--host=a:8,b:8", "hosts"),
+        (["--hostfile", "/h"], "--hostfile /h", "hosts"),
+        (["-hostfile", "/h"], "-hostfile /h", "hosts"),
+        (["-machinefile", "/h"], "-machinefile /h", "hosts"),
+        (["--default-hostfile", "/h"], "--default-hostfile /h", "hosts"),
+        (["-N", "4"], "-N 4", "processes per node (--npernode) to 4"),
+        (["-npernode", "4"], "-npernode 4", "processes per node"),
+        (["--npernode", "4"], "--npernode 4", "processes per node"),
+        (["--pernode"], "--pernode", "processes per node (--npernode), which"),
+    ],
+)
+def test_every_mpirun_spelling_of_a_derived_option_is_refused(args, written, label):
+    from stacks import config as stack_config
+
+    with pytest.raises(stack_config.ConfigError) as err:
+        stack_config.load(minimal_values(jobs=[mpi_job(["--bind-to", "none", *args])]), "gpu-training", "t")
+    (problem,) = err.value.problems
+    assert problem.key == f"{NS}:jobs[0].mpirunArgs[2]", problem
+    assert problem.message.startswith(f"{written!r} sets mpirun's {label}"), problem
+
+
+def test_mpirun_np_is_refused_through_the_plan_command(tmp_path, monkeypatch):
+    line = the_line(minimal_values(jobs=[mpi_job(["-x", "NCCL_ALGO", "-np", "8"])]), tmp_path, monkeypatch)
+    assert line.startswith(f"{NS}:jobs[0].mpirunArgs[2]: '-np 8' sets mpirun's process count (-np) to 8, which the stack derives: 16 ")
+    assert "2 nodes x 8 GPUs of p4d.24xlarge: one rank per GPU" in line
+
+
+def test_on_sagemaker_the_same_rule_names_sagemakers_launcher():
+    from stacks import config as stack_config
+
+    job = mpi_job(
+        ["--host", "algo-1"],
+        runtime="sagemaker",
+        image="763104351884.dkr.ecr.us-west-2.amazonaws.com/tensorflow-training:2.18.0-gpu-py310-cu125-ubuntu22.04-sagemaker",
+        command=["python", "/opt/ml/input/data/efs/code/train.py"],
+        volumes=[{"name": "efs", "mountPath": "/opt/ml/input/data/efs"}],
+        sagemaker={"outputPath": "s3://my-output-1/x/"},
+    )
+    with pytest.raises(stack_config.ConfigError) as err:
+        stack_config.load(minimal_values(jobs=[job]), "gpu-training", "t")
+    (problem,) = err.value.problems
+    assert problem.key == f"{NS}:jobs[0].mpirunArgs[0]" and "'--host algo-1' sets mpirun's hosts" in problem.message
+    assert "SageMaker's MPI launcher passes mpirun --host and -np for the training job's 2 instances of ml.p4d.24xlarge" in problem.message
+
+
+def test_other_mpirun_options_plan(tmp_path, monkeypatch):
+    values = minimal_values(jobs=[mpi_job(["--mca", "pml", "ob1", "-x", "NCCL_ALGO=Ring", "--bind-to", "none", "--report-bindings"])])
+    code, err, _ = plan_command(values, tmp_path, monkeypatch)
+    assert code == plan_mod.EXIT_OK, err
