@@ -312,3 +312,80 @@ def test_other_mpirun_options_plan(tmp_path, monkeypatch):
     values = minimal_values(jobs=[mpi_job(["--mca", "pml", "ob1", "-x", "NCCL_ALGO=Ring", "--bind-to", "none", "--report-bindings"])])
     code, err, _ = plan_command(values, tmp_path, monkeypatch)
     assert code == plan_mod.EXIT_OK, err
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 4: what the subnets and EKS hold
+# ---------------------------------------------------------------------------------------------
+
+
+def recorded_instance_types() -> dict[str, Any]:
+    import gzip
+    import json
+    import os
+
+    import moto
+
+    path = os.path.join(os.path.dirname(moto.__file__), "ec2", "resources", "instance_types.json.gz")
+    with gzip.open(path) as f:
+        return json.load(f)
+
+
+def test_the_address_table_is_ec2s():
+    from facts import addresses, catalog
+
+    recorded = recorded_instance_types()
+    assert set(addresses.INTERFACES) == set(catalog.BUILTIN)
+    for name, (interfaces, per_interface) in addresses.INTERFACES.items():
+        if name not in recorded:  # the p3 types, from the EC2 documentation
+            assert name.startswith("p3."), name
+            continue
+        network = recorded[name]["NetworkInfo"]
+        assert (network["MaximumNetworkInterfaces"], network["Ipv4AddressesPerInterface"]) == (interfaces, per_interface), name
+        # card 0 takes the primary interface and the VPC CNI's warm one
+        assert network["NetworkCards"][0]["MaximumNetworkInterfaces"] >= 1 + addresses.VPC_CNI_WARM_ENI_TARGET, name
+
+
+def test_the_stack_leaves_the_vpc_cnis_warm_settings_at_pulumi_eks_defaults(dev_plan):
+    # facts/addresses.py counts WARM_ENI_TARGET=1: pulumi-eks' default when the stack sets none of
+    # warmEniTarget, warmIpTarget, warmPrefixTarget, enablePrefixDelegation or configurationValues.
+    (cluster,) = [r for r in dev_plan.records if r.type == "eks:index:Cluster"]
+    assert set(cluster.inputs["vpcCniOptions"]) == {"addonVersion", "resolveConflictsOnCreate", "resolveConflictsOnUpdate"}
+
+
+def test_a_subnet_too_small_for_the_nodes_is_refused_with_the_arithmetic(tmp_path, monkeypatch):
+    line = the_line(minimal_values(network={"vpcCidr": "10.0.0.0/16", "privateSubnetPrefix": 24}), tmp_path, monkeypatch)
+    assert line == (
+        f"{NS}:network.privateSubnetPrefix: 24 gives each private subnet 251 addresses (2^8 = 256 minus the 5 AWS reserves), but the GPU AZ's "
+        "subnet needs 320 with every group at maxSize: p4d 2 x 100 (p4d.24xlarge: 2 interfaces x 50 addresses: the primary and the VPC CNI's "
+        "warm one; its 3 efa-only interfaces take none) + system 2 x 60 (ceil(4 nodes / 2 AZs); all 4 interfaces x 15 addresses, the most "
+        "the VPC CNI gives a c5.2xlarge); use privateSubnetPrefix 23 (507 addresses; vpcCidr must hold 3 such blocks) or lower maxSize"
+    )
+
+
+@pytest.mark.parametrize("max_size, fits", [(3, True), (4, False)])
+def test_the_gpu_subnet_holds_exactly_what_fits(max_size, fits):
+    # p5.4xlarge without EFA: 2 x 30 a node; the system group's share: ceil(2 / 2) x 60; /24: 251.
+    from stacks import config as stack_config
+
+    values = minimal_values(
+        network={"vpcCidr": "10.0.0.0/20", "privateSubnetPrefix": 24},
+        systemNodeGroup={"minSize": 1, "maxSize": 2},
+        gpuNodeGroups=[{"name": "h100", "instanceType": "p5.4xlarge", "maxSize": max_size, "efa": False}],
+    )
+    try:
+        stack_config.load(values, "gpu-training", "t")
+        problems: list[str] = []
+    except stack_config.ConfigError as err:
+        problems = [str(p) for p in err.problems]
+    assert problems == ([] if fits else [problems[0]]) and (fits or "needs 300" in problems[0]), problems
+
+
+def test_a_group_no_prefix_can_hold_says_to_lower_maxsize():
+    from stacks import config as stack_config
+
+    values = minimal_values(gpuNodeGroups=[{"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 700}])
+    with pytest.raises(stack_config.ConfigError) as err:
+        stack_config.load(values, "gpu-training", "t")
+    (problem,) = [p for p in err.value.problems if p.key.endswith("privateSubnetPrefix")]
+    assert "needs 70,120" in problem.message and "no prefix the stack takes holds that much (/16: 65,531): lower maxSize" in problem.message

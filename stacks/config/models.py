@@ -59,7 +59,11 @@ class NetworkConfig(ConfigModel):
     vpc_cidr: str = Field("10.0.0.0/16", description="private IPv4 range, /16../28, big enough for the subnets")
     availability_zone_count: int = Field(2, ge=2, le=6, description="AZs with a private node subnet (EKS needs 2); the GPU AZ is one of them")
     private_subnet_prefix: int = Field(
-        19, ge=16, le=24, description="prefix length of each private subnet (8,190 addresses at /19, room for GPU nodes' many ENIs)"
+        19,
+        ge=16,
+        le=24,
+        description="prefix length of each private subnet (8,187 addresses at /19); the GPU AZ's must hold every GPU group at maxSize with the "
+        "addresses the VPC CNI gives each node (100 for a p4d) and its share of the system nodes",
     )
     nat_gateways: Literal["single", "perAz"] = Field("single", description="`single` (cheap, dev) or `perAz` (no cross-AZ egress dependency, prod)")
 
