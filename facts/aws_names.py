@@ -27,6 +27,13 @@ _TAG_TEXT = re.compile(r"^[\w .:/=+\-@]*$")
 # EKS: cluster names 1-100 characters; managed node group names 1-63.
 EKS_CLUSTER_NAME_MAX = 100
 EKS_NODEGROUP_NAME_MAX = 63
+# EKS: "Nodes per managed node group", 450 by default and adjustable (EKS User Guide, "Amazon EKS
+# service quotas"), Service Quotas code L-BD136A63 of service code eks: the most a node group's
+# scalingConfig.maxSize may be (botocore's eks model, NodegroupScalingConfig.maxSize: "For
+# information about the maximum number that you can specify, see Amazon EKS service quotas").
+# Adjustable, so the plan warns above the default and preflight reads the account's value.
+EKS_NODES_PER_NODEGROUP = ("eks", "L-BD136A63", "Nodes per managed node group")
+EKS_NODES_PER_NODEGROUP_DEFAULT = 450
 
 
 def bucket_problem(name: str) -> Optional[str]:

@@ -389,3 +389,34 @@ def test_a_group_no_prefix_can_hold_says_to_lower_maxsize():
         stack_config.load(values, "gpu-training", "t")
     (problem,) = [p for p in err.value.problems if p.key.endswith("privateSubnetPrefix")]
     assert "needs 70,120" in problem.message and "no prefix the stack takes holds that much (/16: 65,531): lower maxSize" in problem.message
+
+
+@pytest.mark.parametrize("max_size, warned", [(450, False), (451, True)])
+def test_a_group_above_eks_default_node_quota_plans_with_a_warning(max_size, warned, tmp_path, monkeypatch):
+    # Adjustable: the account may have more, and preflight (which reads the same config) reads it.
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    # (the system group: the GPU types the recorded offering data has take 60 or more addresses a
+    # node, and 451 of them need a subnet no /16 VPC holds three of)
+    values = minimal_values(systemNodeGroup={"instanceType": "c5.xlarge", "minSize": 2, "maxSize": max_size}, network={"privateSubnetPrefix": 18})
+    (root / "Pulumi.t.yaml").write_text(yaml.safe_dump({"config": values}, sort_keys=False))
+    monkeypatch.setattr(plan_mod, "PROJECT_ROOT", root)
+    out, err = io.StringIO(), io.StringIO()
+    assert plan_mod.run_cli("t", None, stdout=out, stderr=err) == plan_mod.EXIT_OK, err.getvalue()
+    warnings = [line for line in out.getvalue().splitlines() if "L-BD136A63" in line]
+    expected = (
+        f"warning: {NS}:systemNodeGroup.maxSize: 451 is more than 450, EKS's default quota of nodes per managed node group "
+        "('Nodes per managed node group', Service Quotas eks L-BD136A63, adjustable): EKS refuses the group unless the account's "
+        "quota is raised; preflight reads it (aws service-quotas get-service-quota --service-code eks --quota-code L-BD136A63)"
+    )
+    assert warnings == ([expected] if warned else [])
+
+
+def test_each_group_above_the_default_gets_its_warning():
+    from stacks import config as stack_config
+    from stacks.config.quota_warnings import quota_warnings
+
+    groups = [{"name": "a", "instanceType": "p3.2xlarge", "maxSize": 500}, {"name": "b", "instanceType": "p3.2xlarge", "maxSize": 2}]
+    cfg = stack_config.load(minimal_values(gpuNodeGroups=groups, network={"privateSubnetPrefix": 18}), "gpu-training", "t")
+    assert [p.key for p in quota_warnings(cfg)] == [f"{NS}:gpuNodeGroups[0].maxSize"]

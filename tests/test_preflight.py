@@ -44,10 +44,11 @@ def session(aws):
 
 def answer_quotas(session: Any, quotas: dict[str, float]) -> None:
     def respond(request: dict):
-        code = json.loads(request["body"])["QuotaCode"]
+        asked = json.loads(request["body"])
+        code = asked["QuotaCode"]
         if code not in quotas:
             return Error("NoSuchResourceException")
-        return {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": quotas[code]}}
+        return {"Quota": {"ServiceCode": asked["ServiceCode"], "QuotaCode": code, "Value": quotas[code]}}
 
     answer(session, "service-quotas", "GetServiceQuota", respond)
 
@@ -150,7 +151,7 @@ def reserved_group(**overrides: Any) -> dict[str, Any]:
 
 
 def test_dev_stack_passes_every_check(session):
-    answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384})
+    answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384, "L-BD136A63": 450})
     answer_eks_versions(session, {"1.35": "standard-support", "1.36": "standard-support"})
     answer_addons(session)
     results = preflight.run_checks(dev_cfg(), session, today=TODAY)
@@ -492,7 +493,7 @@ def test_the_end_of_standard_support_warns_60_days_ahead_then_fails(session, tod
 
 
 def test_a_warning_does_not_block_and_is_counted(session):
-    answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384})
+    answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384, "L-BD136A63": 450})
     answer_eks_versions(session, {"1.36": "standard-support"})
     answer_addons(session)
     results = preflight.run_checks(dev_cfg(), session, today=datetime.date(2027, 7, 1))
@@ -722,3 +723,48 @@ def test_sagemaker_quota_access_denied_fails_with_the_permission(session):
     answer(session, "service-quotas", "ListAWSDefaultServiceQuotas", lambda _r: {"Quotas": []})
     check = by_check(preflight.run_checks(dev_cfg(jobs=[sagemaker_job("a", 1)]), session), "SageMaker training quotas")
     assert check.status == preflight.FAIL and "servicequotas:ListServiceQuotas" in check.fix
+
+
+# ---------------------------------------------------------------------------------------------
+# EKS's nodes per managed node group (issue 26, item 4)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_node_group_quota_is_read_from_service_quotas(session):
+    answer_quotas(session, {"L-BD136A63": 450})
+    check = by_check(preflight.run_checks(dev_cfg(), session), "EKS quota L-BD136A63 (Nodes per managed node group)")
+    assert check.status == preflight.PASS and check.detail == "450 nodes (applied) hold every group's maxSize (the largest: 3)"
+
+
+def test_a_group_above_the_accounts_quota_fails_with_how_to_raise_it(session):
+    seen = answer(
+        session,
+        "service-quotas",
+        "GetServiceQuota",
+        lambda request: (
+            {"Quota": {"ServiceCode": "eks", "QuotaCode": "L-BD136A63", "Value": 450.0}}
+            if json.loads(request["body"]) == {"ServiceCode": "eks", "QuotaCode": "L-BD136A63"}
+            else Error("NoSuchResourceException")
+        ),
+    )
+    # 500 x p3.2xlarge (30 addresses each) fit /18 subnets: the plan only warns (stacks/config/quota_warnings.py).
+    groups = [{"name": "p3", "instanceType": "p3.2xlarge", "maxSize": 500}, {"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 2}]
+    cfg = cfg_of(minimal_values(gpuNodeGroups=groups, network={"privateSubnetPrefix": 18}))
+    check = by_check(preflight.run_checks(cfg, session), "EKS quota L-BD136A63")
+    assert check.status == preflight.FAIL, check.line()
+    assert check.detail == "450 nodes (applied) per node group, but p3: maxSize 500: EKS refuses the group"
+    assert "--service-code eks --quota-code L-BD136A63 --desired-value 500" in check.fix and "lower maxSize in Pulumi.dev.yaml" in check.fix
+    assert {"ServiceCode": "eks", "QuotaCode": "L-BD136A63"} in [json.loads(r["body"]) for r in seen]
+
+
+def test_an_account_with_a_raised_quota_passes(session):
+    answer_quotas(session, {"L-BD136A63": 1000})
+    cfg = cfg_of(minimal_values(gpuNodeGroups=[{"name": "p3", "instanceType": "p3.2xlarge", "maxSize": 520}], network={"privateSubnetPrefix": 18}))
+    assert by_check(preflight.run_checks(cfg, session), "EKS quota L-BD136A63").status == preflight.PASS
+
+
+def test_an_unreadable_node_group_quota_is_a_skip(session):
+    answer_quotas(session, {})
+    answer(session, "service-quotas", "GetAWSDefaultServiceQuota", lambda _r: Error("NoSuchResourceException"))
+    check = by_check(preflight.run_checks(dev_cfg(), session), "EKS quota L-BD136A63")
+    assert check.status == preflight.SKIP and "--service-code eks --quota-code L-BD136A63" in check.detail
