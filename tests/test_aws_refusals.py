@@ -420,3 +420,9 @@ def test_each_group_above_the_default_gets_its_warning():
     groups = [{"name": "a", "instanceType": "p3.2xlarge", "maxSize": 500}, {"name": "b", "instanceType": "p3.2xlarge", "maxSize": 2}]
     cfg = stack_config.load(minimal_values(gpuNodeGroups=groups, network={"privateSubnetPrefix": 18}), "gpu-training", "t")
     assert [p.key for p in quota_warnings(cfg)] == [f"{NS}:gpuNodeGroups[0].maxSize"]
+
+
+def test_a_job_on_more_nodes_than_its_group_holds_is_refused(tmp_path, monkeypatch):
+    # (there already: GpuJob.check_environment; the queue check names the same job again)
+    lines = refused(minimal_values(jobs=[job_with(nodes=3)]), tmp_path, monkeypatch)
+    assert f"{NS}:jobs[0].nodes: 3 is more than node group 'p4d' can hold (maxSize 2)" in lines
