@@ -27,6 +27,13 @@ _TAG_TEXT = re.compile(r"^[\w .:/=+\-@]*$")
 # EKS: cluster names 1-100 characters; managed node group names 1-63.
 EKS_CLUSTER_NAME_MAX = 100
 EKS_NODEGROUP_NAME_MAX = 63
+# EKS: "Nodes per managed node group", 450 by default and adjustable (EKS User Guide, "Amazon EKS
+# service quotas"), Service Quotas code L-BD136A63 of service code eks: the most a node group's
+# scalingConfig.maxSize may be (botocore's eks model, NodegroupScalingConfig.maxSize: "For
+# information about the maximum number that you can specify, see Amazon EKS service quotas").
+# Adjustable, so the plan warns above the default and preflight reads the account's value.
+EKS_NODES_PER_NODEGROUP = ("eks", "L-BD136A63", "Nodes per managed node group")
+EKS_NODES_PER_NODEGROUP_DEFAULT = 450
 
 
 def bucket_problem(name: str) -> Optional[str]:
@@ -223,3 +230,28 @@ def example_account(text: str) -> Optional[str]:
         if re.search(rf"(^|[:/]){account}([:.]|$)", text):
             return account
     return None
+
+
+# EC2 Capacity Blocks for ML are sold "in 1-day increments up 14 days, and in 7-day increments up to
+# 182 days" (botocore's ec2 model, DescribeCapacityBlockOfferings.CapacityDurationHours; EC2 User
+# Guide, "Find and purchase Capacity Blocks"): 24-336 hours in steps of 24, then 504-4368 hours in
+# steps of 168. No shorter block is sold for any type (only the extension of a block already bought,
+# DescribeCapacityBlockExtensionOfferings, is priced by the hour; the stack buys no extensions). "Each
+# Capacity Block can have up to 64 instances" (the same operation's InstanceCount);
+# tests/test_aws_refusals.py reads both sentences from botocore's model.
+CAPACITY_BLOCK_DAYS = tuple(range(1, 15)) + tuple(range(21, 183, 7))
+CAPACITY_BLOCK_HOURS = tuple(24 * days for days in CAPACITY_BLOCK_DAYS)
+CAPACITY_BLOCK_INSTANCES_MAX = 64
+
+
+def capacity_block_duration_problem(hours: int) -> Optional[str]:
+    """Why EC2 sells no Capacity Block of ``hours`` hours, with the durations nearest to it, or None."""
+    if hours in CAPACITY_BLOCK_HOURS:
+        return None
+    below = [h for h in CAPACITY_BLOCK_HOURS if h < hours]
+    above = [h for h in CAPACITY_BLOCK_HOURS if h > hours]
+    nearest = " or ".join(str(h) for h in (below[-1:] + above[:1]))
+    return (
+        "EC2 sells Capacity Blocks of whole days, 1 to 14 days (24-336 hours in steps of 24), then whole weeks up to 26 weeks "
+        f"(504-4368 hours in steps of 168); the nearest are {nearest}"
+    )

@@ -28,6 +28,7 @@ from infra.plan_text import json_text, manifests_yaml
 from stacks import config as stack_config
 from stacks import cost, queues
 from stacks.config.placeholders import placeholders
+from stacks.config.quota_warnings import quota_warnings
 from stacks.config.stackfile import read_stack_config
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
@@ -269,8 +270,9 @@ def run_cli(stack: str, out: Optional[str], stdout: Optional[TextIO] = None, std
             start_rendering(cfg)
         rendered = renderers[0].collect(result)
         stdout.write(summary(cfg, result, rendered))
-        # Placeholders copied from the examples: planned as they are, refused by preflight.
-        for problem in placeholders(cfg):
+        # Placeholders copied from the examples: planned as they are, refused by preflight; sizes above an
+        # adjustable quota's default: planned, checked by preflight against the account's quota.
+        for problem in placeholders(cfg) + quota_warnings(cfg):
             stdout.write(f"warning: {problem}\n")
         # What must hold when features meet (infra/invariants/): a violation is a bug of the stack.
         violations = invariants.check(result, cfg)

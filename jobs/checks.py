@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 from facts.aws_names import bucket_problem, image_reference_problem
 from facts.problems import Problem
@@ -16,7 +16,13 @@ from facts.problems import fmt as fmt
 # Pod hostnames (and so job names plus their suffix) must be DNS-1035 labels of at most 63.
 MAX_HOSTNAME = 63
 DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Environment variable names. Kubernetes 1.35 and 1.36 (the versions the stack runs) take any
+# printable ASCII character but '=', at least one (apimachinery's validation.IsRelaxedEnvVarName, under
+# RelaxedEnvironmentVariableValidation: KEP-4369, GA and locked on since 1.34). The stack takes C
+# identifiers only, the names a SageMaker training job's Environment takes (botocore's sagemaker
+# model, TrainingEnvironmentKey: [a-zA-Z_][a-zA-Z0-9_]*), so one spec runs on either runtime.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_NAME_TEXT = "letters, digits and '_', not starting with a digit"
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 # s3://<bucket>[/<prefix>]; what S3 allows as a bucket name is facts.aws_names.bucket_problem's.
@@ -69,14 +75,49 @@ def check_image(image: str, k: str, problems: list[Problem]) -> None:
         problems.append(Problem(k, f"{fmt(image)} is not pinned: give a tag other than 'latest' (or a digest) so every run gets the same image"))
 
 
+def env_name_problem(name: str) -> Optional[str]:
+    """Why ``name`` is no environment variable name of a job (see _ENV_NAME), or None. A name with '='
+    is told so once: Kubernetes itself refuses it, and it is most often NAME=VALUE written as the name."""
+    if _ENV_NAME.fullmatch(name):
+        return None
+    if "=" in name:
+        before, _, after = name.partition("=")
+        hint = f"; give the value after the colon instead: {before}: {after}" if _ENV_NAME.fullmatch(before) else ""
+        return f"{fmt(name)} is not an environment variable name: a name may not contain '=' (Kubernetes refuses it: its names are printable ASCII other than '='){hint}"
+    if not name:
+        return f"{fmt(name)} is not an environment variable name: a name has at least one character ({_ENV_NAME_TEXT})"
+    return (
+        f"{fmt(name)} is not an environment variable name the stack takes: {_ENV_NAME_TEXT}, the names a SageMaker training job "
+        "takes too (Kubernetes 1.35 and 1.36 would take any printable ASCII but '=')"
+    )
+
+
+def raw_env(raw: Any, k: str, problems: list[Problem]) -> Any:
+    """``env`` or ``secretEnv`` as written (``k``: its key), before the job's model reads it: a bad name
+    is one problem, and so is a name without a value (YAML reads ``NAME:`` and ``{NAME}`` as null);
+    both are left out of what the model reads, which would add a line per value type it tried."""
+    if not isinstance(raw, dict):
+        return raw
+    kept: dict[Any, Any] = {}
+    for name, value in raw.items():
+        why = env_name_problem(str(name))
+        if why:
+            problems.append(Problem(f"{k}.{name}", why))
+        elif value is None:
+            wanted = "the Secret and its key, {secret: <name>, key: <key>}" if k.endswith("secretEnv") else f'one, like {name}: "1" ("" for an empty value)'
+            problems.append(Problem(f"{k}.{name}", f"has no value (YAML reads `{name}:` and `{{{name}}}` as null): give {wanted}"))
+        else:
+            kept[name] = value
+    return kept
+
+
 def check_env(env: Mapping[str, Any], secret_env: Mapping[str, Any], reserved: Mapping[str, str], k: str, problems: list[Problem]) -> None:
     """Valid variable names, none of the derived ones, one source each, valid Secret references."""
     for field, names in (("env", list(env)), ("secretEnv", list(secret_env))):
         for name in names:
-            if not _ENV_NAME.match(name):
-                problems.append(
-                    Problem(f"{k}.{field}.{name}", f"{fmt(name)} is not an environment variable name (letters, digits and '_', not starting with a digit)")
-                )
+            why = env_name_problem(name)
+            if why:
+                problems.append(Problem(f"{k}.{field}.{name}", why))
             elif name in reserved:
                 problems.append(Problem(f"{k}.{field}.{name}", f"{reserved[name]}; remove it"))
     for name in sorted(set(env) & set(secret_env)):

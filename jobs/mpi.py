@@ -13,8 +13,9 @@ from pydantic import Field
 
 from facts.catalog import InstanceType
 from facts.problems import Problem
-from jobs import checks, pod
-from jobs.base import EFA_ENV_NAMES, GpuJob, JobsContext, JobTarget, Manifest
+from jobs import checks, launchers, pod
+from jobs.base import EFA_ENV_NAMES, GpuJob, GroupFacts, JobsContext, JobTarget, Manifest
+from jobs.launchers import Derived
 from jobs.sagemaker import MAX_HYPERPARAMETER_VALUE, PortableJob
 
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"  # mpi-operator v0.8.0
@@ -50,6 +51,24 @@ class MpiBase(GpuJob):
             problems.append(
                 Problem(f"{key}.mpirun", f"{checks.fmt(self.mpirun)} is not allowed: the absolute path of mpirun in the image, like {OPEN_MPI_MPIRUN}")
             )
+
+    def check_group(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
+        super().check_group(key, problems, group)
+        gpus, it = group.instance.gpus, group.instance.name
+        derived = {
+            "processes": Derived(str(self.nodes * gpus), f"{self.nodes} nodes x {gpus} GPUs of {it}: one rank per GPU"),
+            "hosts": Derived(
+                "the MPI operator's hostfile",
+                f"/etc/mpi/hostfile, the job's {self.nodes} workers with {gpus} slots each, which the operator names in OMPI_MCA_orte_default_hostfile",
+            ),
+            "per node": Derived(str(gpus), f"slotsPerWorker: one rank per GPU of {it}"),
+        }
+        self.check_mpirun_args(derived, key, problems)
+
+    def check_mpirun_args(self, derived: Mapping[str, Derived], key: str, problems: list[Problem]) -> None:
+        """``mpirunArgs`` against what the stack (or SageMaker's launcher) gives mpirun (``jobs/launchers.py``)."""
+        found = launchers.mpirun_options(self.mpirun_args)
+        launchers.derived_option_problems(found, derived, "mpirun", launchers.MPIRUN_LABELS.__getitem__, lambda j: f"{key}.mpirunArgs[{j}]", problems)
 
     def derived_env(self) -> dict[str, str]:
         """Env this kind always sets (besides the EFA settings)."""
@@ -91,6 +110,18 @@ class MpiJobSpec(PortableJob, MpiBase):
             "sagemaker_mpi_num_of_processes_per_host": instance.gpus,
             "sagemaker_mpi_custom_mpi_options": " ".join(options),
         }
+
+    def check_sagemaker_instance(self, key: str, problems: list[Problem], instance: InstanceType) -> None:
+        # SageMaker's MPI launcher (sagemaker_training/mpi.py, MasterRunner._create_command) runs
+        # mpirun --host <host>:<GPUs>,... -np <instances x GPUs> with the custom options after them.
+        n, gpus = self.max_workers(), instance.gpus
+        launcher = f"SageMaker's MPI launcher passes mpirun --host and -np for the training job's {n} instances of {instance.name}"
+        derived = {
+            "processes": Derived(str(n * gpus), f"{n} instances x {gpus} GPUs: {launcher}"),
+            "hosts": Derived(f"the {n} instances, {gpus} processes each", launcher),
+            "per node": Derived(str(gpus), f"sagemaker_mpi_num_of_processes_per_host, the GPUs of {instance.name}"),
+        }
+        self.check_mpirun_args(derived, key, problems)
 
     def check_sagemaker_kind(self, key: str, problems: list[Problem]) -> None:
         # The container splits sagemaker_mpi_custom_mpi_options on whitespace.

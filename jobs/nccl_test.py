@@ -83,6 +83,7 @@ class NcclTestSpec(MpiBase):
         return {"NCCL_DEBUG": "INFO"}
 
     def check_group(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
+        super().check_group(key, problems, group)
         it = group.instance
         if self.image == NCCL_TESTS_IMAGE and it.gpu_model not in NCCL_TESTS_IMAGE_GPU_MODELS:
             problems.append(

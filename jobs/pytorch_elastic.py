@@ -17,13 +17,17 @@ from pydantic import Field, model_validator
 from facts import images
 from facts.catalog import InstanceType
 from facts.problems import Problem
-from jobs import pod
+from jobs import launchers, pod
 from jobs.base import GroupFacts, Int32, JobBuildError, JobEnvironment, JobsContext, Manifest
+from jobs.launchers import Derived
 from jobs.sagemaker import PortableJob
 
 TRAINING_API_VERSION = "kubeflow.org/v1"  # training-operator v1.9.4 (PyTorchJob, PaddleJob)
 # The backends that rendezvous on the stack's etcd; PyTorch's code for both imports python-etcd.
 ETCD_BACKENDS = ("etcd", "etcd-v2")
+# The port of c10d's rendezvous on worker 0: the training operator's default `pytorchjob-port`
+# (pkg/apis/kubeflow.org/v1/pytorch_defaults.go; the stack sets no port of its own).
+PYTORCHJOB_PORT = 23456
 
 
 class PyTorchElasticSpec(PortableJob):
@@ -121,6 +125,37 @@ class PyTorchElasticSpec(PortableJob):
     def check_group(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
         if self.elastic_max > group.max_size:
             problems.append(Problem(f"{key}.maxNodes", f"{self.elastic_max} is more than node group {group.name!r} can hold (maxSize {group.max_size})"))
+        self._check_torchrun_options(key, problems, group)
+
+    def _check_torchrun_options(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
+        """torchrun's options in command/args against the PET_* variables the training operator sets (``jobs/launchers.py``)."""
+        line = self.entry_line()
+        start = launchers.torchrun_start(line)
+        if start is None:
+            return
+        gpus, it = group.instance.gpus, group.instance.name
+        operator = "the training operator sets it as"
+        endpoint = f"{self.name}-worker-0:{PYTORCHJOB_PORT}" if self.rendezvous == "c10d" else "the stack's etcd (rdzvHost:rdzvPort)"
+        derived = {
+            "nproc_per_node": Derived(
+                str(gpus), f"the GPUs of one {it} node of group {group.name!r}; {operator} PET_NPROC_PER_NODE", launchers.ranks_without_gpu(gpus)
+            ),
+            "nnodes": Derived(f"{self.elastic_min}:{self.elastic_max}", f"minNodes:maxNodes; {operator} PET_NNODES"),
+            "rdzv_backend": Derived(self.rendezvous, f"rendezvous; {operator} PET_RDZV_BACKEND"),
+            "rdzv_endpoint": Derived(endpoint, f"{operator} PET_RDZV_ENDPOINT"),
+            "rdzv_id": Derived(self.rendezvous_id, f"one per job, run and spec; {operator} PET_RDZV_ID"),
+            "max_restarts": Derived(str(self.max_restarts), f"maxRestarts; {operator} PET_MAX_RESTARTS"),
+            "standalone": Derived(f"a {self.rendezvous} rendezvous across the job's nodes", "--standalone would rendezvous on localhost, each node alone"),
+        }
+        commands = len(self.command)
+        launchers.derived_option_problems(
+            launchers.torchrun_options(line, start),
+            derived,
+            "torchrun",
+            launchers.torchrun_label,
+            lambda at: f"{key}.command[{at}]" if at < commands else f"{key}.args[{at - commands}]",
+            problems,
+        )
 
     def build(self, ctx: JobsContext) -> list[Manifest]:
         w = pod.gpu_worker(self, ctx)

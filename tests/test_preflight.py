@@ -44,10 +44,11 @@ def session(aws):
 
 def answer_quotas(session: Any, quotas: dict[str, float]) -> None:
     def respond(request: dict):
-        code = json.loads(request["body"])["QuotaCode"]
+        asked = json.loads(request["body"])
+        code = asked["QuotaCode"]
         if code not in quotas:
             return Error("NoSuchResourceException")
-        return {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": quotas[code]}}
+        return {"Quota": {"ServiceCode": asked["ServiceCode"], "QuotaCode": code, "Value": quotas[code]}}
 
     answer(session, "service-quotas", "GetServiceQuota", respond)
 
@@ -150,7 +151,7 @@ def reserved_group(**overrides: Any) -> dict[str, Any]:
 
 
 def test_dev_stack_passes_every_check(session):
-    answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384})
+    answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384, "L-BD136A63": 450})
     answer_eks_versions(session, {"1.35": "standard-support", "1.36": "standard-support"})
     answer_addons(session)
     results = preflight.run_checks(dev_cfg(), session, today=TODAY)
@@ -492,7 +493,7 @@ def test_the_end_of_standard_support_warns_60_days_ahead_then_fails(session, tod
 
 
 def test_a_warning_does_not_block_and_is_counted(session):
-    answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384})
+    answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384, "L-BD136A63": 450})
     answer_eks_versions(session, {"1.36": "standard-support"})
     answer_addons(session)
     results = preflight.run_checks(dev_cfg(), session, today=datetime.date(2027, 7, 1))

@@ -13,6 +13,7 @@ emulator; the region is the stack's ``aws:region``) and prints one line per chec
 - the on-demand (and spot) vCPU quota for P instances covers every group at its maxSize
   (capacity blocks do not count against it). Instances already running in the account use the
   same quota: this check does not see them;
+- EKS's quota of nodes per managed node group (L-BD136A63, 450 by default) holds every group's maxSize;
 - a configured capacity reservation / capacity block exists, is of the group's type and is in
   the GPU AZ; for a capacity-block group, the block behind it (DescribeCapacityBlocks) holds the
   group's maxSize instances and has the window the group's capacity.start/end schedule it by;
@@ -54,7 +55,7 @@ from infra.preflight.capacity import MAX_OFFERINGS_SHOWN, _check_reservations
 from infra.preflight.eks import SUPPORT_WARNING_DAYS, _check_addons, _check_kubernetes, _check_support_window, support_window
 from infra.preflight.eks import _addon_configuration_line as _addon_configuration_line  # the tests call it here
 from infra.preflight.placement import _check_efa, _check_placement, _region_facts
-from infra.preflight.quotas import QUOTAS, _check_quotas, _check_sagemaker_quotas, sagemaker_quota_name
+from infra.preflight.quotas import QUOTAS, _check_node_group_sizes, _check_quotas, _check_sagemaker_quotas, sagemaker_quota_name
 from infra.preflight.results import FAIL, PASS, SKIP, WARN, CheckResult, _error_code, _guard, _n, _one_line
 from stacks import config as stack_config
 from stacks.config.placeholders import placeholders
@@ -148,6 +149,7 @@ def run_checks(cfg: stack_config.StackConfig, session: Any, stack_file: Optional
         ctx.today = today
     results += _guard("EFA support", "ec2 DescribeInstanceTypes", "ec2:DescribeInstanceTypes", lambda: _check_efa(ctx))
     results += _check_quotas(ctx)
+    results += _check_node_group_sizes(ctx)
     results += _check_sagemaker_quotas(ctx)
     results += _check_reservations(ctx)
     results += _check_kubernetes(ctx)

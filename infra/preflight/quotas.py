@@ -1,6 +1,6 @@
 """Preflight's quota checks: the EC2 vCPU quotas of the GPU groups at their maxSize (on-demand and
-spot; capacity blocks do not count), and the SageMaker training quotas of the stack's
-``runtime: sagemaker`` jobs, per ml. type.
+spot; capacity blocks do not count), EKS's nodes per managed node group against every group's
+maxSize, and the SageMaker training quotas of the stack's ``runtime: sagemaker`` jobs, per ml. type.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import functools
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from facts import aws_names
 from infra.preflight.results import FAIL, PASS, SKIP, CheckResult, _error_code, _guard, _is_client_error, _paginate, _unanswered
 from stacks import config as stack_config
 from stacks.config.jobs import sagemaker_jobs
@@ -29,11 +30,11 @@ class _QuotaUnreadable(Exception):
     pass
 
 
-def _quota_value(sq: Any, code: str) -> tuple[float, str]:
+def _quota_value(sq: Any, code: str, service: str = "ec2") -> tuple[float, str]:
     """The applied quota value, else AWS's default. Raises _QuotaUnreadable when the endpoint has
     neither; other AWS errors (access denied...) propagate."""
     try:
-        return float(sq.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]), "applied"
+        return float(sq.get_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]["Value"]), "applied"
     except Exception as err:
         why = _unanswered(err)
         if why:
@@ -42,7 +43,7 @@ def _quota_value(sq: Any, code: str) -> tuple[float, str]:
             raise
         first = "GetServiceQuota: %s: %s" % _error_code(err)
     try:
-        return float(sq.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]), "AWS default"
+        return float(sq.get_aws_default_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]["Value"]), "AWS default"
     except Exception as err:
         why = _unanswered(err)
         if why or (_is_client_error(err) and _error_code(err)[0] == "NoSuchResourceException"):
@@ -109,6 +110,43 @@ def _quota_line(ctx: _Context, capacity_type: str, code: str, name: str, groups:
             f"{value:g} vCPUs ({source}) but {needed:g} are needed at maxSize ({parts}){note}: short by {short:g} vCPUs",
             f"request at least {needed:g} (aws service-quotas request-service-quota-increase --region {ctx.cfg.region} "
             f"--service-code ec2 --quota-code {code} --desired-value {needed:g}) or lower maxSize in {ctx.stack_file}",
+        )
+    ]
+
+
+def _check_node_group_sizes(ctx: _Context) -> list[CheckResult]:
+    """EKS's nodes-per-managed-node-group quota (facts/aws_names.py) against every group's maxSize."""
+    service, code, name = aws_names.EKS_NODES_PER_NODEGROUP
+    check = f"EKS quota {code} ({name})"
+    return _guard(check, "service-quotas GetServiceQuota", "servicequotas:GetServiceQuota", functools.partial(_node_group_line, ctx, check))
+
+
+def _node_group_line(ctx: _Context, check: str) -> list[CheckResult]:
+    service, code, _ = aws_names.EKS_NODES_PER_NODEGROUP
+    cfg = ctx.cfg
+    sizes = [("system", cfg.system_node_group.max_size)] + [(g.name, g.max_size) for g in cfg.gpu_node_groups]
+    largest = max(size for _, size in sizes)
+    try:
+        value, source = _quota_value(ctx.client("service-quotas"), code, service)
+    except _QuotaUnreadable as err:
+        return [
+            CheckResult(
+                SKIP,
+                check,
+                f"the quota cannot be read here ({err}); the largest group has maxSize {largest}. Check it with: "
+                f"aws service-quotas get-service-quota --region {cfg.region} --service-code {service} --quota-code {code}",
+            )
+        ]
+    over = [f"{group}: maxSize {size}" for group, size in sizes if size > value]
+    if not over:
+        return [CheckResult(PASS, check, f"{value:g} nodes ({source}) hold every group's maxSize (the largest: {largest})")]
+    return [
+        CheckResult(
+            FAIL,
+            check,
+            f"{value:g} nodes ({source}) per node group, but {', '.join(over)}: EKS refuses the group",
+            f"request at least {largest} (aws service-quotas request-service-quota-increase --region {cfg.region} --service-code {service} "
+            f"--quota-code {code} --desired-value {largest}) or lower maxSize in {ctx.stack_file}",
         )
     ]
 

@@ -65,6 +65,9 @@ class PortableJob(GpuJob):
     def check_sagemaker_kind(self, key: str, problems: list[Problem]) -> None:
         """Kind-specific checks of the SageMaker runtime."""
 
+    def check_sagemaker_instance(self, key: str, problems: list[Problem], instance: InstanceType) -> None:
+        """Kind-specific checks of the SageMaker runtime against its ml. type (enabled jobs)."""
+
     # -- checks ------------------------------------------------------------------------------
 
     def check(self, key: str, problems: list[Problem]) -> None:
@@ -95,6 +98,7 @@ class PortableJob(GpuJob):
         instance = self.sagemaker_instance_or_problem(key, env, problems)
         if instance is None:
             return
+        self.check_sagemaker_instance(key, problems, instance)
         nvme = INSTANCE_NVME_STORAGE_GB.get(instance.name.removeprefix(catalog.ML_PREFIX))
         if nvme is not None and self.sm.volume_size_gib > nvme:
             problems.append(

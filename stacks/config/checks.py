@@ -21,6 +21,7 @@ from typing import Optional
 from facts import aws_names, durations, versions
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
+from stacks.config.address_checks import check_subnet_addresses
 from stacks.config.models import (
     NAMESPACE,
     AutoscalingConfig,
@@ -80,6 +81,7 @@ def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: li
     if s.system is not None:
         _check_system(s.system, problems)
     _check_gpu_groups(s.groups, problems)
+    check_subnet_addresses(s.network, s.system, s.groups, problems)
     if s.storage is not None:
         _check_storage(s.storage, problems)
     if s.etcd is not None:

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Optional
 from facts import catalog
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
+from jobs import checks
 from jobs.base import GroupFacts, JobBase, JobEnvironment, JobTarget
 from jobs.registry import JOB_KINDS
 from jobs.sagemaker import PortableJob, SageMakerJob
@@ -194,4 +195,7 @@ def _parse_job(item: Any, k: str, problems: list[Problem]) -> Optional[JobBase]:
     for derived, source in DERIVED_KEYS.items():
         if derived in body:
             problems.append(Problem(f"{k}.{derived}", f"{_fmt(body.pop(derived))} is not allowed: it is derived from {source}; remove it"))
+    for field in ("env", "secretEnv"):
+        if field in body:
+            body[field] = checks.raw_env(body[field], f"{k}.{field}", problems)
     return parse(JOB_KINDS[kind], k, body, problems)

@@ -59,7 +59,11 @@ class NetworkConfig(ConfigModel):
     vpc_cidr: str = Field("10.0.0.0/16", description="private IPv4 range, /16../28, big enough for the subnets")
     availability_zone_count: int = Field(2, ge=2, le=6, description="AZs with a private node subnet (EKS needs 2); the GPU AZ is one of them")
     private_subnet_prefix: int = Field(
-        19, ge=16, le=24, description="prefix length of each private subnet (8,190 addresses at /19, room for GPU nodes' many ENIs)"
+        19,
+        ge=16,
+        le=24,
+        description="prefix length of each private subnet (8,187 addresses at /19); the GPU AZ's must hold every GPU group at maxSize with the "
+        "addresses the VPC CNI gives each node (100 for a p4d) and its share of the system nodes",
     )
     nat_gateways: Literal["single", "perAz"] = Field("single", description="`single` (cheap, dev) or `perAz` (no cross-AZ egress dependency, prod)")
 
@@ -121,7 +125,9 @@ class CapacityOfferingConfig(ConfigModel):
     """A Capacity Block offering for a capacity-block group: `maxSize` instances of its `instanceType`.
     Preflight looks offerings up and shows their upfront price; only `purchase: true` buys one."""
 
-    duration_hours: int = Field(ge=1, description="the block's length in hours (EC2 offers whole days; preflight shows what it has)")
+    duration_hours: int = Field(
+        ge=1, description="the block's length in hours, as EC2 sells them: 24-336 in steps of 24 (1-14 days), then 504-4368 in steps of 168 (to 26 weeks)"
+    )
     earliest_start: datetime = Field(description="the earliest start, ISO 8601 with a time zone (`2026-10-01T00:00:00Z`)")
     latest_end: Optional[datetime] = Field(None, description="the latest end, ISO 8601 with a time zone (default: any)")
     offering_id: Optional[str] = Field(None, description="the offering to buy, `cb-...` as preflight lists it; required with `purchase`")

@@ -16,7 +16,7 @@ from facts.catalog import CAPACITY_BLOCK_DRAIN, CAPACITY_BLOCK_DRAIN_TEXT
 from facts.kube import GPU_TAINT
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
-from stacks.config.models import NAMESPACE, GpuNodeGroupConfig, SystemNodeGroupConfig
+from stacks.config.models import NAMESPACE, CapacityOfferingConfig, GpuNodeGroupConfig, SystemNodeGroupConfig
 
 
 def _check_scaling(k: str, min_size: int, desired: int, max_size: int, problems: list[Problem]) -> None:
@@ -94,6 +94,7 @@ def _check_capacity(k: str, g: GpuNodeGroupConfig, it: Optional[catalog.Instance
             )
     if o is None:
         return
+    _check_offering_size(k, g, o, problems)
     if o.latest_end is not None and _aware(o.latest_end) and _aware(o.earliest_start) and o.latest_end <= o.earliest_start:
         problems.append(Problem(f"{k}.capacity.offering.latestEnd", f"{o.latest_end.isoformat()} is not after earliestStart {o.earliest_start.isoformat()}"))
     if o.offering_id is not None and not re.fullmatch(r"cb-[0-9a-z]{8,32}", o.offering_id):
@@ -115,6 +116,22 @@ def _check_capacity(k: str, g: GpuNodeGroupConfig, it: Optional[catalog.Instance
                     f"true would buy a second block: the group already targets {g.capacity_reservation_id}; drop capacityReservationId or purchase",
                 )
             )
+
+
+def _check_offering_size(k: str, g: GpuNodeGroupConfig, o: CapacityOfferingConfig, problems: list[Problem]) -> None:
+    """A block EC2 sells: its length (aws_names.CAPACITY_BLOCK_HOURS) and its instance count, the group's maxSize."""
+    why = aws_names.capacity_block_duration_problem(o.duration_hours)
+    if why:
+        problems.append(Problem(f"{k}.capacity.offering.durationHours", f"{o.duration_hours} hours is not a length EC2 sells: {why}"))
+    if g.max_size > aws_names.CAPACITY_BLOCK_INSTANCES_MAX:
+        problems.append(
+            Problem(
+                f"{k}.maxSize",
+                f"{g.max_size} is the instance count of the block capacity.offering looks for, and a Capacity Block holds at most "
+                f"{aws_names.CAPACITY_BLOCK_INSTANCES_MAX} instances; use maxSize {aws_names.CAPACITY_BLOCK_INSTANCES_MAX} or less "
+                "(a second group with a block of its own for more)",
+            )
+        )
 
 
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

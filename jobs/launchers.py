@@ -1,0 +1,142 @@
+"""One rule for the launcher options the stack derives: ``mpirun``'s process count, hosts and
+processes per node (``mpirunArgs`` of the MPI kinds, on EKS and on SageMaker) and ``torchrun``'s
+processes per node, nodes, rendezvous and restarts (``command``/``args`` of ``pytorch-elastic`` on
+EKS; on SageMaker no torchrun option is taken at all, ``PortableJob.entry_point_or_problem``).
+
+Written by hand, such an option wins over the derived one (mpirun reads its command line after the
+stack's ``-np``; torchrun's command line wins over the operator's PET_* variables), and a value that
+differs leaves GPUs idle or ranks without a GPU. So it is refused, in any spelling (``-np``, ``--n``,
+``-c``; ``--nproc-per-node``, ``--nproc_per_node``, an unambiguous prefix), as ``--opt=value`` or
+``--opt value``, naming the key, the option as written and the value the stack derives. A value
+equal to the derived one is refused too: written there, it would not follow the next change of the
+job's nodes or of its node group's type.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional, Sequence
+
+from facts.launchers import MPIRUN_FLAGS, MPIRUN_OPTIONS, TORCHRUN_DERIVED, TORCHRUN_FLAGS, TORCHRUN_MODULES, TORCHRUN_OPTIONS
+from facts.problems import Problem
+from facts.problems import fmt as fmt
+
+_PYTHON = re.compile(r"python(3(\.\d+)?)?")
+_MPIRUN = {spelling: what for what, spellings in MPIRUN_OPTIONS.items() for spelling in spellings}
+_TORCHRUN = {spelling: dest for dest, spellings in TORCHRUN_OPTIONS.items() for spelling in spellings}
+# How a message names each derived option.
+MPIRUN_LABELS = {"processes": "process count (-np)", "hosts": "hosts (--host, --hostfile)", "per node": "processes per node (--npernode)"}
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What the stack gives a launcher for one option, and where that comes from."""
+
+    value: str
+    source: str
+    # What a different value written by hand would do, given that value (None: nothing to add).
+    consequence: Optional[Callable[[str], Optional[str]]] = None
+
+
+@dataclass(frozen=True)
+class Written:
+    """A launcher option found in a list of arguments."""
+
+    at: int  # the index of its (first) argument
+    text: str  # as written, with its value when that is the next argument
+    option: str  # what it sets: an MPIRUN_OPTIONS key or a TORCHRUN_OPTIONS destination
+    value: Optional[str]
+
+
+def mpirun_options(args: Sequence[str]) -> list[Written]:
+    """The mpirun options of ``args`` (``mpirunArgs``: options only) that set what MPIRUN_OPTIONS lists."""
+    found = []
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        what = _MPIRUN.get(name)
+        if what is None:
+            continue
+        if not eq and name not in MPIRUN_FLAGS and i + 1 < len(args):
+            found.append(Written(i, f"{arg} {args[i + 1]}", what, args[i + 1]))
+        else:
+            found.append(Written(i, arg, what, value if eq else None))
+    return found
+
+
+def torchrun_start(line: Sequence[str]) -> Optional[int]:
+    """Where torchrun's own options start in ``line`` (command + args): after ``torchrun`` or
+    ``python -m torch.distributed.run``; None when the line starts no torchrun."""
+    if line and posixpath.basename(line[0]) == "torchrun":
+        return 1
+    if len(line) >= 3 and _PYTHON.fullmatch(posixpath.basename(line[0])) and line[1] == "-m" and line[2] in TORCHRUN_MODULES:
+        return 3
+    return None
+
+
+def _torchrun_dest(name: str) -> Optional[str]:
+    """The option ``name`` sets, as argparse reads it: a spelling, or a prefix of one option's long spellings only."""
+    if name in _TORCHRUN:
+        return _TORCHRUN[name]
+    if not name.startswith("--") or len(name) < 3:
+        return None
+    dests = {dest for spelling, dest in _TORCHRUN.items() if spelling.startswith(name)}
+    return dests.pop() if len(dests) == 1 else None
+
+
+def torchrun_options(line: Sequence[str], start: int) -> list[Written]:
+    """torchrun's options in ``line`` from ``start`` up to the training script (its first positional
+    argument): what follows the script is the script's own."""
+    found = []
+    i = start
+    while i < len(line) and line[i].startswith("-") and line[i] != "--":
+        name, eq, value = line[i].partition("=")
+        dest = _torchrun_dest(name)
+        takes_value = dest is not None and dest not in TORCHRUN_FLAGS and not eq
+        if dest is not None:
+            if takes_value and i + 1 < len(line):
+                found.append(Written(i, f"{line[i]} {line[i + 1]}", dest, line[i + 1]))
+            else:
+                found.append(Written(i, line[i], dest, value if eq else None))
+        i += 2 if takes_value else 1
+    return [w for w in found if w.option in TORCHRUN_DERIVED]
+
+
+def derived_option_problems(
+    found: Sequence[Written], derived: Mapping[str, Derived], launcher: str, label: Callable[[str], str], key: Callable[[int], str], problems: list[Problem]
+) -> None:
+    """One problem per option of ``found`` that the stack derives (``derived``), keyed by ``key(at)``."""
+    for w in found:
+        d = derived.get(w.option)
+        if d is None:
+            continue
+        given = f" to {w.value}" if w.value is not None else ""
+        extra = d.consequence(w.value) if d.consequence is not None and w.value is not None else None
+        problems.append(
+            Problem(
+                key(w.at),
+                f"{fmt(w.text)} sets {launcher}'s {label(w.option)}{given}, which the stack derives: {d.value} ({d.source})"
+                + (f"; {extra}" if extra else "")
+                + "; remove it. A value equal to the derived one is refused too: written here it would not follow the next change of "
+                "the job's nodes or of its node group",
+            )
+        )
+
+
+def torchrun_label(dest: str) -> str:
+    return TORCHRUN_OPTIONS[dest][0]
+
+
+def ranks_without_gpu(gpus: int) -> Callable[[str], Optional[str]]:
+    """What a processes-per-node value other than ``gpus`` (the node's GPUs, one rank each) does."""
+
+    def consequence(value: str) -> Optional[str]:
+        if not value.isdigit() or int(value) == gpus:
+            return None
+        n = int(value)
+        if n > gpus:
+            return f"with {n} processes on a node of {gpus} GPU{'s' if gpus > 1 else ''}, {n - gpus} of {n} ranks would get no GPU"
+        return f"with {n} processes on a node of {gpus} GPUs, {gpus - n} of the GPUs would idle"
+
+    return consequence
