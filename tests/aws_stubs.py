@@ -8,6 +8,7 @@ AWS could never send fails the test.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, Union
 
 import boto3
@@ -88,3 +89,14 @@ def answer(session: Any, service: str, operation: str, respond: Callable[[dict],
 
     session.events.register(f"before-call.{service}.{operation}", hook)
     return seen
+
+
+def answer_quotas(session: Any, quotas: dict[str, float]) -> None:
+    def respond(request: dict):
+        asked = json.loads(request["body"])
+        code = asked["QuotaCode"]
+        if code not in quotas:
+            return Error("NoSuchResourceException")
+        return {"Quota": {"ServiceCode": asked["ServiceCode"], "QuotaCode": code, "Value": quotas[code]}}
+
+    answer(session, "service-quotas", "GetServiceQuota", respond)

@@ -30,7 +30,7 @@ import jobs as J
 from facts import catalog
 from facts.kube import NODE_GROUP_LABEL
 from facts.paths import TOOLS_BIN
-from infra import offline
+from infra import offline, preflight
 from jobs.sagemaker import SAGEMAKER_DATA_ROOT
 from stacks import config as stack_config
 from stacks.config import GpuNodeGroupConfig, Problem
@@ -527,3 +527,23 @@ def render_agent(chart: str, k8s: str, values: dict[str, Any] | None) -> list[di
             cmd += ["-f", str(path)]
         text = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
     return [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+
+
+# Preflight tests
+
+
+def cfg_of(values: dict[str, Any], stack: str = "dev") -> stack_config.StackConfig:
+    return stack_config.load(values, "gpu-training", stack)
+
+
+def dev_cfg(**sections: Any) -> stack_config.StackConfig:
+    values = dev_values()
+    for key, value in sections.items():
+        values[f"{NS}:{key}"] = value
+    return cfg_of(values)
+
+
+def by_check(results: list[preflight.CheckResult], prefix: str) -> preflight.CheckResult:
+    found = [r for r in results if r.check.startswith(prefix)]
+    assert len(found) == 1, f"{len(found)} results for {prefix!r}: {[r.line() for r in results]}"
+    return found[0]

@@ -18,7 +18,7 @@ import yaml
 
 from facts import aws_names
 from infra import plan as plan_mod
-from tests.conftest import NS, ROOT, minimal_values
+from tests.helpers import NS, ROOT, minimal_values
 
 UTC = datetime.timezone.utc
 START = datetime.datetime(2030, 1, 1, 11, 30, tzinfo=UTC)

@@ -21,11 +21,10 @@ import yaml
 
 from infra import offline, preflight
 from infra.__main__ import main
-from stacks import config as stack_config
 from stacks.config.stackfile import load_yaml
 from stacks.placement import choose_gpu_az
-from tests.aws_stubs import Error, answer, new_session
-from tests.helpers import NS, ROOT, clean_aws_env, dev_values, minimal_values
+from tests.aws_stubs import Error, answer, answer_quotas, new_session
+from tests.helpers import NS, ROOT, by_check, cfg_of, clean_aws_env, dev_cfg, dev_values, minimal_values
 
 CR_ID = "cr-0123456789abcdef0"
 # The day the checks run on (the support window depends on it): far from any end of support.
@@ -40,17 +39,6 @@ TODAY = datetime.date(2026, 11, 24)
 @pytest.fixture
 def session(aws):
     return new_session()
-
-
-def answer_quotas(session: Any, quotas: dict[str, float]) -> None:
-    def respond(request: dict):
-        asked = json.loads(request["body"])
-        code = asked["QuotaCode"]
-        if code not in quotas:
-            return Error("NoSuchResourceException")
-        return {"Quota": {"ServiceCode": asked["ServiceCode"], "QuotaCode": code, "Value": quotas[code]}}
-
-    answer(session, "service-quotas", "GetServiceQuota", respond)
 
 
 def answer_eks_versions(session: Any, versions: dict[str, str], ends: dict[str, str] | None = None) -> None:
@@ -116,23 +104,6 @@ def answer_reservation(session: Any, **reservation: Any) -> None:
         **reservation,
     }
     answer(session, "ec2", "DescribeCapacityReservations", lambda _body: {"CapacityReservations": [cr]})
-
-
-def cfg_of(values: dict[str, Any], stack: str = "dev") -> stack_config.StackConfig:
-    return stack_config.load(values, "gpu-training", stack)
-
-
-def dev_cfg(**sections: Any) -> stack_config.StackConfig:
-    values = dev_values()
-    for key, value in sections.items():
-        values[f"{NS}:{key}"] = value
-    return cfg_of(values)
-
-
-def by_check(results: list[preflight.CheckResult], prefix: str) -> preflight.CheckResult:
-    found = [r for r in results if r.check.startswith(prefix)]
-    assert len(found) == 1, f"{len(found)} results for {prefix!r}: {[r.line() for r in results]}"
-    return found[0]
 
 
 def statuses(results: list[preflight.CheckResult]) -> set[str]:

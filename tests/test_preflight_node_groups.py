@@ -10,9 +10,8 @@ import json
 import pytest
 
 from infra import preflight
-from tests.aws_stubs import Error, answer, new_session
-from tests.conftest import minimal_values
-from tests.test_preflight import answer_quotas, by_check, cfg_of, dev_cfg
+from tests.aws_stubs import Error, answer, answer_quotas, new_session
+from tests.helpers import by_check, cfg_of, dev_cfg, minimal_values
 
 
 @pytest.fixture
