@@ -14,7 +14,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
-from components.charts import ChartFile
 from components.cluster import Cluster
 from components.device_plugins import DevicePlugins, DevicePluginsArgs
 from components.etcd import Etcd, EtcdArgs
@@ -94,12 +93,8 @@ def _device_plugins(s: _Services) -> None:
     DevicePlugins(
         "device-plugins",
         DevicePluginsArgs(
-            nvidia_chart=ChartFile(versions.NVIDIA_DEVICE_PLUGIN_CHART_FILE, versions.NVIDIA_DEVICE_PLUGIN_CHART_SHA256, versions.NVIDIA_DEVICE_PLUGIN_CHART)
-            if sv.nvidia_device_plugin
-            else None,
-            efa_chart=ChartFile(versions.EFA_DEVICE_PLUGIN_CHART_FILE, versions.EFA_DEVICE_PLUGIN_CHART_SHA256, versions.EFA_DEVICE_PLUGIN_CHART)
-            if sv.efa_device_plugin
-            else None,
+            nvidia_chart=versions.NVIDIA_DEVICE_PLUGIN_CHART if sv.nvidia_device_plugin else None,
+            efa_chart=versions.EFA_DEVICE_PLUGIN_CHART if sv.efa_device_plugin else None,
             gpu_node_label=dict(GPU_PRESENT_LABEL),
             efa_node_label=dict(EFA_PRESENT_LABEL),
             efa_instance_types=sorted({g.instance_type for g in s.cfg.gpu_node_groups if g.efa_enabled}),
@@ -259,7 +254,7 @@ def _autoscaler(s: _Services) -> None:
     autoscaler = ClusterAutoscaler(
         "cluster-autoscaler",
         ClusterAutoscalerArgs(
-            chart=ChartFile(versions.CLUSTER_AUTOSCALER_CHART_FILE, versions.CLUSTER_AUTOSCALER_CHART_SHA256, versions.CLUSTER_AUTOSCALER_CHART),
+            chart=versions.CLUSTER_AUTOSCALER_CHART,
             image_tag=versions.CLUSTER_AUTOSCALER_IMAGE_TAG[cfg.cluster.kubernetes_version],
             cluster_name=cfg.cluster_name,
             region=cfg.region,
@@ -270,9 +265,7 @@ def _autoscaler(s: _Services) -> None:
             # The API of Kueue's ProvisioningRequest admission check, installed whenever Kueue runs next
             # to the autoscaler, so that Kueue (which looks for it once, at start) has its controller
             # ready and turning `autoscaling.provisioningRequests` on or off needs no restart of Kueue.
-            provisioning_request_crd=ChartFile(versions.PROVISIONING_REQUEST_CRD, versions.PROVISIONING_REQUEST_CRD_SHA256, "cluster-autoscaler-1.36.1")
-            if queues.plan_for(cfg) is not None
-            else None,
+            provisioning_request_crd=versions.PROVISIONING_REQUEST_CRD if queues.plan_for(cfg) is not None else None,
             serve_provisioning_requests=bool(a.provisioning_requests and cfg.queues.enabled),
             project_root=PROJECT_ROOT,
             depends_on=[s.cluster.pod_identity_agent],
@@ -304,7 +297,7 @@ def _queues(s: _Services) -> None:
     component = Queues(
         "queues",
         QueuesArgs(
-            chart=ChartFile(versions.KUEUE_CHART_FILE, versions.KUEUE_CHART_SHA256, versions.KUEUE_CHART),
+            chart=versions.KUEUE_CHART,
             image_repository=versions.KUEUE_IMAGE_REPOSITORY,
             image_tag=versions.KUEUE_VERSION,
             node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},

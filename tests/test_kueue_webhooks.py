@@ -107,7 +107,7 @@ def intercepts(hook: dict[str, Any], namespace: Optional[str], group: str, resou
 
 
 def render_kueue(values: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
-    cmd = [str(HELM), "template", "kueue", str(ROOT / versions.KUEUE_CHART_FILE), "--namespace", queues.KUEUE_NAMESPACE]
+    cmd = [str(HELM), "template", "kueue", str(ROOT / versions.KUEUE_CHART.file), "--namespace", queues.KUEUE_NAMESPACE]
     cmd += ["--kube-version", f"{versions.KUBERNETES_DEFAULT}.0"]
     with tempfile.TemporaryDirectory() as tmp:
         if values is not None:

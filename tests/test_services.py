@@ -246,12 +246,12 @@ def _assert_mentions(message: str, *parts: str) -> None:
 
 
 def test_nvidia_device_plugin_release_is_pinned_and_runs_only_on_gpu_nodes(dev_plan):
-    assert len(dev_plan.of_type(RELEASE)) == 4  # the device plugins, the Cluster Autoscaler and Kueue
+    assert len(dev_plan.of_type(RELEASE)) == len(versions.CHARTS)  # the device plugins, the Cluster Autoscaler and Kueue
     nv = _release(dev_plan, "nvidia-device-plugin")
     assert nv is not None and nv.parent["type"] == DEVICE_PLUGINS
-    assert _version(versions.NVIDIA_DEVICE_PLUGIN_CHART) >= (0, 19, 3), "0.19.0-0.19.2 clash with the EFA plugin"
+    assert _version(versions.NVIDIA_DEVICE_PLUGIN_CHART.version) >= (0, 19, 3), "0.19.0-0.19.2 clash with the EFA plugin"
     # Installed from the vendored package (no chart repository at `pulumi up`), named after its version.
-    assert nv.inputs["chart"] == versions.NVIDIA_DEVICE_PLUGIN_CHART_FILE and versions.NVIDIA_DEVICE_PLUGIN_CHART in nv.inputs["chart"]
+    assert nv.inputs["chart"] == versions.NVIDIA_DEVICE_PLUGIN_CHART.file and versions.NVIDIA_DEVICE_PLUGIN_CHART.version in nv.inputs["chart"]
     assert "repositoryOpts" not in nv.inputs and (ROOT / nv.inputs["chart"]).is_file()
     values = nv.inputs["values"]
     assert _requires_labels(values["affinity"], GPU_PRESENT)
@@ -266,8 +266,8 @@ def test_nvidia_device_plugin_release_is_pinned_and_runs_only_on_gpu_nodes(dev_p
 def test_efa_device_plugin_release_is_pinned_tolerates_gpu_taint_and_targets_efa_types(dev_plan):
     efa = _release(dev_plan, "aws-efa-k8s-device-plugin")
     assert efa is not None and efa.parent["type"] == DEVICE_PLUGINS
-    assert _version(versions.EFA_DEVICE_PLUGIN_CHART) >= (0, 5, 10)
-    assert efa.inputs["chart"] == versions.EFA_DEVICE_PLUGIN_CHART_FILE and versions.EFA_DEVICE_PLUGIN_CHART in efa.inputs["chart"]
+    assert _version(versions.EFA_DEVICE_PLUGIN_CHART.version) >= (0, 5, 10)
+    assert efa.inputs["chart"] == versions.EFA_DEVICE_PLUGIN_CHART.file and versions.EFA_DEVICE_PLUGIN_CHART.version in efa.inputs["chart"]
     assert "repositoryOpts" not in efa.inputs and (ROOT / efa.inputs["chart"]).is_file()
     values = efa.inputs["values"]
     for taint in _gpu_taints(dev_plan):
