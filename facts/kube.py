@@ -28,6 +28,11 @@ SYSTEM_GROUP = "system"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 # app.kubernetes.io/part-of of everything the stack creates in Kubernetes.
 PART_OF = "gpu-training"
+# Kueue's own namespace (its Helm release and controller).
+KUEUE_NAMESPACE = "kueue-system"
+# Namespaces that exist already or that the stack's services create for themselves: neither the
+# training namespace nor a team's may be one of them.
+RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "mpi-operator", "kubeflow", "amazon-cloudwatch", KUEUE_NAMESPACE)
 
 # 2 MiB huge pages every EFA node reserves at boot. The EFA driver (libfabric) needs them, and the
 # EKS EFA guide states EFA nodes pre-allocate 5128 of them; the AL2023 AMIs install EFA with

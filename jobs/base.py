@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal, Mapping, Optional, Sequence, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Iterable, Literal, Mapping, Optional, Protocol, Sequence, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
@@ -171,6 +171,37 @@ class JobTarget:
             network_gbps=instance.network_gbps,
             efa_gbps=instance.efa_gbps if efa_interfaces else 0.0,
         )
+
+
+class ConfiguredGroup(Protocol):
+    """A GPU node group as the stack config declares it (``stacks.config.GpuNodeGroupConfig``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def instance(self) -> InstanceType: ...
+    @property
+    def efa_interfaces(self) -> int: ...  # what the group attaches (0 with EFA off)
+    @property
+    def max_size(self) -> int: ...
+    @property
+    def taints(self) -> Sequence[Any]: ...  # the group's own taints (models with key, value, effect)
+
+
+def job_targets(groups: Iterable[ConfiguredGroup], availability_zone: str) -> dict[str, JobTarget]:
+    """One ``JobTarget`` per GPU node group, from the catalog facts of its instance type, the EFA
+    interfaces the group attaches, its maxSize, the GPU AZ and the group's own taints."""
+    return {
+        g.name: JobTarget.from_instance(
+            g.name,
+            g.instance,
+            efa_interfaces=g.efa_interfaces,
+            max_nodes=g.max_size,
+            availability_zone=availability_zone,
+            extra_taints=[t.model_dump() for t in g.taints],
+        )
+        for g in groups
+    }
 
 
 @dataclass

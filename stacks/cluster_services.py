@@ -28,11 +28,11 @@ from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
 from facts import versions
 from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
 from facts.paths import PROJECT_ROOT
-from jobs.base import PRIORITIES, JobsContext
+from jobs.base import PRIORITIES, JobsContext, job_targets
 from stacks import queues
 from stacks.addons import addon_version
 from stacks.config import GpuNodeGroupConfig, StackConfig
-from stacks.config.jobs import job_targets, runtime_of, sagemaker_jobs
+from stacks.config.jobs import runtime_of, sagemaker_jobs
 
 
 @dataclass

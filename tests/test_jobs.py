@@ -25,8 +25,8 @@ from components.jobs import TrainingJobs, TrainingJobsArgs
 from facts import catalog, versions
 from facts.kube import GPU_TAINT, NODE_GROUP_LABEL
 from infra import offline
+from jobs.base import job_targets
 from stacks.config import GpuNodeGroupConfig
-from stacks.config.jobs import job_targets
 from tests import crd_validation
 from tests.conftest import ROOT
 

@@ -7,8 +7,9 @@ from typing import Any, Optional
 import pytest
 
 import jobs as J
+from jobs.base import job_targets
 from stacks.config import ConfigError, GpuNodeGroupConfig, Problem
-from stacks.config.jobs import group_facts, job_targets, parse_jobs
+from stacks.config.jobs import group_facts, parse_jobs
 
 KEY = "gpu-training:jobs"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:2026.11"

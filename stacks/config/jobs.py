@@ -13,9 +13,10 @@ from typing import Any, Iterable, Optional
 from facts import catalog
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
-from jobs.base import GroupFacts, JobBase, JobEnvironment, JobTarget
+from jobs.base import GroupFacts, JobBase, JobEnvironment
 from jobs.registry import JOB_KINDS
 from jobs.sagemaker import PortableJob, SageMakerJob
+from stacks import queues
 from stacks.config.errors import parse
 from stacks.config.models import NAMESPACE, AutoscalingConfig, EtcdConfig, GpuNodeGroupConfig, ServicesConfig, StorageConfig
 
@@ -37,22 +38,6 @@ def _gpu_type(g: GpuNodeGroupConfig) -> bool:
 
 def group_facts(g: GpuNodeGroupConfig) -> GroupFacts:
     return GroupFacts(name=g.name, instance=g.instance, efa_interfaces=g.efa_interfaces, max_size=g.max_size)
-
-
-def job_targets(groups: Iterable[GpuNodeGroupConfig], availability_zone: str) -> dict[str, JobTarget]:
-    """One ``JobTarget`` per GPU node group, from the catalog facts of its instance type, the EFA
-    interfaces the group attaches, its maxSize, the GPU AZ and the group's own taints."""
-    return {
-        g.name: JobTarget.from_instance(
-            g.name,
-            g.instance,
-            efa_interfaces=g.efa_interfaces,
-            max_nodes=g.max_size,
-            availability_zone=availability_zone,
-            extra_taints=[t.model_dump() for t in g.taints],
-        )
-        for g in groups
-    }
 
 
 def runtime_of(spec: JobBase) -> str:
@@ -118,8 +103,6 @@ def parse_job_section(
 def _check_queued_jobs(raw: Any, specs: list[JobBase], groups: list[GpuNodeGroupConfig], sections: Any, problems: list[Problem]) -> None:
     """Jobs against the queues (``stacks/queues/``): a job's team exists, and every job can be
     admitted by its queue at all (else it would wait forever)."""
-    from stacks import queues  # imports the config layer
-
     first: dict[str, int] = {}
     for i, item in enumerate(raw if isinstance(raw, list) else []):
         if isinstance(item, dict) and isinstance(item.get("name"), str):

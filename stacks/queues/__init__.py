@@ -22,11 +22,11 @@ every name is here.
 
 from __future__ import annotations
 
+from facts.kube import KUEUE_NAMESPACE
 from stacks.queues.admission import Admission, Demand, PodSet, Usage, admit_in_order, demands, pod_requests, pod_sets, reach
 from stacks.queues.checks import MAX_FLAVOR_TOLERATIONS, check_config, check_job_teams, check_jobs
 from stacks.queues.cluster_queues import (
     COHORT,
-    KUEUE_NAMESPACE,
     PROVISIONING_CHECK,
     PROVISIONING_CLASS,
     PROVISIONING_REQUEST_API,

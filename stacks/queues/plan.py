@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
-from jobs.base import JobBase, JobsContext
+from jobs.base import JobBase, JobsContext, job_targets
 from stacks.queues.admission import Admission, Demand, admit_in_order, demands
 from stacks.queues.cluster_queues import (
     COHORT,
@@ -70,8 +70,6 @@ class QueuePlan:
 def plan_context(training_namespace: str, groups: Sequence[Any], volumes: Iterable[str], etcd: bool, teams: Sequence[Any]) -> JobsContext:
     """A JobsContext like the stack's, for sizing jobs before anything exists (the claim names and
     the etcd endpoint do not change what a job asks for)."""
-    from stacks.config.jobs import job_targets  # the config layer imports this module
-
     return JobsContext(
         namespace=training_namespace,
         targets=job_targets(groups, "plan"),
