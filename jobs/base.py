@@ -21,6 +21,7 @@ from pydantic_core import PydanticCustomError
 from facts.aws_names import INT32_MAX, INT64_MAX
 from facts.catalog import InstanceType
 from facts.kube import GPU_TAINT, NODE_GROUP_LABEL, ZONE_LABEL
+from facts.operators import Operator
 from facts.problems import Problem
 from jobs import checks
 
@@ -237,15 +238,12 @@ class JobEnvironment:
 
     groups: Mapping[str, GroupFacts]  # GPU node group name -> facts
     volumes: frozenset[str]  # shared stores that exist ("fsx", "efs")
-    operators: frozenset[str]  # operators installed ("mpi", "training")
+    operators: frozenset[str]  # the names of the operators installed (facts/operators.py: "mpi", "training")
     etcd_enabled: bool  # the stack runs etcd for PyTorch rendezvous
 
 
 class JobBuildError(ValueError):
     """A spec the context cannot serve (the config checks report these as problems first)."""
-
-
-OPERATOR_TITLE = {"mpi": "the MPI operator", "training": "the training operator"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,9 +267,8 @@ def _digest_keys(value: Any) -> Any:
 class JobBase(SpecModel):
     """Fields and behaviour every job kind has."""
 
-    # Which cluster operator runs this kind: "mpi" (mpi-operator), "training" (training-operator)
-    # or None (plain Kubernetes objects).
-    OPERATOR: ClassVar[Optional[str]] = None
+    # Which cluster operator runs this kind (facts/operators.py), or None (plain Kubernetes objects).
+    OPERATOR: ClassVar[Optional[Operator]] = None
     # Env names a job of this kind may not set, with the reason.
     RESERVED_ENV: ClassVar[Mapping[str, str]] = {n: "is derived from the node group (set on EFA groups only)" for n in EFA_ENV_NAMES}
 
@@ -306,12 +303,13 @@ class JobBase(SpecModel):
 
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
         """Checks against the rest of the stack (enabled jobs only)."""
-        if self.OPERATOR is not None and self.OPERATOR not in env.operators:
+        op = self.OPERATOR
+        if op is not None and op.name not in env.operators:
             on = ", ".join(sorted(env.operators)) or "none"
             problems.append(
                 Problem(
                     f"{key}.kind",
-                    f"{self.kind!r} jobs need {OPERATOR_TITLE[self.OPERATOR]} ({self.OPERATOR!r}), which is not enabled in this stack (enabled operators: {on})",
+                    f"{self.kind!r} jobs need {op.title} ({op.name!r}), which is not enabled in this stack (enabled operators: {on})",
                 )
             )
 

@@ -13,6 +13,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import operators
 from components.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from components.cluster import Cluster
 from components.device_plugins import DevicePlugins, DevicePluginsArgs
@@ -21,12 +22,12 @@ from components.jobs import TrainingJobs, TrainingJobsArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network
 from components.node_group import NodeGroup
-from components.operators import MpiOperator, MpiOperatorArgs, TrainingOperator, TrainingOperatorArgs
 from components.queues import ClusterQueueArgs, FlavorArgs, LocalQueueArgs, ProvisioningArgs, Queues, QueuesArgs, ResourceQuota, TeamArgs
 from components.sagemaker import SageMakerTrainingJobs, SageMakerTrainingJobsArgs, SharedFileSystem
 from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
 from facts import versions
 from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
+from facts.operators import installed as installed_operators
 from facts.paths import PROJECT_ROOT
 from jobs.base import PRIORITIES, JobsContext, job_targets
 from stacks import queues
@@ -173,29 +174,9 @@ def _fsx(s: _Services) -> None:
 
 
 def _operators(s: _Services) -> None:
-    sv = s.cfg.services
-    if sv.mpi_operator:
-        mpi = MpiOperator(
-            "mpi-operator",
-            MpiOperatorArgs(
-                manifest=PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST,
-                manifest_sha256=versions.MPI_OPERATOR_MANIFEST_SHA256,
-                version=versions.MPI_OPERATOR_VERSION,
-            ),
-            opts=s.k8s_component,
-        )
-        s.job_prerequisites.append(mpi)
-    if sv.training_operator:
-        training = TrainingOperator(
-            "training-operator",
-            TrainingOperatorArgs(
-                manifest=PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST,
-                manifest_sha256=versions.TRAINING_OPERATOR_MANIFEST_SHA256,
-                version=versions.TRAINING_OPERATOR_REF,
-            ),
-            opts=s.k8s_component,
-        )
-        s.job_prerequisites.append(training)
+    """Every operator (facts/operators.py) whose switch is on, from its vendored manifest."""
+    for op in installed_operators(s.cfg.services):
+        s.job_prerequisites.append(operators.install(op, PROJECT_ROOT, s.k8s_component))
 
 
 def _etcd(s: _Services) -> None:

@@ -24,6 +24,7 @@ import jobs as J
 from components.jobs import TrainingJobs, TrainingJobsArgs
 from facts import catalog, versions
 from facts.kube import GPU_TAINT, NODE_GROUP_LABEL
+from facts.operators import OPERATORS
 from infra import offline
 from jobs.base import job_targets
 from stacks.config import GpuNodeGroupConfig
@@ -570,12 +571,9 @@ def test_pod_hostnames():
 # Upstream CRDs and the Kubernetes schema
 # ----------------------------------------------------------------------------------------------
 
-# The CRDs the stack installs: the MPI operator's release manifest and the rendered training operator.
-CRD_FILES = {
-    ("kubeflow.org/v2beta1", "MPIJob"): ROOT / versions.MPI_OPERATOR_MANIFEST,
-    ("kubeflow.org/v1", "PyTorchJob"): ROOT / versions.TRAINING_OPERATOR_MANIFEST,
-    ("kubeflow.org/v1", "PaddleJob"): ROOT / versions.TRAINING_OPERATOR_MANIFEST,
-}
+# The CRDs the stack installs: each operator's kinds in its manifest (the MPI operator's release
+# manifest, the rendered training operator).
+CRD_FILES = {(k.api_version, k.kind): ROOT / op.manifest.file for op in OPERATORS for k in op.kinds}
 K8S_VERSION = "1.33"
 CORE_KINDS = {("v1", "ServiceAccount"), ("batch/v1", "Job"), ("apps/v1", "Deployment"), ("v1", "Service")}
 

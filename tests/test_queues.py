@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from components import queues as component
-from facts import allocatable, catalog, versions
+from facts import allocatable, catalog, operators, versions
 from facts.kube import EFA_HUGEPAGES_2MI_PAGES, NODE_GROUP_LABEL
 from jobs.base import PRIORITIES, GpuJob
 from jobs.pod import POD_PRIORITY_LABEL, POD_QUEUE_LABEL, PRIORITY_CLASS_LABEL, QUEUE_LABEL
@@ -562,7 +562,7 @@ def test_waiting_for_pods_and_requeueing_in_the_kueue_config(dev_plan):
     wait = config["waitForPodsReady"]
     assert wait["timeout"] == "20m" and wait["requeuingStrategy"]["backoffBaseSeconds"] == 60 and wait["requeuingStrategy"]["backoffMaxSeconds"] == 3600
     assert "backoffLimitCount" not in wait["requeuingStrategy"]
-    assert config["integrations"]["frameworks"] == ["kubeflow.org/mpijob", "kubeflow.org/pytorchjob", "kubeflow.org/paddlejob"]
+    assert config["integrations"]["frameworks"] == [k.integration for k in operators.KINDS]  # every operator runs in the dev stack
     assert config["manageJobsWithoutQueueName"] is False and "fairSharing" not in config
     limited = run_stack(minimal_values(queues={"requeueLimit": 5, "podsReadyTimeout": "45m"}))
     (kueue,) = [r for r in limited.of_type(RELEASE) if r.inputs["name"] == "kueue"]

@@ -16,6 +16,7 @@ import yaml
 
 from components import operators
 from facts import versions
+from facts.operators import KINDS
 from facts.paths import PROJECT_ROOT
 from stacks import config as stack_config
 from stacks.config import ConfigError, load
@@ -620,7 +621,7 @@ def test_dev_turns_deletion_protection_off(dev_plan):
 
 
 def _mpi_manifest():
-    return operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST, versions.MPI_OPERATOR_MANIFEST_SHA256)
+    return operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file, versions.MPI_OPERATOR_MANIFEST.sha256)
 
 
 def test_mpi_operator_manifest_objects_are_registered_as_typed_resources(dev_plan):
@@ -661,24 +662,24 @@ def test_mpi_operator_deployment_image_and_ordering(dev_plan):
 
 
 def test_mpi_operator_manifest_pin_matches_the_file_and_sources(tmp_path):
-    path = PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == versions.MPI_OPERATOR_MANIFEST_SHA256
+    path = PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == versions.MPI_OPERATOR_MANIFEST.sha256
     sources = (PROJECT_ROOT / "manifests" / "vendor" / "SOURCES.md").read_text()
     (row,) = [line for line in sources.splitlines() if line.startswith(f"| {path.name} ")]
-    assert versions.MPI_OPERATOR_MANIFEST_SHA256 in row
+    assert versions.MPI_OPERATOR_MANIFEST.sha256 in row
     assert f"/{versions.MPI_OPERATOR_VERSION}/" in row
     assert len(_mpi_manifest()) == 9
 
 
 def test_a_manifest_whose_checksum_differs_is_refused(tmp_path):
-    original = (PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST).read_bytes()
+    original = (PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file).read_bytes()
     tampered = tmp_path / "mpi-operator.yaml"
     tampered.write_bytes(original.replace(versions.MPI_OPERATOR_IMAGE.encode(), b"mpioperator/mpi-operator:latest", 1))
     assert tampered.read_bytes() != original
     with pytest.raises(operators.ManifestChecksumError) as info:
-        operators.load_manifest(tampered, versions.MPI_OPERATOR_MANIFEST_SHA256)
+        operators.load_manifest(tampered, versions.MPI_OPERATOR_MANIFEST.sha256)
     message = str(info.value)
-    assert versions.MPI_OPERATOR_MANIFEST_SHA256 in message
+    assert versions.MPI_OPERATOR_MANIFEST.sha256 in message
     assert hashlib.sha256(tampered.read_bytes()).hexdigest() in message
 
 
@@ -698,7 +699,7 @@ def _patch(target_kind: str, target_name: str):
 
 
 def _training_manifest():
-    return operators.load_manifest(PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST, versions.TRAINING_OPERATOR_MANIFEST_SHA256)
+    return operators.load_manifest(PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST.file, versions.TRAINING_OPERATOR_MANIFEST.sha256)
 
 
 def _training_children(plan):
@@ -798,7 +799,7 @@ def test_training_operator_overlay_builds_on_the_vendored_release():
     assert target == (upstream / "manifests" / "overlays" / "standalone").resolve()
     assert (target / "kustomization.yaml").is_file()
     assert upstream.name == f"training-operator-{versions.TRAINING_OPERATOR_REF}"
-    assert Path(versions.TRAINING_OPERATOR_MANIFEST).name == f"training-operator-{versions.TRAINING_OPERATOR_REF}.yaml"
+    assert Path(versions.TRAINING_OPERATOR_MANIFEST.file).name == f"training-operator-{versions.TRAINING_OPERATOR_REF}.yaml"
     assert (PROJECT_ROOT / versions.TRAINING_OPERATOR_KUSTOMIZATION).resolve() == KUSTOMIZATION.parent.resolve()
     assert _version(versions.TRAINING_OPERATOR_REF)[:2] == (1, 9)
 
@@ -855,7 +856,9 @@ def test_no_crd_is_defined_twice(plans, variant):
 def test_disabling_the_operators_removes_them(off_plan):
     assert off_plan.of_type(DIRECTORY) == []
     assert [r for r in off_plan.records if r.type in (MPI_OPERATOR, TRAINING_OPERATOR)] == []
-    assert off_plan.of_type(CRD) == []
+    # No CRD of an operator's group is left (the autoscaler's ProvisioningRequest CRD is Kueue's).
+    groups = {k.group for k in KINDS}
+    assert [r.name for r in off_plan.of_type(CRD) if r.inputs["spec"]["group"] in groups] == []
     assert off_plan.of_type(WEBHOOK) == []
     assert not [o for o in off_plan.kubernetes_objects() if o["metadata"].get("name") in ("mpi-operator", "training-operator", "kubeflow")]
 

@@ -44,7 +44,6 @@ from stacks.queues.cluster_queues import (
 )
 from stacks.queues.plan import (
     BATCH_JOB,
-    INTEGRATIONS,
     REQUEUE_BACKOFF_BASE_SECONDS,
     REQUEUE_BACKOFF_MAX_SECONDS,
     QueuePlan,
@@ -85,7 +84,6 @@ __all__ = [
     "Flavor",
     "GPU",
     "HUGEPAGES",
-    "INTEGRATIONS",
     "KUEUE_NAMESPACE",
     "Limits",
     "LocalQueue",
