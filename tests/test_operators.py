@@ -51,7 +51,7 @@ def test_the_two_operators_as_the_stack_has_always_known_them():
         "training-operator",
         "kubeflow",
     )
-    assert [(k.kind, k.replica_specs, k.integration) for k in ops.KINDS] == [
+    assert [(k.kind, k.replica_specs, k.integration) for k in mpi.kinds + training.kinds] == [
         ("MPIJob", "mpiReplicaSpecs", "kubeflow.org/mpijob"),
         ("PyTorchJob", "pytorchReplicaSpecs", "kubeflow.org/pytorchjob"),
         ("PaddleJob", "paddleReplicaSpecs", "kubeflow.org/paddlejob"),

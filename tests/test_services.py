@@ -16,7 +16,7 @@ import yaml
 
 from components import operators
 from facts import versions
-from facts.operators import KINDS
+from facts.operators import KINDS, OPERATORS
 from facts.paths import PROJECT_ROOT
 from stacks import config as stack_config
 from stacks.config import ConfigError, load
@@ -113,7 +113,7 @@ def _lean_values():
 def _off_values():
     """Optional services off (the EFA plugin stays), no FSx, no dashboard."""
     return minimal_values(
-        services={"nvidiaDevicePlugin": False, "mpiOperator": False, "trainingOperator": False},
+        services={"nvidiaDevicePlugin": False, **{op.switch: False for op in OPERATORS}},
         storage={"fsx": {"enabled": False}},
         monitoring={"dashboard": False},
     )
@@ -855,12 +855,12 @@ def test_no_crd_is_defined_twice(plans, variant):
 
 def test_disabling_the_operators_removes_them(off_plan):
     assert off_plan.of_type(DIRECTORY) == []
-    assert [r for r in off_plan.records if r.type in (MPI_OPERATOR, TRAINING_OPERATOR)] == []
+    assert [r for r in off_plan.records if r.type in {COMPONENT + op.component for op in OPERATORS}] == []
     # No CRD of an operator's group is left (the autoscaler's ProvisioningRequest CRD is Kueue's).
     groups = {k.group for k in KINDS}
     assert [r.name for r in off_plan.of_type(CRD) if r.inputs["spec"]["group"] in groups] == []
     assert off_plan.of_type(WEBHOOK) == []
-    assert not [o for o in off_plan.kubernetes_objects() if o["metadata"].get("name") in ("mpi-operator", "training-operator", "kubeflow")]
+    assert not [o for o in off_plan.kubernetes_objects() if o["metadata"].get("name") in {n for op in OPERATORS for n in (op.resource, op.namespace)}]
 
 
 # ----------------------------------------------------------------------------------------------
