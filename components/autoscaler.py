@@ -18,9 +18,10 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.charts import ChartFile
+from components.charts import verified
 from components.iam import pod_identity_role, policy_document
 from facts.kube import AUTOSCALE_TAG
+from facts.versions import Chart, Vendored
 
 SERVICE_ACCOUNT = "cluster-autoscaler"
 NAMESPACE = "kube-system"
@@ -89,7 +90,7 @@ def _crd(path: str, root: Path) -> dict[str, Any]:
 class ClusterAutoscalerArgs:
     """Inputs of ``ClusterAutoscaler``."""
 
-    chart: ChartFile  # the vendored cluster-autoscaler chart package
+    chart: Chart  # the vendored cluster-autoscaler chart package
     image_tag: str  # the autoscaler image tag, matching the cluster's Kubernetes minor
     cluster_name: str  # the EKS cluster (auto-discovery tag, IAM condition, Pod Identity)
     region: str  # AWS region the autoscaler calls
@@ -99,7 +100,7 @@ class ClusterAutoscalerArgs:
     expander: str = "least-waste"  # which group to grow when several fit (not `priority`: no priorities ConfigMap is written)
     # The vendored ProvisioningRequest CRD and its pinned sha256: given, the CRD is installed (Kueue
     # sets up its ProvisioningRequest controller only if the API is served when it starts); None: not.
-    provisioning_request_crd: Optional[ChartFile] = None
+    provisioning_request_crd: Optional[Vendored] = None
     serve_provisioning_requests: bool = False  # the autoscaler acts on ProvisioningRequests (needs the CRD)
     discovery_tag: str = AUTOSCALE_TAG  # our ASG tag marking the groups to autoscale (NodeGroup writes it)
     project_root: Path = Path(".")  # where the chart path is relative to (the program's working directory)
@@ -148,7 +149,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         # ship the CRD; the autoscaler only watches the API when the CRD exists when it starts).
         self.provisioning_request_crd: Optional[pulumi.Resource] = None
         if args.provisioning_request_crd is not None:
-            crd = _crd(args.provisioning_request_crd.verified(args.project_root), args.project_root)
+            crd = _crd(verified(args.provisioning_request_crd, args.project_root), args.project_root)
             self.provisioning_request_crd = k8s.apiextensions.v1.CustomResourceDefinition(
                 f"{name}-provisioningrequests-crd", metadata=crd["metadata"], spec=crd["spec"], opts=pulumi.ResourceOptions(parent=self)
             )
@@ -158,7 +159,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         self.release = k8s.helm.v3.Release(
             f"{name}-release",
             name="cluster-autoscaler",
-            chart=args.chart.verified(args.project_root),
+            chart=verified(args.chart, args.project_root),
             namespace=NAMESPACE,
             values={
                 "cloudProvider": "aws",

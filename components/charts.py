@@ -1,27 +1,21 @@
-"""Vendored Helm chart packages: a path, its pinned sha256 and the chart version inside."""
+"""Vendored files (Helm chart packages, CRDs), each a ``facts.versions.Vendored`` value: checked
+against its pinned sha256 before the program uses it."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
+
+from facts.versions import Vendored
 
 
 class ChartChecksumError(ValueError):
-    """A vendored chart package whose sha256 is not the pinned one."""
+    """A vendored file whose sha256 is not the pinned one."""
 
 
-@dataclass(frozen=True)
-class ChartFile:
-    """A vendored Helm chart package."""
-
-    path: str  # the .tgz, relative to the project folder (where Pulumi runs the program)
-    sha256: str  # its pinned sha256
-    version: str  # the chart version inside it
-
-    def verified(self, root: Path = Path(".")) -> str:
-        """The path, after checking the package's sha256 (a mismatch raises ChartChecksumError)."""
-        digest = hashlib.sha256((root / self.path).read_bytes()).hexdigest()
-        if digest != self.sha256:
-            raise ChartChecksumError(f"{self.path}: sha256 {digest} is not the pinned {self.sha256}")
-        return self.path
+def verified(pinned: Vendored, root: Path = Path(".")) -> str:
+    """The file's path, after checking its sha256 (a mismatch raises ChartChecksumError)."""
+    digest = hashlib.sha256((root / pinned.file).read_bytes()).hexdigest()
+    if digest != pinned.sha256:
+        raise ChartChecksumError(f"{pinned.file}: sha256 {digest} is not the pinned {pinned.sha256}")
+    return pinned.file

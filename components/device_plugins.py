@@ -16,7 +16,8 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.charts import ChartFile
+from components.charts import verified
+from facts.versions import Chart
 
 # Both plugins tolerate every taint; their node affinity keeps them on GPU / EFA nodes.
 TOLERATE_ALL = [{"operator": "Exists"}]
@@ -24,8 +25,8 @@ TOLERATE_ALL = [{"operator": "Exists"}]
 
 @dataclass
 class DevicePluginsArgs:
-    nvidia_chart: Optional[ChartFile]  # the vendored NVIDIA device plugin chart; None: do not install
-    efa_chart: Optional[ChartFile]  # the vendored EFA device plugin chart; None: do not install
+    nvidia_chart: Optional[Chart]  # the vendored NVIDIA device plugin chart; None: do not install
+    efa_chart: Optional[Chart]  # the vendored EFA device plugin chart; None: do not install
     # Node label every GPU node carries / every EFA-enabled GPU node carries.
     gpu_node_label: dict[str, str] = field(default_factory=dict)  # the NVIDIA plugin's required node affinity
     efa_node_label: dict[str, str] = field(default_factory=dict)  # the EFA plugin's node selector
@@ -56,7 +57,7 @@ class DevicePlugins(pulumi.ComponentResource):
             self.nvidia = k8s.helm.v3.Release(
                 f"{name}-nvidia",
                 name="nvidia-device-plugin",
-                chart=args.nvidia_chart.verified(args.project_root),
+                chart=verified(args.nvidia_chart, args.project_root),
                 namespace=args.namespace,
                 values={
                     # Only on GPU nodes, whatever their taints.
@@ -74,7 +75,7 @@ class DevicePlugins(pulumi.ComponentResource):
             self.efa = k8s.helm.v3.Release(
                 f"{name}-efa",
                 name="aws-efa-k8s-device-plugin",
-                chart=args.efa_chart.verified(args.project_root),
+                chart=verified(args.efa_chart, args.project_root),
                 namespace=args.namespace,
                 values={
                     # The chart's default tolerations leave out the GPU taint (and any other): without

@@ -1,15 +1,17 @@
 """Training operators, each installed from a vendored manifest decoded into typed objects, so
 every object shows in the plan and `pulumi up` needs neither git nor the network.
 
-- ``MpiOperator``: Kubeflow MPI operator (kubeflow.org/v2beta1 MPIJob) from its release's install
-  manifest.
-- ``TrainingOperator``: Kubeflow training operator v1 (PyTorchJob, PaddleJob) from the manifest
-  rendered from our overlay of its release's standalone overlay
-  (manifests/training-operator/kustomization.yaml), which runs only the schemes we use and drops its
-  own v1 MPIJob CRD: both operators define ``mpijobs.kubeflow.org``, and installing both unchanged
-  makes them fight over it.
+``install`` registers one operator of facts/operators.py as its component (type
+``gputraining:components:<Operator.component>``), after checking the manifest's sha256 against its
+pin in facts/versions.py:
 
-Both check the manifest's sha256 against the pin in facts/versions.py before reading it.
+- the MPI operator: Kubeflow MPI operator (kubeflow.org/v2beta1 MPIJob) from its release's install
+  manifest;
+- the training operator (``TrainingOperator``, for the identities its objects had before): Kubeflow
+  training operator v1 (PyTorchJob, PaddleJob) from the manifest rendered from our overlay of its
+  release's standalone overlay (manifests/training-operator/kustomization.yaml), which runs only the
+  schemes we use and drops its own v1 MPIJob CRD: both operators define ``mpijobs.kubeflow.org``,
+  and installing both unchanged makes them fight over it.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import hashlib
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Optional, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
+
+from facts.operators import Operator
 
 
 class ManifestChecksumError(Exception):
@@ -55,10 +59,9 @@ def _parse(data: bytes) -> list[dict[str, Any]]:
 
 
 @dataclass
-class MpiOperatorArgs:
-    manifest: Path  # the vendored install manifest of the release
-    manifest_sha256: str  # sha256 of that file as pinned in facts/versions.py; any other file is refused
-    version: str  # the release, e.g. "v0.8.2", registered as the component's output
+class OperatorArgs:
+    operator: Operator  # what to install (facts/operators.py): its pinned manifest (any other file is refused), its release as the output
+    project_root: Path = Path(".")  # where the manifest path is relative to (the program's working directory)
 
 
 # The kinds an operator's install manifest may hold, as typed resources. Anything else is refused,
@@ -150,38 +153,24 @@ def register_objects(
     return created
 
 
-class _ManifestArgs(Protocol):
-    manifest: Path
-    manifest_sha256: str
-    version: str
-
-
-class _VendoredOperator(pulumi.ComponentResource):
+class VendoredOperator(pulumi.ComponentResource):
     """An operator installed from a vendored manifest: checked against its pinned sha256, every
-    object registered as a typed child resource (``register_objects``)."""
+    object registered as a typed child resource (``register_objects``). Its type is the operator's
+    component type."""
 
-    TYPE: ClassVar[str]
+    # The operator (``Operator.component``) a subclass is for: one whose objects had other identities.
+    COMPONENT: ClassVar[str] = ""
 
-    def __init__(self, name: str, args: _ManifestArgs, opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__(self.TYPE, name, None, opts)
-        objects = load_manifest(args.manifest, args.manifest_sha256)
+    def __init__(self, name: str, args: OperatorArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        op = args.operator
+        super().__init__(f"gputraining:components:{op.component}", name, None, opts)
+        objects = load_manifest(args.project_root / op.manifest.file, op.manifest.sha256)
         self.objects = register_objects(name, objects, self, self._object_aliases(name))
-        self.register_outputs({"version": args.version})
+        self.register_outputs({"version": op.version})
 
     def _object_aliases(self, name: str) -> Optional[Callable[[dict[str, Any]], Sequence[pulumi.Alias]]]:
         """The earlier identities of the objects' resources, if they had any."""
         return None
-
-
-class MpiOperator(_VendoredOperator):
-    TYPE = "gputraining:components:MpiOperator"
-
-
-@dataclass
-class TrainingOperatorArgs:
-    manifest: Path  # the manifest rendered from manifests/training-operator (upstream overlay + our patches)
-    manifest_sha256: str  # sha256 of that file as pinned in facts/versions.py; any other file is refused
-    version: str  # the upstream release the overlay builds on, e.g. "v1.9.4", registered as the component's output
 
 
 def kustomize_directory_child_name(directory: str, obj: dict[str, Any]) -> str:
@@ -191,8 +180,8 @@ def kustomize_directory_child_name(directory: str, obj: dict[str, Any]) -> str:
     return f"{directory}:{meta['namespace']}/{meta['name']}" if meta.get("namespace") else f"{directory}:{meta['name']}"
 
 
-class TrainingOperator(_VendoredOperator):
-    TYPE = "gputraining:components:TrainingOperator"
+class TrainingOperator(VendoredOperator):
+    COMPONENT = "TrainingOperator"
 
     def _object_aliases(self, name: str) -> Optional[Callable[[dict[str, Any]], Sequence[pulumi.Alias]]]:
         # Stacks made before the manifest was vendored hold these objects as the children of a
@@ -205,3 +194,9 @@ class TrainingOperator(_VendoredOperator):
         directory = f"{name}-kustomize"
         directory_urn = pulumi.create_urn(directory, "kubernetes:kustomize/v2:Directory", parent=self)
         return lambda obj: [pulumi.Alias(name=kustomize_directory_child_name(directory, obj), parent=directory_urn)]
+
+
+def install(operator: Operator, project_root: Path, opts: Optional[pulumi.ResourceOptions] = None) -> VendoredOperator:
+    """The component of ``operator``, named ``operator.resource``: its own class where it has one."""
+    cls = next((c for c in VendoredOperator.__subclasses__() if c.COMPONENT == operator.component), VendoredOperator)
+    return cls(operator.resource, OperatorArgs(operator, project_root), opts)

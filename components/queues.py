@@ -32,9 +32,10 @@ import pulumi_kubernetes as k8s
 import yaml
 from pulumi_kubernetes import _utilities as k8s_utilities
 
-from components.charts import ChartFile
+from components.charts import verified
 from components.team_policy import TeamPodPolicy, TeamPodPolicyArgs
 from facts.kube import PART_OF, TEAM_LABEL
+from facts.versions import Chart
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 RELEASE = "kueue"  # the Helm release; the chart names its objects after it ("kueue-...")
@@ -131,7 +132,7 @@ class ProvisioningArgs:
 class QueuesArgs:
     """Inputs of ``Queues``."""
 
-    chart: ChartFile  # the vendored Kueue chart package
+    chart: Chart  # the vendored Kueue chart package
     image_repository: str  # the Kueue controller image (pinned in facts/versions.py)
     image_tag: str  # its tag
     node_selector: dict[str, str]  # where the controller runs (the system nodes)
@@ -298,7 +299,7 @@ class Queues(pulumi.ComponentResource):
         self.release = k8s.helm.v3.Release(
             f"{name}-kueue",
             name=RELEASE,
-            chart=args.chart.verified(args.project_root),
+            chart=verified(args.chart, args.project_root),
             namespace=args.namespace,
             create_namespace=True,
             values=chart_values(args),

@@ -47,6 +47,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from facts.kube import PART_OF, TEAM_LABEL
+from facts.operators import KINDS, REPLICA_SPECS
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 NAME = "gputraining-team-pods"  # the policy's and the binding's name
@@ -84,9 +85,9 @@ SAFE_SYSCTLS = (
 SELINUX_TYPES = ("", "container_t", "container_init_t", "container_kvm_t", "container_engine_t")
 PROFILE_TYPES = ("RuntimeDefault", "Localhost")  # seccompProfile.type and appArmorProfile.type
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
-# The job kinds whose pod templates are checked too: kind -> its replica specs (a map of role to
-# {template}); a batch Job has one template.
-JOB_REPLICA_SPECS = {"MPIJob": "mpiReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs", "PaddleJob": "paddleReplicaSpecs"}
+# The job kinds whose pod templates are checked too, every kind of the operators (facts/operators.py):
+# kind -> its replica specs (a map of role to {template}); a batch Job has one template.
+JOB_REPLICA_SPECS = REPLICA_SPECS
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 HANDLERS = ("postStart", "preStop")
@@ -334,8 +335,10 @@ def policy_manifest(args: TeamPodPolicyArgs) -> dict[str, Any]:
     resource_rules: list[dict[str, Any]] = [
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": OPERATIONS, "resources": ["pods", "pods/ephemeralcontainers"]},
         {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": OPERATIONS, "resources": ["jobs"]},
-        {"apiGroups": ["kubeflow.org"], "apiVersions": ["*"], "operations": OPERATIONS, "resources": [k.lower() + "s" for k in JOB_REPLICA_SPECS]},
     ]
+    for group in dict.fromkeys(k.group for k in KINDS):
+        resources = [k.plural for k in KINDS if k.group == group]
+        resource_rules.append({"apiGroups": [group], "apiVersions": ["*"], "operations": OPERATIONS, "resources": resources})
     return {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",

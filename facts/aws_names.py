@@ -12,6 +12,8 @@ import ipaddress
 import re
 from typing import Optional
 
+from facts.problems import fmt
+
 # S3 bucket naming rules (Amazon S3 User Guide, "General purpose bucket naming rules").
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
@@ -73,6 +75,24 @@ def tag_value_problem(value: str) -> Optional[str]:
         return f"tag values are at most {TAG_VALUE_MAX} characters"
     if not _TAG_TEXT.match(value):
         return "tag values take letters, digits, spaces and _ . : / = + - @"
+    return None
+
+
+# EKS access entries take an IAM role or user ARN as the principal, never an STS session (an
+# assumed role's ARN): EKS User Guide, "Create access entries".
+IAM_PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
+ASSUMED_ROLE_ARN = re.compile(r"^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([\w+=,.@-]+)/.+$")
+
+
+def role_arn_problem(arn: str, example: str = "Team") -> Optional[str]:
+    """Why ``arn`` cannot be an EKS access entry's principal (an IAM role or user), or None;
+    ``example`` names the role of the example ARN in the message."""
+    assumed = ASSUMED_ROLE_ARN.match(arn)
+    if assumed:
+        role = f"arn:{assumed.group(1)}:iam::{assumed.group(2)}:role/{assumed.group(3)}"
+        return f"{fmt(arn)} is an STS session, which EKS access entries refuse; give the role itself: {role} (with its path, if it has one)"
+    if not IAM_PRINCIPAL_ARN.match(arn):
+        return f"{fmt(arn)} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/{example}"
     return None
 
 

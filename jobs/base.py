@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal, Mapping, Optional, Sequence, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Iterable, Literal, Mapping, Optional, Protocol, Sequence, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
@@ -21,6 +21,7 @@ from pydantic_core import PydanticCustomError
 from facts.aws_names import INT32_MAX, INT64_MAX
 from facts.catalog import InstanceType
 from facts.kube import GPU_TAINT, NODE_GROUP_LABEL, ZONE_LABEL
+from facts.operators import Operator
 from facts.problems import Problem
 from jobs import checks
 
@@ -173,6 +174,37 @@ class JobTarget:
         )
 
 
+class ConfiguredGroup(Protocol):
+    """A GPU node group as the stack config declares it (``stacks.config.GpuNodeGroupConfig``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def instance(self) -> InstanceType: ...
+    @property
+    def efa_interfaces(self) -> int: ...  # what the group attaches (0 with EFA off)
+    @property
+    def max_size(self) -> int: ...
+    @property
+    def taints(self) -> Sequence[Any]: ...  # the group's own taints (models with key, value, effect)
+
+
+def job_targets(groups: Iterable[ConfiguredGroup], availability_zone: str) -> dict[str, JobTarget]:
+    """One ``JobTarget`` per GPU node group, from the catalog facts of its instance type, the EFA
+    interfaces the group attaches, its maxSize, the GPU AZ and the group's own taints."""
+    return {
+        g.name: JobTarget.from_instance(
+            g.name,
+            g.instance,
+            efa_interfaces=g.efa_interfaces,
+            max_nodes=g.max_size,
+            availability_zone=availability_zone,
+            extra_taints=[t.model_dump() for t in g.taints],
+        )
+        for g in groups
+    }
+
+
 @dataclass
 class JobsContext:
     """What the builders need from the stack."""
@@ -206,15 +238,12 @@ class JobEnvironment:
 
     groups: Mapping[str, GroupFacts]  # GPU node group name -> facts
     volumes: frozenset[str]  # shared stores that exist ("fsx", "efs")
-    operators: frozenset[str]  # operators installed ("mpi", "training")
+    operators: frozenset[str]  # the names of the operators installed (facts/operators.py: "mpi", "training")
     etcd_enabled: bool  # the stack runs etcd for PyTorch rendezvous
 
 
 class JobBuildError(ValueError):
     """A spec the context cannot serve (the config checks report these as problems first)."""
-
-
-OPERATOR_TITLE = {"mpi": "the MPI operator", "training": "the training operator"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,9 +267,8 @@ def _digest_keys(value: Any) -> Any:
 class JobBase(SpecModel):
     """Fields and behaviour every job kind has."""
 
-    # Which cluster operator runs this kind: "mpi" (mpi-operator), "training" (training-operator)
-    # or None (plain Kubernetes objects).
-    OPERATOR: ClassVar[Optional[str]] = None
+    # Which cluster operator runs this kind (facts/operators.py), or None (plain Kubernetes objects).
+    OPERATOR: ClassVar[Optional[Operator]] = None
     # Env names a job of this kind may not set, with the reason.
     RESERVED_ENV: ClassVar[Mapping[str, str]] = {n: "is derived from the node group (set on EFA groups only)" for n in EFA_ENV_NAMES}
 
@@ -275,12 +303,13 @@ class JobBase(SpecModel):
 
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
         """Checks against the rest of the stack (enabled jobs only)."""
-        if self.OPERATOR is not None and self.OPERATOR not in env.operators:
+        op = self.OPERATOR
+        if op is not None and op.name not in env.operators:
             on = ", ".join(sorted(env.operators)) or "none"
             problems.append(
                 Problem(
                     f"{key}.kind",
-                    f"{self.kind!r} jobs need {OPERATOR_TITLE[self.OPERATOR]} ({self.OPERATOR!r}), which is not enabled in this stack (enabled operators: {on})",
+                    f"{self.kind!r} jobs need {op.title} ({op.name!r}), which is not enabled in this stack (enabled operators: {on})",
                 )
             )
 

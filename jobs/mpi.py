@@ -12,13 +12,14 @@ from typing import Any, Literal, Mapping, Sequence
 from pydantic import Field
 
 from facts.catalog import InstanceType
+from facts.operators import MPI_OPERATOR, MPIJOB
 from facts.problems import Problem
 from jobs import checks, launchers, pod
 from jobs.base import EFA_ENV_NAMES, GpuJob, GroupFacts, JobsContext, JobTarget, Manifest
 from jobs.launchers import Derived
 from jobs.sagemaker import MAX_HYPERPARAMETER_VALUE, PortableJob
 
-MPIJOB_API_VERSION = "kubeflow.org/v2beta1"  # mpi-operator v0.8.0
+MPIJOB_API_VERSION = MPIJOB.api_version  # the MPI operator's (facts/operators.py)
 # mpi-operator v2 reaches the workers over SSH: they run sshd (the operator mounts the keys).
 SSHD_COMMAND = ("/usr/sbin/sshd", "-De")
 LAUNCHER_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}}
@@ -32,7 +33,7 @@ NCCL_DEBUG = "NCCL_DEBUG"
 class MpiBase(GpuJob):
     """What MPIJob kinds share."""
 
-    OPERATOR = "mpi"
+    OPERATOR = MPI_OPERATOR
 
     mpirun_args: list[str] = Field(default_factory=list, description="extra mpirun arguments, before the command")
     worker_command: list[str] = Field(default_factory=lambda: list(SSHD_COMMAND), min_length=1, description="what the workers run (sshd for mpi-operator v2)")
@@ -173,7 +174,7 @@ def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dic
     worker = w.container("worker", spec.worker_command, None)
     return {
         "apiVersion": MPIJOB_API_VERSION,
-        "kind": "MPIJob",
+        "kind": MPIJOB.kind,
         "metadata": pod.metadata(spec, ctx),
         "spec": {
             "slotsPerWorker": target.gpus,
@@ -182,7 +183,7 @@ def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dic
             # the launcher pod and its log stay. mpi-operator applies backoffLimit, the deadline and
             # the TTL to the launcher Job.
             "runPolicy": {"cleanPodPolicy": "Running", **spec.bounds()},
-            "mpiReplicaSpecs": {
+            MPIJOB.replica_specs: {
                 "Launcher": {
                     "replicas": 1,
                     "restartPolicy": "OnFailure",

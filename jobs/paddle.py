@@ -9,10 +9,10 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
+from facts.operators import PADDLEJOB, TRAINING_OPERATOR
 from facts.problems import Problem
 from jobs import pod
 from jobs.base import GpuJob, Int32, JobsContext, Manifest
-from jobs.pytorch_elastic import TRAINING_API_VERSION
 
 PSERVER_RESOURCES = {"requests": {"cpu": "4", "memory": "8Gi"}}
 
@@ -21,7 +21,7 @@ class PaddleSpec(GpuJob):
     """PaddlePaddle as a PaddleJob: collective (trainers only) or ps (parameter servers + trainers).
     In training-operator v1 the parameter servers are the ``Master`` replicas."""
 
-    OPERATOR = "training"
+    OPERATOR = TRAINING_OPERATOR
 
     kind: Literal["paddle"] = Field(description="`paddle`")
     image: str = Field(description="a PaddlePaddle GPU image")
@@ -79,10 +79,10 @@ class PaddleSpec(GpuJob):
         }
         return [
             {
-                "apiVersion": TRAINING_API_VERSION,
-                "kind": "PaddleJob",
+                "apiVersion": PADDLEJOB.api_version,
+                "kind": PADDLEJOB.kind,
                 "metadata": pod.metadata(self, ctx),
                 # Running: a finished or failed job frees its GPU nodes at once.
-                "spec": {"runPolicy": {"cleanPodPolicy": "Running", **self.bounds()}, "paddleReplicaSpecs": replicas},
+                "spec": {"runPolicy": {"cleanPodPolicy": "Running", **self.bounds()}, PADDLEJOB.replica_specs: replicas},
             }
         ]

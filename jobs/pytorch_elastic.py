@@ -16,13 +16,14 @@ from pydantic import Field, model_validator
 
 from facts import images
 from facts.catalog import InstanceType
+from facts.operators import PYTORCHJOB, TRAINING_OPERATOR
 from facts.problems import Problem
 from jobs import launchers, pod
 from jobs.base import GroupFacts, Int32, JobBuildError, JobEnvironment, JobsContext, Manifest
 from jobs.launchers import Derived
 from jobs.sagemaker import PortableJob
 
-TRAINING_API_VERSION = "kubeflow.org/v1"  # training-operator v1.9.4 (PyTorchJob, PaddleJob)
+TRAINING_API_VERSION = PYTORCHJOB.api_version  # the training operator's (facts/operators.py)
 # The backends that rendezvous on the stack's etcd; PyTorch's code for both imports python-etcd.
 ETCD_BACKENDS = ("etcd", "etcd-v2")
 # The port of c10d's rendezvous on worker 0: the training operator's default `pytorchjob-port`
@@ -36,7 +37,7 @@ class PyTorchElasticSpec(PortableJob):
     With ``runtime: sagemaker``, a SageMaker training job whose framework container starts torchrun
     on every instance (``sagemaker_torch_distributed_enabled``), on maxNodes instances."""
 
-    OPERATOR = "training"
+    OPERATOR = TRAINING_OPERATOR
     LAUNCHERS = (("torchrun",), ("python", "-m", "torch.distributed.run"))
     LAUNCHER_TEXT = "[torchrun, /path/train.py, --name, value...] (SageMaker's container sets torchrun's own options)"
 
@@ -177,7 +178,7 @@ class PyTorchElasticSpec(PortableJob):
         return [
             {
                 "apiVersion": TRAINING_API_VERSION,
-                "kind": "PyTorchJob",
+                "kind": PYTORCHJOB.kind,
                 "metadata": pod.metadata(self, ctx),
                 "spec": {
                     "nprocPerNode": str(w.target.gpus),
@@ -186,7 +187,7 @@ class PyTorchElasticSpec(PortableJob):
                     "runPolicy": {"cleanPodPolicy": "Running", **self.bounds()},
                     # Only Worker replicas: elasticPolicy rendezvous needs no Master. It starts with
                     # maxNodes workers and goes on while at least minNodes are left.
-                    "pytorchReplicaSpecs": {
+                    PYTORCHJOB.replica_specs: {
                         "Worker": {
                             "replicas": self.elastic_max,
                             "restartPolicy": "OnFailure",

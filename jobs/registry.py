@@ -26,7 +26,7 @@ JOB_KINDS: Mapping[str, type[JobBase]] = {
 # Kinds whose workers own GPU nodes, and which cluster operator each kind needs.
 GPU_KINDS = tuple(k for k, cls in JOB_KINDS.items() if issubclass(cls, GpuJob))
 SYSTEM_KINDS = tuple(k for k in JOB_KINDS if k not in GPU_KINDS)
-KIND_OPERATOR: Mapping[str, str] = {k: cls.OPERATOR for k, cls in JOB_KINDS.items() if cls.OPERATOR}
+KIND_OPERATOR: Mapping[str, str] = {k: op.name for k, cls in JOB_KINDS.items() if (op := cls.OPERATOR) is not None}
 
 
 def build_manifests(spec: JobBase, ctx: JobsContext) -> list[Manifest]:

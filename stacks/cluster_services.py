@@ -13,8 +13,8 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import operators
 from components.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
-from components.charts import ChartFile
 from components.cluster import Cluster
 from components.device_plugins import DevicePlugins, DevicePluginsArgs
 from components.etcd import Etcd, EtcdArgs
@@ -22,18 +22,18 @@ from components.jobs import TrainingJobs, TrainingJobsArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network
 from components.node_group import NodeGroup
-from components.operators import MpiOperator, MpiOperatorArgs, TrainingOperator, TrainingOperatorArgs
 from components.queues import ClusterQueueArgs, FlavorArgs, LocalQueueArgs, ProvisioningArgs, Queues, QueuesArgs, ResourceQuota, TeamArgs
 from components.sagemaker import SageMakerTrainingJobs, SageMakerTrainingJobsArgs, SharedFileSystem
 from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
 from facts import versions
 from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
+from facts.operators import installed as installed_operators
 from facts.paths import PROJECT_ROOT
-from jobs.base import PRIORITIES, JobsContext
+from jobs.base import PRIORITIES, JobsContext, job_targets
 from stacks import queues
 from stacks.addons import addon_version
 from stacks.config import GpuNodeGroupConfig, StackConfig
-from stacks.config.jobs import job_targets, runtime_of, sagemaker_jobs
+from stacks.config.jobs import runtime_of, sagemaker_jobs
 
 
 @dataclass
@@ -94,12 +94,8 @@ def _device_plugins(s: _Services) -> None:
     DevicePlugins(
         "device-plugins",
         DevicePluginsArgs(
-            nvidia_chart=ChartFile(versions.NVIDIA_DEVICE_PLUGIN_CHART_FILE, versions.NVIDIA_DEVICE_PLUGIN_CHART_SHA256, versions.NVIDIA_DEVICE_PLUGIN_CHART)
-            if sv.nvidia_device_plugin
-            else None,
-            efa_chart=ChartFile(versions.EFA_DEVICE_PLUGIN_CHART_FILE, versions.EFA_DEVICE_PLUGIN_CHART_SHA256, versions.EFA_DEVICE_PLUGIN_CHART)
-            if sv.efa_device_plugin
-            else None,
+            nvidia_chart=versions.NVIDIA_DEVICE_PLUGIN_CHART if sv.nvidia_device_plugin else None,
+            efa_chart=versions.EFA_DEVICE_PLUGIN_CHART if sv.efa_device_plugin else None,
             gpu_node_label=dict(GPU_PRESENT_LABEL),
             efa_node_label=dict(EFA_PRESENT_LABEL),
             efa_instance_types=sorted({g.instance_type for g in s.cfg.gpu_node_groups if g.efa_enabled}),
@@ -178,29 +174,9 @@ def _fsx(s: _Services) -> None:
 
 
 def _operators(s: _Services) -> None:
-    sv = s.cfg.services
-    if sv.mpi_operator:
-        mpi = MpiOperator(
-            "mpi-operator",
-            MpiOperatorArgs(
-                manifest=PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST,
-                manifest_sha256=versions.MPI_OPERATOR_MANIFEST_SHA256,
-                version=versions.MPI_OPERATOR_VERSION,
-            ),
-            opts=s.k8s_component,
-        )
-        s.job_prerequisites.append(mpi)
-    if sv.training_operator:
-        training = TrainingOperator(
-            "training-operator",
-            TrainingOperatorArgs(
-                manifest=PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST,
-                manifest_sha256=versions.TRAINING_OPERATOR_MANIFEST_SHA256,
-                version=versions.TRAINING_OPERATOR_REF,
-            ),
-            opts=s.k8s_component,
-        )
-        s.job_prerequisites.append(training)
+    """Every operator (facts/operators.py) whose switch is on, from its vendored manifest."""
+    for op in installed_operators(s.cfg.services):
+        s.job_prerequisites.append(operators.install(op, PROJECT_ROOT, s.k8s_component))
 
 
 def _etcd(s: _Services) -> None:
@@ -259,7 +235,7 @@ def _autoscaler(s: _Services) -> None:
     autoscaler = ClusterAutoscaler(
         "cluster-autoscaler",
         ClusterAutoscalerArgs(
-            chart=ChartFile(versions.CLUSTER_AUTOSCALER_CHART_FILE, versions.CLUSTER_AUTOSCALER_CHART_SHA256, versions.CLUSTER_AUTOSCALER_CHART),
+            chart=versions.CLUSTER_AUTOSCALER_CHART,
             image_tag=versions.CLUSTER_AUTOSCALER_IMAGE_TAG[cfg.cluster.kubernetes_version],
             cluster_name=cfg.cluster_name,
             region=cfg.region,
@@ -270,9 +246,7 @@ def _autoscaler(s: _Services) -> None:
             # The API of Kueue's ProvisioningRequest admission check, installed whenever Kueue runs next
             # to the autoscaler, so that Kueue (which looks for it once, at start) has its controller
             # ready and turning `autoscaling.provisioningRequests` on or off needs no restart of Kueue.
-            provisioning_request_crd=ChartFile(versions.PROVISIONING_REQUEST_CRD, versions.PROVISIONING_REQUEST_CRD_SHA256, "cluster-autoscaler-1.36.1")
-            if queues.plan_for(cfg) is not None
-            else None,
+            provisioning_request_crd=versions.PROVISIONING_REQUEST_CRD if queues.plan_for(cfg) is not None else None,
             serve_provisioning_requests=bool(a.provisioning_requests and cfg.queues.enabled),
             project_root=PROJECT_ROOT,
             depends_on=[s.cluster.pod_identity_agent],
@@ -304,7 +278,7 @@ def _queues(s: _Services) -> None:
     component = Queues(
         "queues",
         QueuesArgs(
-            chart=ChartFile(versions.KUEUE_CHART_FILE, versions.KUEUE_CHART_SHA256, versions.KUEUE_CHART),
+            chart=versions.KUEUE_CHART,
             image_repository=versions.KUEUE_IMAGE_REPOSITORY,
             image_tag=versions.KUEUE_VERSION,
             node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},

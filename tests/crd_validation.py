@@ -29,8 +29,8 @@ from typing import Any, Iterator
 import jsonschema
 import yaml
 
-from facts import versions
 from facts.aws_names import INT32_MAX, INT64_MAX
+from facts.operators import OPERATORS
 from facts.paths import PROJECT_ROOT
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -39,11 +39,9 @@ _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _RANGES = {"int32": (-INT32_MAX - 1, INT32_MAX), "int64": (-INT64_MAX - 1, INT64_MAX)}
 
 # The CRDs the stack installs: the MPI operator's release manifest and the rendered training operator.
-CRD_FILES = {
-    ("kubeflow.org/v2beta1", "MPIJob"): PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST,
-    ("kubeflow.org/v1", "PyTorchJob"): PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST,
-    ("kubeflow.org/v1", "PaddleJob"): PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST,
-}
+# The CRDs the stack installs: each operator's kinds in its manifest (the MPI operator's release
+# manifest, the rendered training operator).
+CRD_FILES = {(k.api_version, k.kind): PROJECT_ROOT / op.manifest.file for op in OPERATORS for k in op.kinds}
 
 
 def crd_in(manifest: Path, kind: str) -> dict[str, Any]:

@@ -31,10 +31,11 @@ from facts import catalog
 from facts.kube import NODE_GROUP_LABEL
 from facts.paths import TOOLS_BIN
 from infra import offline, preflight
+from jobs.base import job_targets
 from jobs.sagemaker import SAGEMAKER_DATA_ROOT
 from stacks import config as stack_config
 from stacks.config import GpuNodeGroupConfig, Problem
-from stacks.config.jobs import group_facts, job_targets, parse_jobs
+from stacks.config.jobs import group_facts, parse_jobs
 from stacks.config.stackfile import load_yaml, read_stack_config
 from tests import aws_stubs
 

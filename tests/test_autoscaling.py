@@ -135,7 +135,7 @@ def test_pulumi_leaves_the_desired_size_of_autoscaled_groups_alone(plan):
 def test_the_autoscaler_runs_on_system_nodes_with_the_clusters_image_and_discovers_only_tagged_groups(plan):
     (release,) = [r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "cluster-autoscaler"]
     values = release.inputs["values"]
-    assert release.inputs["chart"] == versions.CLUSTER_AUTOSCALER_CHART_FILE
+    assert release.inputs["chart"] == versions.CLUSTER_AUTOSCALER_CHART.file
     assert values["image"]["tag"] == versions.CLUSTER_AUTOSCALER_IMAGE_TAG["1.36"] == "v1.36.1"
     assert values["autoDiscovery"]["tags"] == ["gputraining/autoscale", "k8s.io/cluster-autoscaler/gpu-training-dev"]
     assert values["nodeSelector"] == {"gputraining/node-group": "system"}

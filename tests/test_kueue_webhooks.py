@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from facts import versions
+from facts.operators import KINDS, REPLICA_SPECS
 from facts.paths import TOOLS_BIN
 from infra import releases
 from stacks import queues
@@ -47,12 +48,10 @@ ADDONS = {
     + [("apps/v1", "Deployment", "amazon-cloudwatch-observability-controller-manager")],
 }
 # Kinds whose objects make pods in their namespace.
-WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "MPIJob", "PyTorchJob", "PaddleJob")
+WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "Job", *REPLICA_SPECS)
 # The webhook paths of Kueue's integrations (the chart names each after its kind).
 INTEGRATION_OF = {
-    "mpijobs": "kubeflow.org/mpijob",
-    "pytorchjobs": "kubeflow.org/pytorchjob",
-    "paddlejobs": "kubeflow.org/paddlejob",
+    **{k.plural: k.integration for k in KINDS},  # the operators' kinds (facts/operators.py)
     "jobs": "batch/job",
     "pods": "pod",
     "deployments": "deployment",
@@ -106,7 +105,7 @@ def intercepts(hook: dict[str, Any], namespace: Optional[str], group: str, resou
 
 
 def render_kueue(values: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
-    cmd = [str(HELM), "template", "kueue", str(ROOT / versions.KUEUE_CHART_FILE), "--namespace", queues.KUEUE_NAMESPACE]
+    cmd = [str(HELM), "template", "kueue", str(ROOT / versions.KUEUE_CHART.file), "--namespace", queues.KUEUE_NAMESPACE]
     cmd += ["--kube-version", f"{versions.KUBERNETES_DEFAULT}.0"]
     with tempfile.TemporaryDirectory() as tmp:
         if values is not None:
@@ -173,7 +172,7 @@ def test_the_stacks_own_services_are_untouched(stack):
     hooks = webhooks(stack["rendered"])
     integrations = set(stack["config"]["integrations"]["frameworks"])
     managed = set(stack["queues"].managed_namespaces)
-    queued = {"MPIJob", "PyTorchJob", "PaddleJob"}
+    queued = set(REPLICA_SPECS)
     checked = set()
     for ns, api, kind, name in stack["objects"]:
         if ns is None:

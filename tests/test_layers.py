@@ -8,6 +8,8 @@ use, are where boto3 talks to AWS at `pulumi up`); ``facts`` imports nothing of 
 Inside a layer, a package split along its concerns (``jobs/sagemaker``, ``stacks/queues``,
 ``infra/preflight``) is layered the same way: its modules in one order, each importing only those
 before it. The SageMaker runtime is not a job kind: it imports what the kinds share, never a kind.
+And the packages and modules of one layer never import each other in a circle (``stacks/queues``
+sits below ``stacks/config``), not even from inside a function.
 """
 
 from __future__ import annotations
@@ -174,3 +176,59 @@ def test_test_modules_import_no_other_test_module():
             if module.startswith(("tests.test_", "test_")) or last == "conftest" or module == "conftest":
                 found.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
     assert found == []
+
+
+def unit_imports(layer: str) -> dict[str, dict[str, list[str]]]:
+    """The imports between the packages and top-level modules ("units") of a layer, at any depth
+    (function-level too; not those under ``if TYPE_CHECKING:``): unit -> unit it imports -> where.
+    The layer's own ``__init__`` only re-exports, and is no unit."""
+    graph: dict[str, dict[str, list[str]]] = {}
+    for path in sorted((ROOT / layer).rglob("*.py")):
+        rel = path.relative_to(ROOT / layer)
+        unit = rel.parts[0].removesuffix(".py")
+        if unit == "__init__":
+            continue
+        for line, module in runtime_imports_of(path.read_text()):
+            parts = module.split(".")
+            if parts[0] == layer and len(parts) > 1 and parts[1] != unit:
+                graph.setdefault(unit, {}).setdefault(parts[1], []).append(f"{layer}/{rel}:{line}")
+    return graph
+
+
+def _reach(graph: dict[str, dict[str, list[str]]], unit: str) -> set[str]:
+    """Every unit ``unit`` imports, directly or through others."""
+    reach, todo = set(), [unit]
+    while todo:
+        for nxt in graph.get(todo.pop(), {}):
+            if nxt not in reach:
+                reach.add(nxt)
+                todo.append(nxt)
+    return reach
+
+
+def circles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
+    """The circles of ``graph``: each set of units that reach one another (a strongly connected
+    component of more than one unit), sorted."""
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        circle = sorted(u for u in _reach(graph, start) if start in _reach(graph, u))
+        if circle and circle not in found:
+            found.append(circle)
+    return found
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_the_packages_of_a_layer_import_one_way(layer: str):
+    graph = unit_imports(layer)
+    found = circles(graph)
+    where = [f"{a} -> {b}: {', '.join(dict.fromkeys(graph[a][b]))}" for circle in found for a in circle for b in graph.get(a, {}) if b in circle]
+    assert found == [], "\n".join(where)
+
+
+def test_the_circle_checker_finds_a_circle_through_a_function_level_import():
+    graph = {"config": {"queues": ["stacks/config/checks.py:92"]}, "queues": {"config": ["stacks/queues/plan.py:73"]}, "cost": {"config": ["x"]}}
+    assert circles(graph) == [["config", "queues"]]
+    assert circles({"a": {"b": ["x"]}, "b": {"c": ["y"]}, "c": {"a": ["z"]}, "d": {"a": ["w"]}}) == [["a", "b", "c"]]
+    assert circles({"config": {"queues": ["x"]}, "cost": {"config": ["y"]}}) == []
+    source = "def plan_context():\n    from stacks.config.jobs import job_targets\n"
+    assert runtime_imports_of(source) == [(2, "stacks.config.jobs"), (2, "stacks.config.jobs.job_targets")]

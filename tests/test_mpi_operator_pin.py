@@ -21,13 +21,13 @@ UPSTREAM_IMAGE_LINE = b"        image: mpioperator/mpi-operator:0.8\n"
 
 def _sources_row() -> str:
     sources = (PROJECT_ROOT / "manifests" / "vendor" / "SOURCES.md").read_text()
-    name = Path(versions.MPI_OPERATOR_MANIFEST).name
+    name = Path(versions.MPI_OPERATOR_MANIFEST.file).name
     (row,) = [line for line in sources.splitlines() if line.startswith(f"| {name} ")]
     return row
 
 
 def _vendored() -> bytes:
-    return (PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST).read_bytes()
+    return (PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file).read_bytes()
 
 
 def _git_blob_id(data: bytes) -> str:
@@ -36,7 +36,7 @@ def _git_blob_id(data: bytes) -> str:
 
 def test_the_vendored_manifest_is_upstreams_with_only_the_image_tag_pinned():
     ours = _vendored()
-    assert hashlib.sha256(ours).hexdigest() == versions.MPI_OPERATOR_MANIFEST_SHA256
+    assert hashlib.sha256(ours).hexdigest() == versions.MPI_OPERATOR_MANIFEST.sha256
     pinned_line = f"        image: {versions.MPI_OPERATOR_IMAGE}\n".encode()
     assert ours.count(pinned_line) == 1
     upstream = ours.replace(pinned_line, UPSTREAM_IMAGE_LINE)
@@ -50,12 +50,14 @@ def test_the_vendored_manifest_is_upstreams_with_only_the_image_tag_pinned():
     (blob,) = re.findall(r"git blob ([0-9a-f]{40})", row)
     assert hashlib.sha256(upstream).hexdigest() == upstream_sha
     assert _git_blob_id(upstream) == blob
-    assert f"{versions.MPI_OPERATOR_MANIFEST_SHA256} (ours)" in row
+    assert f"{versions.MPI_OPERATOR_MANIFEST.sha256} (ours)" in row
 
 
 def test_the_operator_image_is_the_exact_release_not_a_floating_tag():
     (deployment,) = [
-        d for d in operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST, versions.MPI_OPERATOR_MANIFEST_SHA256) if d["kind"] == "Deployment"
+        d
+        for d in operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file, versions.MPI_OPERATOR_MANIFEST.sha256)
+        if d["kind"] == "Deployment"
     ]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == versions.MPI_OPERATOR_IMAGE
@@ -63,18 +65,18 @@ def test_the_operator_image_is_the_exact_release_not_a_floating_tag():
     assert repo == "mpioperator/mpi-operator"
     assert re.fullmatch(r"\d+\.\d+\.\d+", tag), f"{tag} is not an exact release tag"
     assert f"v{tag}" == versions.MPI_OPERATOR_VERSION
-    assert Path(versions.MPI_OPERATOR_MANIFEST).name == f"mpi-operator-{versions.MPI_OPERATOR_VERSION}.yaml"
+    assert Path(versions.MPI_OPERATOR_MANIFEST.file).name == f"mpi-operator-{versions.MPI_OPERATOR_VERSION}.yaml"
 
 
 def _vendored_crd() -> dict:
-    docs = operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST, versions.MPI_OPERATOR_MANIFEST_SHA256)
+    docs = operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file, versions.MPI_OPERATOR_MANIFEST.sha256)
     (crd,) = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
     return crd
 
 
 def test_the_installed_mpijob_crd_is_the_one_the_job_tests_validate_against():
     path = crd_validation.CRD_FILES[("kubeflow.org/v2beta1", "MPIJob")]
-    assert path == PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST
+    assert path == PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file
     assert crd_validation.crd_in(path, "MPIJob") == _vendored_crd()
 
 

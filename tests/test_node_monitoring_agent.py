@@ -26,7 +26,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components.charts import ChartFile
+from components.charts import verified
 from facts import versions
 from stacks.addons import addon_pins
 from stacks.config import load
@@ -78,13 +78,14 @@ def sent(addon) -> dict[str, Any]:
 def chart(k8s, addon) -> str:
     """The vendored chart of the build the plan pins, checksum checked."""
     assert addon["addonVersion"] == versions.NODE_MONITORING_AGENT_ADDON[k8s]
-    return ChartFile(versions.NODE_MONITORING_AGENT_CHART_FILE[k8s], versions.NODE_MONITORING_AGENT_CHART_SHA256[k8s], _chart_version(k8s)).verified(ROOT)
+    assert versions.NODE_MONITORING_AGENT_CHART[k8s].version == _chart_version(k8s)
+    return verified(versions.NODE_MONITORING_AGENT_CHART[k8s], ROOT)
 
 
 @pytest.fixture(scope="module")
 def schema(k8s) -> dict[str, Any]:
-    path = ROOT / versions.NODE_MONITORING_AGENT_SCHEMA_FILE[k8s]
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == versions.NODE_MONITORING_AGENT_SCHEMA_SHA256[k8s]
+    path = ROOT / versions.NODE_MONITORING_AGENT_SCHEMA[k8s].file
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == versions.NODE_MONITORING_AGENT_SCHEMA[k8s].sha256
     loaded: dict[str, Any] = json.loads(path.read_text())
     return loaded
 
@@ -133,14 +134,11 @@ def nodes(plan) -> list[dict[str, Any]]:
 def test_each_minor_has_its_chart_and_schema_listed_in_sources():
     sources = (ROOT / "manifests" / "vendor" / "SOURCES.md").read_text()
     for k8s in versions.KUBERNETES_SUPPORTED:
-        for path, sha in (
-            (versions.NODE_MONITORING_AGENT_CHART_FILE[k8s], versions.NODE_MONITORING_AGENT_CHART_SHA256[k8s]),
-            (versions.NODE_MONITORING_AGENT_SCHEMA_FILE[k8s], versions.NODE_MONITORING_AGENT_SCHEMA_SHA256[k8s]),
-        ):
-            (row,) = [line for line in sources.splitlines() if line.startswith(f"| {path.removeprefix('manifests/vendor/')} ")]
-            assert sha in row and f"tag v{_chart_version(k8s)} " in row
+        for pinned in (versions.NODE_MONITORING_AGENT_CHART[k8s], versions.NODE_MONITORING_AGENT_SCHEMA[k8s]):
+            (row,) = [line for line in sources.splitlines() if line.startswith(f"| {pinned.file.removeprefix('manifests/vendor/')} ")]
+            assert pinned.sha256 in row and f"tag v{_chart_version(k8s)} " in row
         # The package holds the chart of the build's tag.
-        with tarfile.open(ROOT / versions.NODE_MONITORING_AGENT_CHART_FILE[k8s]) as tar:
+        with tarfile.open(ROOT / versions.NODE_MONITORING_AGENT_CHART[k8s].file) as tar:
             member = tar.extractfile(f"{AGENT}/Chart.yaml")
             assert member is not None
             assert yaml.safe_load(io.TextIOWrapper(member))["version"] == _chart_version(k8s)

@@ -367,7 +367,7 @@ def test_a_kubernetes_object_reaches_the_mocks_as_its_identity_and_reads_back_it
 
 
 def _mpi() -> list[dict]:
-    return operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST, versions.MPI_OPERATOR_MANIFEST_SHA256)
+    return operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file, versions.MPI_OPERATOR_MANIFEST.sha256)
 
 
 @pytest.mark.skipif(not LIBYAML, reason="PyYAML without libyaml")
@@ -381,7 +381,7 @@ def test_each_caller_gets_its_own_copy_of_the_parsed_manifest():
     first.append({"kind": "Extra"})
     second = _mpi()
     assert second[0]["metadata"]["name"] != "changed" and len(second) == 9
-    assert second == operators._parse((PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST).read_bytes())
+    assert second == operators._parse((PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file).read_bytes())
 
 
 # ----------------------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def answer_addon_configuration(session: Any) -> None:
     from facts import versions
 
     schemas = {
-        ("eks-node-monitoring-agent", build): ROOT / versions.NODE_MONITORING_AGENT_SCHEMA_FILE[k8s]
+        ("eks-node-monitoring-agent", build): ROOT / versions.NODE_MONITORING_AGENT_SCHEMA[k8s].file
         for k8s, build in versions.NODE_MONITORING_AGENT_ADDON.items()
     }
 

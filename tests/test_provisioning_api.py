@@ -90,7 +90,7 @@ def test_the_annotation_is_on_the_pod_template_the_chart_renders(toggled):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "values.json"
         path.write_text(json.dumps(values))
-        cmd = [str(HELM), "template", "kueue", str(ROOT / versions.KUEUE_CHART_FILE), "--namespace", queues.KUEUE_NAMESPACE, "-f", str(path)]
+        cmd = [str(HELM), "template", "kueue", str(ROOT / versions.KUEUE_CHART.file), "--namespace", queues.KUEUE_NAMESPACE, "-f", str(path)]
         text = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
     docs = [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if isinstance(d, dict)]
     (dep,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "kueue-controller-manager"]

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from components import queues as component
-from facts import allocatable, catalog, versions
+from facts import allocatable, catalog, operators, versions
 from facts.kube import EFA_HUGEPAGES_2MI_PAGES, NODE_GROUP_LABEL
 from jobs.base import PRIORITIES, GpuJob
 from jobs.pod import POD_PRIORITY_LABEL, POD_QUEUE_LABEL, PRIORITY_CLASS_LABEL, QUEUE_LABEL
@@ -68,7 +68,7 @@ def test_dev_and_prod_carry_kueue_and_the_queue_objects(stack, dev_plan, prod_pl
     values = dev_values() if stack == "dev" else prod_values()
     cfg = load(values, "gpu-training", stack)
     (kueue,) = [r for r in plan.of_type(RELEASE) if r.inputs["name"] == "kueue"]
-    assert kueue.inputs["chart"] == versions.KUEUE_CHART_FILE and kueue.inputs["namespace"] == queues.KUEUE_NAMESPACE
+    assert kueue.inputs["chart"] == versions.KUEUE_CHART.file and kueue.inputs["namespace"] == queues.KUEUE_NAMESPACE
     image = kueue.inputs["values"]["controllerManager"]["manager"]["image"]
     assert image == {"repository": "registry.k8s.io/kueue/kueue", "tag": versions.KUEUE_VERSION, "pullPolicy": "IfNotPresent"}
     assert kueue.inputs["values"]["controllerManager"]["nodeSelector"] == {NODE_GROUP_LABEL: "system"}
@@ -137,13 +137,13 @@ def test_the_vendored_files_have_their_pinned_checksums():
     import hashlib
 
     sources = (ROOT / "manifests/vendor/SOURCES.md").read_text()
-    files = [versions.KUEUE_CHART_FILE, versions.PROVISIONING_REQUEST_CRD] + [str(p.relative_to(ROOT)) for p in sorted(kueue_crds.CRD_DIR.glob("*.yaml"))]
+    files = [versions.KUEUE_CHART.file, versions.PROVISIONING_REQUEST_CRD.file] + [str(p.relative_to(ROOT)) for p in sorted(kueue_crds.CRD_DIR.glob("*.yaml"))]
     assert len(files) == 8
     for f in files:
         digest = hashlib.sha256((ROOT / f).read_bytes()).hexdigest()
         assert digest in sources, f
-    assert hashlib.sha256((ROOT / versions.KUEUE_CHART_FILE).read_bytes()).hexdigest() == versions.KUEUE_CHART_SHA256
-    assert hashlib.sha256((ROOT / versions.PROVISIONING_REQUEST_CRD).read_bytes()).hexdigest() == versions.PROVISIONING_REQUEST_CRD_SHA256
+    assert hashlib.sha256((ROOT / versions.KUEUE_CHART.file).read_bytes()).hexdigest() == versions.KUEUE_CHART.sha256
+    assert hashlib.sha256((ROOT / versions.PROVISIONING_REQUEST_CRD.file).read_bytes()).hexdigest() == versions.PROVISIONING_REQUEST_CRD.sha256
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,7 +207,7 @@ def test_the_daemonset_requests_match_the_vendored_charts(dev_plan):
     assert requests(rendered.objects, "nvidia-device-plugin") == (0, 0)
     (agent,) = [d for d in allocatable.ALWAYS if d.name == "eks-node-monitoring-agent"]
     for k8s in versions.KUBERNETES_SUPPORTED:
-        objs = render_agent(versions.NODE_MONITORING_AGENT_CHART_FILE[k8s], k8s, None)
+        objs = render_agent(versions.NODE_MONITORING_AGENT_CHART[k8s].file, k8s, None)
         assert requests(objs, "eks-node-monitoring-agent") == (agent.cpu_m, agent.memory_mib), k8s
         assert requests(objs, "dcgm-server") == (0, 0), k8s
 
@@ -513,7 +513,7 @@ def test_waiting_for_pods_and_requeueing_in_the_kueue_config(dev_plan):
     wait = config["waitForPodsReady"]
     assert wait["timeout"] == "20m" and wait["requeuingStrategy"]["backoffBaseSeconds"] == 60 and wait["requeuingStrategy"]["backoffMaxSeconds"] == 3600
     assert "backoffLimitCount" not in wait["requeuingStrategy"]
-    assert config["integrations"]["frameworks"] == ["kubeflow.org/mpijob", "kubeflow.org/pytorchjob", "kubeflow.org/paddlejob"]
+    assert config["integrations"]["frameworks"] == [k.integration for k in operators.KINDS]  # every operator runs in the dev stack
     assert config["manageJobsWithoutQueueName"] is False and "fairSharing" not in config
     limited = run_stack(minimal_values(queues={"requeueLimit": 5, "podsReadyTimeout": "45m"}))
     (kueue,) = [r for r in limited.of_type(RELEASE) if r.inputs["name"] == "kueue"]

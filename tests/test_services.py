@@ -17,6 +17,7 @@ import yaml
 
 from components import etcd, operators
 from facts import versions
+from facts.operators import KINDS, OPERATORS
 from facts.paths import PROJECT_ROOT
 from stacks import config as stack_config
 from stacks.config import ConfigError, load
@@ -113,7 +114,7 @@ def _lean_values():
 def _off_values():
     """Optional services off (the EFA plugin stays), no FSx, no dashboard."""
     return minimal_values(
-        services={"nvidiaDevicePlugin": False, "mpiOperator": False, "trainingOperator": False},
+        services={"nvidiaDevicePlugin": False, **{op.switch: False for op in OPERATORS}},
         storage={"fsx": {"enabled": False}},
         monitoring={"dashboard": False},
     )
@@ -247,12 +248,12 @@ def _assert_mentions(message: str, *parts: str) -> None:
 
 
 def test_nvidia_device_plugin_release_is_pinned_and_runs_only_on_gpu_nodes(dev_plan):
-    assert len(dev_plan.of_type(RELEASE)) == 4  # the device plugins, the Cluster Autoscaler and Kueue
+    assert len(dev_plan.of_type(RELEASE)) == len(versions.CHARTS)  # the device plugins, the Cluster Autoscaler and Kueue
     nv = _release(dev_plan, "nvidia-device-plugin")
     assert nv is not None and nv.parent["type"] == DEVICE_PLUGINS
-    assert _version(versions.NVIDIA_DEVICE_PLUGIN_CHART) >= (0, 19, 3), "0.19.0-0.19.2 clash with the EFA plugin"
+    assert _version(versions.NVIDIA_DEVICE_PLUGIN_CHART.version) >= (0, 19, 3), "0.19.0-0.19.2 clash with the EFA plugin"
     # Installed from the vendored package (no chart repository at `pulumi up`), named after its version.
-    assert nv.inputs["chart"] == versions.NVIDIA_DEVICE_PLUGIN_CHART_FILE and versions.NVIDIA_DEVICE_PLUGIN_CHART in nv.inputs["chart"]
+    assert nv.inputs["chart"] == versions.NVIDIA_DEVICE_PLUGIN_CHART.file and versions.NVIDIA_DEVICE_PLUGIN_CHART.version in nv.inputs["chart"]
     assert "repositoryOpts" not in nv.inputs and (ROOT / nv.inputs["chart"]).is_file()
     values = nv.inputs["values"]
     assert _requires_labels(values["affinity"], GPU_PRESENT)
@@ -267,8 +268,8 @@ def test_nvidia_device_plugin_release_is_pinned_and_runs_only_on_gpu_nodes(dev_p
 def test_efa_device_plugin_release_is_pinned_tolerates_gpu_taint_and_targets_efa_types(dev_plan):
     efa = _release(dev_plan, "aws-efa-k8s-device-plugin")
     assert efa is not None and efa.parent["type"] == DEVICE_PLUGINS
-    assert _version(versions.EFA_DEVICE_PLUGIN_CHART) >= (0, 5, 10)
-    assert efa.inputs["chart"] == versions.EFA_DEVICE_PLUGIN_CHART_FILE and versions.EFA_DEVICE_PLUGIN_CHART in efa.inputs["chart"]
+    assert _version(versions.EFA_DEVICE_PLUGIN_CHART.version) >= (0, 5, 10)
+    assert efa.inputs["chart"] == versions.EFA_DEVICE_PLUGIN_CHART.file and versions.EFA_DEVICE_PLUGIN_CHART.version in efa.inputs["chart"]
     assert "repositoryOpts" not in efa.inputs and (ROOT / efa.inputs["chart"]).is_file()
     values = efa.inputs["values"]
     for taint in _gpu_taints(dev_plan):
@@ -621,7 +622,7 @@ def test_dev_turns_deletion_protection_off(dev_plan):
 
 
 def _mpi_manifest():
-    return operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST, versions.MPI_OPERATOR_MANIFEST_SHA256)
+    return operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file, versions.MPI_OPERATOR_MANIFEST.sha256)
 
 
 def test_mpi_operator_manifest_objects_are_registered_as_typed_resources(dev_plan):
@@ -662,24 +663,24 @@ def test_mpi_operator_deployment_image_and_ordering(dev_plan):
 
 
 def test_mpi_operator_manifest_pin_matches_the_file_and_sources(tmp_path):
-    path = PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == versions.MPI_OPERATOR_MANIFEST_SHA256
+    path = PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == versions.MPI_OPERATOR_MANIFEST.sha256
     sources = (PROJECT_ROOT / "manifests" / "vendor" / "SOURCES.md").read_text()
     (row,) = [line for line in sources.splitlines() if line.startswith(f"| {path.name} ")]
-    assert versions.MPI_OPERATOR_MANIFEST_SHA256 in row
+    assert versions.MPI_OPERATOR_MANIFEST.sha256 in row
     assert f"/{versions.MPI_OPERATOR_VERSION}/" in row
     assert len(_mpi_manifest()) == 9
 
 
 def test_a_manifest_whose_checksum_differs_is_refused(tmp_path):
-    original = (PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST).read_bytes()
+    original = (PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file).read_bytes()
     tampered = tmp_path / "mpi-operator.yaml"
     tampered.write_bytes(original.replace(versions.MPI_OPERATOR_IMAGE.encode(), b"mpioperator/mpi-operator:latest", 1))
     assert tampered.read_bytes() != original
     with pytest.raises(operators.ManifestChecksumError) as info:
-        operators.load_manifest(tampered, versions.MPI_OPERATOR_MANIFEST_SHA256)
+        operators.load_manifest(tampered, versions.MPI_OPERATOR_MANIFEST.sha256)
     message = str(info.value)
-    assert versions.MPI_OPERATOR_MANIFEST_SHA256 in message
+    assert versions.MPI_OPERATOR_MANIFEST.sha256 in message
     assert hashlib.sha256(tampered.read_bytes()).hexdigest() in message
 
 
@@ -699,7 +700,7 @@ def _patch(target_kind: str, target_name: str):
 
 
 def _training_manifest():
-    return operators.load_manifest(PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST, versions.TRAINING_OPERATOR_MANIFEST_SHA256)
+    return operators.load_manifest(PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST.file, versions.TRAINING_OPERATOR_MANIFEST.sha256)
 
 
 def _training_children(plan):
@@ -799,7 +800,7 @@ def test_training_operator_overlay_builds_on_the_vendored_release():
     assert target == (upstream / "manifests" / "overlays" / "standalone").resolve()
     assert (target / "kustomization.yaml").is_file()
     assert upstream.name == f"training-operator-{versions.TRAINING_OPERATOR_REF}"
-    assert Path(versions.TRAINING_OPERATOR_MANIFEST).name == f"training-operator-{versions.TRAINING_OPERATOR_REF}.yaml"
+    assert Path(versions.TRAINING_OPERATOR_MANIFEST.file).name == f"training-operator-{versions.TRAINING_OPERATOR_REF}.yaml"
     assert (PROJECT_ROOT / versions.TRAINING_OPERATOR_KUSTOMIZATION).resolve() == KUSTOMIZATION.parent.resolve()
     assert _version(versions.TRAINING_OPERATOR_REF)[:2] == (1, 9)
 
@@ -855,11 +856,12 @@ def test_no_crd_is_defined_twice(plans, variant):
 
 def test_disabling_the_operators_removes_them(off_plan):
     assert off_plan.of_type(DIRECTORY) == []
-    assert [r for r in off_plan.records if r.type in (MPI_OPERATOR, TRAINING_OPERATOR)] == []
-    # Only the autoscaler's ProvisioningRequest API (for Kueue) is left, none of the operators' kinds.
-    assert [r.inputs["metadata"]["name"] for r in off_plan.of_type(CRD)] == ["provisioningrequests.autoscaling.x-k8s.io"]
+    assert [r for r in off_plan.records if r.type in {COMPONENT + op.component for op in OPERATORS}] == []
+    # No CRD of an operator's group is left (the autoscaler's ProvisioningRequest CRD is Kueue's).
+    groups = {k.group for k in KINDS}
+    assert [r.name for r in off_plan.of_type(CRD) if r.inputs["spec"]["group"] in groups] == []
     assert off_plan.of_type(WEBHOOK) == []
-    assert not [o for o in off_plan.kubernetes_objects() if o["metadata"].get("name") in ("mpi-operator", "training-operator", "kubeflow")]
+    assert not [o for o in off_plan.kubernetes_objects() if o["metadata"].get("name") in {n for op in OPERATORS for n in (op.resource, op.namespace)}]
 
 
 # ----------------------------------------------------------------------------------------------

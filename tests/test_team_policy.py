@@ -36,6 +36,7 @@ from lark import Token, Tree
 
 from components import team_policy as tp
 from facts import versions
+from facts.operators import KINDS
 from stacks import queues
 from stacks.config.checks import RESERVED_NAMESPACES
 from stacks.queues.admission import REPLICA_SPECS
@@ -500,9 +501,10 @@ def test_the_policy_looks_at_pods_and_every_job_kind_a_team_may_create(policy, t
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
     resources = {(g, res) for r in rules for g in r["apiGroups"] for res in r["resources"]}
     crds = {(r.inputs["spec"]["group"], r.inputs["spec"]["names"]["plural"]) for r in team_plan.records if r.inputs.get("kind") == "CustomResourceDefinition"}
-    kubeflow = {c for c in crds if c[0] == "kubeflow.org"}
-    assert kubeflow == {("kubeflow.org", "mpijobs"), ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "paddlejobs")}
-    assert resources == {("", "pods"), ("", "pods/ephemeralcontainers"), ("batch", "jobs"), *kubeflow}
+    # Every CRD of the operators' groups the stack installs is one of their kinds (facts/operators.py).
+    job_kinds = {c for c in crds if c[0] in {k.group for k in KINDS}}
+    assert job_kinds == {(k.group, k.plural) for k in KINDS} >= {("kubeflow.org", "mpijobs"), ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "paddlejobs")}
+    assert resources == {("", "pods"), ("", "pods/ephemeralcontainers"), ("batch", "jobs"), *job_kinds}
     assert all(r["operations"] == ["CREATE", "UPDATE"] for r in rules)
     assert tp.JOB_REPLICA_SPECS == REPLICA_SPECS
 

@@ -18,6 +18,7 @@ manifests/vendor/training-operator-v1.9.4. Checked here:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import re
 import subprocess
@@ -30,12 +31,13 @@ import pytest
 import yaml
 
 from components import operators
+from facts import operators as ops
 from facts import versions
 from facts.paths import TOOLS_BIN
 from tests.helpers import ROOT, dev_values, run_stack
 
 KUBECTL = TOOLS_BIN / "kubectl"
-MANIFEST = ROOT / versions.TRAINING_OPERATOR_MANIFEST
+MANIFEST = ROOT / versions.TRAINING_OPERATOR_MANIFEST.file
 OVERLAY = ROOT / versions.TRAINING_OPERATOR_KUSTOMIZATION
 UPSTREAM = ROOT / versions.TRAINING_OPERATOR_UPSTREAM
 SOURCES = ROOT / "manifests" / "vendor" / "SOURCES.md"
@@ -84,16 +86,16 @@ def rendered() -> list[dict[str, Any]]:
 def test_rendering_the_overlay_again_gives_the_vendored_manifest():
     out = subprocess.run([str(KUBECTL), "kustomize", str(OVERLAY)], capture_output=True, timeout=120, check=True, cwd=ROOT).stdout
     assert len(out) > 1_000_000
-    assert hashlib.sha256(out).hexdigest() == versions.TRAINING_OPERATOR_MANIFEST_SHA256
+    assert hashlib.sha256(out).hexdigest() == versions.TRAINING_OPERATOR_MANIFEST.sha256
     # Byte for byte (the digest says so already; a difference shows where).
-    assert out == MANIFEST.read_bytes(), "render again: .tools/bin/kubectl kustomize manifests/training-operator > " + versions.TRAINING_OPERATOR_MANIFEST
+    assert out == MANIFEST.read_bytes(), "render again: .tools/bin/kubectl kustomize manifests/training-operator > " + versions.TRAINING_OPERATOR_MANIFEST.file
 
 
 def test_the_manifest_pin_matches_the_file_and_sources():
-    assert hashlib.sha256(MANIFEST.read_bytes()).hexdigest() == versions.TRAINING_OPERATOR_MANIFEST_SHA256
+    assert hashlib.sha256(MANIFEST.read_bytes()).hexdigest() == versions.TRAINING_OPERATOR_MANIFEST.sha256
     (row,) = [line for line in SOURCES.read_text().splitlines() if line.startswith(f"| {MANIFEST.name} ")]
-    assert row.rstrip().endswith(f"| {versions.TRAINING_OPERATOR_MANIFEST_SHA256} |")
-    assert f"kubectl kustomize {versions.TRAINING_OPERATOR_KUSTOMIZATION} > {versions.TRAINING_OPERATOR_MANIFEST}" in row
+    assert row.rstrip().endswith(f"| {versions.TRAINING_OPERATOR_MANIFEST.sha256} |")
+    assert f"kubectl kustomize {versions.TRAINING_OPERATOR_KUSTOMIZATION} > {versions.TRAINING_OPERATOR_MANIFEST.file}" in row
 
 
 def test_the_rendered_manifest_holds_the_expected_objects(rendered):
@@ -252,13 +254,15 @@ def _tampered(tmp_path: Path) -> Path:
 def test_a_tampered_manifest_is_refused(tmp_path):
     tampered = _tampered(tmp_path)
     with pytest.raises(operators.ManifestChecksumError) as info:
-        operators.load_manifest(tampered, versions.TRAINING_OPERATOR_MANIFEST_SHA256)
-    assert versions.TRAINING_OPERATOR_MANIFEST_SHA256 in str(info.value)
+        operators.load_manifest(tampered, versions.TRAINING_OPERATOR_MANIFEST.sha256)
+    assert versions.TRAINING_OPERATOR_MANIFEST.sha256 in str(info.value)
     assert hashlib.sha256(tampered.read_bytes()).hexdigest() in str(info.value)
 
 
 def test_the_program_refuses_a_tampered_manifest(tmp_path, monkeypatch):
-    monkeypatch.setattr(versions, "TRAINING_OPERATOR_MANIFEST", str(_tampered(tmp_path)))
+    manifest = dataclasses.replace(ops.TRAINING_OPERATOR.manifest, file=str(_tampered(tmp_path)))  # the pinned checksum, another file
+    tampered = dataclasses.replace(ops.TRAINING_OPERATOR, manifest=manifest)
+    monkeypatch.setattr(ops, "OPERATORS", tuple(tampered if op is ops.TRAINING_OPERATOR else op for op in ops.OPERATORS))
     with pytest.raises(operators.ManifestChecksumError):
         run_stack(dev_values(), stack="dev")
 

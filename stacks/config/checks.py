@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from facts import aws_names, durations, versions
+from facts.kube import RESERVED_NAMESPACES
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
 from stacks.config.address_checks import check_subnet_addresses
@@ -36,6 +37,7 @@ from stacks.config.models import (
     SystemNodeGroupConfig,
 )
 from stacks.config.node_group_checks import _K8S_NAME, _check_gpu_groups, _check_system
+from stacks.queues import check_config as check_queues
 
 
 @lru_cache(maxsize=1)
@@ -91,12 +93,10 @@ def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: li
     if s.autoscaling is not None:
         _check_autoscaling(s.autoscaling, problems)
     if s.queues is not None:
-        from stacks import queues  # imports this module
-
         training = s.services.training_namespace if s.services is not None else None
         admins = s.cluster.admin_principals if s.cluster is not None else []
         # An autoscaling section left out is its defaults (one given but invalid is reported already).
-        queues.check_config(s.queues, s.groups, s.autoscaling or AutoscalingConfig(), training, admins, problems, NAMESPACE)
+        check_queues(s.queues, s.groups, s.autoscaling or AutoscalingConfig(), training, admins, problems, NAMESPACE)
     if s.monitoring is not None and s.monitoring.log_retention_days not in LOG_RETENTION_DAYS:
         problems.append(
             Problem(
@@ -219,19 +219,6 @@ def _check_network(n: NetworkConfig, problems: list[Problem]) -> None:
 
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 RFC1918 = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
-_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
-_ASSUMED_ROLE = re.compile(r"^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([\w+=,.@-]+)/.+$")
-
-
-def role_arn_problem(arn: str) -> Optional[str]:
-    """Why ``arn`` cannot be an EKS access entry's principal (an IAM role or user), or None."""
-    assumed = _ASSUMED_ROLE.match(arn)
-    if assumed:
-        role = f"arn:{assumed.group(1)}:iam::{assumed.group(2)}:role/{assumed.group(3)}"
-        return f"{_fmt(arn)} is an STS session, which EKS access entries refuse; give the role itself: {role} (with its path, if it has one)"
-    if not _ARN.match(arn):
-        return f"{_fmt(arn)} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/Team"
-    return None
 
 
 def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
@@ -263,17 +250,9 @@ def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
     if not c.endpoint_public_access and not c.endpoint_private_access:
         problems.append(Problem(f"{k}.endpointPrivateAccess", "false together with endpointPublicAccess false leaves no way to reach the API server"))
     for i, arn in enumerate(c.admin_principals):
-        assumed = _ASSUMED_ROLE.match(arn)
-        if assumed:
-            role = f"arn:{assumed.group(1)}:iam::{assumed.group(2)}:role/{assumed.group(3)}"
-            problems.append(
-                Problem(
-                    f"{k}.adminPrincipals[{i}]",
-                    f"{_fmt(arn)} is an STS session, which EKS access entries refuse; give the role itself: {role} (with its path, if it has one)",
-                )
-            )
-        elif not _ARN.match(arn):
-            problems.append(Problem(f"{k}.adminPrincipals[{i}]", f"{_fmt(arn)} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/Admin"))
+        why = aws_names.role_arn_problem(arn, example="Admin")
+        if why:
+            problems.append(Problem(f"{k}.adminPrincipals[{i}]", why))
     if len(set(c.admin_principals)) != len(c.admin_principals):
         problems.append(Problem(f"{k}.adminPrincipals", "lists the same principal twice"))
     if c.log_retention_days not in LOG_RETENTION_DAYS:
@@ -366,10 +345,6 @@ def _check_etcd(e: EtcdConfig, problems: list[Problem]) -> None:
         problems.append(Problem(f"{k}.cpu", f"{_fmt(e.cpu)} is not a positive Kubernetes CPU quantity like 250m or 1"))
     if not _quantity(e.memory, r"(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?"):
         problems.append(Problem(f"{k}.memory", f"{_fmt(e.memory)} is not a positive Kubernetes memory quantity like 512Mi, 1Gi or 1G"))
-
-
-# Namespaces that exist already or that the stack's services create for themselves.
-RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "mpi-operator", "kubeflow", "amazon-cloudwatch", "kueue-system")
 
 
 def _check_services(sv: ServicesConfig, problems: list[Problem]) -> None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from facts import catalog
+from facts import catalog, operators
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
 from jobs import checks
-from jobs.base import GroupFacts, JobBase, JobEnvironment, JobTarget
+from jobs.base import GroupFacts, JobBase, JobEnvironment
 from jobs.registry import JOB_KINDS
 from jobs.sagemaker import PortableJob, SageMakerJob
+from stacks import queues
 from stacks.config.errors import parse
 from stacks.config.models import NAMESPACE, AutoscalingConfig, EtcdConfig, GpuNodeGroupConfig, ServicesConfig, StorageConfig
 
@@ -38,22 +39,6 @@ def _gpu_type(g: GpuNodeGroupConfig) -> bool:
 
 def group_facts(g: GpuNodeGroupConfig) -> GroupFacts:
     return GroupFacts(name=g.name, instance=g.instance, efa_interfaces=g.efa_interfaces, max_size=g.max_size)
-
-
-def job_targets(groups: Iterable[GpuNodeGroupConfig], availability_zone: str) -> dict[str, JobTarget]:
-    """One ``JobTarget`` per GPU node group, from the catalog facts of its instance type, the EFA
-    interfaces the group attaches, its maxSize, the GPU AZ and the group's own taints."""
-    return {
-        g.name: JobTarget.from_instance(
-            g.name,
-            g.instance,
-            efa_interfaces=g.efa_interfaces,
-            max_nodes=g.max_size,
-            availability_zone=availability_zone,
-            extra_taints=[t.model_dump() for t in g.taints],
-        )
-        for g in groups
-    }
 
 
 def runtime_of(spec: JobBase) -> str:
@@ -89,7 +74,7 @@ def job_environment(
     return JobEnvironment(
         groups={g.name: group_facts(g) for g in groups if g is not None},
         volumes=frozenset(name for name, on in (("efs", storage.efs.enabled), ("fsx", storage.fsx.enabled)) if on),
-        operators=frozenset(name for name, on in (("mpi", services.mpi_operator), ("training", services.training_operator)) if on),
+        operators=frozenset(op.name for op in operators.installed(services)),
         etcd_enabled=(etcd or EtcdConfig()).enabled,
     )
 
@@ -112,15 +97,13 @@ def parse_job_section(
     env = job_environment(usable, sections.storage, sections.services, sections.etcd)
     specs = parse_jobs(raw, f"{NAMESPACE}:jobs", problems, env, invalid_groups=invalid)
     if getattr(sections, "queues", None) is not None:
-        _check_queued_jobs(raw, specs, usable, sections, problems)
+        _check_queued_jobs(raw, specs, usable, sections, env, problems)
     return specs
 
 
-def _check_queued_jobs(raw: Any, specs: list[JobBase], groups: list[GpuNodeGroupConfig], sections: Any, problems: list[Problem]) -> None:
+def _check_queued_jobs(raw: Any, specs: list[JobBase], groups: list[GpuNodeGroupConfig], sections: Any, env: JobEnvironment, problems: list[Problem]) -> None:
     """Jobs against the queues (``stacks/queues/``): a job's team exists, and every job can be
-    admitted by its queue at all (else it would wait forever)."""
-    from stacks import queues  # imports the config layer
-
+    admitted by its queue at all (else it would wait forever). ``env`` is what the stack offers jobs."""
     first: dict[str, int] = {}
     for i, item in enumerate(raw if isinstance(raw, list) else []):
         if isinstance(item, dict) and isinstance(item.get("name"), str):
@@ -142,9 +125,9 @@ def _check_queued_jobs(raw: Any, specs: list[JobBase], groups: list[GpuNodeGroup
             efa_device_plugin=services.efa_device_plugin,
             monitoring=sections.monitoring.enabled if sections.monitoring is not None else True,
         ),
-        operators=[name for name, on in (("mpi", services.mpi_operator), ("training", services.training_operator)) if on],
-        volumes=[name for name, on in (("efs", storage.efs.enabled), ("fsx", storage.fsx.enabled)) if on],
-        etcd=(sections.etcd or EtcdConfig()).enabled,
+        operators=sorted(env.operators),
+        volumes=sorted(env.volumes),
+        etcd=env.etcd_enabled,
         jobs=keyed,
     )
     queues.check_jobs(plan, problems, "")

@@ -22,11 +22,11 @@ every name is here.
 
 from __future__ import annotations
 
+from facts.kube import KUEUE_NAMESPACE
 from stacks.queues.admission import Admission, Demand, PodSet, Usage, admit_in_order, demands, pod_requests, pod_sets, reach
 from stacks.queues.checks import MAX_FLAVOR_TOLERATIONS, check_config, check_job_teams, check_jobs
 from stacks.queues.cluster_queues import (
     COHORT,
-    KUEUE_NAMESPACE,
     PROVISIONING_CHECK,
     PROVISIONING_CLASS,
     PROVISIONING_REQUEST_API,
@@ -44,7 +44,6 @@ from stacks.queues.cluster_queues import (
 )
 from stacks.queues.plan import (
     BATCH_JOB,
-    INTEGRATIONS,
     REQUEUE_BACKOFF_BASE_SECONDS,
     REQUEUE_BACKOFF_MAX_SECONDS,
     QueuePlan,
@@ -85,7 +84,6 @@ __all__ = [
     "Flavor",
     "GPU",
     "HUGEPAGES",
-    "INTEGRATIONS",
     "KUEUE_NAMESPACE",
     "Limits",
     "LocalQueue",

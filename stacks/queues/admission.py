@@ -9,14 +9,15 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from facts.kube import NODE_GROUP_LABEL
+from facts.operators import REPLICA_SPECS
 from jobs.base import PRIORITIES, GpuJob, JobBase, JobBuildError, JobsContext
 from jobs.pod import QUEUE_LABEL
 from jobs.registry import build_manifests
 from stacks.queues.cluster_queues import ClusterQueue
 from stacks.queues.resources import RESOURCES, parse_quantity
 
-# The replica maps Kueue reads a pod set from, per kind (one pod set per replica type).
-REPLICA_SPECS = {"MPIJob": "mpiReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs", "PaddleJob": "paddleReplicaSpecs"}
+# REPLICA_SPECS (facts/operators.py): the replica maps Kueue reads pod sets from, per kind (one pod
+# set per replica type).
 
 # ---------------------------------------------------------------------------------------------
 # What jobs ask for

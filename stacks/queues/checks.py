@@ -9,10 +9,12 @@ import re
 from typing import Any, Iterable, Optional, Sequence
 
 from facts import durations
+from facts.aws_names import role_arn_problem
+from facts.kube import RESERVED_NAMESPACES
 from facts.problems import Problem
 from jobs.base import JobBase
 from stacks.queues.admission import reach
-from stacks.queues.cluster_queues import KUEUE_NAMESPACE, RESERVED_TEAM_NAMES, team_namespace
+from stacks.queues.cluster_queues import RESERVED_TEAM_NAMES, team_namespace
 from stacks.queues.plan import QueuePlan
 from stacks.queues.resources import RESOURCES, group_supply, human
 
@@ -70,8 +72,6 @@ def check_config(
     """The queue section on its own and against the GPU groups: names, namespaces, the teams'
     quotas within the groups, and what needs queues or the autoscaler. ``ns`` is the config namespace."""
     k = f"{ns}:queues"
-    from stacks.config.checks import RESERVED_NAMESPACES, role_arn_problem  # the config layer imports this module
-
     why = durations.go_duration_problem(queues.pods_ready_timeout)
     if why or durations.parse_go_duration(queues.pods_ready_timeout) <= 0:
         problems.append(
@@ -111,7 +111,7 @@ def check_config(
         where = f"{tk}.namespace" if t.namespace else f"{tk}.name"
         if not _DNS_LABEL.match(space) or len(space) > 63 or space.startswith("kube-"):
             problems.append(Problem(where, f"{space!r} is not allowed as the team's namespace: a namespace name (lower-case letters, digits, '-'), not kube-*"))
-        elif space in RESERVED_NAMESPACES or space == KUEUE_NAMESPACE:
+        elif space in RESERVED_NAMESPACES:
             problems.append(Problem(where, f"{space!r} is not allowed as the team's namespace: it belongs to Kubernetes or to a service of the stack"))
         elif space == training_namespace:
             problems.append(

@@ -23,7 +23,6 @@ PROVISIONING_CHECK = "gpu-provisioning"  # the ProvisioningRequest admission che
 PROVISIONING_CLASS = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 # The API the check's ProvisioningRequests are made in (the autoscaler's CRD, by its name).
 PROVISIONING_REQUEST_API = "provisioningrequests.autoscaling.x-k8s.io"
-KUEUE_NAMESPACE = "kueue-system"
 # Names a team cannot take (its ClusterQueue and its LocalQueue in the training namespace are named
 # after it): the shared queue's, and `default`, which in the training namespace would take in the
 # data-stage Jobs that name no queue.

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
-from jobs.base import JobBase, JobsContext
+from facts import operators as ops
+from jobs.base import JobBase, JobsContext, job_targets
 from stacks.queues.admission import Admission, Demand, admit_in_order, demands
 from stacks.queues.cluster_queues import (
     COHORT,
@@ -24,10 +25,9 @@ from stacks.queues.cluster_queues import (
 )
 from stacks.queues.resources import CPU, EFA, GPU, HUGEPAGES, MEMORY, Flavor, NodeServices, flavor_of, human
 
-# The integration (Kueue framework) of each operator whose jobs the stack queues. batch/job only
+# Kueue's integrations are the kinds of the operators installed (facts/operators.py), and batch/job
 # with teams: Kueue's batch-user role lets a team create batch Jobs, which must queue too (the
 # stack's own data-stage Jobs name no queue and are left alone).
-INTEGRATIONS = {"mpi": ("kubeflow.org/mpijob",), "training": ("kubeflow.org/pytorchjob", "kubeflow.org/paddlejob")}
 BATCH_JOB = "batch/job"
 
 # waitForPodsReady: an admitted job must have every pod running within `queues.podsReadyTimeout`, or
@@ -70,8 +70,6 @@ class QueuePlan:
 def plan_context(training_namespace: str, groups: Sequence[Any], volumes: Iterable[str], etcd: bool, teams: Sequence[Any]) -> JobsContext:
     """A JobsContext like the stack's, for sizing jobs before anything exists (the claim names and
     the etcd endpoint do not change what a job asks for)."""
-    from stacks.config.jobs import job_targets  # the config layer imports this module
-
     return JobsContext(
         namespace=training_namespace,
         targets=job_targets(groups, "plan"),
@@ -101,7 +99,7 @@ def build_plan(
     flavors = tuple(flavor_of(g, autoscaling.enabled, services) for g in groups)
     teams = list(queues.teams)
     cqs = tuple(cluster_queues(flavors, teams, training_namespace))
-    ops = set(operators)
+    installed = set(operators)
     ctx = plan_context(training_namespace, groups, volumes, etcd, teams)
     queue_of_team = {"": SHARED_QUEUE, **{t.name: t.name for t in teams}}
     return QueuePlan(
@@ -110,7 +108,7 @@ def build_plan(
         local_queues=tuple(local_queues(teams, training_namespace)),
         teams=tuple(Team(t.name, team_namespace(t), t.role_arn) for t in teams),
         managed_namespaces=tuple(dict.fromkeys([training_namespace, *(team_namespace(t) for t in teams)])),
-        integrations=tuple(([BATCH_JOB] if teams else []) + [i for op in ("mpi", "training") if op in ops for i in INTEGRATIONS[op]]),
+        integrations=tuple(([BATCH_JOB] if teams else []) + [k.integration for op in ops.OPERATORS if op.name in installed for k in op.kinds]),
         pods_ready_timeout=queues.pods_ready_timeout,
         requeue_limit=queues.requeue_limit,
         provisioning=bool(autoscaling.provisioning_requests and any(f.autoscaled for f in flavors)),
@@ -134,7 +132,7 @@ def plan_for(cfg: Any) -> Optional[QueuePlan]:
         autoscaling=cfg.autoscaling,
         training_namespace=sv.training_namespace,
         services=node_services(cfg),
-        operators=[name for name, on in (("mpi", sv.mpi_operator), ("training", sv.training_operator)) if on],
+        operators=[op.name for op in ops.installed(sv)],
         volumes=[name for name, on in (("efs", st.efs.enabled), ("fsx", st.fsx.enabled)) if on],
         etcd=cfg.etcd.enabled,
         jobs=[(f"jobs[{i}]", j) for i, j in enumerate(cfg.jobs)],
