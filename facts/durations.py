@@ -1,15 +1,30 @@
-"""Go's duration syntax, for the flags of Go programs the stack configures (the Cluster Autoscaler's
-``--scale-down-unneeded-time`` and the like are ``flag.Duration``s, read by ``time.ParseDuration``).
+"""Go durations, for the settings of Go programs the stack configures that Go reads with
+``time.ParseDuration``: the Cluster Autoscaler's ``--scale-down-unneeded-time`` and
+``--scale-down-delay-after-add`` (``flag.Duration``s) and Kueue's ``waitForPodsReady.timeout``.
 
-``parse_go_duration`` accepts exactly what Go's ``time.ParseDuration`` accepts (Go 1.22 to 1.26,
-src/time/format.go): an optional sign, then one or more of a decimal number (``1``, ``1.5``, ``.5``,
-``5.``) with a unit, ``ns``, ``us`` (or ``µs`` U+00B5, ``μs`` U+03BC), ``ms``, ``s``, ``m``, ``h``,
-as in ``1h30m`` or ``1.5h``; or ``0`` alone. The result is in nanoseconds, within int64, computed as
-Go computes it (fractions through a float64).
+The grammar, as Go documents it ("a possibly signed sequence of decimal numbers, each with
+optional fraction and a unit suffix, such as "300ms", "-1.5h" or "2h45m""), with the bare "0":
+
+    duration  = [ "+" | "-" ] ( "0" | component { component } )
+    component = number unit
+    number    = digits [ "." [ digits ] ] | "." digits        digits: ASCII 0-9 only
+    unit      = "ns" | "us" | "µs" (U+00B5) | "μs" (U+03BC) | "ms" | "s" | "m" | "h"
+
+``SYNTAX`` is that grammar as one regular expression. A duration is an int64 of nanoseconds: Go
+refuses one beyond 2**63 - 1 ns (about 292 years) and takes -2**63. Each component's fraction is
+turned into nanoseconds through a float64 and truncated (``int(digits * (unit / 10**len))``), as
+Go does: "0.3333333333333333333h" is 20m. Like Go, only a fraction's first 18 or 19 significant
+digits count (those whose value fits 2**63); the rest are worth less than a millionth of a
+nanosecond.
+
+What Go refuses is refused with Go's words (the text quoted with Python's quotes): "time:
+invalid duration", "time: missing unit in duration" (a number without a unit) or "time: unknown
+unit 'd' in duration" (the unit being everything up to the next digit or ".", as Go reads it).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Union
 
 NANOSECOND = 1
@@ -28,100 +43,56 @@ UNITS = {
     "m": MINUTE,
     "h": HOUR,
 }
-_MAX = 1 << 63  # Go works in uint64 and allows 1<<63 only for a negative duration
+LIMIT = 1 << 63  # a negative duration reaches -LIMIT, a positive one LIMIT - 1
+
+_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+_UNIT = "|".join(sorted(UNITS, key=len, reverse=True))
+SYNTAX = re.compile(rf"[-+]?(?:0|(?:{_NUMBER}(?:{_UNIT}))+)")
+
+# How Go reads one component, to say what is wrong with it: digits, a fraction, then the unit as
+# everything up to the next digit or "."
+_PART = re.compile(r"([0-9]*)(?:\.([0-9]*))?([^0-9.]*)")
 
 
 class DurationError(ValueError):
-    """What Go's ``time.ParseDuration`` would say (the same wording)."""
-
-
-def _digit(c: str) -> bool:
-    return "0" <= c <= "9"  # Go compares bytes: other scripts' digits are not digits
-
-
-def _leading_int(s: str) -> tuple[int, str]:
-    x, i = 0, 0
-    while i < len(s) and _digit(s[i]):
-        if x > _MAX // 10:
-            raise OverflowError
-        x = x * 10 + ord(s[i]) - ord("0")
-        if x > _MAX:
-            raise OverflowError
-        i += 1
-    return x, s[i:]
-
-
-def _leading_fraction(s: str) -> tuple[int, float, str]:
-    x, scale, i, overflow = 0, 1.0, 0, False
-    while i < len(s) and _digit(s[i]):
-        if not overflow:
-            if x > (_MAX - 1) // 10:
-                overflow = True
-            else:
-                y = x * 10 + ord(s[i]) - ord("0")
-                if y > _MAX:
-                    overflow = True
-                else:
-                    x = y
-                    scale *= 10
-        i += 1
-    return x, scale, s[i:]
+    """What Go's ``time.ParseDuration`` says of a duration it refuses."""
 
 
 def parse_go_duration(text: str) -> int:
-    """The duration ``text`` in nanoseconds, or ``DurationError`` where Go's parser fails."""
-    orig, s, neg = text, text, False
-    invalid = DurationError(f"time: invalid duration {orig!r}")
-    if s and s[0] in "-+":
-        neg = s[0] == "-"
-        s = s[1:]
-    if s == "0":
+    """The duration ``text`` in nanoseconds, or ``DurationError`` where Go refuses it."""
+    invalid = DurationError(f"time: invalid duration {text!r}")
+    body = text[1:] if text[:1] in ("-", "+") else text
+    if body == "0":
         return 0
-    if s == "":
+    if not body:
         raise invalid
-    d = 0
-    while s:
-        if not (s[0] == "." or _digit(s[0])):
+    total, at = 0, 0
+    while at < len(body):
+        part = _PART.match(body, at)
+        assert part is not None  # every group may be empty
+        at = part.end()
+        whole, fraction, unit_text = part.group(1), part.group(2) or "", part.group(3)
+        value = whole.lstrip("0")
+        if not (whole or fraction) or len(value) > 19 or int(value or 0) > LIMIT:
             raise invalid
-        before = len(s)
-        try:
-            v, s = _leading_int(s)
-        except OverflowError:
-            raise invalid from None
-        pre = before != len(s)
-        post = False
-        f, scale = 0, 1.0
-        if s and s[0] == ".":
-            s = s[1:]
-            before = len(s)
-            f, scale, s = _leading_fraction(s)
-            post = before != len(s)
-        if not pre and not post:
-            raise invalid
-        i = 0
-        while i < len(s) and not (s[i] == "." or _digit(s[i])):
-            i += 1
-        if i == 0:
-            raise DurationError(f"time: missing unit in duration {orig!r}")
-        unit_text, s = s[:i], s[i:]
+        if not unit_text:
+            raise DurationError(f"time: missing unit in duration {text!r}")
         unit = UNITS.get(unit_text)
         if unit is None:
-            raise DurationError(f"time: unknown unit {unit_text!r} in duration {orig!r}")
-        if v > _MAX // unit:
+            raise DurationError(f"time: unknown unit {unit_text!r} in duration {text!r}")
+        total += int(value or 0) * unit
+        # Go reads a fraction's digits while their value fits 2**63: 18 or 19 after any leading zeros.
+        significant = fraction.lstrip("0")
+        kept = significant[:19] if int(significant[:19] or 0) <= LIMIT else significant[:18]
+        if kept:
+            total += int(int(kept) * (unit / 10 ** (len(fraction) - len(significant) + len(kept))))
+        if total > LIMIT:
             raise invalid
-        v *= unit
-        if f > 0:
-            v += int(float(f) * (float(unit) / scale))
-            if v > _MAX:
-                raise invalid
-        d += v
-        if d > _MAX:
-            raise invalid
-    if neg:
-        return -d
-    if d > _MAX - 1:
+    if text[:1] == "-":
+        return -total
+    if total == LIMIT:
         raise invalid
-    return d
+    return total
 
 
 def go_duration_problem(text: Union[str, object]) -> "str | None":

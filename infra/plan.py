@@ -16,7 +16,7 @@ import gc
 import sys
 from collections import Counter, OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Optional, TextIO
+from typing import Callable, Optional, TextIO
 
 import yaml
 
@@ -66,17 +66,13 @@ def plan(stack: str, root: Optional[Path] = None, stack_file: Optional[Path] = N
 # ---------------------------------------------------------------------------------------------
 
 
-def _dump_json(value: Any) -> str:
-    return json_text(value)  # json.dumps(value, indent=2, ensure_ascii=False) + "\n"
-
-
 def write_files(result: offline.PlanResult, out: Path, rendered: Optional[releases.Rendered] = None, cfg: Optional[stack_config.StackConfig] = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     if cfg is not None:
-        (out / "cost.json").write_text(_dump_json(cost.estimate(cfg).as_json()))
-    (out / "resources.json").write_text(_dump_json([r.as_json() for r in result.records]))
+        (out / "cost.json").write_text(json_text(cost.estimate(cfg).as_json()))
+    (out / "resources.json").write_text(json_text([r.as_json() for r in result.records]))
     (out / "manifests.yaml").write_text(manifests_yaml(result.kubernetes_objects()))
-    (out / "outputs.json").write_text(_dump_json(result.outputs))
+    (out / "outputs.json").write_text(json_text(result.outputs))
     if rendered is not None:
         write_releases(rendered, out)
 

@@ -436,10 +436,12 @@ def test_text_from_pulumi_config_set_is_still_read():
 
 _S, _MS, _US = 10**9, 10**6, 10**3
 _M, _H = 60 * _S, 3600 * _S
-# Go's own table (src/time/time_test.go, parseDurationTests and parseDurationErrorTests; compared
-# line by line with Go 1.19.8's). parse_go_duration was also run against Go 1.19.8's
-# time.ParseDuration (Debian's Go, not a project dependency) on 58,059 generated strings (signs,
-# fractions up to 25 digits, every unit, overflow, stray bytes): the same value or refusal for each.
+# The documented rules (facts/durations.py) as a table: Go's own cases (Go's src/time/time_test.go,
+# parseDurationTests and parseDurationErrorTests, compared line by line with Go 1.19.8's) and a few
+# of ours. facts/durations.py was also run against Go 1.19.8's time.ParseDuration (Debian's
+# golang-1.19, not a project dependency) on 163,141 generated strings (signs, fractions up to 120
+# digits with leading zeros, every unit, the int64 bound, stray characters): the same value, or a
+# refusal of the same kind (invalid, missing unit, unknown unit), for each.
 GO_DURATIONS = [
     ("0", 0),
     ("5s", 5 * _S),
@@ -524,6 +526,26 @@ def test_what_go_refuses_is_refused(text, words):
     with pytest.raises(durations.DurationError) as err:
         durations.parse_go_duration(text)
     assert words in str(err.value)
+
+
+def test_the_grammar_is_what_is_taken_short_of_the_int64_bound():
+    """SYNTAX, the documented grammar, matches every duration taken; of those refused it matches
+    only the ones beyond the int64 bound."""
+    for text, _ in GO_DURATIONS:
+        assert durations.SYNTAX.fullmatch(text), text
+    beyond = {t for t, _ in GO_DURATION_ERRORS if durations.SYNTAX.fullmatch(t)}
+    assert beyond == {"9223372036854775810ns", "9223372036854775808ns", "-9223372036854775809ns", "9223372036854776us", "3000000h",
+                      "9223372036854775.808us", "9223372036854ms775us808ns"}  # fmt: skip
+
+
+def test_a_duration_too_long_for_pythons_int_conversion_is_refused_or_read():
+    """Digits past Python's 4,300-digit conversion limit: a number beyond the bound is refused as
+    Go refuses it, leading zeros and a fraction's digits are read as Go reads them."""
+    with pytest.raises(durations.DurationError, match="invalid duration"):
+        durations.parse_go_duration("1" * 5000 + "s")
+    assert durations.parse_go_duration("0" * 5000 + "1s") == _S
+    assert durations.parse_go_duration("1." + "0" * 5000 + "1s") == _S
+    assert durations.parse_go_duration("1." + "1" * 5000 + "s") == _S + 111111111
 
 
 @pytest.mark.parametrize("value", ["1h30m", "1.5h", "90s", "10m", "0", "2h0m0s", "600000ms"])

@@ -20,7 +20,7 @@ from facts.paths import PROJECT_ROOT
 from jobs.registry import JOB_KINDS
 from stacks.config import ConfigError, ServicesConfig, load
 from stacks.queues.admission import REPLICA_SPECS
-from tests.conftest import ROOT, minimal_values, run_stack
+from tests.helpers import ROOT, minimal_values, run_stack
 
 CRD = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 RELEASE = "kubernetes:helm.sh/v3:Release"

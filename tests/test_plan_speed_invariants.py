@@ -1,12 +1,7 @@
 """What keeps the offline plan fast, and that the fast paths give what the slow ones gave.
 
-- JSON files: ``plan_text.json_text`` writes what ``json.dumps(indent=2, ensure_ascii=False)``
-  writes (compared on generated values), and leaves anything else to it.
-- manifests.yaml and releases.yaml: libyaml's emitter writes them, with its representer made
-  quicker, when it writes the objects byte for byte as PyYAML's pure-Python emitter does; an
-  object whose only odd parts are values (the Kueue Workload CRD's descriptions with tabs) is
-  written by libyaml with the Python emitter's form of each odd value put in; anything else goes
-  through the Python emitter. Compared on generated objects, and on the plans' own files.
+- manifests.yaml and releases.yaml: written by PyYAML's safe dumper over libyaml's emitter; what
+  it writes reads back as the objects written (generated objects).
 - Helm renders start as soon as their release is registered, each piped into a reader process
   that hands back the objects and their text: the same objects as reading helm's output here.
 - The recording monitor reads registrations with a direct walk of the protobuf Struct, which must
@@ -21,7 +16,6 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 import random
 import subprocess
 
@@ -38,14 +32,6 @@ from infra.offline import monitor
 from tests.helpers import dev_values
 
 LIBYAML = bool(getattr(yaml, "__with_libyaml__", False))
-
-
-def _python_emitter(objects: list) -> str:
-    return plan_text.manifests_yaml(objects, dumper=plan_text.PythonDumper)
-
-
-def _libyaml(objects: list) -> str:
-    return yaml.dump_all(objects, Dumper=plan_text.FAST_DUMPER, sort_keys=False, default_flow_style=False, explicit_start=True)
 
 
 _PIECES = [
@@ -78,160 +64,37 @@ def _generated(rng: random.Random, odd: float = 0.0, depth: int = 0):
 
 
 # ----------------------------------------------------------------------------------------------
-# manifests.yaml
+# The YAML files
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def prod_objects(prod_plan) -> list[dict]:
-    return prod_plan.kubernetes_objects()
-
-
-def test_the_stacks_manifests_are_written_by_libyaml_and_identical_to_the_python_emitter(dev_plan, prod_objects):
-    for objects in (dev_plan.kubernetes_objects(), prod_objects):
-        assert objects
-        if LIBYAML:
-            assert plan_text.libyaml_writes_it_alike(objects), "the plan's manifests now hold text that sends them through the slow Python emitter"
-        assert plan_text.manifests_yaml(objects) == _python_emitter(objects)
-
-
 @pytest.mark.skipif(not LIBYAML, reason="PyYAML without libyaml")
-def test_both_emitters_agree_on_the_text_the_guard_lets_through():
-    """Generated objects (multi-line scripts, long lines, indicators, quotes, YAML-looking words):
-    whenever the guard sends them to libyaml, libyaml writes what the Python emitter writes."""
+def test_the_yaml_files_are_written_by_libyaml():
+    assert issubclass(plan_text.PlanDumper, yaml.CSafeDumper)
+
+
+def test_the_yaml_files_read_back_as_the_objects_written():
+    """Generated objects (multi-line scripts, long lines, indicators, quotes, YAML-looking words,
+    tabs, non-ASCII text, line breaks of every kind, odd keys, shared parts): what
+    manifests_yaml writes reads back as the same objects, in the same order."""
     rng = random.Random(20240611)
-    fast = 0
-    for _ in range(400):
-        objects = [{"kind": "ConfigMap", "data": _generated(rng)} for _ in range(rng.randint(1, 3))]
-        if plan_text.libyaml_writes_it_alike(objects):
-            fast += 1
-            assert _libyaml(objects) == _python_emitter(objects), objects
-    assert fast > 200  # the guard lets most through: the comparison is not vacuous
+    for _ in range(300):
+        objects = [{"kind": "ConfigMap", "k" * rng.randint(1, 120): _generated(rng, odd=0.3)} for _ in range(rng.randint(1, 3))]
+        if rng.random() < 0.2:
+            objects = [{"a": [[o, [o.copy()]]], "": None, 3: "int key"} for o in objects]  # shared values become aliases
+        text = plan_text.manifests_yaml(objects)
+        assert text.startswith("---")
+        read = list(yaml.load_all(text, Loader=yaml.SafeLoader))
+        assert read == objects and [list(o) for o in read] == [list(o) for o in objects], objects
 
 
-@pytest.mark.skipif(not LIBYAML, reason="PyYAML without libyaml")
-def test_stand_ins_give_the_python_emitters_text():
-    """Objects with odd texts anywhere (mapping values, list items, lists of lists, deep or at the
-    top, next to long keys, in parts met twice that become aliases): written with stand-ins, they
-    are the Python emitter's text."""
-    rng = random.Random(20251124)
-    substituted = 0
-    for _ in range(400):
-        objects = [{"kind": "ConfigMap", "k" * rng.randint(1, 99): _generated(rng, odd=0.3)} for _ in range(rng.randint(1, 3))]
-        if rng.random() < 0.3:
-            objects = [{"a": [[o, [o.copy()]]]} for o in objects]  # shallow copies share their values
-        for o in objects:
-            odd: list = []
-            if plan_text._odd_values(o, [], odd) and odd and plan_text._with_stand_ins(o, odd) is not None:
-                substituted += 1
-        assert plan_text.manifests_yaml(objects) == _python_emitter(objects), objects
-    assert substituted > 100  # the stand-ins are used, not only the Python emitter
-
-
-@pytest.mark.skipif(not LIBYAML, reason="PyYAML without libyaml")
-def test_the_quick_representer_makes_the_nodes_pyyamls_makes():
-    """Shared dicts and lists (anchors and aliases), subclasses, numbers of every kind: libyaml with
-    the quick representer writes what CSafeDumper with PyYAML's own representer writes."""
-
-    class Reference(yaml.CSafeDumper):
-        pass
-
-    Reference.add_representer(str, plan_text._str_presenter)
-    shared_map, shared_list = {"a": 1, "b": [1, 2]}, ["x", {"y": None}]
-    rng = random.Random(7)
-    values = [
-        {"one": shared_map, "two": shared_map, "three": [shared_list, shared_list], "four": shared_list},
-        {"n": [0, -1, 2**70, 1.5, -0.0, 1e-300, float("inf"), -float("inf"), float("nan"), True, False, None]},
-        {"text": ["", "multi\nline\n", "yes", "0o17", "~", "2024-01-01", "1_000"], 3: "int key", True: "bool key", None: "null key"},
-        *[{"kind": "ConfigMap", "data": _generated(rng)} for _ in range(100)],
-    ]
-    for value in values:
-        assert _libyaml([value]) == yaml.dump_all([value], Dumper=Reference, sort_keys=False, default_flow_style=False, explicit_start=True)
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "word " * 30 + "\nnext",  # a space before a line break: double-quoted, folded differently by libyaml
-        "tab\tin " + "a long line " * 10,
-        "caf\u00e9 " * 30,  # non-ASCII: escaped, double-quoted
-        "line\r\n" * 3,
-        "multi-line text\nending in a space ",
-        "a script\nkeeping its trailing line breaks\n\n",  # "|+": libyaml ends the document with "..."
-    ],
-)
-def test_text_that_libyaml_may_write_differently_gets_the_python_emitters_form(text):
-    objects = [{"kind": "ConfigMap", "data": {"k": text, "nested": [{"v": text}, [text]]}}]
-    assert not plan_text.libyaml_writes_it_alike(objects)
-    assert plan_text.manifests_yaml(objects) == _python_emitter(objects)
-
-
-@pytest.mark.parametrize(
-    "text",
-    ["tab\tin " + "a long line " * 10, "word " * 30 + "\nnext", "a script\nkeeping its trailing line breaks\n\n", "caf\u00e9 " * 30],
-)
-def test_a_stream_with_some_odd_objects_is_the_python_emitters_stream(text):
-    """Objects libyaml writes alike go through libyaml even when others in the stream do not (a
-    chart's CRD with tabs in its descriptions); joined, the runs are the one stream of the Python
-    emitter, also when an odd object leaves a document open ("|+", then "...")."""
-    plain = {"kind": "ConfigMap", "data": {"k": "v", "script": "echo hi\nexit 0\n"}}
-    odd = {"kind": "ConfigMap", "data": {"k": text}}
-    for objects in ([plain, odd, plain], [odd, plain, plain, odd], [plain, plain, odd], [odd, odd, plain]):
-        assert plan_text.manifests_yaml(objects) == _python_emitter(objects)
-
-
-@pytest.mark.parametrize("key", ["", "k" * 101, "two\nlines", "tab\tkey", "caf\u00e9", 1.5, None])
-def test_keys_that_libyaml_may_write_differently_go_through_the_python_emitter(key):
-    objects = [{"kind": "ConfigMap", "data": {key: "v"}}]
-    assert not plan_text.libyaml_writes_it_alike(objects)
-    assert plan_text._odd_values(objects[0], [], []) is False  # no stand-ins for keys
-    assert plan_text.manifests_yaml(objects) == _python_emitter(objects)
+def test_multi_line_text_is_a_literal_block():
+    text = plan_text.manifests_yaml([{"kind": "ConfigMap", "data": {"script": "set -e\necho hi\n"}}])
+    assert "script: |\n" in text
 
 
 def test_no_objects_give_an_empty_file():
     assert plan_text.manifests_yaml([]) == ""
-
-
-# ----------------------------------------------------------------------------------------------
-# JSON files
-# ----------------------------------------------------------------------------------------------
-
-
-def _reference_json(value) -> str:
-    return json.dumps(value, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
-
-
-def test_json_text_is_json_dumps_text(dev_plan):
-    rng = random.Random(11)
-    values = [
-        [r.as_json() for r in dev_plan.records],
-        dev_plan.outputs,
-        {},
-        [],
-        "",
-        None,
-        {"e": {}, "l": [], "t": (1, "two", (3,)), "u": 'caf\u00e9 \u2028 \x00 "quoted" \\ \t\n \U0001f600'},
-        [0, -1, 2**70, 1.5, -0.0, 1e-300, 1e20, float("inf"), -float("inf"), float("nan"), True, False, None],
-        *[_generated(rng, odd=0.3) for _ in range(200)],
-    ]
-    for value in values:
-        assert plan_text.json_text(value) == _reference_json(value)
-
-
-@pytest.mark.parametrize("value", [{1: "a", 2.5: "b", False: "c", None: "d"}, {"nested": [{3: 4}]}])
-def test_json_text_leaves_other_keys_to_json_dumps(value):
-    assert plan_text.json_text(value) == _reference_json(value)
-
-
-def test_json_text_refuses_what_json_dumps_refuses():
-    cycle: list = []
-    cycle.append(cycle)
-    for value in (cycle, {"s": {1, 2}}, {"o": object()}):
-        with pytest.raises((ValueError, TypeError)) as expected:
-            json.dumps(value, indent=2)
-        with pytest.raises(type(expected.value)):
-            plan_text.json_text(value)
-    assert math.isnan(json.loads(plan_text.json_text(float("nan"))))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -260,18 +123,7 @@ def test_the_readers_give_what_reading_helms_output_here_gives(dev_plan, dev_ren
     assert dev_rendered.note is None and len(dev_plan.of_type(releases.RELEASE)) >= 4
     assert dev_rendered.objects == objects
     assert dev_rendered.text is not None
-    assert releases.releases_yaml(dev_rendered) == plan_text.manifests_yaml(objects) == _python_emitter(objects)
-
-
-@needs_helm
-@pytest.mark.skipif(not LIBYAML, reason="PyYAML without libyaml")
-def test_the_kueue_workload_crd_is_written_with_stand_ins_not_by_the_python_emitter(dev_rendered):
-    """The Workload CRD (690 kB, tabs in three descriptions) was most of the time of releases.yaml
-    when it went through the Python emitter."""
-    (workload,) = [o for o in dev_rendered.objects if o["kind"] == "CustomResourceDefinition" and o["metadata"]["name"].startswith("workloads.")]
-    odd: list = []
-    assert plan_text._odd_values(workload, [], odd) and odd
-    assert plan_text._with_stand_ins(workload, odd) == _python_emitter([workload])
+    assert releases.releases_yaml(dev_rendered) == plan_text.manifests_yaml(objects)
 
 
 @needs_helm
