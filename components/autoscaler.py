@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -100,7 +100,7 @@ class ClusterAutoscalerArgs:
     expander: str = "least-waste"  # which group to grow when several fit (not `priority`: no priorities ConfigMap is written)
     # The vendored ProvisioningRequest CRD and its pinned sha256: given, the CRD is installed (Kueue
     # sets up its ProvisioningRequest controller only if the API is served when it starts); None: not.
-    provisioning_request_crd: Optional[Vendored] = None
+    provisioning_request_crd: Vendored | None = None
     serve_provisioning_requests: bool = False  # the autoscaler acts on ProvisioningRequests (needs the CRD)
     discovery_tag: str = AUTOSCALE_TAG  # our ASG tag marking the groups to autoscale (NodeGroup writes it)
     project_root: Path = Path(".")  # where the chart path is relative to (the program's working directory)
@@ -111,7 +111,7 @@ class ClusterAutoscalerArgs:
 class ClusterAutoscaler(pulumi.ComponentResource):
     """The Cluster Autoscaler; the Kubernetes provider comes through ``opts``."""
 
-    def __init__(self, name: str, args: ClusterAutoscalerArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: ClusterAutoscalerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:ClusterAutoscaler", name, None, opts)
         if "priority" in args.expander.split(","):
             # The chart writes the cluster-autoscaler-priority-expander ConfigMap only from
@@ -147,7 +147,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             raise ValueError(f"{name}: serving ProvisioningRequests needs their CRD")
         # The ProvisioningRequest API, when given (the chart grants the autoscaler its RBAC but does not
         # ship the CRD; the autoscaler only watches the API when the CRD exists when it starts).
-        self.provisioning_request_crd: Optional[pulumi.Resource] = None
+        self.provisioning_request_crd: pulumi.Resource | None = None
         if args.provisioning_request_crd is not None:
             crd = _crd(verified(args.provisioning_request_crd, args.project_root), args.project_root)
             self.provisioning_request_crd = k8s.apiextensions.v1.CustomResourceDefinition(

@@ -8,8 +8,8 @@ No default node group: node groups are components of their own (``NodeGroup``).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -58,7 +58,7 @@ def assume_role_policy(service: str) -> str:
 
 
 class Cluster(pulumi.ComponentResource):
-    def __init__(self, name: str, args: ClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
@@ -171,7 +171,7 @@ class Cluster(pulumi.ComponentResource):
         self.cluster_security_group_id = self.eks.cluster_security_group_id
         self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(self.eks.kubeconfig_json)
         self.oidc_provider_arn = self.eks.oidc_provider_arn
-        self.coredns: Optional[aws.eks.Addon] = None
+        self.coredns: aws.eks.Addon | None = None
         self.register_outputs(
             {
                 "clusterName": args.cluster_name,
@@ -195,7 +195,7 @@ class Cluster(pulumi.ComponentResource):
         )
         return self.coredns
 
-    def add_node_monitoring_agent(self, version: str, configuration_values: Optional[str], after: list[pulumi.Resource]) -> aws.eks.Addon:
+    def add_node_monitoring_agent(self, version: str, configuration_values: str | None, after: list[pulumi.Resource]) -> aws.eks.Addon:
         """The EKS node monitoring agent add-on: it reports GPU (XID, NVLink, ...), kernel,
         network and storage faults as node conditions, which node auto repair acts on.
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -25,8 +24,8 @@ TOLERATE_ALL = [{"operator": "Exists"}]
 
 @dataclass
 class DevicePluginsArgs:
-    nvidia_chart: Optional[Chart]  # the vendored NVIDIA device plugin chart; None: do not install
-    efa_chart: Optional[Chart]  # the vendored EFA device plugin chart; None: do not install
+    nvidia_chart: Chart | None  # the vendored NVIDIA device plugin chart; None: do not install
+    efa_chart: Chart | None  # the vendored EFA device plugin chart; None: do not install
     # Node label every GPU node carries / every EFA-enabled GPU node carries.
     gpu_node_label: dict[str, str] = field(default_factory=dict)  # the NVIDIA plugin's required node affinity
     efa_node_label: dict[str, str] = field(default_factory=dict)  # the EFA plugin's node selector
@@ -47,11 +46,11 @@ def _require_labels(labels: dict[str, str]) -> dict:
 
 
 class DevicePlugins(pulumi.ComponentResource):
-    def __init__(self, name: str, args: DevicePluginsArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: DevicePluginsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:DevicePlugins", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        self.nvidia: Optional[k8s.helm.v3.Release] = None
-        self.efa: Optional[k8s.helm.v3.Release] = None
+        self.nvidia: k8s.helm.v3.Release | None = None
+        self.efa: k8s.helm.v3.Release | None = None
 
         if args.nvidia_chart:
             self.nvidia = k8s.helm.v3.Release(

@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -86,7 +85,7 @@ def scripts_sha256(scripts: dict[str, str]) -> str:
 
 
 class Etcd(pulumi.ComponentResource):
-    def __init__(self, name: str, args: EtcdArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: EtcdArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:Etcd", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         app = args.name

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -32,8 +32,8 @@ def pod_identity_role(
     *,
     description: str,
     managed_policies: tuple[str, ...] = (),
-    inline_policy: Optional[pulumi.Input[str]] = None,
-    tags: Optional[dict[str, str]] = None,
+    inline_policy: pulumi.Input[str] | None = None,
+    tags: dict[str, str] | None = None,
     parent: pulumi.Resource,
 ) -> aws.iam.Role:
     """A role for one service account: AWS managed policies by path (e.g. "service-role/X")

@@ -10,8 +10,9 @@ a ``JobsContext``.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -56,11 +57,11 @@ class TrainingJobs(pulumi.ComponentResource):
     """Registers the jobs' Kubernetes objects. The Kubernetes provider comes through ``opts``
     (``providers=[k8s_provider]`` or ``provider=``) and is inherited by every child."""
 
-    def __init__(self, name: str, args: TrainingJobsArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: TrainingJobsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:TrainingJobs", name, None, opts)
         ctx = args.context
         self.resources: dict[str, list[pulumi.Resource]] = {}
-        self._partition: Optional[pulumi.Output[str]] = None
+        self._partition: pulumi.Output[str] | None = None
         enabled = [j for j in args.jobs if j.enabled]
         for spec in enabled:
             # A pod that needs AWS access must start with its credentials in place: Pod Identity

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Optional
 
 import pulumi
 import pulumi_aws as aws
@@ -64,7 +63,7 @@ def dashboard_body(cluster_name: str, region: str) -> dict:
 class Monitoring(pulumi.ComponentResource):
     SERVICE_ACCOUNT = "cloudwatch-agent"
 
-    def __init__(self, name: str, args: MonitoringArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:Monitoring", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
@@ -100,7 +99,7 @@ class Monitoring(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*log_groups, *args.cluster_ready]),
         )
-        self.dashboard_name: Optional[str] = None
+        self.dashboard_name: str | None = None
         if args.dashboard:
             self.dashboard_name = f"{args.cluster_name}-gpu"
             aws.cloudwatch.Dashboard(

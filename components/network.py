@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Optional
 
 import pulumi
 import pulumi_aws as aws
@@ -48,7 +47,7 @@ class Network(pulumi.ComponentResource):
     public_subnet_ids: list[pulumi.Output[str]]
     gpu_subnet_id: pulumi.Output[str]
 
-    def __init__(self, name: str, args: NetworkArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:Network", name, None, opts)
         if args.gpu_availability_zone not in args.availability_zones:
             raise ValueError(f"GPU AZ {args.gpu_availability_zone} is not among the subnet AZs {args.availability_zones}")

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import base64
 import datetime
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Literal
 
 import pulumi
 import pulumi_aws as aws
@@ -58,28 +59,28 @@ class NodeGroupArgs:
     desired_size: int  # nodes to start with
     max_size: int  # most nodes
     disk_size_gib: int  # size of the encrypted gp3 root volume, GiB
-    kubernetes_version: Optional[str] = None  # kubelet version of the nodes; None: the cluster's
+    kubernetes_version: str | None = None  # kubelet version of the nodes; None: the cluster's
     capacity_type: Literal["on-demand", "spot", "capacity-block"] = "on-demand"  # how instances are bought; capacity-block also sets the market type
-    capacity_reservation_id: Optional[str] = None  # capacity reservation or block (cr-...) the launch template targets; None: none
+    capacity_reservation_id: str | None = None  # capacity reservation or block (cr-...) the launch template targets; None: none
     # A Capacity Block offering (cb-...) to buy at `pulumi up` (irreversible, paid upfront) and target
     # instead of capacity_reservation_id; None: buy nothing.
-    capacity_block_offering_id: Optional[str] = None
+    capacity_block_offering_id: str | None = None
     # The capacity block's (start, end), timezone-aware: the group scales to max_size at the start and
     # to zero CAPACITY_BLOCK_DRAIN before the end (scheduled actions, and inside the window the
     # program itself), and desired_size is then computed from the window; None: no scheduled scaling.
-    capacity_block_window: Optional[tuple[datetime.datetime, datetime.datetime]] = None
+    capacity_block_window: tuple[datetime.datetime, datetime.datetime] | None = None
     # The launch template's network interfaces, card by card (facts.catalog.efa_layout of the type);
     # empty: no EFA, the primary interface as EKS makes it.
     network_interfaces: Sequence[InterfaceSlot] = ()
     # Placement: "create" a cluster placement group in `availability_zone`, use an "existing" one
     # by name, or "none".
     placement_group: Literal["create", "existing", "none"] = "none"
-    placement_group_name: Optional[str] = None  # the placement group's name, with placement_group "existing"
-    availability_zone: Optional[str] = None  # the group's one AZ; required with EFA and with placement_group "create"
+    placement_group_name: str | None = None  # the placement group's name, with placement_group "existing"
+    availability_zone: str | None = None  # the group's one AZ; required with EFA and with placement_group "create"
     gpu: bool = False  # a GPU group: adds the GPU node label and the GPU taint
     # The name jobs and operators use for this group (label gputraining/node-group); defaults to
     # the component's name.
-    group_name: Optional[str] = None
+    group_name: str | None = None
     labels: dict[str, str] = field(default_factory=dict)  # extra node labels (the node-group, GPU and EFA labels are added)
     taints: list[dict[str, str]] = field(default_factory=list)  # extra node taints {key, value, effect} (a GPU group also gets the GPU taint)
     hugepages_2mi: int = 0  # 2 MiB huge pages each node reserves at boot, before kubelet starts (0: none; EFA groups need them)
@@ -94,7 +95,7 @@ class NodeGroupArgs:
     # With the Cluster Autoscaler (GPU groups): the extended resources one node offers, e.g.
     # {"nvidia.com/gpu": "8"}; the group's ASG gets the tags the autoscaler builds a node of a group at
     # zero from, and Pulumi leaves the desired size to the autoscaler. None: not autoscaled.
-    autoscale_resources: Optional[dict[str, str]] = None
+    autoscale_resources: dict[str, str] | None = None
     autoscale_tag: str = AUTOSCALE_TAG  # the ASG tag the autoscaler discovers groups by
     ready: Sequence[pulumi.Resource] = field(default_factory=list)  # what the nodes need first (the node role's policy attachments)
     tags: dict[str, str] = field(default_factory=dict)  # tags on the AWS resources, instances and volumes (plus gputraining/node-group)
@@ -109,7 +110,7 @@ def _asg_name(resources: Any) -> str:
     return str(groups[0].name)
 
 
-def _ignored(autoscaled: bool, block: Optional[BlockPlan]) -> Optional[list[str]]:
+def _ignored(autoscaled: bool, block: BlockPlan | None) -> list[str] | None:
     """The GPU node group's ``ignoreChanges``: the desired size of an autoscaled group, and what a
     capacity block's plan keeps from the state; None when nothing."""
     ignored = block.ignored() if block is not None else []
@@ -178,7 +179,7 @@ def efa_network_interfaces(slots: Sequence[InterfaceSlot], security_group_ids: l
 
 
 class NodeGroup(pulumi.ComponentResource):
-    def __init__(self, name: str, args: NodeGroupArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: NodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:NodeGroup", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = {**args.tags, "gputraining/node-group": name}
@@ -192,7 +193,7 @@ class NodeGroup(pulumi.ComponentResource):
         if args.placement_group == "create" and not args.availability_zone:
             raise ValueError("a cluster placement group needs the node group's availability zone")
 
-        self.efa_security_group_id: Optional[pulumi.Output[str]] = None
+        self.efa_security_group_id: pulumi.Output[str] | None = None
         security_group_ids: list[pulumi.Input[str]] = [args.cluster_security_group_id]
         if efa_interfaces:
             efa_sg = aws.ec2.SecurityGroup(
@@ -221,7 +222,7 @@ class NodeGroup(pulumi.ComponentResource):
             security_group_ids.append(efa_sg.id)
             self.efa_security_group_id = efa_sg.id
 
-        placement_name: Optional[pulumi.Input[str]] = None
+        placement_name: pulumi.Input[str] | None = None
         if args.placement_group == "create":
             pg = aws.ec2.PlacementGroup(
                 f"{name}-pg",
@@ -237,8 +238,8 @@ class NodeGroup(pulumi.ComponentResource):
         reservation = None
         if args.capacity_type == "capacity-block":
             market_options = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
-        reservation_id: Optional[pulumi.Input[str]] = args.capacity_reservation_id
-        self.capacity_block: Optional[aws.ec2.CapacityBlockReservation] = None
+        reservation_id: pulumi.Input[str] | None = args.capacity_reservation_id
+        self.capacity_block: aws.ec2.CapacityBlockReservation | None = None
         if args.capacity_block_offering_id:
             # The purchase: PurchaseCapacityBlock at `pulumi up`, paid upfront and irreversible. The
             # resource cannot be deleted (destroy only forgets it); the block ends on its own date.
@@ -312,7 +313,7 @@ class NodeGroup(pulumi.ComponentResource):
         eks_taints = [aws.eks.NodeGroupTaintArgs(key=t["key"], value=t.get("value") or None, effect=EKS_TAINT_EFFECT[t["effect"]]) for t in taints]
         desired_size = args.desired_size
         # A capacity block's window at the program's `now` (node_scaling.utc_now, the one clock).
-        block: Optional[BlockPlan] = None
+        block: BlockPlan | None = None
         if args.capacity_block_window is not None:
             block = capacity_block_plan(*args.capacity_block_window, args.max_size)
             desired_size = block.desired

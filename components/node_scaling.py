@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Optional, Sequence
+from typing import Literal
 
 from facts.catalog import CAPACITY_BLOCK_DRAIN
 
@@ -84,7 +85,7 @@ class ScheduledSize:
 def utc_now() -> datetime.datetime:
     """The time the program (and preflight, and the offline plan) runs at: the one clock every
     capacity-block decision reads, so tests fix it here."""
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 # How far ahead of the program's `now` a scheduled action must be to be registered, and how long
@@ -182,7 +183,7 @@ class BlockPlan:
         return ([] if self.steered else ["scalingConfig.desiredSize"]) + (list(HELD_BACK) if self.held else [])
 
 
-def capacity_block_plan(start: datetime.datetime, end: datetime.datetime, size: int, now: Optional[datetime.datetime] = None) -> BlockPlan:
+def capacity_block_plan(start: datetime.datetime, end: datetime.datetime, size: int, now: datetime.datetime | None = None) -> BlockPlan:
     """The plan of a group of ``size`` nodes following the block ``start``..``end`` at ``now``
     (default: ``utc_now()``)."""
     return BlockPlan(start, end, size, now if now is not None else utc_now())
@@ -190,7 +191,7 @@ def capacity_block_plan(start: datetime.datetime, end: datetime.datetime, size: 
 
 def utc_text(when: datetime.datetime) -> str:
     """``YYYY-MM-DD hh:mm UTC``, how the stack's messages give a time."""
-    return when.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return when.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def held_back_text(plan: BlockPlan) -> str:
@@ -212,4 +213,4 @@ def held_back_text(plan: BlockPlan) -> str:
 
 def _utc_text(when: datetime.datetime) -> str:
     """``YYYY-MM-DDThh:mm:ssZ``, the one format PutScheduledUpdateGroupAction takes."""
-    return when.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Optional, Sequence
+from typing import Any, ClassVar
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -115,7 +116,7 @@ def register_objects(
     name: str,
     objects: list[dict[str, Any]],
     parent: pulumi.Resource,
-    aliases: Optional[Callable[[dict[str, Any]], Sequence[pulumi.Alias]]] = None,
+    aliases: Callable[[dict[str, Any]], Sequence[pulumi.Alias]] | None = None,
 ) -> list[pulumi.CustomResource]:
     """Register manifest objects as typed resources, named ``<name>-<kind>-<object name>``, each as
     its document says (but an empty Secret ``data``): the namespaces and CRDs first, then the rest of
@@ -161,14 +162,14 @@ class VendoredOperator(pulumi.ComponentResource):
     # The operator (``Operator.component``) a subclass is for: one whose objects had other identities.
     COMPONENT: ClassVar[str] = ""
 
-    def __init__(self, name: str, args: OperatorArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: OperatorArgs, opts: pulumi.ResourceOptions | None = None):
         op = args.operator
         super().__init__(f"gputraining:components:{op.component}", name, None, opts)
         objects = load_manifest(args.project_root / op.manifest.file, op.manifest.sha256)
         self.objects = register_objects(name, objects, self, self._object_aliases(name))
         self.register_outputs({"version": op.version})
 
-    def _object_aliases(self, name: str) -> Optional[Callable[[dict[str, Any]], Sequence[pulumi.Alias]]]:
+    def _object_aliases(self, name: str) -> Callable[[dict[str, Any]], Sequence[pulumi.Alias]] | None:
         """The earlier identities of the objects' resources, if they had any."""
         return None
 
@@ -183,7 +184,7 @@ def kustomize_directory_child_name(directory: str, obj: dict[str, Any]) -> str:
 class TrainingOperator(VendoredOperator):
     COMPONENT = "TrainingOperator"
 
-    def _object_aliases(self, name: str) -> Optional[Callable[[dict[str, Any]], Sequence[pulumi.Alias]]]:
+    def _object_aliases(self, name: str) -> Callable[[dict[str, Any]], Sequence[pulumi.Alias]] | None:
         # Stacks made before the manifest was vendored hold these objects as the children of a
         # kustomize.v2.Directory "<name>-kustomize" under this component. The aliases make each
         # resource here the same resource as that child, so `pulumi up` on such a stack keeps the
@@ -196,7 +197,7 @@ class TrainingOperator(VendoredOperator):
         return lambda obj: [pulumi.Alias(name=kustomize_directory_child_name(directory, obj), parent=directory_urn)]
 
 
-def install(operator: Operator, project_root: Path, opts: Optional[pulumi.ResourceOptions] = None) -> VendoredOperator:
+def install(operator: Operator, project_root: Path, opts: pulumi.ResourceOptions | None = None) -> VendoredOperator:
     """The component of ``operator``, named ``operator.resource``: its own class where it has one."""
-    cls = next((c for c in VendoredOperator.__subclasses__() if c.COMPONENT == operator.component), VendoredOperator)
+    cls = next((c for c in VendoredOperator.__subclasses__() if operator.component == c.COMPONENT), VendoredOperator)
     return cls(operator.resource, OperatorArgs(operator, project_root), opts)

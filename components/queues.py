@@ -22,9 +22,10 @@ This component knows nothing of stack config: ``stacks/queues/`` derives every n
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -85,8 +86,8 @@ class ResourceQuota:
 
     name: str  # the resource, e.g. nvidia.com/gpu
     nominal: str  # nominal quota
-    borrowing_limit: Optional[str] = None  # most it may borrow from the cohort (None: no limit)
-    lending_limit: Optional[str] = None  # most of its nominal quota it lends (None: all)
+    borrowing_limit: str | None = None  # most it may borrow from the cohort (None: no limit)
+    lending_limit: str | None = None  # most of its nominal quota it lends (None: all)
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class ClusterQueueArgs:
     name: str  # its name
     namespaces: Sequence[str]  # the namespaces whose LocalQueues may point at it
     quotas: Mapping[str, Sequence[ResourceQuota]]  # flavor -> its resources, in covered-resources order
-    fair_share_weight: Optional[str] = None  # its weight in fair sharing (teams), a quantity
+    fair_share_weight: str | None = None  # its weight in fair sharing (teams), a quantity
     admission_check_flavors: Sequence[str] = ()  # flavors on which the ProvisioningRequest check runs
 
 
@@ -115,7 +116,7 @@ class TeamArgs:
 
     name: str  # the team
     namespace: str  # its namespace (created here)
-    role_arn: Optional[str]  # the IAM role given an access entry (None: no access entry)
+    role_arn: str | None  # the IAM role given an access entry (None: no access entry)
     kubernetes_group: str  # the Kubernetes group of the access entry, bound in the namespace
 
 
@@ -139,7 +140,7 @@ class QueuesArgs:
     managed_namespaces: Sequence[str]  # the only namespaces Kueue's job webhooks and controllers look at
     integrations: Sequence[str]  # Kueue frameworks: exactly the job kinds the stack queues
     pods_ready_timeout: str  # waitForPodsReady.timeout (a Go duration)
-    requeue_limit: Optional[int]  # requeues after a timeout before a job is deactivated (None: no limit)
+    requeue_limit: int | None  # requeues after a timeout before a job is deactivated (None: no limit)
     backoff_base_seconds: int  # first wait before a timed-out job queues again (doubles each time)
     backoff_max_seconds: int  # the longest such wait
     fair_sharing: bool  # share idle quota between the cohort's queues by their weights
@@ -152,7 +153,7 @@ class QueuesArgs:
     cluster_name: str  # the EKS cluster (teams' access entries)
     namespace: str = "kueue-system"  # Kueue's own namespace
     teams: Sequence[TeamArgs] = ()  # teams: namespace, access entry, role bindings
-    provisioning: Optional[ProvisioningArgs] = None  # the ProvisioningRequest admission check, if any
+    provisioning: ProvisioningArgs | None = None  # the ProvisioningRequest admission check, if any
     # Optional APIs Kueue looks for once, when it starts (the ProvisioningRequest CRD): they must exist
     # before the release (``depends_on``), and a change of this list restarts Kueue (a pod annotation).
     apis_at_start: Sequence[str] = ()
@@ -205,7 +206,7 @@ def chart_values(args: QueuesArgs) -> dict[str, Any]:
     }
 
 
-def _object(kind: str, name: str, spec: Optional[dict[str, Any]] = None, namespace: Optional[str] = None, **top: Any) -> dict[str, Any]:
+def _object(kind: str, name: str, spec: dict[str, Any] | None = None, namespace: str | None = None, **top: Any) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/part-of": PART_OF}}
     if namespace is not None:
         meta["namespace"] = namespace
@@ -293,7 +294,7 @@ class KueueObject(pulumi.CustomResource):
 class Queues(pulumi.ComponentResource):
     """Kueue and the queue objects; the Kubernetes provider comes through ``opts``."""
 
-    def __init__(self, name: str, args: QueuesArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: QueuesArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:Queues", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
         self.release = k8s.helm.v3.Release(

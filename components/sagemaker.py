@@ -19,8 +19,9 @@ file systems to use.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Optional, Sequence
+from typing import Any, Literal
 
 import pulumi
 import pulumi_aws as aws
@@ -44,7 +45,7 @@ class SharedFileSystem:
     type: Literal["FSxLustre", "EFS"]  # SageMaker's FileSystemType
     file_system_id: pulumi.Input[str]  # the file system
     security_group_id: pulumi.Input[str]  # its security group (client access is added to it)
-    mount_name: Optional[pulumi.Input[str]] = None  # FSx: the mount name every directory path starts with
+    mount_name: pulumi.Input[str] | None = None  # FSx: the mount name every directory path starts with
     ready: list[pulumi.Resource] = field(default_factory=list)  # what must exist before a client mounts it (EFS mount targets)
 
 
@@ -64,7 +65,7 @@ class SageMakerTrainingJobsArgs:
 class SageMakerTrainingJobs(pulumi.ComponentResource):
     """Registers one SageMaker training job, its security group, rules and role per job."""
 
-    def __init__(self, name: str, args: SageMakerTrainingJobsArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: SageMakerTrainingJobsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:SageMakerTrainingJobs", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         invoke = pulumi.InvokeOutputOptions(parent=self)

@@ -12,8 +12,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -117,7 +117,7 @@ class EfsStore(pulumi.ComponentResource):
     CLAIM = "efs-claim"
     STORAGE_CLASS = "efs-sc"
 
-    def __init__(self, name: str, args: EfsStoreArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: EfsStoreArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:EfsStore", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
@@ -217,8 +217,8 @@ class FsxStoreArgs:
     deployment_type: str  # SCRATCH_1, SCRATCH_2, PERSISTENT_1 or PERSISTENT_2; persistent ones get a KMS key of ours
     storage_capacity_gib: int  # file system size in GiB, also the PV's and PVC's capacity
     lustre_version: str  # FSx for Lustre version (facts/versions.py)
-    per_unit_storage_throughput: Optional[int] = None  # MB/s per TiB, used by PERSISTENT_* only
-    s3_bucket: Optional[str] = None  # bucket linked through a data repository association; None: no S3 link
+    per_unit_storage_throughput: int | None = None  # MB/s per TiB, used by PERSISTENT_* only
+    s3_bucket: str | None = None  # bucket linked through a data repository association; None: no S3 link
     s3_prefix: str = ""  # key prefix inside s3_bucket
     s3_file_system_path: str = "/s3"  # where the linked S3 data appears inside the file system
     s3_export: bool = False  # also export changes back to S3 (import is always on)
@@ -233,7 +233,7 @@ class FsxStoreArgs:
 class FsxStore(pulumi.ComponentResource):
     CLAIM = "fsx-claim"
 
-    def __init__(self, name: str, args: FsxStoreArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: FsxStoreArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:FsxStore", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
@@ -295,7 +295,7 @@ class FsxStore(pulumi.ComponentResource):
         # (scheduled, 30 days) would leave it unrestorable, so `pulumi destroy` then leaves the key.
         retain_key = persistent and args.final_backup
         key = _storage_key(name, self, f"FSx for Lustre of {args.cluster_name}", args.protect, tags, retain=retain_key) if persistent else None
-        self.kms_key_arn: Optional[pulumi.Output[str]] = key.arn if key else None
+        self.kms_key_arn: pulumi.Output[str] | None = key.arn if key else None
         self.kms_key_retained = retain_key
         s3_path = f"s3://{args.s3_bucket}/{args.s3_prefix}".rstrip("/") if args.s3_bucket else None
         self.file_system = aws.fsx.LustreFileSystem(

@@ -40,8 +40,9 @@ evaluate them with (cel-python).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -370,7 +371,7 @@ def binding_manifest(args: TeamPodPolicyArgs) -> dict[str, Any]:
 class TeamPodPolicy(pulumi.ComponentResource):
     """The policy and its binding; the Kubernetes provider comes through ``opts`` (or the parent)."""
 
-    def __init__(self, name: str, args: TeamPodPolicyArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: TeamPodPolicyArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:TeamPodPolicy", name, None, opts)
         policy = policy_manifest(args)
         self.policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(

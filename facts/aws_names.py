@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Optional
 
 from facts.problems import fmt
 
@@ -38,7 +37,7 @@ EKS_NODES_PER_NODEGROUP = ("eks", "L-BD136A63", "Nodes per managed node group")
 EKS_NODES_PER_NODEGROUP_DEFAULT = 450
 
 
-def bucket_problem(name: str) -> Optional[str]:
+def bucket_problem(name: str) -> str | None:
     """Why S3 refuses ``name`` as a bucket name, or None."""
     if not _BUCKET.match(name):
         return "3-63 lower-case letters, digits, '.' and '-', starting and ending with a letter or digit (just the name: no s3:// and no path)"
@@ -58,7 +57,7 @@ def bucket_problem(name: str) -> Optional[str]:
     return None
 
 
-def tag_key_problem(key: str) -> Optional[str]:
+def tag_key_problem(key: str) -> str | None:
     """Why AWS refuses ``key`` as a tag key, or None."""
     if not 1 <= len(key) <= TAG_KEY_MAX:
         return f"tag keys are 1-{TAG_KEY_MAX} characters"
@@ -69,7 +68,7 @@ def tag_key_problem(key: str) -> Optional[str]:
     return None
 
 
-def tag_value_problem(value: str) -> Optional[str]:
+def tag_value_problem(value: str) -> str | None:
     """Why AWS refuses ``value`` as a tag value, or None."""
     if len(value) > TAG_VALUE_MAX:
         return f"tag values are at most {TAG_VALUE_MAX} characters"
@@ -84,7 +83,7 @@ IAM_PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.
 ASSUMED_ROLE_ARN = re.compile(r"^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([\w+=,.@-]+)/.+$")
 
 
-def role_arn_problem(arn: str, example: str = "Team") -> Optional[str]:
+def role_arn_problem(arn: str, example: str = "Team") -> str | None:
     """Why ``arn`` cannot be an EKS access entry's principal (an IAM role or user), or None;
     ``example`` names the role of the example ARN in the message."""
     assumed = ASSUMED_ROLE_ARN.match(arn)
@@ -122,7 +121,7 @@ NOT_ON_THE_INTERNET = {
 }
 
 
-def public_access_cidr_problem(cidr: str) -> Optional[str]:
+def public_access_cidr_problem(cidr: str) -> str | None:
     """Why ``cidr`` cannot be a source of the cluster's public API endpoint, or None. A valid block
     is written without host bits, is IPv4, and is not inside a range that is no internet source
     (a larger block that merely contains one, like 0.0.0.0/0, is fine)."""
@@ -189,7 +188,7 @@ DIGEST_HEX_LENGTH = {"sha256": 64, "sha384": 96, "sha512": 128}
 _IMAGE_TEXT = re.compile(r"[A-Za-z0-9._\-/:@\[\]]")
 
 
-def image_reference_problem(ref: str) -> Optional[str]:
+def image_reference_problem(ref: str) -> str | None:
     """Why a container runtime cannot parse ``ref`` as an image reference, or None."""
     if not ref:
         return "an empty image reference"
@@ -231,7 +230,7 @@ DOCUMENTATION_NETWORKS = ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
 EXAMPLE_ACCOUNT_IDS = ("111122223333", "123456789012")
 
 
-def documentation_network(cidr: str) -> Optional[str]:
+def documentation_network(cidr: str) -> str | None:
     """The documentation range ``cidr`` lies in (RFC 5737), or None (also for text that is no CIDR)."""
     try:
         net = ipaddress.ip_network(cidr, strict=False)
@@ -244,7 +243,7 @@ def documentation_network(cidr: str) -> Optional[str]:
     return None
 
 
-def example_account(text: str) -> Optional[str]:
+def example_account(text: str) -> str | None:
     """The example account id in an ARN or ECR image reference ``text``, or None."""
     for account in EXAMPLE_ACCOUNT_IDS:
         if re.search(rf"(^|[:/]){account}([:.]|$)", text):
@@ -264,7 +263,7 @@ CAPACITY_BLOCK_HOURS = tuple(24 * days for days in CAPACITY_BLOCK_DAYS)
 CAPACITY_BLOCK_INSTANCES_MAX = 64
 
 
-def capacity_block_duration_problem(hours: int) -> Optional[str]:
+def capacity_block_duration_problem(hours: int) -> str | None:
     """Why EC2 sells no Capacity Block of ``hours`` hours, with the durations nearest to it, or None."""
     if hours in CAPACITY_BLOCK_HOURS:
         return None

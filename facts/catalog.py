@@ -15,9 +15,10 @@ card: each network card's own interface types decide where the EFA interfaces go
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, Mapping, Optional
+from typing import Any
 
 __all__ = [
     "NetworkCard",
@@ -83,7 +84,7 @@ class InstanceType:
     vcpus: int
     memory_mib: int
     gpus: int = 0
-    gpu_model: Optional[str] = None
+    gpu_model: str | None = None
     gpu_memory_mib: int = 0  # per GPU
     efa_interfaces: int = 0  # maximum EFA interfaces (EfaInfo.MaximumEfaInterfaces); 0 = no EFA
     # Every network card with the interface types it takes and its peak bandwidth. The EFA layout
@@ -106,7 +107,7 @@ class InstanceType:
     # that list lacks (H100, H200, B200, B300) gets `nvidia-<model>` in the list's newer style: the
     # autoscaler treats any value alike for GPU readiness (it only checks the label is there) and
     # reports the type as "not-listed" in its metrics. Not reported by DescribeInstanceTypes.
-    accelerator: Optional[str] = None
+    accelerator: str | None = None
 
     @property
     def efa_supported(self) -> bool:
@@ -213,7 +214,7 @@ def _gpu(
     nvme: tuple[int, int] = (0, 0),
     capacity_blocks: bool = False,
     rdma: bool = False,
-    accelerator: Optional[str] = None,
+    accelerator: str | None = None,
 ) -> InstanceType:
     return InstanceType(
         name=name,
@@ -322,7 +323,7 @@ _REFUSED_FAMILIES: Mapping[str, str] = {
 }
 
 
-def refusal(name: str) -> Optional[str]:
+def refusal(name: str) -> str | None:
     """Why ``name`` (an EC2 type, or its ``ml.`` SageMaker form) is refused, or None."""
     family = name.removeprefix(ML_PREFIX).split(".", 1)[0]
     text = _REFUSED_FAMILIES.get(family)
@@ -353,17 +354,17 @@ SAGEMAKER_TYPES = tuple(SAGEMAKER)
 SAGEMAKER_EFA_TYPES = tuple(n for n, t in SAGEMAKER.items() if t.efa_supported)
 
 
-def get(name: str) -> Optional[InstanceType]:
+def get(name: str) -> InstanceType | None:
     """The built-in facts for ``name``, or None when the type is not in the catalog."""
     return BUILTIN.get(name)
 
 
-def get_sagemaker(name: str) -> Optional[InstanceType]:
+def get_sagemaker(name: str) -> InstanceType | None:
     """The facts of SageMaker training type ``name`` (``ml.p4d.24xlarge``), or None."""
     return SAGEMAKER.get(name)
 
 
-def sagemaker_type_for(ec2_name: str) -> Optional[str]:
+def sagemaker_type_for(ec2_name: str) -> str | None:
     """The SageMaker training type with the hardware of EC2 type ``ec2_name``, or None."""
     name = ML_PREFIX + ec2_name
     return name if name in SAGEMAKER else None

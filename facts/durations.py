@@ -25,7 +25,6 @@ unit 'd' in duration" (the unit being everything up to the next digit or ".", as
 from __future__ import annotations
 
 import re
-from typing import Union
 
 NANOSECOND = 1
 MICROSECOND = 1000 * NANOSECOND
@@ -95,7 +94,7 @@ def parse_go_duration(text: str) -> int:
     return total
 
 
-def go_duration_problem(text: Union[str, object]) -> "str | None":
+def go_duration_problem(text: str | object) -> str | None:
     """Why Go's ``time.ParseDuration`` refuses ``text``, or None."""
     if not isinstance(text, str):
         return "not text"

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
 
 DLC_REPOSITORY = "aws/deep-learning-containers"
 DLC_READ_AT = "v2.4-pt-ec2-2.10.0-tr-py313"
@@ -124,7 +123,7 @@ class KnownImage:
     source: str
 
 
-def known_image(ref: str) -> Optional[KnownImage]:
+def known_image(ref: str) -> KnownImage | None:
     """What is known about the image ``ref`` (``registry/repository:tag[@digest]``), or None when it
     is in none of the tables above."""
     parts = _registry_repository_tag(ref)
@@ -137,7 +136,7 @@ def known_image(ref: str) -> Optional[KnownImage]:
     return None if build is None else KnownImage(build.python_etcd, build.source)
 
 
-def _registry_repository_tag(ref: str) -> Optional[tuple[str, str, str]]:
+def _registry_repository_tag(ref: str) -> tuple[str, str, str] | None:
     name = ref.split("@", 1)[0]
     registry, slash, rest = name.partition("/")
     repository, colon, tag = rest.rpartition(":")

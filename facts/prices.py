@@ -14,14 +14,12 @@ third-party copies of AWS's pricing pages and are marked "unverified" below: re-
 
 from __future__ import annotations
 
-from typing import Optional
-
 PRICES_REGION = "us-west-2"
 PRICES_DATE = "2026-07"
 HOURS_PER_MONTH = 730
 
 # USD per instance hour, on demand. None: no on-demand price (p5e: Capacity Blocks only).
-INSTANCE_HOURLY: dict[str, Optional[float]] = {
+INSTANCE_HOURLY: dict[str, float | None] = {
     "p3.2xlarge": 3.06,
     "p3.8xlarge": 12.24,
     "p3.16xlarge": 24.48,
@@ -49,7 +47,7 @@ NAT_GATEWAY_HOURLY = 0.045  # unverified; plus $0.045 per GB processed (not esti
 EBS_GP3_GB_MONTH = 0.08  # unverified; node root volumes
 # FSx for Lustre per GB-month (SSD): SCRATCH_2 and PERSISTENT_2 at 125 MB/s/TiB from third-party
 # copies; the other tiers unverified.
-FSX_GB_MONTH: dict[tuple[str, Optional[int]], float] = {
+FSX_GB_MONTH: dict[tuple[str, int | None], float] = {
     ("SCRATCH_1", None): 0.140,
     ("SCRATCH_2", None): 0.140,
     ("PERSISTENT_1", 50): 0.140,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 # How much of a value a message shows; ``fmt`` does work in proportion to it, whatever the value.
 SHOWN_CHARS = 80

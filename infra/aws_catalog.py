@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 from facts.catalog import InstanceType, from_describe_instance_types
 
 
-def describe(names: Iterable[str], session: Any = None, region: Optional[str] = None) -> dict[str, InstanceType]:
+def describe(names: Iterable[str], session: Any = None, region: str | None = None) -> dict[str, InstanceType]:
     """Read the facts for ``names`` from AWS with boto3 (``ec2.describe_instance_types``).
 
     Types AWS does not return (not offered in the region) are absent from the result.

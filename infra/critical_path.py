@@ -11,8 +11,9 @@ plans, not a promise.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any
 
 from infra.offline import Record
 
@@ -109,7 +110,7 @@ def estimate(records: list[Record]) -> CriticalPath:
         return {k for k in keys if k in by_key and k != (r.type, r.name)}
 
     finish: dict[tuple[str, str], float] = {}
-    via: dict[tuple[str, str], Optional[tuple[str, str]]] = {}
+    via: dict[tuple[str, str], tuple[str, str] | None] = {}
     visiting: set[tuple[str, str]] = set()
 
     def done(key: tuple[str, str]) -> float:
@@ -130,7 +131,7 @@ def estimate(records: list[Record]) -> CriticalPath:
         visiting.discard(key)
         return finish[key]
 
-    def chain_to(key: Optional[tuple[str, str]]) -> list[Step]:
+    def chain_to(key: tuple[str, str] | None) -> list[Step]:
         steps: list[Step] = []
         while key is not None:
             r = by_key[key]

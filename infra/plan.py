@@ -15,8 +15,9 @@ import copy
 import gc
 import sys
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional, TextIO
+from typing import TextIO
 
 import yaml
 
@@ -34,19 +35,19 @@ from stacks.config.stackfile import read_stack_config
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
 
 
-def load_config(stack: str, root: Optional[Path] = None) -> stack_config.StackConfig:
+def load_config(stack: str, root: Path | None = None) -> stack_config.StackConfig:
     project, values = read_stack_config(stack, root or PROJECT_ROOT)
     return stack_config.load(values, project, stack)
 
 
 # Set by the plan command while it plans: makes, from the stack's config, what sees each
 # registration as it is made (the command starts each Helm render there, beside the run).
-_on_record: contextvars.ContextVar[Optional[Callable[[stack_config.StackConfig], Callable[[offline.Record], None]]]] = contextvars.ContextVar(
+_on_record: contextvars.ContextVar[Callable[[stack_config.StackConfig], Callable[[offline.Record], None]] | None] = contextvars.ContextVar(
     "on_record", default=None
 )
 
 
-def plan(stack: str, root: Optional[Path] = None, stack_file: Optional[Path] = None) -> tuple[stack_config.StackConfig, offline.PlanResult]:
+def plan(stack: str, root: Path | None = None, stack_file: Path | None = None) -> tuple[stack_config.StackConfig, offline.PlanResult]:
     """Validate the stack's config, then run the program offline. Raises ConfigError first.
     ``stack_file``: the stack's config from that file instead of ``Pulumi.<stack>.yaml`` in the
     project root (an example planned in place: examples/<scenario>/)."""
@@ -66,7 +67,7 @@ def plan(stack: str, root: Optional[Path] = None, stack_file: Optional[Path] = N
 # ---------------------------------------------------------------------------------------------
 
 
-def write_files(result: offline.PlanResult, out: Path, rendered: Optional[releases.Rendered] = None, cfg: Optional[stack_config.StackConfig] = None) -> None:
+def write_files(result: offline.PlanResult, out: Path, rendered: releases.Rendered | None = None, cfg: stack_config.StackConfig | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     if cfg is not None:
         (out / "cost.json").write_text(json_text(cost.estimate(cfg).as_json()))
@@ -87,7 +88,7 @@ def write_releases(rendered: releases.Rendered, out: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def summary(cfg: stack_config.StackConfig, result: offline.PlanResult, rendered: Optional[releases.Rendered] = None) -> str:
+def summary(cfg: stack_config.StackConfig, result: offline.PlanResult, rendered: releases.Rendered | None = None) -> str:
     lines = []
     lines.append(f"Stack {cfg.project}/{cfg.stack} in {cfg.region}: cluster {cfg.cluster_name}, Kubernetes {cfg.cluster.kubernetes_version}")
     lines += gpu_az_lines(cfg, result)
@@ -112,7 +113,7 @@ def summary(cfg: stack_config.StackConfig, result: offline.PlanResult, rendered:
     lines.append("")
 
     # Resources by component and type.
-    by_component: "OrderedDict[str, Counter]" = OrderedDict()
+    by_component: OrderedDict[str, Counter] = OrderedDict()
     top_of: dict[tuple[str, str], str] = {}
     for r in result.records:
         key = (r.type, r.name)
@@ -218,7 +219,7 @@ def report_config_error(stack: str, err: Exception, stderr: TextIO) -> None:
         print(f"error: {err}", file=stderr)
 
 
-def load_config_for_cli(stack: str, root: Optional[Path], stderr: TextIO) -> Optional[stack_config.StackConfig]:
+def load_config_for_cli(stack: str, root: Path | None, stderr: TextIO) -> stack_config.StackConfig | None:
     """The validated config of a stack, or None after printing why not (for the CLIs' exit 2)."""
     try:
         return load_config(stack, root)
@@ -227,7 +228,7 @@ def load_config_for_cli(stack: str, root: Optional[Path], stderr: TextIO) -> Opt
         return None
 
 
-def run_cli(stack: str, out: Optional[str], stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None, stack_file: Optional[str] = None) -> int:
+def run_cli(stack: str, out: str | None, stdout: TextIO | None = None, stderr: TextIO | None = None, stack_file: str | None = None) -> int:
     import pulumi
 
     stdout = stdout or sys.stdout

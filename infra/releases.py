@@ -23,7 +23,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from facts.paths import PROJECT_ROOT, TOOLS_BIN
 from infra.offline import PlanResult, Record
@@ -60,8 +60,8 @@ class _Render:
 class Rendered:
     objects: list[dict[str, Any]] = field(default_factory=list)  # every object of every release, in plan order
     per_release: dict[str, list[str]] = field(default_factory=dict)  # release name -> "Kind/name" of its objects
-    note: Optional[str] = None  # why nothing was rendered
-    text: Optional[str] = None  # the objects as releases.yaml holds them, when the renders wrote it
+    note: str | None = None  # why nothing was rendered
+    text: str | None = None  # the objects as releases.yaml holds them, when the renders wrote it
 
 
 def releases_yaml(rendered: Rendered) -> str:
@@ -79,7 +79,7 @@ class Renderer:
         self.root = root
         self.helm = helm
         self._lock = threading.Lock()
-        self._tmp: Optional[tempfile.TemporaryDirectory[str]] = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._running: dict[str, _Render] = {}  # by release URN
 
     def __enter__(self) -> Renderer:

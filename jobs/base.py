@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Iterable, Literal, Mapping, Optional, Protocol, Sequence, Union, get_args, get_origin
+from types import UnionType
+from typing import Annotated, Any, ClassVar, Literal, Protocol, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
@@ -26,16 +28,16 @@ from facts.problems import Problem
 from jobs import checks
 
 Manifest = dict[str, Any]
-EnvValue = Union[StrictBool, int, float, str]
+EnvValue = StrictBool | int | float | str
 VOLUME_NAMES = ("fsx", "efs")
 GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}
 # Env names the builders derive from the target on EFA groups; a job cannot set them.
 EFA_ENV_NAMES = ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE")
 
 
-def _scalar_kind(annotation: Any) -> Optional[str]:
+def _scalar_kind(annotation: Any) -> str | None:
     """ "number" for an int or float field (Optional or not), "flag" for a bool field, else None."""
-    args = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) is Union else [annotation]
+    args = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) in (Union, UnionType) else [annotation]
     if len(args) != 1:
         return None
     if get_origin(args[0]) is Annotated:
@@ -109,7 +111,7 @@ class VolumeMount(SpecModel):
     name: Literal["fsx", "efs"] = Field(description="`fsx` or `efs` (the stack's claims)")
     mount_path: str = Field(description="absolute path in the container, e.g. /fsx")
     read_only: bool = Field(False, description="mount read-only")
-    sub_path: Optional[str] = Field(None, description="a directory inside the file system to mount instead of its root (relative, no '..')")
+    sub_path: str | None = Field(None, description="a directory inside the file system to mount instead of its root (relative, no '..')")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,7 +139,7 @@ class JobTarget:
     availability_zone: str
     node_selector: dict[str, str]
     tolerations: list[dict[str, str]]
-    gpu_model: Optional[str] = None
+    gpu_model: str | None = None
     network_gbps: float = 0  # the instance type's network bandwidth, Gbit/s
     efa_gbps: float = 0  # the bandwidth of the network cards carrying the group's EFA interfaces, Gbit/s (0 without EFA)
 
@@ -151,7 +153,7 @@ class JobTarget:
         max_nodes: int,
         availability_zone: str,
         extra_taints: Sequence[Mapping[str, str]] = (),
-    ) -> "JobTarget":
+    ) -> JobTarget:
         """The target for a node group of ``instance`` built by ``NodeGroup``: its group label and
         AZ as node selector, the GPU taint and the group's own taints tolerated."""
         if not instance.is_gpu:
@@ -212,11 +214,11 @@ class JobsContext:
     namespace: str  # the jobs' namespace
     targets: dict[str, JobTarget]  # GPU node group name -> its target
     claims: dict[str, str]  # volume name ("fsx"/"efs") -> PVC name; only stores that exist
-    etcd_endpoint: Optional[str]  # host:port of the stack's etcd (v2 API), None when etcd is off
+    etcd_endpoint: str | None  # host:port of the stack's etcd (v2 API), None when etcd is off
     system_node_selector: dict[str, str]  # where system jobs (data-stage, tensorboard) run
     cluster_name: str  # the EKS cluster (Pod Identity associations)
     system_tolerations: list[dict[str, str]] = field(default_factory=list)  # tolerations of system pods
-    region: Optional[str] = None  # AWS region for the AWS CLI of data-stage jobs (sourceRegion wins)
+    region: str | None = None  # AWS region for the AWS CLI of data-stage jobs (sourceRegion wins)
     # The Kueue LocalQueue (in ``namespace``) of each team's GPU jobs, "" for jobs without a team;
     # empty when the stack runs no queues (GPU jobs then go straight to the scheduler).
     queues: dict[str, str] = field(default_factory=dict)
@@ -268,7 +270,7 @@ class JobBase(SpecModel):
     """Fields and behaviour every job kind has."""
 
     # Which cluster operator runs this kind (facts/operators.py), or None (plain Kubernetes objects).
-    OPERATOR: ClassVar[Optional[Operator]] = None
+    OPERATOR: ClassVar[Operator | None] = None
     # Env names a job of this kind may not set, with the reason.
     RESERVED_ENV: ClassVar[Mapping[str, str]] = {n: "is derived from the node group (set on EFA groups only)" for n in EFA_ENV_NAMES}
 
@@ -313,7 +315,7 @@ class JobBase(SpecModel):
                 )
             )
 
-    def pod_identity_policy(self, partition: str) -> Optional[dict[str, Any]]:
+    def pod_identity_policy(self, partition: str) -> dict[str, Any] | None:
         """An IAM policy for the job's own service account (bound through EKS Pod Identity), or
         None when the job needs no AWS access."""
         return None
@@ -340,8 +342,8 @@ class RunJob(JobBase):
     backoff_limit: Int32 = Field(
         DEFAULT_BACKOFF_LIMIT, ge=0, description="retries before the job is marked Failed and its pods stop (`runPolicy.backoffLimit` / Job `backoffLimit`)"
     )
-    active_deadline_seconds: Optional[Int64] = Field(None, ge=1, description="fail the job once it has run this long (default: no deadline)")
-    ttl_seconds_after_finished: Optional[Int32] = Field(
+    active_deadline_seconds: Int64 | None = Field(None, ge=1, description="fail the job once it has run this long (default: no deadline)")
+    ttl_seconds_after_finished: Int32 | None = Field(
         None,
         ge=0,
         description="delete the finished job this many seconds after it ends (default: keep it; a `pulumi refresh` then `up` would run it again)",
@@ -363,15 +365,15 @@ class GpuJob(RunJob):
     node_group: str = Field(description="the GPU node group the job runs on")
     nodes: Int32 = Field(1, ge=1, description="worker nodes (one worker pod per node, all its GPUs)")
     volumes: list[VolumeMount] = Field(default_factory=list, description="shared volumes to mount: `{name: fsx|efs, mountPath, readOnly}`")
-    efa: Optional[bool] = Field(
+    efa: bool | None = Field(
         None, description="default: EFA wherever the group has it; `true`: the job needs EFA; `false`: run without EFA even on an EFA group"
     )
-    team: Optional[str] = Field(None, description="the team whose queue the job waits in (`queues.teams[].name`); default: the shared queue")
+    team: str | None = Field(None, description="the team whose queue the job waits in (`queues.teams[].name`); default: the shared queue")
     priority: Literal["low", "normal", "high"] = Field(
         "normal", description="`low`, `normal` or `high`: the order in its queue, and a higher one preempts a lower one there"
     )
 
-    def queue_name(self, ctx: JobsContext) -> Optional[str]:
+    def queue_name(self, ctx: JobsContext) -> str | None:
         """The LocalQueue the job waits in, or None when the stack runs no queues."""
         if not ctx.queues:
             return None

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Any, Iterable, Mapping, Optional
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from facts.aws_names import bucket_problem, image_reference_problem
 from facts.problems import Problem
@@ -75,7 +76,7 @@ def check_image(image: str, k: str, problems: list[Problem]) -> None:
         problems.append(Problem(k, f"{fmt(image)} is not pinned: give a tag other than 'latest' (or a digest) so every run gets the same image"))
 
 
-def env_name_problem(name: str) -> Optional[str]:
+def env_name_problem(name: str) -> str | None:
     """Why ``name`` is no environment variable name of a job (see _ENV_NAME), or None. A name with '='
     is told so once: Kubernetes itself refuses it, and it is most often NAME=VALUE written as the name."""
     if _ENV_NAME.fullmatch(name):

@@ -4,7 +4,7 @@ system nodes, with its own service account whose Pod Identity role reads only th
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -21,7 +21,7 @@ class DataStageSpec(SystemJob, RunJob):
     image: str = Field(AWS_CLI_IMAGE, description="an AWS CLI v2 image (>= 2.15 for Pod Identity)")
     source: str = Field(description="`s3://bucket/prefix` to copy")
     path: str = Field(description="destination path inside the volume")
-    source_region: Optional[str] = Field(None, description="the bucket's region (default: the stack's)")
+    source_region: str | None = Field(None, description="the bucket's region (default: the stack's)")
 
     @property
     def bucket(self) -> str:
@@ -44,7 +44,7 @@ class DataStageSpec(SystemJob, RunJob):
         if self.source_region is not None and not checks.REGION.match(self.source_region):
             problems.append(Problem(f"{key}.sourceRegion", f"{checks.fmt(self.source_region)} is not an AWS region name like 'us-west-2'"))
 
-    def pod_identity_policy(self, partition: str) -> Optional[dict[str, Any]]:
+    def pod_identity_policy(self, partition: str) -> dict[str, Any] | None:
         """Read access to the job's bucket/prefix and nothing else: list the bucket only under the
         prefix, get objects only below it."""
         bucket_arn = f"arn:{partition}:s3:::{self.bucket}"

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional, Sequence
 
 from facts.launchers import MPIRUN_FLAGS, MPIRUN_OPTIONS, TORCHRUN_DERIVED, TORCHRUN_FLAGS, TORCHRUN_MODULES, TORCHRUN_OPTIONS
 from facts.problems import Problem
@@ -37,7 +37,7 @@ class Derived:
     value: str
     source: str
     # What a different value written by hand would do, given that value (None: nothing to add).
-    consequence: Optional[Callable[[str], Optional[str]]] = None
+    consequence: Callable[[str], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Written:
     at: int  # the index of its (first) argument
     text: str  # as written, with its value when that is the next argument
     option: str  # what it sets: an MPIRUN_OPTIONS key or a TORCHRUN_OPTIONS destination
-    value: Optional[str]
+    value: str | None
 
 
 def mpirun_options(args: Sequence[str]) -> list[Written]:
@@ -65,7 +65,7 @@ def mpirun_options(args: Sequence[str]) -> list[Written]:
     return found
 
 
-def torchrun_start(line: Sequence[str]) -> Optional[int]:
+def torchrun_start(line: Sequence[str]) -> int | None:
     """Where torchrun's own options start in ``line`` (command + args): after ``torchrun`` or
     ``python -m torch.distributed.run``; None when the line starts no torchrun."""
     if line and posixpath.basename(line[0]) == "torchrun":
@@ -75,7 +75,7 @@ def torchrun_start(line: Sequence[str]) -> Optional[int]:
     return None
 
 
-def _torchrun_dest(name: str) -> Optional[str]:
+def _torchrun_dest(name: str) -> str | None:
     """The option ``name`` sets, as argparse reads it: a spelling, or a prefix of one option's long spellings only."""
     if name in _TORCHRUN:
         return _TORCHRUN[name]
@@ -128,10 +128,10 @@ def torchrun_label(dest: str) -> str:
     return TORCHRUN_OPTIONS[dest][0]
 
 
-def ranks_without_gpu(gpus: int) -> Callable[[str], Optional[str]]:
+def ranks_without_gpu(gpus: int) -> Callable[[str], str | None]:
     """What a processes-per-node value other than ``gpus`` (the node's GPUs, one rank each) does."""
 
-    def consequence(value: str) -> Optional[str]:
+    def consequence(value: str) -> str | None:
         if not value.isdigit() or int(value) == gpus:
             return None
         n = int(value)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Literal, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from pydantic import Field
 

@@ -5,8 +5,9 @@ silent fall-back to sockets) or when the peak bus bandwidth is below ``minBusBan
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Optional, Sequence
+from typing import Literal
 
 from pydantic import Field
 
@@ -57,7 +58,7 @@ class NcclTestSpec(MpiBase):
     image: str = Field(NCCL_TESTS_IMAGE, description="an nccl-tests image (default: AWS's build, for A100/H100/H200/B200/B300)")
     command: list[str] = Field(default_factory=lambda: [NCCL_ALL_REDUCE_PERF], min_length=1, description="the nccl-tests binary")
     args: list[str] = Field(default_factory=lambda: list(NCCL_TEST_ARGS), description="its arguments (default: 8 B to 2 GiB)")
-    min_bus_bandwidth_gbps: Optional[float] = Field(
+    min_bus_bandwidth_gbps: float | None = Field(
         None,
         ge=0,
         alias="minBusBandwidthGBps",

@@ -5,7 +5,7 @@ replicas."""
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -27,7 +27,7 @@ class PaddleSpec(GpuJob):
     image: str = Field(description="a PaddlePaddle GPU image")
     command: list[str] = Field(min_length=1, description="the entry point of every replica")
     mode: Literal["collective", "ps"] = Field("collective", description="`collective` (trainers only) or `ps` (parameter servers + trainers)")
-    pservers: Optional[Int32] = Field(None, ge=1, description="parameter servers, mode `ps` only (default 1)")
+    pservers: Int32 | None = Field(None, ge=1, description="parameter servers, mode `ps` only (default 1)")
 
     @property
     def parameter_servers(self) -> int:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import copy
 import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from facts.kube import EFA_HUGEPAGES_REQUEST, EFA_RESOURCE, GPU_RESOURCE, HUGEPAGES_2MI_RESOURCE, PART_OF
 from jobs.base import EnvValue, GpuJob, JobBase, JobBuildError, JobsContext, JobTarget, RunJob
@@ -93,7 +94,7 @@ def queue_labels(spec: JobBase, ctx: JobsContext) -> dict[str, str]:
     return {QUEUE_LABEL: queue, PRIORITY_CLASS_LABEL: spec.priority}
 
 
-def metadata(spec: JobBase, ctx: JobsContext, name: Optional[str] = None, annotations: Optional[dict[str, str]] = None) -> dict[str, Any]:
+def metadata(spec: JobBase, ctx: JobsContext, name: str | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
     """The job's metadata; a GPU job (the MPIJob, PyTorchJob or PaddleJob itself) also carries its
     Kueue labels."""
     meta: dict[str, Any] = {"name": name or spec.name, "namespace": ctx.namespace, "labels": {**labels(spec), **queue_labels(spec, ctx)}}
@@ -136,7 +137,7 @@ class GpuWorker:
     volumes: list[dict[str, Any]]
     mounts: list[dict[str, Any]]
 
-    def container(self, name: str, command: Optional[list[str]], args: Optional[list[str]]) -> dict[str, Any]:
+    def container(self, name: str, command: list[str] | None, args: list[str] | None) -> dict[str, Any]:
         """A container owning the whole node (see ``gpu_worker_container``)."""
         return gpu_worker_container(name, self.spec.image, command, args, self.env, self.mounts, self.target.gpus, self.efa_interfaces)
 
@@ -145,7 +146,7 @@ class GpuWorker:
         return gpu_pod_spec(self.target, containers, self.volumes if with_volumes else [], shm=shm)
 
 
-def gpu_worker(spec: GpuJob, ctx: JobsContext, extra_env: Optional[Mapping[str, str]] = None) -> GpuWorker:
+def gpu_worker(spec: GpuJob, ctx: JobsContext, extra_env: Mapping[str, str] | None = None) -> GpuWorker:
     """The worker pieces of ``spec`` on its target group; ``extra_env`` is env the kind always sets."""
     target = spec.target(ctx)
     efa = job_efa_interfaces(spec, target)
@@ -156,8 +157,8 @@ def gpu_worker(spec: GpuJob, ctx: JobsContext, extra_env: Optional[Mapping[str, 
 def gpu_worker_container(
     name: str,
     image: str,
-    command: Optional[list[str]],
-    args: Optional[list[str]],
+    command: list[str] | None,
+    args: list[str] | None,
     env: list[dict[str, Any]],
     mounts: list[dict[str, Any]],
     gpus: int,
@@ -200,7 +201,7 @@ def gpu_pod_spec(target: JobTarget, containers: list[dict[str, Any]], volumes: l
 RUN_LABEL = "gputraining/run"
 
 
-def template(spec: JobBase, pod_spec: dict[str, Any], role: str, ctx: Optional[JobsContext] = None) -> dict[str, Any]:
+def template(spec: JobBase, pod_spec: dict[str, Any], role: str, ctx: JobsContext | None = None) -> dict[str, Any]:
     """A pod template labelled with the job, the pod's role in it and, for jobs that run to
     completion, the run number (so bumping ``run`` changes the spec: a new run replaces the old).
     With ``ctx``, a queued GPU job's pods also carry its queue and priority (``POD_QUEUE_LABEL``)."""

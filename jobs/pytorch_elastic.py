@@ -10,7 +10,8 @@ would find the first run's closed rendezvous (``RendezvousClosedError``). The jo
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -44,8 +45,8 @@ class PyTorchElasticSpec(PortableJob):
     kind: Literal["pytorch-elastic"] = Field(description="`pytorch-elastic`")
     image: str = Field(description="the training image; with the etcd backends it must have `python-etcd`")
     command: list[str] = Field(min_length=1, description="the entry point, e.g. `[torchrun, /workspace/train.py]`")
-    min_nodes: Optional[Int32] = Field(None, ge=1, description="fewest nodes the job keeps running with (default: nodes)")
-    max_nodes: Optional[Int32] = Field(None, ge=1, description="most nodes (default: nodes)")
+    min_nodes: Int32 | None = Field(None, ge=1, description="fewest nodes the job keeps running with (default: nodes)")
+    max_nodes: Int32 | None = Field(None, ge=1, description="most nodes (default: nodes)")
     max_restarts: Int32 = Field(3, ge=0, description="restarts of the worker group torchrun allows")
     rendezvous: Literal["etcd", "etcd-v2", "c10d"] = Field(
         "etcd", description="rendezvous backend: `etcd`/`etcd-v2` on the stack's etcd (the image needs `python-etcd`) or `c10d` on worker 0"

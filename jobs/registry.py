@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from jobs.base import GpuJob, JobBase, JobsContext, Manifest
 from jobs.data_stage import DataStageSpec

@@ -20,8 +20,9 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 import pulumi
 
@@ -78,11 +79,11 @@ class AssumeRole:
 
     role_arn: str
     session_name: str = DEFAULT_SESSION_NAME
-    external_id: Optional[str] = None
-    duration_seconds: Optional[int] = None
-    policy: Optional[str] = None
+    external_id: str | None = None
+    duration_seconds: int | None = None
+    policy: str | None = None
     policy_arns: tuple[str, ...] = ()
-    source_identity: Optional[str] = None
+    source_identity: str | None = None
     tags: tuple[tuple[str, str], ...] = ()
     transitive_tag_keys: tuple[str, ...] = ()
 
@@ -106,12 +107,12 @@ class AssumeRole:
 class AwsSettings:
     """How the provider calls AWS: the stack's AWS provider identity settings (never stored)."""
 
-    profile: Optional[str] = None
-    access_key: Optional[str] = field(default=None, repr=False)
-    secret_key: Optional[str] = field(default=None, repr=False)
-    token: Optional[str] = field(default=None, repr=False)
+    profile: str | None = None
+    access_key: str | None = field(default=None, repr=False)
+    secret_key: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
     assume_roles: tuple[AssumeRole, ...] = ()
-    sts_region: Optional[str] = None
+    sts_region: str | None = None
 
     @classmethod
     def from_config(cls, get: Callable[[str], Any]) -> AwsSettings:
@@ -159,7 +160,7 @@ def _decoded(value: Any) -> Any:
     return value
 
 
-def duration_seconds(text: Any) -> Optional[int]:
+def duration_seconds(text: Any) -> int | None:
     """Seconds of a Go duration (``1h``, ``15m``, ``1h30m``, ``900s``), as the AWS provider takes
     ``duration``; None if it is not one."""
     if not isinstance(text, str) or not text:

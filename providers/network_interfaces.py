@@ -7,7 +7,8 @@ pauses, and what cannot be deleted is a warning, not an error.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from providers.aws_access import ClientFactory, Warn, _client, _error, _warn
 
@@ -28,7 +29,7 @@ ENI_FIRST_PAUSE, ENI_LONGEST_PAUSE = 5, 60  # the pause between rounds doubles, 
 
 def _interfaces(ec2: Any, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    token: Optional[str] = None
+    token: str | None = None
     while True:
         page = ec2.describe_network_interfaces(Filters=filters, **({"NextToken": token} if token else {}))
         out += page.get("NetworkInterfaces", [])

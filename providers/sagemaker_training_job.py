@@ -48,7 +48,8 @@ imports the class from its new home.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import pulumi
 import pulumi.dynamic as dynamic
@@ -120,7 +121,7 @@ def _field(doc: dict[str, Any], path: tuple[str, ...]) -> Any:
     return sorted(value) if isinstance(value, list) else value
 
 
-def _existing_job(sm: Any, name: str) -> Optional[dict[str, Any]]:
+def _existing_job(sm: Any, name: str) -> dict[str, Any] | None:
     """DescribeTrainingJob, or None if there is no such job."""
     try:
         return dict(sm.describe_training_job(TrainingJobName=name))
@@ -203,7 +204,7 @@ def create_job(
 # ---------------------------------------------------------------------------------------------
 
 
-def _status(sm: Any, name: str) -> Optional[str]:
+def _status(sm: Any, name: str) -> str | None:
     """The job's status, or None once it is gone."""
     job = _existing_job(sm, name)
     return None if job is None else str(job["TrainingJobStatus"])
@@ -225,7 +226,7 @@ def delete_job(
     sm = client("sagemaker", region)
     deadline = time.monotonic() + timeout_seconds
 
-    def wait(until: Callable[[Optional[str]], bool], status: Optional[str]) -> Optional[str]:
+    def wait(until: Callable[[str | None], bool], status: str | None) -> str | None:
         while not until(status):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"SageMaker training job {name} is still {status} after {timeout_seconds} s")
@@ -277,7 +278,7 @@ class TrainingJobProvider(dynamic.ResourceProvider):
     """The dynamic provider behind ``SageMakerTrainingJob``."""
 
     # Set by `configure` in the provider host, after unpickling; never pickled.
-    _clients: Optional[Clients] = None
+    _clients: Clients | None = None
 
     def configure(self, req: dynamic.ConfigureRequest) -> None:
         """Pulumi hands over the stack config (every namespace, secrets in plain text, in memory
@@ -361,7 +362,7 @@ class SageMakerTrainingJob(dynamic.Resource, module="gputraining", name="SageMak
         request: pulumi.Input[dict[str, Any]],
         region: str,
         stop_timeout_seconds: int,
-        opts: Optional[pulumi.ResourceOptions] = None,
+        opts: pulumi.ResourceOptions | None = None,
     ):
         props = {"request": request, "region": region, "stopTimeoutSeconds": stop_timeout_seconds, "arn": None, "status": None}
         super().__init__(TrainingJobProvider(), name, props, opts)

@@ -20,8 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
 
 import yaml
 
@@ -45,7 +46,7 @@ class Plan:
         manifests: dict[tuple[str, str, str, str], dict],
         outputs: dict[str, Any],
         present: bool,
-        cost: Optional[dict[str, Any]] = None,
+        cost: dict[str, Any] | None = None,
     ):
         self.resources = resources
         self.manifests = manifests
@@ -74,7 +75,7 @@ def _relocate(value: Any, root: str) -> Any:
     return value
 
 
-def load_plan(folder: Optional[Path], root: Optional[Path] = None) -> Plan:
+def load_plan(folder: Path | None, root: Path | None = None) -> Plan:
     """Read a plan folder; a missing one is an empty plan. ``root``: the project folder the plan
     was made from, written as ``<project>`` wherever a value holds it."""
     if folder is None or not (folder / "resources.json").exists():
@@ -206,7 +207,7 @@ def _manifest_name(key: tuple[str, str, str, str]) -> str:
     return f"{ns}/{name}" if ns else name
 
 
-def _cost_lines(base: Optional[dict[str, Any]], head: Optional[dict[str, Any]]) -> list[str]:
+def _cost_lines(base: dict[str, Any] | None, head: dict[str, Any] | None) -> list[str]:
     """What the pull request does to the stack's hourly cost (idle, and every group at its maximum)."""
     if not head:
         return []
@@ -240,7 +241,7 @@ def purchases(diff: Diff) -> list[tuple[str, str]]:
 GPU_AZ = "gpuAvailabilityZone"
 
 
-def gpu_az_move(diff: Diff) -> Optional[tuple[str, str]]:
+def gpu_az_move(diff: Diff) -> tuple[str, str] | None:
     """(from, to) when the head plan puts the GPU nodes in another AZ than the base plan (the stack
     output gpuAvailabilityZone): on a deployed stack that replaces the GPU node groups and FSx, so the
     comment says it in words, first."""
@@ -319,7 +320,7 @@ def render(diff: Diff, title: str, base_status: str = "ok", head_status: str = "
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Optional[list[str]] = None, out: Any = None) -> int:
+def main(argv: list[str] | None = None, out: Any = None) -> int:
     parser = argparse.ArgumentParser(description="Markdown summary of the difference between two offline plan folders.")
     parser.add_argument("base", type=Path, help="plan folder of the base branch (may be missing: empty plan)")
     parser.add_argument("head", type=Path, help="plan folder of the pull request")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from facts import versions
 from facts.kube import GPU_TAINT
@@ -21,7 +21,7 @@ class AddonPin:
 
     name: str  # EKS add-on name
     version: str  # the pinned build (vX.Y.Z-eksbuild.N)
-    configuration_values: Optional[dict[str, Any]] = None  # what the stack sends as configurationValues (None: nothing)
+    configuration_values: dict[str, Any] | None = None  # what the stack sends as configurationValues (None: nothing)
 
 
 def addon_pins(cfg: StackConfig) -> list[AddonPin]:
@@ -63,7 +63,7 @@ def addon_version(cfg: StackConfig, name: str) -> str:
     return next(p.version for p in addon_pins(cfg) if p.name == name)
 
 
-def addon_configuration(cfg: StackConfig, name: str) -> Optional[str]:
+def addon_configuration(cfg: StackConfig, name: str) -> str | None:
     """The configuration values of add-on ``name`` as the JSON text EKS takes (None: none sent);
     from the same pin preflight validates."""
     values = next(p.configuration_values for p in addon_pins(cfg) if p.name == name)

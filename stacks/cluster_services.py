@@ -8,7 +8,7 @@ cluster; ``stacks/environment.py`` calls it once the cluster and the system node
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -52,9 +52,9 @@ class _Services:
     job_prerequisites: list[pulumi.Resource] = field(default_factory=list)
     claims: dict[str, str] = field(default_factory=dict)
     file_systems: dict[str, SharedFileSystem] = field(default_factory=dict)  # what SageMaker jobs read
-    etcd_endpoint: Optional[str] = None
+    etcd_endpoint: str | None = None
     job_queues: dict[str, str] = field(default_factory=dict)  # team ("" = none) -> LocalQueue of its jobs; empty without queues
-    provisioning_request_crd: Optional[pulumi.Resource] = None  # the ProvisioningRequest API, when installed
+    provisioning_request_crd: pulumi.Resource | None = None  # the ProvisioningRequest API, when installed
 
 
 def build_services(cfg: StackConfig, gpu_az: str, network: Network, cluster: Cluster, system: NodeGroup, tags: dict[str, str]) -> dict[str, Any]:
@@ -265,7 +265,7 @@ def _queues(s: _Services) -> None:
         return
     covered = list(queues.RESOURCES)
 
-    def amount(r: str, value: Optional[int]) -> Optional[str]:
+    def amount(r: str, value: int | None) -> str | None:
         return None if value is None else queues.quantity(r, value)
 
     def quotas(cq: queues.ClusterQueue) -> dict[str, list[ResourceQuota]]:

@@ -8,7 +8,6 @@ backups, data, SageMaker runs) is listed by name in ``Cost.omitted``."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from facts import prices
 from stacks.config import StackConfig
@@ -17,8 +16,8 @@ from stacks.config import StackConfig
 @dataclass(frozen=True)
 class Line:
     what: str
-    idle: Optional[float]  # USD per hour at idle; None: no price known
-    maximum: Optional[float]  # USD per hour at every group's maximum
+    idle: float | None  # USD per hour at idle; None: no price known
+    maximum: float | None  # USD per hour at every group's maximum
 
 
 @dataclass

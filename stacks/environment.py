@@ -7,7 +7,7 @@ node group and its placement group, FSx and the jobs.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import pulumi
 
@@ -24,7 +24,7 @@ from stacks.placement import Placement, PlacementError, resolve_placement
 __all__ = ["build", "Placement", "PlacementError"]
 
 
-def build(cfg: StackConfig, placement: Optional[Placement] = None) -> dict[str, Any]:
+def build(cfg: StackConfig, placement: Placement | None = None) -> dict[str, Any]:
     """Register the environment's resources; returns the stack outputs."""
     placement = placement or resolve_placement(cfg)
     gpu_az = placement.gpu_availability_zone

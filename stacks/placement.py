@@ -13,8 +13,8 @@ plan's summary and the pull request's plan diff say it too).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import pulumi
 import pulumi_aws as aws

@@ -9,7 +9,8 @@ AWS could never send fails the test.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any
 
 import boto3
 import botocore.loaders
@@ -33,7 +34,7 @@ class _SearchPaths(list):
 LOADER = botocore.loaders.Loader(extra_search_paths=_SearchPaths())
 
 
-def _loader(search_path_string: Union[str, None] = None) -> botocore.loaders.Loader:
+def _loader(search_path_string: str | None = None) -> botocore.loaders.Loader:
     return LOADER if not search_path_string else botocore.loaders.create_loader(search_path_string)
 
 
@@ -67,7 +68,7 @@ class Error:
         self.code, self.message, self.status = code, message, status
 
 
-Answer = Union[dict[str, Any], Error]
+Answer = dict[str, Any] | Error
 
 
 def answer(session: Any, service: str, operation: str, respond: Callable[[dict], Answer]) -> list[dict]:

@@ -6,9 +6,9 @@ import hashlib
 import io
 import pickle
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import jsonschema
 import yaml

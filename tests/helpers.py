@@ -18,9 +18,10 @@ import re
 import subprocess
 import tempfile
 import textwrap
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import moto
 import pytest
@@ -114,10 +115,10 @@ JOB_GROUPS = {
 def parse_job_list(
     raw: Any,
     *,
-    volumes: Optional[set[str]] = None,
-    operators: Optional[set[str]] = None,
+    volumes: set[str] | None = None,
+    operators: set[str] | None = None,
     etcd: bool = True,
-    groups: Optional[dict[str, GpuNodeGroupConfig]] = None,
+    groups: dict[str, GpuNodeGroupConfig] | None = None,
 ) -> tuple[list[J.JobBase], list[Problem]]:
     """The specs and problems of a ``jobs`` list on JOB_GROUPS (or ``groups``), both volumes, both
     operators and etcd (or what is given)."""
@@ -410,7 +411,7 @@ def team_values(**over: Any) -> dict[str, Any]:
 # Capacity Blocks (tests/test_capacity_blocks.py)
 # ---------------------------------------------------------------------------------------------
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 START = datetime.datetime(2030, 1, 1, 11, 30, tzinfo=UTC)
 END = datetime.datetime(2030, 1, 2, 11, 30, tzinfo=UTC)
 CR_ID = "cr-0123456789abcdef0"

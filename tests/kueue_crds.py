@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import copy
 import re
-from functools import lru_cache
+from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import jsonschema
 import yaml
@@ -30,7 +31,7 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 
 
-@lru_cache(maxsize=None)
+@cache
 def crds() -> dict[str, dict[str, Any]]:
     """kind -> the vendored CRD of it."""
     out = {}

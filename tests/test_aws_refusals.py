@@ -20,7 +20,7 @@ from facts import aws_names
 from infra import plan as plan_mod
 from tests.helpers import NS, ROOT, minimal_values
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 START = datetime.datetime(2030, 1, 1, 11, 30, tzinfo=UTC)
 
 

@@ -15,7 +15,7 @@ checked once to be a clear refusal naming its key.
 from __future__ import annotations
 
 import copy
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 from allpairspy import AllPairs
@@ -41,7 +41,7 @@ AXES: dict[str, list[Any]] = {
 NAMES = list(AXES)
 
 
-def refused_because(c: dict[str, Any]) -> Optional[str]:
+def refused_because(c: dict[str, Any]) -> str | None:
     """Why the stack refuses combination ``c`` (a partial one too), or None when it must plan."""
     if c.get("provisioning") and c.get("queues") == "off":
         return "provisioningRequests without queues"

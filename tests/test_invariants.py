@@ -4,8 +4,9 @@ rule fails on a plan broken the way it guards against (so a rule that can never 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

@@ -13,7 +13,8 @@ import copy
 import json
 import re
 from collections import Counter
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import kubernetes_validate
 import pulumi

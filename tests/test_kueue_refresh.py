@@ -28,7 +28,8 @@ are not covered.
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -140,7 +141,7 @@ def suspended(job: dict[str, Any], value: bool) -> dict[str, Any]:
     return live
 
 
-def lookup(obj: dict[str, Any], path: tuple[str, ...]) -> Optional[Any]:
+def lookup(obj: dict[str, Any], path: tuple[str, ...]) -> Any | None:
     for part in path:
         if not isinstance(obj, dict) or part not in obj:
             return None

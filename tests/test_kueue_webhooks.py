@@ -17,7 +17,7 @@ import json
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 import yaml
@@ -65,7 +65,7 @@ def resource_of(api_version: str, kind: str) -> tuple[str, str]:
     return group, plural
 
 
-def selects(selector: Optional[dict[str, Any]], labels: dict[str, str]) -> bool:
+def selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
     """A label selector against labels (no selector: everything)."""
     if selector is None:
         return True
@@ -92,7 +92,7 @@ def webhooks(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def intercepts(hook: dict[str, Any], namespace: Optional[str], group: str, resource: str) -> bool:
+def intercepts(hook: dict[str, Any], namespace: str | None, group: str, resource: str) -> bool:
     """Whether ``hook`` is called for a create of ``resource`` in ``namespace`` (None: cluster-scoped)."""
     if namespace is not None and not selects(hook.get("namespaceSelector"), {NAME_LABEL: namespace}):
         return False
@@ -104,7 +104,7 @@ def intercepts(hook: dict[str, Any], namespace: Optional[str], group: str, resou
     return False
 
 
-def render_kueue(values: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
+def render_kueue(values: dict[str, Any] | None) -> list[dict[str, Any]]:
     cmd = [str(HELM), "template", "kueue", str(ROOT / versions.KUEUE_CHART.file), "--namespace", queues.KUEUE_NAMESPACE]
     cmd += ["--kube-version", f"{versions.KUBERNETES_DEFAULT}.0"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,7 +126,7 @@ def stack(request) -> dict[str, Any]:
     assert rendered.note is None
     (kueue,) = [r for r in plan.of_type(releases.RELEASE) if r.inputs["name"] == "kueue"]
     release_ns = {r.inputs["name"]: r.inputs.get("namespace") or "default" for r in plan.of_type(releases.RELEASE)}
-    objects: list[tuple[Optional[str], str, str, str]] = []  # (namespace, apiVersion, kind, name)
+    objects: list[tuple[str | None, str, str, str]] = []  # (namespace, apiVersion, kind, name)
     it = iter(rendered.objects)
     for name, names in rendered.per_release.items():
         for _ in names:

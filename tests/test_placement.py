@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Optional
+from typing import Any
 
 import pulumi
 import pytest
@@ -29,7 +29,7 @@ OFFERED = offline.az_offerings("us-west-2")
 REGION_AZS = offline.region_azs("us-west-2")
 
 
-def plan(values: dict[str, Any], deployed: Optional[Deployed] = None, stack: str = "dev") -> offline.PlanResult:
+def plan(values: dict[str, Any], deployed: Deployed | None = None, stack: str = "dev") -> offline.PlanResult:
     """The real program, offline, for a stack that already has ``deployed`` (None: a new stack)."""
     from infra import program
 

@@ -136,7 +136,7 @@ def test_nccl_debug_goes_to_the_launchers_own_option():
     options = json.loads(job.hyperparameters["sagemaker_mpi_custom_mpi_options"]).split()
     assert "--NCCL_DEBUG" in options and options[options.index("--NCCL_DEBUG") + 1] == "WARN"
     assert "NCCL_DEBUG" not in [options[i + 1] for i, o in enumerate(options) if o == "-x"]
-    assert ["-x", "OMP_NUM_THREADS"] == options[options.index("OMP_NUM_THREADS") - 1 : options.index("OMP_NUM_THREADS") + 1]
+    assert options[options.index("OMP_NUM_THREADS") - 1 : options.index("OMP_NUM_THREADS") + 1] == ["-x", "OMP_NUM_THREADS"]
 
 
 def test_instance_count_is_checked_by_type():

@@ -16,8 +16,9 @@ from __future__ import annotations
 import datetime
 import json
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import boto3
 import pytest
@@ -95,7 +96,7 @@ class FakeSageMaker:
     ``statuses``: what successive DescribeTrainingJob calls answer, the last one repeated (an
     exception in it is raised); ``create_errors``: raised by successive CreateTrainingJob calls."""
 
-    def __init__(self, statuses: Optional[list[Any]] = None, create_errors: Optional[list[Exception]] = None):
+    def __init__(self, statuses: list[Any] | None = None, create_errors: list[Exception] | None = None):
         self.statuses: list[Any] = list(statuses or [])
         self.create_errors = list(create_errors or [])
         self.calls: list[tuple[str, Any]] = []
@@ -552,7 +553,7 @@ class RacingCleanup(Spy):
 
     def __init__(self, client: Any, gone: str):
         super().__init__(client)
-        self.gone: Optional[str] = gone
+        self.gone: str | None = gone
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         method = super().__getattr__(name)
@@ -830,7 +831,7 @@ ENI_FILTERS = [{"Name": "group-id", "Values": [SG]}, {"Name": "subnet-id", "Valu
 SAGEMAKER_REQUESTER = "AROAEXAMPLEROLEID0001:SageMaker"
 
 
-def _eni(eni_id: str, status: str = "available", managed: bool = False, attachment: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+def _eni(eni_id: str, status: str = "available", managed: bool = False, attachment: dict[str, Any] | None = None) -> dict[str, Any]:
     eni: dict[str, Any] = {
         "NetworkInterfaceId": eni_id,
         "Status": status,
@@ -853,11 +854,11 @@ class StubbedEc2:
         self.client = boto3.client("ec2", region_name=REGION)
         self.stub = Stubber(self.client)
 
-    def lists(self, *enis: dict[str, Any], token: Optional[str] = None, after: Optional[str] = None) -> None:
+    def lists(self, *enis: dict[str, Any], token: str | None = None, after: str | None = None) -> None:
         expected: dict[str, Any] = {"Filters": ENI_FILTERS, **({"NextToken": after} if after else {})}
         self.stub.add_response("describe_network_interfaces", {"NetworkInterfaces": list(enis), **({"NextToken": token} if token else {})}, expected)
 
-    def deletes(self, eni_id: str, error: Optional[tuple[str, str]] = None) -> None:
+    def deletes(self, eni_id: str, error: tuple[str, str] | None = None) -> None:
         if error:
             self.stub.add_client_error("delete_network_interface", error[0], error[1], 400, expected_params={"NetworkInterfaceId": eni_id})
         else:
@@ -1389,7 +1390,7 @@ def _described(request: dict[str, Any], status: str, **changes: Any) -> dict[str
         "TrainingJobStatus": status,
         "SecondaryStatus": "Training" if status == "InProgress" else status,
         "StoppingCondition": request["StoppingCondition"],
-        "CreationTime": datetime.datetime(2026, 11, 2, 9, 30, tzinfo=datetime.timezone.utc),
+        "CreationTime": datetime.datetime(2026, 11, 2, 9, 30, tzinfo=datetime.UTC),
         **{k: request[k] for k in ("RoleArn", "AlgorithmSpecification", "ResourceConfig", "VpcConfig", "OutputDataConfig")},
     }
     job.update(changes)

@@ -23,9 +23,10 @@ errors refuses too (``failurePolicy: Fail``), so an error on a pod that must be 
 from __future__ import annotations
 
 import copy
-from functools import lru_cache
+from collections.abc import Callable
+from functools import cache
 from types import SimpleNamespace
-from typing import Any, Callable, Optional, cast
+from typing import Any, cast
 
 import celpy
 import kubernetes_validate
@@ -104,7 +105,7 @@ def binding(team_plan) -> dict[str, Any]:
 _ENV = celpy.Environment()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _program(expression: str) -> Any:
     return _ENV.program(_ENV.compile(expression))
 
@@ -130,8 +131,8 @@ def _request(obj: dict[str, Any], operation: str, sub_resource: str = "") -> dic
 
 
 def admit(
-    policy: dict[str, Any], obj: dict[str, Any], operation: str = "CREATE", old: Optional[dict[str, Any]] = None, sub_resource: str = ""
-) -> Optional[list[str]]:
+    policy: dict[str, Any], obj: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None, sub_resource: str = ""
+) -> list[str] | None:
     """What the policy says of a request: None when its match conditions leave it out, else the
     messages of the validations that refuse it ([] = admitted). A CEL error raises (the API server
     would refuse the request with it)."""
@@ -557,7 +558,7 @@ def _name(node: Any) -> str:
     return str(token)
 
 
-def _first_ident(tree: Tree) -> Optional[str]:
+def _first_ident(tree: Tree) -> str | None:
     found = [st for st in tree.iter_subtrees_topdown() if st.data == "ident"]
     return _name(found[0]) if found else None
 

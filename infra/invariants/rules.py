@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from components.queues import PROVISIONING_CONTROLLER
 from facts.kube import AUTOSCALE_TAG, NODE_GROUP_LABEL, TEAM_LABEL
@@ -115,7 +116,7 @@ def jobs_admissible(v: StackView) -> list[Violation]:
     return out
 
 
-def _fit_problem(pod: PodTemplate, node: Node, flavor: Optional[Mapping[str, Any]]) -> Optional[str]:
+def _fit_problem(pod: PodTemplate, node: Node, flavor: Mapping[str, Any] | None) -> str | None:
     spec = pod.spec
     tolerations = list(spec.get("tolerations") or []) + list((flavor or {}).get("tolerations") or [])
     labels = node.labels
@@ -223,7 +224,7 @@ def _api_group(api_version: str) -> str:
     return api_version.rsplit("/", 1)[0] if "/" in api_version else ""
 
 
-def _kind_source(v: StackView, o: Mapping[str, Any]) -> Optional[Any]:
+def _kind_source(v: StackView, o: Mapping[str, Any]) -> Any | None:
     """The record that defines the kind of custom object ``o``: its CRD, or the Helm release that ships it."""
     group = _api_group(o["apiVersion"])
     for r in v.records:
@@ -235,7 +236,7 @@ def _kind_source(v: StackView, o: Mapping[str, Any]) -> Optional[Any]:
     return None
 
 
-def _namespace_source(v: StackView, namespace: str) -> Optional[Any]:
+def _namespace_source(v: StackView, namespace: str) -> Any | None:
     for r, o in v.of_kind("Namespace"):
         if o["metadata"]["name"] == namespace:
             return r
@@ -254,7 +255,7 @@ def created_after_what_they_need(v: StackView) -> list[Violation]:
     for r, o in v.objects:
         meta = o.get("metadata") or {}
         what = f"{o['kind']} {meta.get('namespace', '') + '/' if meta.get('namespace') else ''}{meta.get('name')}"
-        needs: list[tuple[str, Optional[Any]]] = []
+        needs: list[tuple[str, Any | None]] = []
         if _api_group(o["apiVersion"]) not in BUILT_IN_GROUPS:
             needs.append(("the definition of its kind", _kind_source(v, o)))
         if meta.get("namespace"):

@@ -4,9 +4,10 @@ dependency closure, each node group's node as the scheduler sees it, and schedul
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any
 
 from facts.kube import AUTOSCALE_TAG, NODE_GROUP_LABEL, SYSTEM_GROUP, ZONE_LABEL
 from jobs.pod import QUEUE_LABEL
@@ -55,7 +56,7 @@ class Node:
     group: str
     labels: Mapping[str, str]
     taints: Sequence[Mapping[str, str]]
-    allocatable: Optional[Mapping[str, int]]  # what it leaves for pods (GPU groups), in stacks.queues units
+    allocatable: Mapping[str, int] | None  # what it leaves for pods (GPU groups), in stacks.queues units
 
 
 @dataclass(frozen=True)
@@ -95,11 +96,11 @@ class StackView:
     def of_kind(self, kind: str) -> list[tuple[Any, dict[str, Any]]]:
         return [(r, o) for r, o in self.objects if o["kind"] == kind]
 
-    def release(self, name: str) -> Optional[Any]:
+    def release(self, name: str) -> Any | None:
         return next((r for r in self.records if r.type == RELEASE and r.inputs.get("name") == name), None)
 
     @cached_property
-    def queue_plan(self) -> Optional[Any]:
+    def queue_plan(self) -> Any | None:
         return queues.plan_for(self.cfg)
 
     # -- dependencies --
@@ -123,7 +124,7 @@ class StackView:
 
     # -- nodes --
 
-    def _group_of(self, record: Any) -> Optional[str]:
+    def _group_of(self, record: Any) -> str | None:
         """The GPU group a node-group-side AWS record belongs to (its NodeGroup component gpu-<group>)."""
         parent = record.parent
         while parent is not None:

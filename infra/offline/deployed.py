@@ -10,8 +10,9 @@ with the ids, AZs and tags that plan gave them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any
 
 SUBNET_TYPE = "aws:ec2/subnet:Subnet"
 GET_SUBNETS = "aws:ec2/getSubnets:getSubnets"
@@ -37,7 +38,7 @@ class Subnet:
             return False
         return all(self._value(f["name"]) in (f.get("values") or []) for f in filters)
 
-    def _value(self, name: str) -> Optional[str]:
+    def _value(self, name: str) -> str | None:
         if name.startswith("tag:"):
             return self.tags.get(name.removeprefix("tag:"))
         fields = {"availability-zone": self.availability_zone, "subnet-id": self.id, "vpc-id": self.vpc_id, "cidr-block": self.cidr_block}
@@ -67,7 +68,7 @@ class Deployed:
             )
         )
 
-    def find(self, tags: Mapping[str, str], filters: Optional[list[dict[str, Any]]] = None) -> list[Subnet]:
+    def find(self, tags: Mapping[str, str], filters: list[dict[str, Any]] | None = None) -> list[Subnet]:
         return [s for s in self.subnets if s.matches(tags, filters or [])]
 
     def answer(self, token: str, args: Mapping[str, Any], region: str) -> dict[str, Any]:

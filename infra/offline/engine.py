@@ -10,9 +10,10 @@ import asyncio
 import gc
 import json
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import pulumi
 import pulumi.resource as pulumi_resource
@@ -93,9 +94,9 @@ def run(
     config: dict[str, Any],
     project: str,
     stack: str,
-    region: Optional[str] = None,
-    on_record: Optional[Callable[[Record], None]] = None,
-    deployed: Optional[Deployed] = None,
+    region: str | None = None,
+    on_record: Callable[[Record], None] | None = None,
+    deployed: Deployed | None = None,
 ) -> PlanResult:
     """Run ``program`` against the offline engine with ``config`` (``{"ns:key": value}``).
 

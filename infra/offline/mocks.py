@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Optional
+from typing import Any
 
 from pulumi.runtime import mocks as pulumi_mocks
 
@@ -77,7 +77,7 @@ def identity_only(typ: str) -> bool:
 class OfflineMocks(pulumi_mocks.Mocks):
     """Stable fake ids and the outputs the program reads; region facts from recorded AWS data."""
 
-    def __init__(self, region: str, deployed: Optional[Deployed] = None):
+    def __init__(self, region: str, deployed: Deployed | None = None):
         self.region = region
         self.deployed = deployed or Deployed()  # what the stack already has (default: nothing, a new stack)
 
@@ -151,7 +151,7 @@ class OfflineMocks(pulumi_mocks.Mocks):
             names = region_azs(self.region)
             return {"id": self.region, "names": names, "zoneIds": [f"{self.region[:2]}{self.region.split('-')[-1]}-az{i + 1}" for i in range(len(names))]}
         if token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
-            wanted: Optional[set[str]] = None
+            wanted: set[str] | None = None
             for f in a.get("filters") or []:
                 if f.get("name") == "instance-type":
                     wanted = set(f.get("values") or [])

@@ -6,8 +6,9 @@ out; its resource options), refusing a URN registered twice as the engine does.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
@@ -108,8 +109,8 @@ def _without_references(value: Any) -> Any:
 class Record:
     type: str
     name: str
-    id: Optional[str]
-    parent: Optional[dict[str, str]]
+    id: str | None
+    parent: dict[str, str] | None
     depends_on: list[dict[str, str]]
     inputs: dict[str, Any]
     custom: bool
@@ -146,7 +147,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     a URN registered twice (two resources of one type and name under one parent), with the engine's
     words (pkg/diag/errors.go, GetDuplicateResourceURNError, diagnostic 2001)."""
 
-    def __init__(self, mocks: pulumi_mocks.Mocks, on_record: Optional[Callable[[Record], None]] = None):
+    def __init__(self, mocks: pulumi_mocks.Mocks, on_record: Callable[[Record], None] | None = None):
         super().__init__(mocks)
         self.records: list[Record] = []
         self.stack_outputs: dict[str, Any] = {}

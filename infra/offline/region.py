@@ -8,12 +8,11 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Optional
 
 
-def _moto_resources() -> Optional[Path]:
+def _moto_resources() -> Path | None:
     spec = importlib.util.find_spec("moto")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -25,7 +24,7 @@ class OfflineDataError(RuntimeError):
     ship offering data for). A real `pulumi up` asks AWS instead."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def az_offerings(region: str) -> dict[str, set[str]]:
     """Instance type -> AZ names offering it in ``region``, from AWS's recorded data."""
     base = _moto_resources()

@@ -46,9 +46,10 @@ from __future__ import annotations
 
 import datetime
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, TextIO
+from typing import Any, TextIO
 
 from facts.paths import PROJECT_ROOT
 from infra.preflight.capacity import MAX_OFFERINGS_SHOWN, _check_reservations
@@ -99,11 +100,11 @@ class _Context:
     stack_file: str
     region_azs: list[str]
     offered: dict[str, set[str]]  # type -> AZs of the region offering it
-    gpu_az: Optional[str] = None
-    subnet_azs: Optional[list[str]] = None
+    gpu_az: str | None = None
+    subnet_azs: list[str] | None = None
     today: datetime.date = field(default_factory=lambda: current_date())
     # What EKS's DescribeClusterVersions said of the configured version, when it answered.
-    eks_version: Optional[dict[str, Any]] = None
+    eks_version: dict[str, Any] | None = None
 
     def client(self, service: str) -> Any:
         return self.session.client(service, region_name=self.cfg.region)
@@ -119,7 +120,7 @@ def _check_placeholders(cfg: stack_config.StackConfig, stack_file: str) -> list[
     return [CheckResult(FAIL, check, f"{p.key}: {p.message}", f"replace it in {stack_file}") for p in found]
 
 
-def run_checks(cfg: stack_config.StackConfig, session: Any, stack_file: Optional[str] = None, today: Optional[datetime.date] = None) -> list[CheckResult]:
+def run_checks(cfg: stack_config.StackConfig, session: Any, stack_file: str | None = None, today: datetime.date | None = None) -> list[CheckResult]:
     """Run every check against the account and region ``session`` reaches; one result per line.
     ``today``: the date the support window is measured from (default: today).
 
@@ -193,9 +194,9 @@ _NO_CREDENTIALS = (
 
 def run_cli(
     stack: str,
-    root: Optional[Path] = None,
-    stdout: Optional[TextIO] = None,
-    stderr: Optional[TextIO] = None,
+    root: Path | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
     session_factory: Callable[[str], Any] = make_session,
 ) -> int:
     """The CLI: load the config like the offline plan, run the checks, print them; the exit code."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import functools
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from components import node_scaling
 from facts.catalog import CAPACITY_BLOCK_DRAIN_TEXT
@@ -60,7 +60,7 @@ def _check_windows(ctx: _Context) -> list[CheckResult]:
     return results
 
 
-def _describe_reservation(ctx: _Context, rid: str) -> Optional[dict[str, Any]]:
+def _describe_reservation(ctx: _Context, rid: str) -> dict[str, Any] | None:
     """The capacity reservation ``rid``, or None when EC2 does not know it."""
     from botocore.exceptions import ClientError
 
@@ -74,7 +74,7 @@ def _describe_reservation(ctx: _Context, rid: str) -> Optional[dict[str, Any]]:
     return found[0] if found else None
 
 
-def _reservation_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: str, cr: Optional[dict[str, Any]] = None) -> list[CheckResult]:
+def _reservation_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: str, cr: dict[str, Any] | None = None) -> list[CheckResult]:
     rid = g.capacity_reservation_id
     if cr is None:
         cr = _describe_reservation(ctx, rid or "")
@@ -122,7 +122,7 @@ def _reservation_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: 
 # ---------------------------------------------------------------------------------------------
 
 
-def _utc(when: Any) -> Optional[datetime.datetime]:
+def _utc(when: Any) -> datetime.datetime | None:
     """A timestamp botocore parsed (a datetime, or text) as an aware UTC datetime."""
     if isinstance(when, str):
         try:
@@ -132,15 +132,15 @@ def _utc(when: Any) -> Optional[datetime.datetime]:
     if not isinstance(when, datetime.datetime):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.timezone.utc)
-    return when.astimezone(datetime.timezone.utc)
+        when = when.replace(tzinfo=datetime.UTC)
+    return when.astimezone(datetime.UTC)
 
 
-def _when(when: Optional[datetime.datetime]) -> str:
+def _when(when: datetime.datetime | None) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ") if when is not None else "?"
 
 
-def _capacity_block(ctx: _Context, block_id: str) -> Optional[dict[str, Any]]:
+def _capacity_block(ctx: _Context, block_id: str) -> dict[str, Any] | None:
     """The Capacity Block ``block_id`` (DescribeCapacityBlocks), or None when EC2 does not list it or
     the endpoint cannot answer (the reservation's own dates then stand for the block's)."""
     try:
@@ -265,7 +265,7 @@ def _offerings(ctx: _Context, g: stack_config.GpuNodeGroupConfig) -> list[dict[s
         except ValueError:
             return 0.0
 
-    return sorted(found, key=lambda i: (_utc(i.get("StartDate")) or datetime.datetime.max.replace(tzinfo=datetime.timezone.utc), fee(i)))
+    return sorted(found, key=lambda i: (_utc(i.get("StartDate")) or datetime.datetime.max.replace(tzinfo=datetime.UTC), fee(i)))
 
 
 def _offerings_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: str) -> list[CheckResult]:
@@ -297,7 +297,7 @@ def _offerings_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: st
     return [CheckResult(PASS, check, f"{len(usable)} offering(s) in {ctx.gpu_az}: {shown}{more}; {how}")]
 
 
-def _purchased(ctx: _Context, offering_id: str) -> Optional[dict[str, Any]]:
+def _purchased(ctx: _Context, offering_id: str) -> dict[str, Any] | None:
     """The capacity reservation the stack bought from ``offering_id`` (tagged so by the node group), if any."""
     found = _paginate(
         ctx.client("ec2"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from infra.preflight.results import FAIL, PASS, SKIP, WARN, CheckResult, _guard, _list, _n, _one_line, _paginate
 
@@ -55,7 +55,7 @@ def _check_kubernetes(ctx: _Context) -> list[CheckResult]:
     return _guard(check, "eks DescribeClusterVersions", "eks:DescribeClusterVersions", run)
 
 
-def _as_date(value: Any) -> Optional[datetime.date]:
+def _as_date(value: Any) -> datetime.date | None:
     """A date from what botocore parses a timestamp into (a datetime), or an ISO date string."""
     if isinstance(value, datetime.datetime):
         return value.date()
@@ -69,7 +69,7 @@ def _as_date(value: Any) -> Optional[datetime.date]:
     return None
 
 
-def support_window(version: str, today: datetime.date, ends: Optional[datetime.date] = None, stack_file: str = "Pulumi.<stack>.yaml") -> CheckResult:
+def support_window(version: str, today: datetime.date, ends: datetime.date | None = None, stack_file: str = "Pulumi.<stack>.yaml") -> CheckResult:
     """How far the end of ``version``'s EKS standard support is: PASS when more than
     ``SUPPORT_WARNING_DAYS`` away, WARN within them, FAIL once it has come. ``ends``: the date EKS
     reports, else the one pinned in facts/versions.py."""

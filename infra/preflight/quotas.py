@@ -41,13 +41,13 @@ def _quota_value(sq: Any, code: str, service: str = "ec2") -> tuple[float, str]:
             raise _QuotaUnreadable(f"the endpoint {why}") from None
         if not (_is_client_error(err) and _error_code(err)[0] == "NoSuchResourceException"):
             raise
-        first = "GetServiceQuota: %s: %s" % _error_code(err)
+        first = "GetServiceQuota: {}: {}".format(*_error_code(err))
     try:
         return float(sq.get_aws_default_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]["Value"]), "AWS default"
     except Exception as err:
         why = _unanswered(err)
         if why or (_is_client_error(err) and _error_code(err)[0] == "NoSuchResourceException"):
-            second = f"the endpoint {why}" if why else "%s: %s" % _error_code(err)
+            second = f"the endpoint {why}" if why else "{}: {}".format(*_error_code(err))
             raise _QuotaUnreadable(f"{first}; GetAWSDefaultServiceQuota: {second}") from None
         raise
 

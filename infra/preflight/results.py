@@ -7,8 +7,9 @@ concern every check and propagate. Also the paginated calls and the report's wor
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 PASS, FAIL, SKIP, WARN = "PASS", "FAIL", "SKIP", "WARN"
 
@@ -68,7 +69,7 @@ def _is_client_error(err: Exception) -> bool:
     return isinstance(err, ClientError)
 
 
-def _unanswered(err: Exception) -> Optional[str]:
+def _unanswered(err: Exception) -> str | None:
     """Why the endpoint could not answer the call at all (not implemented by an emulator, or a
     server error after botocore's retries), else None."""
     if isinstance(err, NotImplementedError):

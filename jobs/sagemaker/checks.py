@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import ClassVar, Optional, Protocol, Union
+from typing import ClassVar, Protocol
 
 from facts import catalog
 from facts.aws_names import SAGEMAKER_INPUT_CHANNELS_MAX, SAGEMAKER_S3_URI_MAX
@@ -61,7 +61,7 @@ class SageMakerSpec(Protocol):
     def volumes(self) -> list[VolumeMount]: ...
 
     @property
-    def active_deadline_seconds(self) -> Optional[int]: ...
+    def active_deadline_seconds(self) -> int | None: ...
 
     @property
     def sm(self) -> SageMakerOptions: ...
@@ -69,7 +69,7 @@ class SageMakerSpec(Protocol):
     @property
     def max_runtime_seconds(self) -> int: ...
 
-    def entry_point_or_problem(self) -> Union[EntryPoint, Problem]: ...
+    def entry_point_or_problem(self) -> EntryPoint | Problem: ...
 
     def check_sagemaker_kind(self, key: str, problems: list[Problem]) -> None: ...
 

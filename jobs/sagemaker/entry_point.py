@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from jobs.sagemaker.limits import MAX_HYPERPARAMETER_KEY, MAX_HYPERPARAMETER_VALUE, MAX_HYPERPARAMETERS, STACK_HYPERPARAMETERS
 
@@ -60,7 +60,7 @@ def _program(script: str, source_dir: str) -> str:
     return posixpath.normpath(script)  # ./train.py -> train.py
 
 
-def args_to_hyperparameters(args: Sequence[str]) -> "dict[str, str] | str":
+def args_to_hyperparameters(args: Sequence[str]) -> dict[str, str] | str:
     """The script's ``--name value`` / ``--name=value`` arguments as hyperparameters (SageMaker's
     containers pass each back as ``--name value``), or why they cannot be."""
     out: dict[str, str] = {}

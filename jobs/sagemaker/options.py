@@ -5,7 +5,7 @@ the volume size).
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field
 
@@ -28,18 +28,18 @@ class S3Input(SpecModel):
 class SageMakerOptions(SpecModel):
     """Settings only the SageMaker runtime reads (kept in the spec when it runs on EKS)."""
 
-    instance_type: Optional[str] = Field(None, description="the `ml.` training type (default: the ml. equivalent of the node group's type)")
-    output_path: Optional[str] = Field(None, description="`s3://bucket/prefix` for the model and output files (required with runtime sagemaker)")
-    source_dir: Optional[str] = Field(
+    instance_type: str | None = Field(None, description="the `ml.` training type (default: the ml. equivalent of the node group's type)")
+    output_path: str | None = Field(None, description="`s3://bucket/prefix` for the model and output files (required with runtime sagemaker)")
+    source_dir: str | None = Field(
         None,
         description="the code SageMaker puts in /opt/ml/code: an `s3://.../sourcedir.tar.gz`, or a directory in the image or on a volume (default: the entry script's directory)",
     )
-    entry_point: Optional[str] = Field(None, description="the entry script's path inside sourceDir (default: the script in command/args)")
+    entry_point: str | None = Field(None, description="the entry script's path inside sourceDir (default: the script in command/args)")
     inputs: list[S3Input] = Field(default_factory=list, description="S3 input channels `{channel, s3Uri, mode, distribution}` (SageMaker only)")
-    checkpoint_s3_uri: Optional[str] = Field(None, description="`s3://...` that /opt/ml/checkpoints is synced to (required with spot)")
-    tensorboard_s3_uri: Optional[str] = Field(None, description="`s3://...` that /opt/ml/output/tensorboard is synced to")
+    checkpoint_s3_uri: str | None = Field(None, description="`s3://...` that /opt/ml/checkpoints is synced to (required with spot)")
+    tensorboard_s3_uri: str | None = Field(None, description="`s3://...` that /opt/ml/output/tensorboard is synced to")
     spot: bool = Field(False, description="managed spot training (needs checkpointS3Uri: an interrupted job resumes from its checkpoints)")
-    max_wait_seconds: Optional[int] = Field(
+    max_wait_seconds: int | None = Field(
         None, ge=1, description="spot: how long to wait for capacity plus run, at least the max runtime (default: twice the max runtime, at most 28 days)"
     )
     volume_size_gib: int = Field(

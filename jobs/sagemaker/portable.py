@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import posixpath
-from typing import Any, ClassVar, Literal, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -41,11 +42,11 @@ class PortableJob(GpuJob):
     runtime: Literal["eks", "sagemaker"] = Field(
         "eks", description="`eks`: the kind's Kubernetes job on the cluster; `sagemaker`: a SageMaker training job in the stack's VPC"
     )
-    node_group: Optional[str] = Field(  # type: ignore[assignment]
+    node_group: str | None = Field(  # type: ignore[assignment]
         None,
         description="the GPU node group the job runs on (required with runtime eks; with sagemaker it picks the ml. type unless sagemaker.instanceType does)",
     )
-    sagemaker: Optional[SageMakerOptions] = Field(None, description="SageMaker settings, read with runtime sagemaker (docs/jobs.md)")
+    sagemaker: SageMakerOptions | None = Field(None, description="SageMaker settings, read with runtime sagemaker (docs/jobs.md)")
 
     @property
     def sm(self) -> SageMakerOptions:
@@ -123,7 +124,7 @@ class PortableJob(GpuJob):
                 )
             )
 
-    def sagemaker_instance_or_problem(self, key: str, env: JobEnvironment, problems: list[Problem]) -> Optional[InstanceType]:
+    def sagemaker_instance_or_problem(self, key: str, env: JobEnvironment, problems: list[Problem]) -> InstanceType | None:
         """The ml. type: sagemaker.instanceType, else the ml. equivalent of the node group's type."""
         sm = self.sm
         if sm.instance_type is not None:
@@ -131,7 +132,7 @@ class PortableJob(GpuJob):
         if self.node_group is None:
             problems.append(Problem(f"{key}.sagemaker.instanceType", "is required with runtime 'sagemaker' when the job names no nodeGroup"))
             return None
-        g: Optional[GroupFacts] = env.groups.get(self.node_group)
+        g: GroupFacts | None = env.groups.get(self.node_group)
         if g is None:
             known = ", ".join(repr(n) for n in sorted(env.groups)) or "none"
             problems.append(
@@ -158,7 +159,7 @@ class PortableJob(GpuJob):
     def max_runtime_seconds(self) -> int:
         return self.active_deadline_seconds if self.active_deadline_seconds is not None else DEFAULT_MAX_RUNTIME
 
-    def entry_point_or_problem(self) -> "EntryPoint | Problem":
+    def entry_point_or_problem(self) -> EntryPoint | Problem:
         """The launcher, script and hyperparameters of ``entry_line()``, or the problem (key
         relative to the job) that keeps it from running on SageMaker."""
         line = self.entry_line()
@@ -181,7 +182,7 @@ class PortableJob(GpuJob):
             return Problem("args", hyper)
         return EntryPoint(launcher, line[at], hyper)
 
-    def sagemaker_job(self, instance: InstanceType, region: str, stack_id: str, tags: Optional[dict[str, str]] = None) -> SageMakerJob:
+    def sagemaker_job(self, instance: InstanceType, region: str, stack_id: str, tags: dict[str, str] | None = None) -> SageMakerJob:
         """The SageMaker training job of this spec (checked: call only when it has no problems)."""
         entry = self.entry_point_or_problem()
         if isinstance(entry, Problem):

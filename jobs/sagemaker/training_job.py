@@ -5,8 +5,9 @@ channels, and the execution role's least-privilege policy. ``components/sagemake
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from jobs.sagemaker.limits import CHECKPOINT_LOCAL_PATH, ECR_IMAGE, TENSORBOARD_LOCAL_PATH
 
@@ -58,9 +59,9 @@ class SageMakerJob:
     max_runtime_seconds: int
     retries: int  # RetryStrategy attempts (0 = none)
     spot: bool
-    max_wait_seconds: Optional[int]
-    checkpoint_s3_uri: Optional[str]
-    tensorboard_s3_uri: Optional[str]
+    max_wait_seconds: int | None
+    checkpoint_s3_uri: str | None
+    tensorboard_s3_uri: str | None
     s3_read: list[str] = field(default_factory=list)  # s3:// prefixes or objects the role may read
     tags: dict[str, str] = field(default_factory=dict)
 
@@ -73,7 +74,7 @@ class SageMakerJob:
         return {f.volume for f in self.file_systems}
 
     def create_request(
-        self, role_arn: str, security_group_ids: Sequence[str], subnet_ids: Sequence[str], file_systems: dict[str, "FileSystemTarget"]
+        self, role_arn: str, security_group_ids: Sequence[str], subnet_ids: Sequence[str], file_systems: dict[str, FileSystemTarget]
     ) -> dict[str, Any]:
         """SageMaker's CreateTrainingJob request (boto3 names) once the stack's resources exist;
         ``file_systems`` maps each volume the job reads to its file system."""

@@ -11,7 +11,6 @@ no IP to give them.
 from __future__ import annotations
 
 from math import ceil
-from typing import Optional
 
 from facts import addresses, catalog
 from facts.catalog import EFA_ONLY
@@ -44,13 +43,13 @@ def _system_share(s: SystemNodeGroupConfig, azs: int) -> tuple[int, int, str]:
     return ceil(s.max_size / azs), addresses.system_node_addresses(s.instance_type), how
 
 
-def _smallest_prefix(need: int) -> Optional[int]:
+def _smallest_prefix(need: int) -> int | None:
     fitting = [p for p in _PREFIXES if addresses.subnet_addresses(p) >= need]
     return max(fitting) if fitting else None
 
 
 def check_subnet_addresses(
-    n: Optional[NetworkConfig], s: Optional[SystemNodeGroupConfig], groups: list[Optional[GpuNodeGroupConfig]], problems: list[Problem]
+    n: NetworkConfig | None, s: SystemNodeGroupConfig | None, groups: list[GpuNodeGroupConfig | None], problems: list[Problem]
 ) -> None:
     """The GPU subnet holds every GPU group at maxSize and its share of the system nodes."""
     usable_groups = [g for g in groups if g is not None and g.instance_type in addresses.INTERFACES and catalog.get(g.instance_type) is not None]

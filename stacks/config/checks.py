@@ -16,7 +16,6 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional
 
 from facts import aws_names, durations, versions
 from facts.kube import RESERVED_NAMESPACES
@@ -59,16 +58,16 @@ def known_regions() -> frozenset[str]:
 class Sections:
     """The parsed sections the checks (and the job section) look at; None: given but invalid."""
 
-    network: Optional[NetworkConfig]
-    cluster: Optional[ClusterConfig]
-    system: Optional[SystemNodeGroupConfig]
-    groups: list[Optional[GpuNodeGroupConfig]]
-    storage: Optional[StorageConfig]
-    etcd: Optional[EtcdConfig]
-    services: Optional[ServicesConfig]
-    monitoring: Optional[MonitoringConfig]
-    autoscaling: Optional[AutoscalingConfig] = None
-    queues: Optional[QueuesConfig] = None
+    network: NetworkConfig | None
+    cluster: ClusterConfig | None
+    system: SystemNodeGroupConfig | None
+    groups: list[GpuNodeGroupConfig | None]
+    storage: StorageConfig | None
+    etcd: EtcdConfig | None
+    services: ServicesConfig | None
+    monitoring: MonitoringConfig | None
+    autoscaling: AutoscalingConfig | None = None
+    queues: QueuesConfig | None = None
 
 
 def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: list[Problem]) -> None:

@@ -3,7 +3,7 @@ value and what is allowed (for an unknown key, the keys the model accepts there)
 
 from __future__ import annotations
 
-from typing import Any, Optional, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -75,7 +75,7 @@ def yaml_hint(value: Any, kind: str = "string_type") -> str:
     return ""
 
 
-def parse(model: type[T], prefix: str, raw: Any, problems: list[Problem]) -> Optional[T]:
+def parse(model: type[T], prefix: str, raw: Any, problems: list[Problem]) -> T | None:
     try:
         return model.model_validate(raw)
     except ValidationError as err:

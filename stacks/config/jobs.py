@@ -8,7 +8,8 @@ switched off because its node group or operator is gone.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 from facts import catalog, operators
 from facts.problems import Problem
@@ -63,10 +64,10 @@ def sagemaker_jobs(specs: Iterable[JobBase], groups: Iterable[GpuNodeGroupConfig
 
 
 def job_environment(
-    groups: Iterable[Optional[GpuNodeGroupConfig]],
-    storage: Optional[StorageConfig],
-    services: Optional[ServicesConfig],
-    etcd: Optional[EtcdConfig],
+    groups: Iterable[GpuNodeGroupConfig | None],
+    storage: StorageConfig | None,
+    services: ServicesConfig | None,
+    etcd: EtcdConfig | None,
 ) -> JobEnvironment:
     """What the stack offers jobs (sections that did not parse count as their defaults)."""
     storage = storage or StorageConfig()
@@ -82,7 +83,7 @@ def job_environment(
 def parse_job_section(
     raw: Any,
     raw_groups: Any,
-    groups: list[Optional[GpuNodeGroupConfig]],
+    groups: list[GpuNodeGroupConfig | None],
     sections: Any,
     problems: list[Problem],
 ) -> list[JobBase]:
@@ -163,7 +164,7 @@ def parse_jobs(raw: Any, key: str, problems: list[Problem], env: JobEnvironment,
     return specs
 
 
-def _parse_job(item: Any, k: str, problems: list[Problem]) -> Optional[JobBase]:
+def _parse_job(item: Any, k: str, problems: list[Problem]) -> JobBase | None:
     if not isinstance(item, dict):
         problems.append(Problem(k, f"{_fmt(item)} is not allowed: expected a map with at least name and kind"))
         return None

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from facts.problems import ConfigError, Problem, non_ascii_note
 from facts.problems import fmt as _fmt
@@ -93,7 +94,7 @@ def load(flat: Mapping[str, Any], project: str, stack: str) -> StackConfig:
     values = _project_values(flat, problems)
     region = _region(flat.get("aws:region"), problems)
     parsed = _parse_sections(values, problems)
-    groups: list[Optional[GpuNodeGroupConfig]] = parsed.get("gpu_node_groups", [])
+    groups: list[GpuNodeGroupConfig | None] = parsed.get("gpu_node_groups", [])
     cluster_name = (parsed["cluster"].name if "cluster" in parsed else None) or f"{project}-{stack}"
     sections = _checked_sections(values, parsed, region, cluster_name, problems)
     if "jobs" in values:

@@ -8,7 +8,7 @@ Checks that need more than one field, or the catalog, live in ``stacks/config/ch
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -71,7 +71,7 @@ class NetworkConfig(ConfigModel):
 class ClusterConfig(ConfigModel):
     """The EKS control plane."""
 
-    name: Optional[str] = Field(None, description="EKS cluster name (default `<project>-<stack>`)")
+    name: str | None = Field(None, description="EKS cluster name (default `<project>-<stack>`)")
     kubernetes_version: str = Field(versions.KUBERNETES_DEFAULT, description="`1.35` or `1.36` (EKS standard support; see `facts/versions.py`)")
     endpoint_public_access: bool = Field(True, description="public API endpoint")
     endpoint_public_access_cidrs: list[str] = Field(
@@ -115,7 +115,7 @@ class PlacementGroupConfig(ConfigModel):
         description="`create`: a new cluster placement group in the GPU AZ; `existing`: the named one; `none`: no "
         "placement group (for capacity reservations and blocks that bring their own placement)",
     )
-    name: Optional[str] = Field(None, description="the placement group's name, with mode `existing`")
+    name: str | None = Field(None, description="the placement group's name, with mode `existing`")
 
 
 CapacityType = Literal["on-demand", "spot", "capacity-block"]
@@ -129,8 +129,8 @@ class CapacityOfferingConfig(ConfigModel):
         ge=1, description="the block's length in hours, as EC2 sells them: 24-336 in steps of 24 (1-14 days), then 504-4368 in steps of 168 (to 26 weeks)"
     )
     earliest_start: datetime = Field(description="the earliest start, ISO 8601 with a time zone (`2026-10-01T00:00:00Z`)")
-    latest_end: Optional[datetime] = Field(None, description="the latest end, ISO 8601 with a time zone (default: any)")
-    offering_id: Optional[str] = Field(None, description="the offering to buy, `cb-...` as preflight lists it; required with `purchase`")
+    latest_end: datetime | None = Field(None, description="the latest end, ISO 8601 with a time zone (default: any)")
+    offering_id: str | None = Field(None, description="the offering to buy, `cb-...` as preflight lists it; required with `purchase`")
     purchase: bool = Field(
         False,
         description="buy the offering at `pulumi up`: an irreversible purchase, its upfront fee paid at once and never refunded. "
@@ -142,13 +142,13 @@ class CapacityConfig(ConfigModel):
     """The capacity block of a capacity-block group: its window, which the group follows, and
     optionally an offering to find (and buy) one."""
 
-    start: Optional[datetime] = Field(
+    start: datetime | None = Field(
         None, description="when the block starts, ISO 8601 with a time zone (as preflight shows it): the group scales to maxSize then"
     )
-    end: Optional[datetime] = Field(
+    end: datetime | None = Field(
         None, description="when the block ends: the group scales to zero an hour before (EC2 terminates its instances from 30 minutes before)"
     )
-    offering: Optional[CapacityOfferingConfig] = Field(
+    offering: CapacityOfferingConfig | None = Field(
         None, description="`{durationHours, earliestStart, latestEnd, offeringId, purchase}`: a block to find, and with `purchase: true` buy"
     )
 
@@ -163,21 +163,21 @@ class GpuNodeGroupConfig(ConfigModel):
     max_size: int = Field(2, ge=1, description="most nodes")
     disk_size_gib: int = Field(500, ge=20, le=16384, alias="diskSizeGiB", description="encrypted gp3 root volume, GiB")
     capacity_type: CapacityType = Field("on-demand", description="`on-demand`, `spot` or `capacity-block`")
-    capacity_reservation_id: Optional[str] = Field(
+    capacity_reservation_id: str | None = Field(
         None, description="`cr-...`; required for `capacity-block` unless `capacity.offering` buys one (`purchase: true`)"
     )
-    capacity: Optional[CapacityConfig] = Field(
+    capacity: CapacityConfig | None = Field(
         None, description="`capacity-block` groups: `{start, end, offering}`, the block's window (scheduled scaling) and an offering to find or buy"
     )
-    efa: Optional[bool] = Field(None, description="EFA on (default where the type has it) or `false`; `true` on a type without EFA is an error")
-    placement_group: Optional[PlacementGroupConfig] = Field(
+    efa: bool | None = Field(None, description="EFA on (default where the type has it) or `false`; `true` on a type without EFA is an error")
+    placement_group: PlacementGroupConfig | None = Field(
         None, description="`{mode: create | existing | none, name}`; default `create` for EFA groups without a reservation or capacity block, else `none`"
     )
     labels: dict[str, str] = Field(default_factory=dict, description="extra node labels")
     taints: list[Taint] = Field(
         default_factory=list, description="extra node taints `{key, value, effect}`, one per key and effect, at most 49 (the GPU taint is always there)"
     )
-    autoscale: Optional[bool] = Field(
+    autoscale: bool | None = Field(
         None,
         description=(
             "the Cluster Autoscaler sizes the group between minSize and maxSize (with `autoscaling.enabled`); desiredSize then only sets the first size. "
@@ -200,13 +200,13 @@ class GpuNodeGroupConfig(ConfigModel):
         return self.capacity_type != "capacity-block" if self.autoscale is None else self.autoscale
 
     @property
-    def capacity_block_window(self) -> Optional[tuple[datetime, datetime]]:
+    def capacity_block_window(self) -> tuple[datetime, datetime] | None:
         """(start, end) of the group's capacity block, when the config gives both."""
         c = self.capacity
         return (c.start, c.end) if c is not None and c.start is not None and c.end is not None else None
 
     @property
-    def capacity_block_purchase(self) -> Optional[str]:
+    def capacity_block_purchase(self) -> str | None:
         """The offering (`cb-...`) `pulumi up` buys for this group, or None."""
         o = self.capacity.offering if self.capacity is not None else None
         return o.offering_id if o is not None and o.purchase else None
@@ -262,8 +262,8 @@ class FsxConfig(ConfigModel):
     enabled: bool = Field(True, description="FSx for Lustre + CSI driver + PV/PVC `fsx-claim`")
     deployment_type: FsxDeploymentType = Field("SCRATCH_2", description="`SCRATCH_1`, `SCRATCH_2`, `PERSISTENT_1`, `PERSISTENT_2`")
     storage_capacity_gib: int = Field(1200, alias="storageCapacityGiB", description="1200, 2400, then steps of 2400 (3600 for SCRATCH_1)")
-    per_unit_storage_throughput: Optional[int] = Field(None, description="MB/s/TiB: PERSISTENT_1 50/100/200; PERSISTENT_2 125/250/500/1000")
-    s3: Optional[S3LinkConfig] = Field(None, description="`{bucket, prefix, fileSystemPath: /s3, export: false}`: import (and export) an S3 prefix")
+    per_unit_storage_throughput: int | None = Field(None, description="MB/s/TiB: PERSISTENT_1 50/100/200; PERSISTENT_2 125/250/500/1000")
+    s3: S3LinkConfig | None = Field(None, description="`{bucket, prefix, fileSystemPath: /s3, export: false}`: import (and export) an S3 prefix")
     backup_retention_days: int = Field(0, ge=0, le=90, description="days of daily automatic backups, 0-90 (PERSISTENT types only; 0: none)")
     backup_start_time: str = Field("03:00", description="UTC time `HH:MM` of the daily automatic backup")
     final_backup: bool = Field(False, description="take a backup when the file system is deleted (PERSISTENT types only)")
@@ -340,18 +340,18 @@ class TeamQuotaConfig(ConfigModel):
 
     node_group: str = Field(description="a GPU node group of the stack")
     nodes: int = Field(ge=0, description="nominal quota: nodes of the group that are the team's (lent to others while idle)")
-    borrowing_limit: Optional[int] = Field(
+    borrowing_limit: int | None = Field(
         None, ge=0, description="most nodes the team may borrow beyond its own from idle quota of others (default: no limit)"
     )
-    lending_limit: Optional[int] = Field(None, ge=0, description="most of its own nodes the team lends while idle, at most `nodes` (default: all of them)")
+    lending_limit: int | None = Field(None, ge=0, description="most of its own nodes the team lends while idle, at most `nodes` (default: all of them)")
 
 
 class TeamConfig(ConfigModel):
     """A team: its own namespace and queue, a share of the GPU groups, and the IAM role its people use."""
 
     name: str = Field(description="lower-case name (a DNS label); also its ClusterQueue, and jobs name it in `team`")
-    namespace: Optional[str] = Field(None, description="the team's namespace, where it submits its own jobs (default: the team's name)")
-    role_arn: Optional[str] = Field(
+    namespace: str | None = Field(None, description="the team's namespace, where it submits its own jobs (default: the team's name)")
+    role_arn: str | None = Field(
         None,
         description="IAM role whose sessions may submit jobs (MPIJobs, PyTorchJobs, PaddleJobs, Jobs) to the team's queue, in its namespace only (an EKS access entry)",
     )
@@ -369,7 +369,7 @@ class QueuesConfig(ConfigModel):
         "20m",
         description="how long an admitted job may take until all its pods run (GPU node boot and image pull); then it gives its nodes back and queues again",
     )
-    requeue_limit: Optional[int] = Field(
+    requeue_limit: int | None = Field(
         None, ge=0, description="times a job that timed out queues again before it is deactivated (default: no limit; the waits double from 1 minute to 1 hour)"
     )
     teams: list[TeamConfig] = Field(default_factory=list, description="teams with their own namespace, queue and share of the GPU groups, in one cohort")
@@ -418,7 +418,7 @@ class StackConfig(ConfigModel):
     def gpu_instance_types(self) -> list[str]:
         return sorted({g.instance_type for g in self.gpu_node_groups})
 
-    def gpu_group(self, name: str) -> Optional[GpuNodeGroupConfig]:
+    def gpu_group(self, name: str) -> GpuNodeGroupConfig | None:
         return next((g for g in self.gpu_node_groups if g.name == name), None)
 
 

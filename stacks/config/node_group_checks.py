@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Optional
 
 from facts import aws_names, catalog
 from facts.catalog import CAPACITY_BLOCK_DRAIN, CAPACITY_BLOCK_DRAIN_TEXT
@@ -40,11 +39,11 @@ def _check_system(s: SystemNodeGroupConfig, problems: list[Problem]) -> None:
         )
 
 
-def _aware(when: Optional[datetime.datetime]) -> bool:
+def _aware(when: datetime.datetime | None) -> bool:
     return when is None or (when.tzinfo is not None and when.utcoffset() is not None)
 
 
-def _check_capacity(k: str, g: GpuNodeGroupConfig, it: Optional[catalog.InstanceType], problems: list[Problem]) -> None:
+def _check_capacity(k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | None, problems: list[Problem]) -> None:
     """Capacity Blocks: a type EC2 sells them for, and a consistent `capacity` section (window, offering, purchase)."""
     block = g.capacity_type == "capacity-block"
     if block and it is not None and it.is_gpu and not it.capacity_blocks:
@@ -148,7 +147,7 @@ def _reserved_label(key: str) -> bool:
     return any(domain == d or domain.endswith("." + d) for d in RESERVED_LABEL_DOMAINS)
 
 
-def _check_gpu_groups(groups: list[Optional[GpuNodeGroupConfig]], problems: list[Problem]) -> None:
+def _check_gpu_groups(groups: list[GpuNodeGroupConfig | None], problems: list[Problem]) -> None:
     base = f"{NAMESPACE}:gpuNodeGroups"
     seen: dict[str, int] = {}
     for i, g in enumerate(groups):

@@ -5,7 +5,8 @@ puts it into README.md; a test checks the README holds exactly this text."""
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo

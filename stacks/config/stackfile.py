@@ -29,7 +29,7 @@ import json
 import math
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 from facts.paths import PROJECT_ROOT
 from facts.problems import ConfigError, Problem
@@ -157,7 +157,7 @@ def _project_default_text(value: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def load_yaml(text: Union[str, bytes], name: str = "the YAML text") -> Any:
+def load_yaml(text: str | bytes, name: str = "the YAML text") -> Any:
     """A YAML text as the Pulumi CLI reads it (yaml.v3 into interface{}): timestamps are
     ``GoTime``. Raises StackFileError for what stops the CLI."""
     value, found = decode(text, _CONFIG_LEVEL + MAX_DEPTH)
@@ -183,7 +183,7 @@ def _path_text(path: KeyPath) -> str:
     return out
 
 
-def _config_key(project: str, raw: str) -> Optional[str]:
+def _config_key(project: str, raw: str) -> str | None:
     """config/key.go ParseKey, after loaders.go gave keys without a namespace the project's:
     the engine's ``namespace:name``, or None for a key it refuses."""
     colons = raw.count(":")
@@ -246,7 +246,7 @@ def _bytes(path: Path) -> bytes:
         raise StackFileError(f"{path.name} cannot be read: {err.strerror or err}") from None
 
 
-def _stack_values(project: str, data: Union[str, bytes], file_name: str) -> tuple[Any, dict[str, str]]:
+def _stack_values(project: str, data: str | bytes, file_name: str) -> tuple[Any, dict[str, str]]:
     """A stack file's config as the engine hands it to the program ({"ns:key": text}). Raises
     StackFileError for a file the CLI cannot read, ConfigError (naming the key) for a config
     value it refuses."""
@@ -281,7 +281,7 @@ def _stack_values(project: str, data: Union[str, bytes], file_name: str) -> tupl
     return doc, wire
 
 
-def engine_config(stack: str, root: Path = PROJECT_ROOT, stack_file: Optional[Path] = None) -> tuple[str, dict[str, str]]:
+def engine_config(stack: str, root: Path = PROJECT_ROOT, stack_file: Path | None = None) -> tuple[str, dict[str, str]]:
     """The project name and the config the engine hands the program for ``stack``
     (``{"namespace:key": text}``): project-level defaults from Pulumi.yaml, overridden by
     Pulumi.<stack>.yaml, or by ``stack_file`` when given (the Pulumi CLI's ``--config-file``: a
@@ -309,7 +309,7 @@ def engine_config(stack: str, root: Path = PROJECT_ROOT, stack_file: Optional[Pa
     return name, wire
 
 
-def read_stack_config(stack: str, root: Path = PROJECT_ROOT, stack_file: Optional[Path] = None) -> tuple[str, dict[str, Any]]:
+def read_stack_config(stack: str, root: Path = PROJECT_ROOT, stack_file: Path | None = None) -> tuple[str, dict[str, Any]]:
     """The project name and the stack's config exactly as the program sees it under `pulumi up`:
     ``decode_config_values`` of what the engine hands it (see ``engine_config``)."""
     name, wire = engine_config(stack, root, stack_file)

@@ -11,7 +11,7 @@ import datetime
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.composer import Composer, MaxDepthExceededError
@@ -24,7 +24,7 @@ from ruamel.yaml.util import RegExp
 
 from facts.problems import fmt
 
-Path = tuple[Union[str, int], ...]
+Path = tuple[str | int, ...]
 MAX_LEVEL = 100  # how deep maps and lists nest by default
 _TAG = "tag:yaml.org,2002:"
 # yaml.v3 resolve.go allowedTimestampFormats as Go's time.Parse reads them: a date, then a time after
@@ -56,7 +56,7 @@ class GoTime:
     rfc3339: str
 
 
-def _timestamp(text: str) -> Union[GoTime, str]:
+def _timestamp(text: str) -> GoTime | str:
     """A plain scalar shaped like a date: a timestamp, or text where Go's time.Parse fails (no such
     date or time, a zone where none goes or none where one must)."""
     m = _TIMESTAMP.fullmatch(text)
@@ -144,7 +144,7 @@ class _Composer(Composer):
         self.below: list[list[int]] = [[0, 0]]
 
     def path(self) -> Path:
-        out: list[Union[str, int]] = []
+        out: list[str | int] = []
         for index in self.at[1:]:
             if index is None:  # a key is being read
                 break
@@ -237,7 +237,7 @@ class _Composer(Composer):
                 )
 
 
-def decode(data: Union[str, bytes], max_level: int = MAX_LEVEL) -> tuple[Any, list[Found]]:
+def decode(data: str | bytes, max_level: int = MAX_LEVEL) -> tuple[Any, list[Found]]:
     """A YAML text (its first document, as yaml.v3 reads) as the Pulumi CLI reads it, and what in it
     stops the CLI (or nothing): maps, lists, str, int, float, bool, None, ``GoTime``. Maps and lists
     nest at most ``max_level`` deep (the document's own map or list is 1)."""

@@ -5,8 +5,9 @@ a queue can ever hold (``reach``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any
 
 from facts.kube import NODE_GROUP_LABEL
 from facts.operators import REPLICA_SPECS
@@ -31,7 +32,7 @@ class PodSet:
     name: str
     count: int
     per_pod: Mapping[str, int]
-    flavor: Optional[str]
+    flavor: str | None
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,10 @@ class Demand:
     queue: str  # its ClusterQueue
     priority: str
     pod_sets: tuple[PodSet, ...]
-    elastic_max: Optional[int] = None  # an elastic PyTorchJob: the maxNodes Kueue reserves
+    elastic_max: int | None = None  # an elastic PyTorchJob: the maxNodes Kueue reserves
 
     @property
-    def flavor(self) -> Optional[str]:
+    def flavor(self) -> str | None:
         return next((p.flavor for p in self.pod_sets if p.flavor), None)
 
     @property
@@ -115,7 +116,7 @@ def demands(jobs: Iterable[tuple[str, JobBase]], ctx: JobsContext, queue_of_team
 Usage = dict[tuple[str, str, str], int]  # (cluster queue, flavor, resource) -> in use
 
 
-def _shortfall(cq: ClusterQueue, queues: Sequence[ClusterQueue], demand: Mapping[str, int], flavor: str, usage: Usage) -> Optional[tuple[str, int, int]]:
+def _shortfall(cq: ClusterQueue, queues: Sequence[ClusterQueue], demand: Mapping[str, int], flavor: str, usage: Usage) -> tuple[str, int, int] | None:
     """The first resource ``demand`` does not fit with ``usage`` already admitted: (resource, what
     the queue would then hold, the most it can hold now); None when it fits."""
     for r in RESOURCES:
@@ -147,7 +148,7 @@ def reach(cq: ClusterQueue, queues: Sequence[ClusterQueue], flavor: str, resourc
 class Admission:
     demand: Demand
     at_once: bool  # admitted with the jobs before it, in priority then config order
-    short: Optional[tuple[str, int, int]] = None  # why it waits: (resource, needed, available)
+    short: tuple[str, int, int] | None = None  # why it waits: (resource, needed, available)
 
 
 def admit_in_order(demands: Sequence[Demand], queues: Sequence[ClusterQueue]) -> list[Admission]:

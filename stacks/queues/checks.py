@@ -6,7 +6,8 @@ teams, and a job that can never be admitted (or a pod no node can hold).
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from facts import durations
 from facts.aws_names import role_arn_problem
@@ -67,7 +68,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def check_config(
-    queues: Any, groups: Sequence[Any], autoscaling: Any, training_namespace: Optional[str], admin_principals: Sequence[str], problems: list[Problem], ns: str
+    queues: Any, groups: Sequence[Any], autoscaling: Any, training_namespace: str | None, admin_principals: Sequence[str], problems: list[Problem], ns: str
 ) -> None:
     """The queue section on its own and against the GPU groups: names, namespaces, the teams'
     quotas within the groups, and what needs queues or the autoscaler. ``ns`` is the config namespace."""

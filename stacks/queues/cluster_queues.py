@@ -5,8 +5,9 @@ the LocalQueues that feed them, and the teams' namespaces and Kubernetes groups.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 from stacks.queues.resources import RESOURCES, Flavor
 
@@ -35,8 +36,8 @@ class Limits:
     (None: no limit)."""
 
     nominal: int
-    borrowing: Optional[int] = None
-    lending: Optional[int] = None
+    borrowing: int | None = None
+    lending: int | None = None
 
     @property
     def lendable(self) -> int:
@@ -54,11 +55,11 @@ class ClusterQueue:
     (teams) its fair-share weight."""
 
     name: str
-    team: Optional[str]
+    team: str | None
     namespaces: tuple[str, ...]
     limits: Mapping[str, Mapping[str, Limits]]  # flavor -> resource -> limits
-    fair_share_weight: Optional[float] = None
-    nodes: Mapping[str, tuple[int, Optional[int], Optional[int]]] = field(default_factory=dict)  # flavor -> (nodes, borrowing, lending limit) in nodes
+    fair_share_weight: float | None = None
+    nodes: Mapping[str, tuple[int, int | None, int | None]] = field(default_factory=dict)  # flavor -> (nodes, borrowing, lending limit) in nodes
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class Team:
 
     name: str
     namespace: str
-    role_arn: Optional[str]
+    role_arn: str | None
 
     @property
     def kubernetes_group(self) -> str:
@@ -85,7 +86,7 @@ def team_namespace(team: Any) -> str:
     return team.namespace or team.name
 
 
-def _nodes_limits(per_node: Mapping[str, int], nodes: int, borrow: Optional[int], lend: Optional[int]) -> dict[str, Limits]:
+def _nodes_limits(per_node: Mapping[str, int], nodes: int, borrow: int | None, lend: int | None) -> dict[str, Limits]:
     return {r: Limits(nodes * per_node[r], None if borrow is None else borrow * per_node[r], None if lend is None else lend * per_node[r]) for r in RESOURCES}
 
 
@@ -94,12 +95,12 @@ def cluster_queues(flavors: Sequence[Flavor], teams: Sequence[Any], training_nam
     team, all in one cohort. Team quotas beyond a group are a config problem (checked first);
     here the shared queue's quota is never below zero."""
     shared: dict[str, dict[str, Limits]] = {}
-    shared_nodes: dict[str, tuple[int, Optional[int], Optional[int]]] = {}
+    shared_nodes: dict[str, tuple[int, int | None, int | None]] = {}
     out: list[ClusterQueue] = []
     for t in teams:
         by_group = {q.node_group: q for q in t.quotas}
         limits: dict[str, dict[str, Limits]] = {}
-        configured: dict[str, tuple[int, Optional[int], Optional[int]]] = {}
+        configured: dict[str, tuple[int, int | None, int | None]] = {}
         for f in flavors:
             q = by_group.get(f.name)
             nodes, borrow, lend = (q.nodes, q.borrowing_limit, q.lending_limit) if q is not None else (0, None, None)

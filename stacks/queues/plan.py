@@ -5,8 +5,9 @@ validated config; and the queue table of the offline plan.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any
 
 from facts import operators as ops
 from jobs.base import JobBase, JobsContext, job_targets
@@ -55,7 +56,7 @@ class QueuePlan:
     managed_namespaces: tuple[str, ...]
     integrations: tuple[str, ...]
     pods_ready_timeout: str
-    requeue_limit: Optional[int]
+    requeue_limit: int | None
     provisioning: bool  # the ProvisioningRequest admission check, on the autoscaled flavors
     demands: tuple[Demand, ...]
 
@@ -121,7 +122,7 @@ def node_services(cfg: Any) -> NodeServices:
     return NodeServices(fsx=cfg.storage.fsx.enabled, efa_device_plugin=cfg.services.efa_device_plugin, monitoring=cfg.monitoring.enabled)
 
 
-def plan_for(cfg: Any) -> Optional[QueuePlan]:
+def plan_for(cfg: Any) -> QueuePlan | None:
     """The queues of a validated ``StackConfig``; None when it runs none."""
     if not cfg.queues.enabled or not cfg.gpu_node_groups:
         return None

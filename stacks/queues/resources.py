@@ -7,8 +7,9 @@ GPU node group.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from facts import allocatable
 from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_NODE_MIB, EFA_RESOURCE, GPU_RESOURCE, HUGEPAGES_2MI_RESOURCE, NODE_GROUP_LABEL

@@ -24,7 +24,7 @@ import sys
 import time
 import zlib
 from datetime import timedelta
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -50,7 +50,7 @@ def report(phase: str, **fields: Any) -> None:
     print(PREFIX + json.dumps(record, sort_keys=True), flush=True)
 
 
-def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--job", required=True, help="the job this process belongs to")
     parser.add_argument("--run-marker", required=True, help="an opaque marker the test finds in the output")
@@ -59,7 +59,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()

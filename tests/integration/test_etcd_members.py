@@ -32,7 +32,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -62,7 +62,7 @@ JOIN_TIME = 15.0
 RENDEZVOUS_TIMEOUT = 90
 
 
-def _plan(tmp_path_factory: pytest.TempPathFactory, replicas: Optional[int]) -> list[dict[str, Any]]:
+def _plan(tmp_path_factory: pytest.TempPathFactory, replicas: int | None) -> list[dict[str, Any]]:
     def config(values: dict[str, Any]) -> None:
         if replicas is not None:
             values.setdefault("etcd", {})["replicas"] = replicas
@@ -137,14 +137,14 @@ def _ids(etcd: LocalEtcd) -> dict[str, str]:
     return {m["name"]: m["ID"] for m in etcd.member_list(0)}
 
 
-def _keys(etcd: LocalEtcd, i: int, prefix: str) -> dict[str, tuple[str, Optional[float]]]:
+def _keys(etcd: LocalEtcd, i: int, prefix: str) -> dict[str, tuple[str, float | None]]:
     """Every v2 key under ``prefix`` as member ``i`` serves it (the rendezvous uses the v2 API): its value
     and, for a key with a TTL, when it expires (seconds since the epoch)."""
     status, body = http(f"http://{etcd.endpoint(i)}/v2/keys{prefix}?recursive=true&quorum=true")
     if status == 404:
         return {}
     assert status == 200, (status, body)
-    out: dict[str, tuple[str, Optional[float]]] = {}
+    out: dict[str, tuple[str, float | None]] = {}
 
     def walk(node: dict[str, Any]) -> None:
         if node.get("dir"):

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -274,7 +274,7 @@ def option_names(args: Sequence[str]) -> list[str]:
     return names
 
 
-def parse_script_args(names: Sequence[str], argv: Sequence[str]) -> dict[str, Optional[str]]:
+def parse_script_args(names: Sequence[str], argv: Sequence[str]) -> dict[str, str | None]:
     """What a script whose argparse parser has a str option for each name gets from ``argv``."""
     parser = ScriptParser(prog="train.py", add_help=False, allow_abbrev=False)
     for name in names:
