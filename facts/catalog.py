@@ -144,10 +144,7 @@ class InstanceType:
         return self.nvme_disks * self.nvme_disk_gb
 
     def summary(self) -> str:
-        if self.is_gpu:
-            gpu = f"{self.gpus} x {self.gpu_model} {self.gpu_memory_mib // 1024} GiB"
-        else:
-            gpu = "no GPU"
+        gpu = f"{self.gpus} x {self.gpu_model} {self.gpu_memory_mib // 1024} GiB" if self.is_gpu else "no GPU"
         efa = f"{self.efa_interfaces} EFA" if self.efa_supported else "no EFA"
         return f"{gpu}, {efa}, {self.vcpus} vCPU, {self.memory_mib // 1024} GiB"
 

@@ -498,7 +498,8 @@ def capacity_block(**over: Any) -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def recorded() -> dict[str, dict[str, Any]]:
     """moto's recording of EC2 DescribeInstanceTypes: instance type -> its item."""
-    data: dict[str, dict[str, Any]] = json.loads(gzip.open(Path(moto.__file__).parent / "ec2" / "resources" / "instance_types.json.gz").read())
+    with gzip.open(Path(moto.__file__).parent / "ec2" / "resources" / "instance_types.json.gz") as f:
+        data: dict[str, dict[str, Any]] = json.loads(f.read())
     return data
 
 

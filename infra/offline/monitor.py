@@ -177,7 +177,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             sanitized.object.update(_without_references({k: raw[k] for k in IDENTITY if k in raw} if only_identity else raw))
         response = super().RegisterResource(sanitized)
         parent = None
-        if request.parent and not _urn_parts(request.parent)[0] == "pulumi:pulumi:Stack":
+        if request.parent and _urn_parts(request.parent)[0] != "pulumi:pulumi:Stack":
             parent = _ref(request.parent)
         # The SDK gathers dependencies in sets: sort them so the same program gives the same file.
         deps = sorted((_ref(u) for u in set(request.dependencies)), key=lambda d: (d["type"], d["name"]))

@@ -212,15 +212,14 @@ def _check_entry(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(f"{key}.sagemaker.entryPoint", f"{checks.fmt(sm.entry_point)} is not allowed: a {'/'.join(job.SCRIPT_SUFFIXES)} path relative to sourceDir")
         )
-    elif sm.entry_point is None and sm.source_dir and not sm.source_dir.startswith("s3://") and entry.script.startswith("/"):
-        if not _inside(entry.script, sm.source_dir):
-            problems.append(
-                Problem(
-                    f"{key}.sagemaker.sourceDir",
-                    f"{checks.fmt(sm.source_dir)} does not contain the entry script {entry.script!r}; set sagemaker.entryPoint",
-                )
+    elif sm.entry_point is None and sm.source_dir and not sm.source_dir.startswith("s3://") and entry.script.startswith("/") and not _inside(entry.script, sm.source_dir):
+        problems.append(
+            Problem(
+                f"{key}.sagemaker.sourceDir",
+                f"{checks.fmt(sm.source_dir)} does not contain the entry script {entry.script!r}; set sagemaker.entryPoint",
             )
-            return
+        )
+        return
     if len(problems) > before:
         return  # the entry point is reported already
     source = posixpath.normpath(sm.source_dir) if sm.source_dir and not sm.source_dir.startswith("s3://") else None

@@ -197,10 +197,7 @@ def _check_network(n: NetworkConfig, problems: list[Problem]) -> None:
         problems.append(Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not a private range; use 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 space"))
     # Private subnets take one /private_subnet_prefix block each; public subnets share one more.
     needed = n.availability_zone_count + 1
-    if n.private_subnet_prefix <= net.prefixlen:
-        have = 0
-    else:
-        have = 2 ** (n.private_subnet_prefix - net.prefixlen)
+    have = 0 if n.private_subnet_prefix <= net.prefixlen else 2 ** (n.private_subnet_prefix - net.prefixlen)
     if have < needed:
         problems.append(
             Problem(

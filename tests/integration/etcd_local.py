@@ -23,6 +23,7 @@ the same name), ``lose([...])`` (their node failed: SIGKILL at once, wiped, star
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -92,10 +93,8 @@ def _container(spec: Mapping[str, Any], name: str, init: bool = False) -> dict[s
 
 def _signal(process: subprocess.Popen[bytes] | None, sig: int) -> None:
     if process is not None and process.poll() is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def _stop(process: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM) -> None:
@@ -103,15 +102,11 @@ def _stop(process: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM) ->
         return
     _signal(process, signal.SIGCONT)  # a frozen process cannot act on SIGTERM
     _signal(process, sig)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
     _signal(process, signal.SIGKILL)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 @dataclass

@@ -18,6 +18,7 @@ completes. ``bash scripts/test_integration.sh`` installs torch, etcd and python-
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -422,16 +423,12 @@ class Node:
             if not pids:
                 break
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             time.sleep(0.1)
         if self.process is not None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
 
     def wait(self, deadline: float) -> int | None:
         """The agent's exit code, or None if it is still running at ``deadline`` (time.monotonic)."""
