@@ -179,7 +179,7 @@ def efa_network_interfaces(slots: Sequence[InterfaceSlot], security_group_ids: l
 
 
 class NodeGroup(pulumi.ComponentResource):
-    def __init__(self, name: str, args: NodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, args: NodeGroupArgs, opts: pulumi.ResourceOptions | None = None):  # noqa: C901 -- to split into one function per rule/part (issue 25)
         super().__init__("gputraining:components:NodeGroup", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = {**args.tags, "gputraining/node-group": name}

@@ -174,7 +174,7 @@ def duration_seconds(text: Any) -> int | None:
     return int(total) if pos == len(text) else None
 
 
-def _assume_roles(value: Any, problems: list[Problem]) -> tuple[AssumeRole, ...]:
+def _assume_roles(value: Any, problems: list[Problem]) -> tuple[AssumeRole, ...]:  # noqa: C901 -- to split into one function per rule/part (issue 25)
     if value in (None, "", []):
         return ()
     example = "e.g. [{roleArn: arn:aws:iam::123456789012:role/deploy}]"

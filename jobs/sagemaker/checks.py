@@ -74,7 +74,7 @@ class SageMakerSpec(Protocol):
     def check_sagemaker_kind(self, key: str, problems: list[Problem]) -> None: ...
 
 
-def check_sagemaker_runtime(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
+def check_sagemaker_runtime(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:  # noqa: C901 -- to split into one function per rule/part (issue 25)
     """The checks of a spec with runtime sagemaker (``PortableJob.check``): SageMaker's names, image,
     volumes, runtime, S3 URIs, spot, input channels, entry point and environment."""
     sm = job.sm

@@ -266,7 +266,7 @@ def fsx_capacity_allowed(deployment_type: str, capacity: int) -> bool:
     return capacity in (1200, 2400) or (capacity > 2400 and capacity % step == 0)
 
 
-def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:
+def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:  # noqa: C901 -- to split into one function per rule/part (issue 25)
     e = st.efs
     if e.enabled and e.performance_mode == "maxIO" and e.throughput_mode == "elastic":
         problems.append(

@@ -43,7 +43,7 @@ def _aware(when: datetime.datetime | None) -> bool:
     return when is None or (when.tzinfo is not None and when.utcoffset() is not None)
 
 
-def _check_capacity(k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | None, problems: list[Problem]) -> None:
+def _check_capacity(k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | None, problems: list[Problem]) -> None:  # noqa: C901 -- to split into one function per rule/part (issue 25)
     """Capacity Blocks: a type EC2 sells them for, and a consistent `capacity` section (window, offering, purchase)."""
     block = g.capacity_type == "capacity-block"
     if block and it is not None and it.is_gpu and not it.capacity_blocks:
@@ -147,7 +147,7 @@ def _reserved_label(key: str) -> bool:
     return any(domain == d or domain.endswith("." + d) for d in RESERVED_LABEL_DOMAINS)
 
 
-def _check_gpu_groups(groups: list[GpuNodeGroupConfig | None], problems: list[Problem]) -> None:
+def _check_gpu_groups(groups: list[GpuNodeGroupConfig | None], problems: list[Problem]) -> None:  # noqa: C901 -- to split into one function per rule/part (issue 25)
     base = f"{NAMESPACE}:gpuNodeGroups"
     seen: dict[str, int] = {}
     for i, g in enumerate(groups):

@@ -67,7 +67,7 @@ def check_jobs(plan: QueuePlan, problems: list[Problem], key_prefix: str) -> Non
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-def check_config(
+def check_config(  # noqa: C901 -- to split into one function per rule/part (issue 25)
     queues: Any, groups: Sequence[Any], autoscaling: Any, training_namespace: str | None, admin_principals: Sequence[str], problems: list[Problem], ns: str
 ) -> None:
     """The queue section on its own and against the GPU groups: names, namespaces, the teams'

@@ -71,7 +71,7 @@ NODE_TOKEN_VAR = "ELASTIC_IT_NODE_TOKEN"  # marks every process of one node, to 
 # ---------------------------------------------------------------------------------------------
 
 
-def operator_pod_env(job: Mapping[str, Any]) -> dict[str, str]:
+def operator_pod_env(job: Mapping[str, Any]) -> dict[str, str]:  # noqa: C901 -- to split into one function per rule/part (issue 25)
     """The environment Kubeflow training-operator v1.9.4 gives the ``pytorch`` container of every Worker pod.
 
     A transcription of the operator's Go code at tag v1.9.4 (kubeflow/trainer, commit 4445c12a):
