@@ -15,7 +15,7 @@ from facts.catalog import CAPACITY_BLOCK_DRAIN, CAPACITY_BLOCK_DRAIN_TEXT
 from facts.kube import GPU_TAINT
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
-from stacks.config.models import NAMESPACE, CapacityOfferingConfig, GpuNodeGroupConfig, SystemNodeGroupConfig
+from stacks.config.models import NAMESPACE, CapacityConfig, CapacityOfferingConfig, GpuNodeGroupConfig, SystemNodeGroupConfig
 
 
 def _check_scaling(k: str, min_size: int, desired: int, max_size: int, problems: list[Problem]) -> None:
@@ -43,9 +43,28 @@ def _aware(when: datetime.datetime | None) -> bool:
     return when is None or (when.tzinfo is not None and when.utcoffset() is not None)
 
 
-def _check_capacity(k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | None, problems: list[Problem]) -> None:  # noqa: C901 -- to split into one function per rule/part (issue 25)
+def _check_capacity(k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | None, problems: list[Problem]) -> None:
     """Capacity Blocks: a type EC2 sells them for, and a consistent `capacity` section (window, offering, purchase)."""
     block = g.capacity_type == "capacity-block"
+    _check_block_type(k, g, it, block, problems)
+    c = g.capacity
+    if c is None:
+        return
+    if not block:
+        problems.append(Problem(f"{k}.capacity", f"is only used with capacityType 'capacity-block' (capacityType is {g.capacity_type!r})"))
+        return
+    _check_capacity_time_zones(k, c, problems)
+    _check_capacity_window(k, g, c, problems)
+    o = c.offering
+    if o is None:
+        return
+    _check_offering_size(k, g, o, problems)
+    _check_offering(k, o, problems)
+    _check_purchase(k, g, c, o, problems)
+
+
+def _check_block_type(k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | None, block: bool, problems: list[Problem]) -> None:
+    """A Capacity Block of a type EC2 sells them for."""
     if block and it is not None and it.is_gpu and not it.capacity_blocks:
         problems.append(
             Problem(
@@ -54,18 +73,20 @@ def _check_capacity(k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | No
                 "(the catalog's types with the capacity-block usage class); use on-demand or spot, or one of those types",
             )
         )
-    c = g.capacity
-    if c is None:
-        return
-    if not block:
-        problems.append(Problem(f"{k}.capacity", f"is only used with capacityType 'capacity-block' (capacityType is {g.capacity_type!r})"))
-        return
+
+
+def _check_capacity_time_zones(k: str, c: CapacityConfig, problems: list[Problem]) -> None:
+    """Every time of the `capacity` section carries its time zone."""
     o = c.offering
     for key, when in (("start", c.start), ("end", c.end), ("offering.earliestStart", o and o.earliest_start), ("offering.latestEnd", o and o.latest_end)):
         if when and not _aware(when):
             problems.append(
                 Problem(f"{k}.capacity.{key}", f"{when.isoformat()} has no time zone; write it in UTC like 2026-10-01T11:30:00Z, as preflight shows it")
             )
+
+
+def _check_capacity_window(k: str, g: GpuNodeGroupConfig, c: CapacityConfig, problems: list[Problem]) -> None:
+    """The block's window: both ends, longer than the drain, and no fixed sizes beside it."""
     if (c.start is None) != (c.end is None):
         problems.append(
             Problem(f"{k}.capacity.{'end' if c.end is None else 'start'}", "is required with capacity.start/end: the block's window needs both ends")
@@ -91,30 +112,36 @@ def _check_capacity(k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | No
                     "desiredSize out",
                 )
             )
-    if o is None:
-        return
-    _check_offering_size(k, g, o, problems)
+
+
+def _check_offering(k: str, o: CapacityOfferingConfig, problems: list[Problem]) -> None:
+    """The offering searched for: a range that ends after it starts, and an offering id of EC2's form."""
     if o.latest_end is not None and _aware(o.latest_end) and _aware(o.earliest_start) and o.latest_end <= o.earliest_start:
         problems.append(Problem(f"{k}.capacity.offering.latestEnd", f"{o.latest_end.isoformat()} is not after earliestStart {o.earliest_start.isoformat()}"))
     if o.offering_id is not None and not re.fullmatch(r"cb-[0-9a-z]{8,32}", o.offering_id):
         problems.append(Problem(f"{k}.capacity.offering.offeringId", f"{_fmt(o.offering_id)} is not a Capacity Block offering id like cb-0123456789abcdefg"))
-    if o.purchase:
-        missing = [name for name, v in (("offeringId", o.offering_id), ("start", c.start), ("end", c.end)) if v is None]
-        if missing:
-            problems.append(
-                Problem(
-                    f"{k}.capacity.offering.purchase",
-                    "true needs the offering it buys: set capacity.offering.offeringId and the block's window capacity.start and capacity.end "
-                    f"(missing: {', '.join(missing)}) as preflight lists them for the offering you choose",
-                )
+
+
+def _check_purchase(k: str, g: GpuNodeGroupConfig, c: CapacityConfig, o: CapacityOfferingConfig, problems: list[Problem]) -> None:
+    """A purchase names the offering it buys and its window, and buys no second block."""
+    if not o.purchase:
+        return
+    missing = [name for name, v in (("offeringId", o.offering_id), ("start", c.start), ("end", c.end)) if v is None]
+    if missing:
+        problems.append(
+            Problem(
+                f"{k}.capacity.offering.purchase",
+                "true needs the offering it buys: set capacity.offering.offeringId and the block's window capacity.start and capacity.end "
+                f"(missing: {', '.join(missing)}) as preflight lists them for the offering you choose",
             )
-        if g.capacity_reservation_id:
-            problems.append(
-                Problem(
-                    f"{k}.capacity.offering.purchase",
-                    f"true would buy a second block: the group already targets {g.capacity_reservation_id}; drop capacityReservationId or purchase",
-                )
+        )
+    if g.capacity_reservation_id:
+        problems.append(
+            Problem(
+                f"{k}.capacity.offering.purchase",
+                f"true would buy a second block: the group already targets {g.capacity_reservation_id}; drop capacityReservationId or purchase",
             )
+        )
 
 
 def _check_offering_size(k: str, g: GpuNodeGroupConfig, o: CapacityOfferingConfig, problems: list[Problem]) -> None:
@@ -147,109 +174,145 @@ def _reserved_label(key: str) -> bool:
     return any(domain == d or domain.endswith("." + d) for d in RESERVED_LABEL_DOMAINS)
 
 
-def _check_gpu_groups(groups: list[GpuNodeGroupConfig | None], problems: list[Problem]) -> None:  # noqa: C901 -- to split into one function per rule/part (issue 25)
+def _check_gpu_groups(groups: list[GpuNodeGroupConfig | None], problems: list[Problem]) -> None:
     base = f"{NAMESPACE}:gpuNodeGroups"
     seen: dict[str, int] = {}
     for i, g in enumerate(groups):
         if g is None:
             continue
         k = f"{base}[{i}]"
-        if not _K8S_NAME.match(g.name) or len(g.name) > 32:
-            problems.append(
-                Problem(
-                    f"{k}.name",
-                    f"{_fmt(g.name)} is not allowed: lower-case letters, digits and '-', starting and ending with a letter or digit, at most 32 characters",
-                )
-            )
-        if g.name in seen:
-            problems.append(Problem(f"{k}.name", f"{_fmt(g.name)} is used by gpuNodeGroups[{seen[g.name]}] too; node group names must be unique"))
-        else:
-            seen[g.name] = i
-        it = catalog.get(g.instance_type)
-        refused = catalog.refusal(g.instance_type)
-        if refused is not None:
-            problems.append(Problem(f"{k}.instanceType", refused))
-        elif it is None or not it.is_gpu:
-            problems.append(
-                Problem(f"{k}.instanceType", f"{_fmt(g.instance_type)} is not a GPU type in the instance catalog; use one of {', '.join(catalog.GPU_TYPES)}")
-            )
-        elif g.efa and not it.efa_supported:
-            efa_types = ", ".join(t for t in catalog.GPU_TYPES if catalog.BUILTIN[t].efa_supported)
-            problems.append(Problem(f"{k}.efa", f"true is not allowed: {g.instance_type} has no EFA; EFA types are {efa_types}"))
+        _check_group_name(k, i, g, seen, problems)
+        it = _check_group_type(k, g, problems)
         _check_scaling(k, g.min_size, g.desired_size, g.max_size, problems)
-        if g.capacity_type == "capacity-block" and not g.capacity_reservation_id and (g.capacity is None or g.capacity.offering is None):
-            problems.append(
-                Problem(
-                    f"{k}.capacityReservationId",
-                    "is required with capacityType 'capacity-block' (the cr-... id of the block), unless capacity.offering looks for one to buy",
-                )
-            )
+        _check_reservation_required(k, g, problems)
         _check_capacity(k, g, it, problems)
-        if g.capacity_reservation_id and not re.fullmatch(r"cr-[0-9a-f]{8,17}", g.capacity_reservation_id):
-            problems.append(
-                Problem(f"{k}.capacityReservationId", f"{_fmt(g.capacity_reservation_id)} is not a capacity reservation id like cr-0123456789abcdef0")
+        _check_reservation_id(k, g, problems)
+        _check_autoscale(k, g, problems)
+        _check_spot(k, g, problems)
+        _check_placement_group(k, g, problems)
+        _check_labels(k, g, problems)
+        _check_taints(k, g, problems)
+
+
+def _check_group_name(k: str, i: int, g: GpuNodeGroupConfig, seen: dict[str, int], problems: list[Problem]) -> None:
+    """A valid node group name, unique among the groups (``seen`` maps the names so far to their index)."""
+    if not _K8S_NAME.match(g.name) or len(g.name) > 32:
+        problems.append(
+            Problem(
+                f"{k}.name",
+                f"{_fmt(g.name)} is not allowed: lower-case letters, digits and '-', starting and ending with a letter or digit, at most 32 characters",
             )
-        if g.capacity_type == "capacity-block" and g.autoscale:
+        )
+    if g.name in seen:
+        problems.append(Problem(f"{k}.name", f"{_fmt(g.name)} is used by gpuNodeGroups[{seen[g.name]}] too; node group names must be unique"))
+    else:
+        seen[g.name] = i
+
+
+def _check_group_type(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> catalog.InstanceType | None:
+    """A GPU type of the catalog, not refused, with EFA if the group asks for it; returns the type's catalog entry."""
+    it = catalog.get(g.instance_type)
+    refused = catalog.refusal(g.instance_type)
+    if refused is not None:
+        problems.append(Problem(f"{k}.instanceType", refused))
+    elif it is None or not it.is_gpu:
+        problems.append(
+            Problem(f"{k}.instanceType", f"{_fmt(g.instance_type)} is not a GPU type in the instance catalog; use one of {', '.join(catalog.GPU_TYPES)}")
+        )
+    elif g.efa and not it.efa_supported:
+        efa_types = ", ".join(t for t in catalog.GPU_TYPES if catalog.BUILTIN[t].efa_supported)
+        problems.append(Problem(f"{k}.efa", f"true is not allowed: {g.instance_type} has no EFA; EFA types are {efa_types}"))
+    return it
+
+
+def _check_reservation_required(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
+    if g.capacity_type == "capacity-block" and not g.capacity_reservation_id and (g.capacity is None or g.capacity.offering is None):
+        problems.append(
+            Problem(
+                f"{k}.capacityReservationId",
+                "is required with capacityType 'capacity-block' (the cr-... id of the block), unless capacity.offering looks for one to buy",
+            )
+        )
+
+
+def _check_reservation_id(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
+    if g.capacity_reservation_id and not re.fullmatch(r"cr-[0-9a-f]{8,17}", g.capacity_reservation_id):
+        problems.append(Problem(f"{k}.capacityReservationId", f"{_fmt(g.capacity_reservation_id)} is not a capacity reservation id like cr-0123456789abcdef0"))
+
+
+def _check_autoscale(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
+    if g.capacity_type == "capacity-block" and g.autoscale:
+        problems.append(
+            Problem(
+                f"{k}.autoscale",
+                "true is not allowed with capacityType 'capacity-block': outside the block's window every launch fails and the "
+                "autoscaler backs off again and again, and EKS needs the group at desired size 0 before an upgrade. Leave it out "
+                "(false is the default here) and give the block's window as capacity.start and capacity.end (the group then scales "
+                "itself), or set desiredSize to the block's instance count for its window, 0 after",
+            )
+        )
+
+
+def _check_spot(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
+    if g.capacity_type == "spot" and g.capacity_reservation_id:
+        problems.append(Problem(f"{k}.capacityReservationId", "cannot be used with capacityType 'spot'"))
+
+
+def _check_placement_group(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
+    pg = g.placement_group
+    if pg is None:
+        return
+    if pg.mode == "existing" and not pg.name:
+        problems.append(Problem(f"{k}.placementGroup.name", "is required with mode 'existing'"))
+    if pg.mode != "existing" and pg.name:
+        problems.append(Problem(f"{k}.placementGroup.name", f"{_fmt(pg.name)} is only used with mode 'existing' (mode is {pg.mode!r})"))
+    if pg.mode == "create" and (g.capacity_reservation_id or g.capacity_type == "capacity-block"):
+        problems.append(
+            Problem(
+                f"{k}.placementGroup.mode",
+                "'create' cannot be combined with a capacity reservation/block; use 'none' or the reservation's own placement group with 'existing'",
+            )
+        )
+
+
+def _check_labels(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
+    for lk, lv in g.labels.items():
+        if not _LABEL_KEY.match(lk) or _reserved_label(lk):
             problems.append(
                 Problem(
-                    f"{k}.autoscale",
-                    "true is not allowed with capacityType 'capacity-block': outside the block's window every launch fails and the "
-                    "autoscaler backs off again and again, and EKS needs the group at desired size 0 before an upgrade. Leave it out "
-                    "(false is the default here) and give the block's window as capacity.start and capacity.end (the group then scales "
-                    "itself), or set desiredSize to the block's instance count for its window, 0 after",
+                    f"{k}.labels.{lk}",
+                    f"{_fmt(lk)} is not an allowed label key (a valid Kubernetes label key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)",
                 )
             )
-        if g.capacity_type == "spot" and g.capacity_reservation_id:
-            problems.append(Problem(f"{k}.capacityReservationId", "cannot be used with capacityType 'spot'"))
-        pg = g.placement_group
-        if pg is not None:
-            if pg.mode == "existing" and not pg.name:
-                problems.append(Problem(f"{k}.placementGroup.name", "is required with mode 'existing'"))
-            if pg.mode != "existing" and pg.name:
-                problems.append(Problem(f"{k}.placementGroup.name", f"{_fmt(pg.name)} is only used with mode 'existing' (mode is {pg.mode!r})"))
-            if pg.mode == "create" and (g.capacity_reservation_id or g.capacity_type == "capacity-block"):
-                problems.append(
-                    Problem(
-                        f"{k}.placementGroup.mode",
-                        "'create' cannot be combined with a capacity reservation/block; use 'none' or the reservation's own placement group with 'existing'",
-                    )
-                )
-        for lk, lv in g.labels.items():
-            if not _LABEL_KEY.match(lk) or _reserved_label(lk):
-                problems.append(
-                    Problem(
-                        f"{k}.labels.{lk}",
-                        f"{_fmt(lk)} is not an allowed label key (a valid Kubernetes label key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)",
-                    )
-                )
-            if not _LABEL_VALUE.match(lv):
-                problems.append(Problem(f"{k}.labels.{lk}", f"{_fmt(lv)} is not a valid Kubernetes label value"))
-        # EKS takes at most 50 taints per node group, and the GPU taint is one of them.
-        if len(g.taints) > aws_names.EKS_NODEGROUP_TAINTS_MAX - 1:
+        if not _LABEL_VALUE.match(lv):
+            problems.append(Problem(f"{k}.labels.{lk}", f"{_fmt(lv)} is not a valid Kubernetes label value"))
+
+
+def _check_taints(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
+    # EKS takes at most 50 taints per node group, and the GPU taint is one of them.
+    if len(g.taints) > aws_names.EKS_NODEGROUP_TAINTS_MAX - 1:
+        problems.append(
+            Problem(
+                f"{k}.taints",
+                f"{len(g.taints)} taints are too many: EKS allows {aws_names.EKS_NODEGROUP_TAINTS_MAX} per node group and the GPU taint is one; "
+                f"at most {aws_names.EKS_NODEGROUP_TAINTS_MAX - 1}",
+            )
+        )
+    taint_at: dict[tuple[str, str], int] = {}
+    for j, t in enumerate(g.taints):
+        if (t.key, t.effect) in taint_at:
+            problems.append(
+                Problem(f"{k}.taints[{j}]", f"{t.key!r} with effect {t.effect} is taints[{taint_at[t.key, t.effect]}] already; a key has one taint per effect")
+            )
+        taint_at.setdefault((t.key, t.effect), j)
+        if not _LABEL_KEY.match(t.key) or _reserved_label(t.key):
             problems.append(
                 Problem(
-                    f"{k}.taints",
-                    f"{len(g.taints)} taints are too many: EKS allows {aws_names.EKS_NODEGROUP_TAINTS_MAX} per node group and the GPU taint is one; "
-                    f"at most {aws_names.EKS_NODEGROUP_TAINTS_MAX - 1}",
+                    f"{k}.taints[{j}].key",
+                    f"{_fmt(t.key)} is not an allowed taint key (a valid Kubernetes key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)",
                 )
             )
-        taint_at: dict[tuple[str, str], int] = {}
-        for j, t in enumerate(g.taints):
-            if (t.key, t.effect) in taint_at:
-                problems.append(
-                    Problem(
-                        f"{k}.taints[{j}]", f"{t.key!r} with effect {t.effect} is taints[{taint_at[t.key, t.effect]}] already; a key has one taint per effect"
-                    )
-                )
-            taint_at.setdefault((t.key, t.effect), j)
-            if not _LABEL_KEY.match(t.key) or _reserved_label(t.key):
-                problems.append(
-                    Problem(
-                        f"{k}.taints[{j}].key",
-                        f"{_fmt(t.key)} is not an allowed taint key (a valid Kubernetes key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)",
-                    )
-                )
-            if not _LABEL_VALUE.match(t.value):
-                problems.append(Problem(f"{k}.taints[{j}].value", f"{_fmt(t.value)} is not a valid taint value (up to 63 letters, digits, '-', '_', '.')"))
-            if t.key == GPU_TAINT["key"]:
-                problems.append(Problem(f"{k}.taints[{j}].key", f"{GPU_TAINT['key']!r} is set on every GPU group already; list only extra taints"))
+        if not _LABEL_VALUE.match(t.value):
+            problems.append(Problem(f"{k}.taints[{j}].value", f"{_fmt(t.value)} is not a valid taint value (up to 63 letters, digits, '-', '_', '.')"))
+        if t.key == GPU_TAINT["key"]:
+            problems.append(Problem(f"{k}.taints[{j}].key", f"{GPU_TAINT['key']!r} is set on every GPU group already; list only extra taints"))
