@@ -26,11 +26,14 @@ from stacks.config.models import (
     NAMESPACE,
     AutoscalingConfig,
     ClusterConfig,
+    EfsConfig,
     EtcdConfig,
+    FsxConfig,
     GpuNodeGroupConfig,
     MonitoringConfig,
     NetworkConfig,
     QueuesConfig,
+    S3LinkConfig,
     ServicesConfig,
     StorageConfig,
     SystemNodeGroupConfig,
@@ -266,8 +269,20 @@ def fsx_capacity_allowed(deployment_type: str, capacity: int) -> bool:
     return capacity in (1200, 2400) or (capacity > 2400 and capacity % step == 0)
 
 
-def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:  # noqa: C901 -- to split into one function per rule/part (issue 25)
-    e = st.efs
+def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:
+    _check_efs(st.efs, problems)
+    f = st.fsx
+    if not f.enabled:
+        return
+    k = f"{NAMESPACE}:storage.fsx"
+    _check_fsx_capacity(k, f, problems)
+    _check_fsx_throughput(k, f, problems)
+    _check_fsx_backups(k, f, problems)
+    if f.s3 is not None:
+        _check_fsx_s3(k, f.deployment_type, f.s3, problems)
+
+
+def _check_efs(e: EfsConfig, problems: list[Problem]) -> None:
     if e.enabled and e.performance_mode == "maxIO" and e.throughput_mode == "elastic":
         problems.append(
             Problem(
@@ -275,10 +290,9 @@ def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:  # noqa:
                 "'maxIO' is not allowed with throughputMode 'elastic' (EFS offers Elastic throughput with generalPurpose only); use generalPurpose, or throughputMode bursting",
             )
         )
-    k = f"{NAMESPACE}:storage.fsx"
-    f = st.fsx
-    if not f.enabled:
-        return
+
+
+def _check_fsx_capacity(k: str, f: FsxConfig, problems: list[Problem]) -> None:
     step = FSX_CAPACITY_STEP[f.deployment_type]
     if not fsx_capacity_allowed(f.deployment_type, f.storage_capacity_gib):
         problems.append(
@@ -287,6 +301,9 @@ def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:  # noqa:
                 f"{f.storage_capacity_gib} is not allowed for {f.deployment_type}: use 1200, 2400 or a multiple of {step} GiB",
             )
         )
+
+
+def _check_fsx_throughput(k: str, f: FsxConfig, problems: list[Problem]) -> None:
     allowed = FSX_THROUGHPUT.get(f.deployment_type)
     if allowed is None and f.per_unit_storage_throughput is not None:
         problems.append(
@@ -304,6 +321,9 @@ def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:  # noqa:
                 f"{_fmt(f.per_unit_storage_throughput)} is not allowed for {f.deployment_type}: use one of {', '.join(map(str, allowed))} (MB/s/TiB)",
             )
         )
+
+
+def _check_fsx_backups(k: str, f: FsxConfig, problems: list[Problem]) -> None:
     if not f.deployment_type.startswith("PERSISTENT"):
         if f.backup_retention_days:
             problems.append(
@@ -316,16 +336,18 @@ def _check_storage(st: StorageConfig, problems: list[Problem]) -> None:  # noqa:
             problems.append(Problem(f"{k}.finalBackup", f"true is not allowed: {f.deployment_type} has no backups (PERSISTENT_1/PERSISTENT_2 only)"))
     if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", f.backup_start_time):
         problems.append(Problem(f"{k}.backupStartTime", f"{_fmt(f.backup_start_time)} is not a UTC time HH:MM like 03:00"))
-    if f.s3 is not None:
-        if f.deployment_type == "SCRATCH_1":
-            problems.append(Problem(f"{k}.s3", "an S3 link needs SCRATCH_2, PERSISTENT_1 or PERSISTENT_2 (SCRATCH_1 has no data repository associations)"))
-        why = aws_names.bucket_problem(f.s3.bucket)
-        if why:
-            problems.append(Problem(f"{k}.s3.bucket", f"{_fmt(f.s3.bucket)} is not an S3 bucket name: {why}"))
-        if f.s3.prefix.startswith("/"):
-            problems.append(Problem(f"{k}.s3.prefix", f"{_fmt(f.s3.prefix)} must not start with '/'"))
-        if not f.s3.file_system_path.startswith("/"):
-            problems.append(Problem(f"{k}.s3.fileSystemPath", f"{_fmt(f.s3.file_system_path)} must be an absolute path like /s3"))
+
+
+def _check_fsx_s3(k: str, deployment_type: str, s3: S3LinkConfig, problems: list[Problem]) -> None:
+    if deployment_type == "SCRATCH_1":
+        problems.append(Problem(f"{k}.s3", "an S3 link needs SCRATCH_2, PERSISTENT_1 or PERSISTENT_2 (SCRATCH_1 has no data repository associations)"))
+    why = aws_names.bucket_problem(s3.bucket)
+    if why:
+        problems.append(Problem(f"{k}.s3.bucket", f"{_fmt(s3.bucket)} is not an S3 bucket name: {why}"))
+    if s3.prefix.startswith("/"):
+        problems.append(Problem(f"{k}.s3.prefix", f"{_fmt(s3.prefix)} must not start with '/'"))
+    if not s3.file_system_path.startswith("/"):
+        problems.append(Problem(f"{k}.s3.fileSystemPath", f"{_fmt(s3.file_system_path)} must be an absolute path like /s3"))
 
 
 def _quantity(text: str, suffixes: str) -> bool:
