@@ -74,11 +74,26 @@ class SageMakerSpec(Protocol):
     def check_sagemaker_kind(self, key: str, problems: list[Problem]) -> None: ...
 
 
-def check_sagemaker_runtime(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:  # noqa: C901 -- to split into one function per rule/part (issue 25)
+def check_sagemaker_runtime(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
     """The checks of a spec with runtime sagemaker (``PortableJob.check``): SageMaker's names, image,
     volumes, runtime, S3 URIs, spot, input channels, entry point and environment."""
-    sm = job.sm
     k = f"{key}.sagemaker"
+    _check_name(job, key, problems)
+    _check_image(job, key, problems)
+    _check_secret_env(job, key, problems)
+    _check_volumes(job, key, problems)
+    _check_deadline(job, key, problems)
+    _check_instance_type(job.sm, k, problems)
+    _check_output_uris(job.sm, k, problems)
+    _check_spot(job, k, problems)
+    _check_inputs(job, k, problems)
+    _check_entry(job, key, problems)
+    _check_environment(job, key, problems)
+    job.check_sagemaker_kind(key, problems)
+
+
+def _check_name(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
+    """The name leaves room for the training job name's suffix."""
     room = TRAINING_JOB_NAME_MAX - len(training_job_suffix(job.run))
     if len(job.name) > room:
         problems.append(
@@ -88,6 +103,9 @@ def check_sagemaker_runtime(job: SageMakerSpec, key: str, problems: list[Problem
                 f"and SageMaker allows {TRAINING_JOB_NAME_MAX} characters; shorten it to at most {room}",
             )
         )
+
+
+def _check_image(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
     if not ECR_IMAGE.match(job.image):
         problems.append(
             Problem(
@@ -96,6 +114,9 @@ def check_sagemaker_runtime(job: SageMakerSpec, key: str, problems: list[Problem
                 "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker",
             )
         )
+
+
+def _check_secret_env(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
     if job.secret_env:
         name = sorted(job.secret_env)[0]
         problems.append(
@@ -104,6 +125,10 @@ def check_sagemaker_runtime(job: SageMakerSpec, key: str, problems: list[Problem
                 "Kubernetes Secrets do not reach SageMaker jobs: read the secret in the script (Secrets Manager) or use runtime 'eks'",
             )
         )
+
+
+def _check_volumes(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
+    """Each volume mounted where SageMaker mounts its channel."""
     for j, v in enumerate(job.volumes):
         want = f"{SAGEMAKER_DATA_ROOT}/{v.name}"
         if posixpath.normpath(v.mount_path) != want:
@@ -114,6 +139,9 @@ def check_sagemaker_runtime(job: SageMakerSpec, key: str, problems: list[Problem
                     "(the same path on EKS, so the script finds its data at one path in both runtimes)",
                 )
             )
+
+
+def _check_deadline(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
     if job.active_deadline_seconds is not None and job.active_deadline_seconds > MAX_RUNTIME_LIMIT:
         problems.append(
             Problem(
@@ -121,6 +149,9 @@ def check_sagemaker_runtime(job: SageMakerSpec, key: str, problems: list[Problem
                 f"{job.active_deadline_seconds} is more than SageMaker's longest max runtime, {MAX_RUNTIME_LIMIT} (28 days)",
             )
         )
+
+
+def _check_instance_type(sm: SageMakerOptions, k: str, problems: list[Problem]) -> None:
     if sm.instance_type is not None and catalog.get_sagemaker(sm.instance_type) is None:
         problems.append(
             Problem(
@@ -128,12 +159,21 @@ def check_sagemaker_runtime(job: SageMakerSpec, key: str, problems: list[Problem
                 f"{checks.fmt(sm.instance_type)} is not a SageMaker GPU training type of the catalog; use one of {', '.join(catalog.SAGEMAKER_TYPES)}",
             )
         )
+
+
+def _check_output_uris(sm: SageMakerOptions, k: str, problems: list[Problem]) -> None:
+    """An output path, and S3 URIs SageMaker takes for the output, checkpoints and TensorBoard."""
     if sm.output_path is None:
         problems.append(Problem(f"{k}.outputPath", "is required with runtime 'sagemaker': the s3:// prefix SageMaker writes the model and output to"))
     for field_name, uri in (("outputPath", sm.output_path), ("checkpointS3Uri", sm.checkpoint_s3_uri), ("tensorboardS3Uri", sm.tensorboard_s3_uri)):
         if uri is not None:
             checks.check_s3_uri(uri, f"{k}.{field_name}", problems)
             _check_uri_length(uri, f"{k}.{field_name}", problems)
+
+
+def _check_spot(job: SageMakerSpec, k: str, problems: list[Problem]) -> None:
+    """Spot with checkpoints, and a max wait only with spot, from the max runtime to SageMaker's limit."""
+    sm = job.sm
     if sm.spot and sm.checkpoint_s3_uri is None:
         problems.append(
             Problem(
@@ -150,6 +190,11 @@ def check_sagemaker_runtime(job: SageMakerSpec, key: str, problems: list[Problem
             )
         elif sm.max_wait_seconds > MAX_RUNTIME_LIMIT:
             problems.append(Problem(f"{k}.maxWaitSeconds", f"{sm.max_wait_seconds} is more than SageMaker allows ({MAX_RUNTIME_LIMIT}, 28 days)"))
+
+
+def _check_inputs(job: SageMakerSpec, k: str, problems: list[Problem]) -> None:
+    """The S3 inputs: channel names unique among them and the volumes, S3 URIs, and at most SageMaker's channel count."""
+    sm = job.sm
     channels: dict[str, str] = {v.name: f"volumes[{j}]" for j, v in enumerate(job.volumes)}
     for j, s3 in enumerate(sm.inputs):
         ik = f"{k}.inputs[{j}]"
@@ -168,7 +213,9 @@ def check_sagemaker_runtime(job: SageMakerSpec, key: str, problems: list[Problem
                 f"SageMaker takes at most {SAGEMAKER_INPUT_CHANNELS_MAX} (each volume is a channel too): read several prefixes through one channel's common prefix",
             )
         )
-    _check_entry(job, key, problems)
+
+
+def _check_environment(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
     # CreateTrainingJob: at most 100 environment variables, values up to 512 characters.
     if len(job.env) + len(EFA_ENV_NAMES) > MAX_ENVIRONMENT:
         problems.append(
@@ -182,7 +229,6 @@ def check_sagemaker_runtime(job: SageMakerSpec, key: str, problems: list[Problem
             problems.append(
                 Problem(f"{key}.env.{name}", f"is {len(env_text(value))} characters long; SageMaker takes environment values up to {MAX_ENVIRONMENT_VALUE}")
             )
-    job.check_sagemaker_kind(key, problems)
 
 
 def _check_entry(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
@@ -212,7 +258,13 @@ def _check_entry(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(f"{key}.sagemaker.entryPoint", f"{checks.fmt(sm.entry_point)} is not allowed: a {'/'.join(job.SCRIPT_SUFFIXES)} path relative to sourceDir")
         )
-    elif sm.entry_point is None and sm.source_dir and not sm.source_dir.startswith("s3://") and entry.script.startswith("/") and not _inside(entry.script, sm.source_dir):
+    elif (
+        sm.entry_point is None
+        and sm.source_dir
+        and not sm.source_dir.startswith("s3://")
+        and entry.script.startswith("/")
+        and not _inside(entry.script, sm.source_dir)
+    ):
         problems.append(
             Problem(
                 f"{key}.sagemaker.sourceDir",
