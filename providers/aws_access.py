@@ -174,64 +174,105 @@ def duration_seconds(text: Any) -> int | None:
     return int(total) if pos == len(text) else None
 
 
-def _assume_roles(value: Any, problems: list[Problem]) -> tuple[AssumeRole, ...]:  # noqa: C901 -- to split into one function per rule/part (issue 25)
+_ASSUME_ROLES_EXAMPLE = "e.g. [{roleArn: arn:aws:iam::123456789012:role/deploy}]"
+
+
+def _assume_roles(value: Any, problems: list[Problem]) -> tuple[AssumeRole, ...]:
     if value in (None, "", []):
         return ()
-    example = "e.g. [{roleArn: arn:aws:iam::123456789012:role/deploy}]"
     if not isinstance(value, list):
-        problems.append(Problem("aws:assumeRoles", f"{fmt(value)} is not a list of roles, {example}"))
+        problems.append(Problem("aws:assumeRoles", f"{fmt(value)} is not a list of roles, {_ASSUME_ROLES_EXAMPLE}"))
         return ()
     roles = []
     for i, raw in enumerate(value):
-        key = f"aws:assumeRoles[{i}]"
-        if not isinstance(raw, dict):
-            problems.append(Problem(key, f"{fmt(raw)} is not a role ({{roleArn: ..., ...}}), {example}"))
-            continue
-        unknown = sorted(set(raw) - set(ASSUME_ROLE_FIELDS))
-        if unknown:
-            problems.append(Problem(key, f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(ASSUME_ROLE_FIELDS)}"))
-        before = len(problems)
-        arn = raw.get("roleArn")
-        if not isinstance(arn, str) or not ROLE_ARN.fullmatch(arn):
-            problems.append(Problem(f"{key}.roleArn", f"{fmt(arn)} is not an IAM role ARN (arn:aws:iam::<12-digit account>:role/<name>); it is required"))
-        session = raw.get("sessionName") or DEFAULT_SESSION_NAME
-        if not isinstance(session, str) or not SESSION_NAME.fullmatch(session):
-            problems.append(Problem(f"{key}.sessionName", f"{fmt(session)} is not a session name: 2-64 of letters, digits and +=,.@_-"))
-        external = raw.get("externalId")
-        if external is not None and (not isinstance(external, str) or not EXTERNAL_ID.fullmatch(external)):
-            problems.append(Problem(f"{key}.externalId", f"{fmt(external)} is not an external ID: 2-1224 of letters, digits and +=,.@:/_-"))
-        seconds = duration_seconds(raw.get("duration")) if raw.get("duration") is not None else None
-        if raw.get("duration") is not None and (seconds is None or not 900 <= seconds <= 43200):
-            problems.append(Problem(f"{key}.duration", f"{fmt(raw.get('duration'))} is not a duration from 15m to 12h (e.g. 1h, 45m, 1h30m)"))
-        lists = {}
-        for name in ("policyArns", "transitiveTagKeys"):
-            items = raw.get(name) or []
-            if not isinstance(items, list) or not all(isinstance(x, str) and x for x in items):
-                problems.append(Problem(f"{key}.{name}", f"{fmt(items)} is not a list of strings"))
-            else:
-                lists[name] = tuple(items)
-        tags = raw.get("tags") or {}
-        if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
-            problems.append(Problem(f"{key}.tags", f"{fmt(tags)} is not a map of strings to strings"))
-        for name in ("policy", "sourceIdentity"):
-            if raw.get(name) is not None and not isinstance(raw.get(name), str):
-                problems.append(Problem(f"{key}.{name}", f"{fmt(raw.get(name))} is not a string"))
-        if len(problems) > before:
-            continue
-        roles.append(
-            AssumeRole(
-                role_arn=str(arn),
-                session_name=str(session),
-                external_id=external,
-                duration_seconds=seconds,
-                policy=raw.get("policy"),
-                policy_arns=lists["policyArns"],
-                source_identity=raw.get("sourceIdentity"),
-                tags=tuple(sorted(tags.items())),
-                transitive_tag_keys=lists["transitiveTagKeys"],
-            )
-        )
+        role = _assume_role(f"aws:assumeRoles[{i}]", raw, problems)
+        if role is not None:
+            roles.append(role)
     return tuple(roles)
+
+
+def _assume_role(key: str, raw: Any, problems: list[Problem]) -> AssumeRole | None:
+    """One role of ``aws:assumeRoles``, or None with its problems appended."""
+    if not isinstance(raw, dict):
+        problems.append(Problem(key, f"{fmt(raw)} is not a role ({{roleArn: ..., ...}}), {_ASSUME_ROLES_EXAMPLE}"))
+        return None
+    unknown = sorted(set(raw) - set(ASSUME_ROLE_FIELDS))
+    if unknown:
+        problems.append(Problem(key, f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(ASSUME_ROLE_FIELDS)}"))
+    before = len(problems)
+    arn = _role_arn(key, raw, problems)
+    session = _session_name(key, raw, problems)
+    external = _external_id(key, raw, problems)
+    seconds = _duration(key, raw, problems)
+    lists = _string_lists(key, raw, problems)
+    tags = _tags(key, raw, problems)
+    _check_strings(key, raw, problems)
+    if len(problems) > before:
+        return None
+    return AssumeRole(
+        role_arn=str(arn),
+        session_name=str(session),
+        external_id=external,
+        duration_seconds=seconds,
+        policy=raw.get("policy"),
+        policy_arns=lists["policyArns"],
+        source_identity=raw.get("sourceIdentity"),
+        tags=tuple(sorted(tags.items())),
+        transitive_tag_keys=lists["transitiveTagKeys"],
+    )
+
+
+def _role_arn(key: str, raw: dict[str, Any], problems: list[Problem]) -> Any:
+    arn = raw.get("roleArn")
+    if not isinstance(arn, str) or not ROLE_ARN.fullmatch(arn):
+        problems.append(Problem(f"{key}.roleArn", f"{fmt(arn)} is not an IAM role ARN (arn:aws:iam::<12-digit account>:role/<name>); it is required"))
+    return arn
+
+
+def _session_name(key: str, raw: dict[str, Any], problems: list[Problem]) -> Any:
+    session = raw.get("sessionName") or DEFAULT_SESSION_NAME
+    if not isinstance(session, str) or not SESSION_NAME.fullmatch(session):
+        problems.append(Problem(f"{key}.sessionName", f"{fmt(session)} is not a session name: 2-64 of letters, digits and +=,.@_-"))
+    return session
+
+
+def _external_id(key: str, raw: dict[str, Any], problems: list[Problem]) -> Any:
+    external = raw.get("externalId")
+    if external is not None and (not isinstance(external, str) or not EXTERNAL_ID.fullmatch(external)):
+        problems.append(Problem(f"{key}.externalId", f"{fmt(external)} is not an external ID: 2-1224 of letters, digits and +=,.@:/_-"))
+    return external
+
+
+def _duration(key: str, raw: dict[str, Any], problems: list[Problem]) -> int | None:
+    seconds = duration_seconds(raw.get("duration")) if raw.get("duration") is not None else None
+    if raw.get("duration") is not None and (seconds is None or not 900 <= seconds <= 43200):
+        problems.append(Problem(f"{key}.duration", f"{fmt(raw.get('duration'))} is not a duration from 15m to 12h (e.g. 1h, 45m, 1h30m)"))
+    return seconds
+
+
+def _string_lists(key: str, raw: dict[str, Any], problems: list[Problem]) -> dict[str, tuple[str, ...]]:
+    """policyArns and transitiveTagKeys, the ones that are lists of strings."""
+    lists = {}
+    for name in ("policyArns", "transitiveTagKeys"):
+        items = raw.get(name) or []
+        if not isinstance(items, list) or not all(isinstance(x, str) and x for x in items):
+            problems.append(Problem(f"{key}.{name}", f"{fmt(items)} is not a list of strings"))
+        else:
+            lists[name] = tuple(items)
+    return lists
+
+
+def _tags(key: str, raw: dict[str, Any], problems: list[Problem]) -> Any:
+    tags = raw.get("tags") or {}
+    if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
+        problems.append(Problem(f"{key}.tags", f"{fmt(tags)} is not a map of strings to strings"))
+    return tags
+
+
+def _check_strings(key: str, raw: dict[str, Any], problems: list[Problem]) -> None:
+    for name in ("policy", "sourceIdentity"):
+        if raw.get(name) is not None and not isinstance(raw.get(name), str):
+            problems.append(Problem(f"{key}.{name}", f"{fmt(raw.get(name))} is not a string"))
 
 
 def make_session(settings: AwsSettings, region: str) -> Any:
