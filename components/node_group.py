@@ -37,7 +37,16 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 
 from components.node_scaling import NODE_TEMPLATE as NODE_TEMPLATE  # re-exported: the tests read it here
-from components.node_scaling import BlockPlan, _config_order, _utc_text, autoscaler_template_tags, capacity_block_plan, held_back_text, tag_resource_parts
+from components.node_scaling import (
+    BlockPlan,
+    ScheduledSize,
+    _config_order,
+    _utc_text,
+    autoscaler_template_tags,
+    capacity_block_plan,
+    held_back_text,
+    tag_resource_parts,
+)
 from facts.catalog import InterfaceSlot
 from facts.kube import AUTOSCALE_TAG, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL
 
@@ -178,22 +187,60 @@ def efa_network_interfaces(slots: Sequence[InterfaceSlot], security_group_ids: l
     return interfaces
 
 
+def _check_args(args: NodeGroupArgs, efa_interfaces: int) -> None:
+    """What a node group's arguments cannot combine."""
+    if efa_interfaces and not args.availability_zone:
+        raise ValueError("an EFA node group must be pinned to one availability zone")
+    if args.capacity_block_offering_id and args.capacity_reservation_id:
+        raise ValueError("a node group targets an existing capacity reservation or buys a capacity block, not both")
+    if args.placement_group == "create" and not args.availability_zone:
+        raise ValueError("a cluster placement group needs the node group's availability zone")
+
+
+def _labels_and_taints(name: str, args: NodeGroupArgs, efa_interfaces: int) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """The nodes' labels (the node-group label, and the GPU and EFA ones) and taints (the GPU taint first)."""
+    labels = {**args.labels, NODE_GROUP_LABEL: args.group_name or name}
+    taints = list(args.taints)
+    if args.gpu:
+        labels.update(GPU_PRESENT_LABEL)
+        taints = [GPU_TAINT] + taints
+    if efa_interfaces:
+        labels.update(EFA_PRESENT_LABEL)
+    return labels, taints
+
+
 class NodeGroup(pulumi.ComponentResource):
-    def __init__(self, name: str, args: NodeGroupArgs, opts: pulumi.ResourceOptions | None = None):  # noqa: C901 -- to split into one function per rule/part (issue 25)
+    def __init__(self, name: str, args: NodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:NodeGroup", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
         tags = {**args.tags, "gputraining/node-group": name}
         node_group_name = f"{args.cluster_name}-{name}"
 
         efa_interfaces = sum(1 for slot in args.network_interfaces if slot.is_efa)
-        if efa_interfaces and not args.availability_zone:
-            raise ValueError("an EFA node group must be pinned to one availability zone")
-        if args.capacity_block_offering_id and args.capacity_reservation_id:
-            raise ValueError("a node group targets an existing capacity reservation or buys a capacity block, not both")
-        if args.placement_group == "create" and not args.availability_zone:
-            raise ValueError("a cluster placement group needs the node group's availability zone")
+        _check_args(args, efa_interfaces)
 
         self.efa_security_group_id: pulumi.Output[str] | None = None
+        security_group_ids = self._security_groups(name, args, tags, node_group_name, efa_interfaces)
+        placement_name = self._placement_group(name, args, tags)
+        self.capacity_block: aws.ec2.CapacityBlockReservation | None = None
+        reservation_id = self._capacity_reservation(name, args, tags, node_group_name)
+        launch_template = self._launch_template(name, args, tags, node_group_name, efa_interfaces, security_group_ids, placement_name, reservation_id)
+
+        labels, taints = _labels_and_taints(name, args, efa_interfaces)
+        self.node_group_name = node_group_name
+        block = self._block_plan(args, node_group_name)
+        schedule = block.actions if block is not None else ()
+        self.node_group: pulumi.Resource = self._node_group(name, args, tags, node_group_name, launch_template, labels, taints, block)
+        self.labels = labels
+        self.taints = taints
+        self.autoscaler_tags: dict[str, str] = self._autoscaler_tags(name, args, labels, taints)
+        self.scheduled_sizes = schedule
+        self.capacity_block_plan = block
+        self._block_actions(name, node_group_name, schedule)
+        self.register_outputs({"nodeGroupName": node_group_name})
+
+    def _security_groups(self, name: str, args: NodeGroupArgs, tags: dict[str, str], node_group_name: str, efa_interfaces: int) -> list[pulumi.Input[str]]:
+        """The nodes' security groups: the cluster's, and with EFA one allowing all traffic to and from itself."""
+        child = pulumi.ResourceOptions(parent=self)
         security_group_ids: list[pulumi.Input[str]] = [args.cluster_security_group_id]
         if efa_interfaces:
             efa_sg = aws.ec2.SecurityGroup(
@@ -221,25 +268,26 @@ class NodeGroup(pulumi.ComponentResource):
             )
             security_group_ids.append(efa_sg.id)
             self.efa_security_group_id = efa_sg.id
+        return security_group_ids
 
+    def _placement_group(self, name: str, args: NodeGroupArgs, tags: dict[str, str]) -> pulumi.Input[str] | None:
+        """The placement group's name: one created in the group's AZ, an existing one, or None."""
         placement_name: pulumi.Input[str] | None = None
         if args.placement_group == "create":
             pg = aws.ec2.PlacementGroup(
                 f"{name}-pg",
                 strategy="cluster",
                 tags={**tags, "gputraining/availability-zone": args.availability_zone or ""},
-                opts=child,
+                opts=pulumi.ResourceOptions(parent=self),
             )
             placement_name = pg.name
         elif args.placement_group == "existing":
             placement_name = args.placement_group_name
+        return placement_name
 
-        market_options = None
-        reservation = None
-        if args.capacity_type == "capacity-block":
-            market_options = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+    def _capacity_reservation(self, name: str, args: NodeGroupArgs, tags: dict[str, str], node_group_name: str) -> pulumi.Input[str] | None:
+        """The capacity reservation the launch template targets: the given one, or the Capacity Block bought from the offering."""
         reservation_id: pulumi.Input[str] | None = args.capacity_reservation_id
-        self.capacity_block: aws.ec2.CapacityBlockReservation | None = None
         if args.capacity_block_offering_id:
             # The purchase: PurchaseCapacityBlock at `pulumi up`, paid upfront and irreversible. The
             # resource cannot be deleted (destroy only forgets it); the block ends on its own date.
@@ -256,6 +304,24 @@ class NodeGroup(pulumi.ComponentResource):
                 "the `pulumi up` that first creates it BUYS it, irreversibly (the upfront fee is charged at once and never refunded)",
                 resource=self,
             )
+        return reservation_id
+
+    def _launch_template(
+        self,
+        name: str,
+        args: NodeGroupArgs,
+        tags: dict[str, str],
+        node_group_name: str,
+        efa_interfaces: int,
+        security_group_ids: list[pulumi.Input[str]],
+        placement_name: pulumi.Input[str] | None,
+        reservation_id: pulumi.Input[str] | None,
+    ) -> aws.ec2.LaunchTemplate:
+        """The launch template: encrypted gp3 root, IMDSv2, the EFA interfaces, placement, capacity target, huge pages."""
+        market_options = None
+        reservation = None
+        if args.capacity_type == "capacity-block":
+            market_options = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
         if reservation_id:
             reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
                 capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
@@ -264,7 +330,7 @@ class NodeGroup(pulumi.ComponentResource):
             )
 
         network_interfaces = efa_network_interfaces(args.network_interfaces, security_group_ids) if args.network_interfaces else None
-        launch_template = aws.ec2.LaunchTemplate(
+        return aws.ec2.LaunchTemplate(
             f"{name}-lt",
             description=f"{node_group_name}: encrypted root, IMDSv2" + (f", {efa_interfaces} EFA" if efa_interfaces else ""),
             update_default_version=True,
@@ -298,36 +364,39 @@ class NodeGroup(pulumi.ComponentResource):
                 aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="volume", tags={**tags, "Name": node_group_name}),
             ],
             tags=tags,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
-        labels = {**args.labels, NODE_GROUP_LABEL: args.group_name or name}
-        taints = list(args.taints)
-        if args.gpu:
-            labels.update(GPU_PRESENT_LABEL)
-            taints = [GPU_TAINT] + taints
-        if efa_interfaces:
-            labels.update(EFA_PRESENT_LABEL)
+    def _block_plan(self, args: NodeGroupArgs, node_group_name: str) -> BlockPlan | None:
+        """A capacity block's window at the program's `now` (node_scaling.utc_now, the one clock); None without a window."""
+        if args.capacity_block_window is None:
+            return None
+        block = capacity_block_plan(*args.capacity_block_window, args.max_size)
+        if block.held:
+            pulumi.log.warn(f"node group {node_group_name}: {held_back_text(block)}", resource=self)
+        return block
 
-        self.node_group_name = node_group_name
+    def _node_group(
+        self,
+        name: str,
+        args: NodeGroupArgs,
+        tags: dict[str, str],
+        node_group_name: str,
+        launch_template: aws.ec2.LaunchTemplate,
+        labels: dict[str, str],
+        taints: list[dict[str, str]],
+        block: BlockPlan | None,
+    ) -> pulumi.Resource:
+        """The EKS node group: EKS's own for a GPU group, pulumi-eks' ManagedNodeGroup for the system group."""
         eks_taints = [aws.eks.NodeGroupTaintArgs(key=t["key"], value=t.get("value") or None, effect=EKS_TAINT_EFFECT[t["effect"]]) for t in taints]
-        desired_size = args.desired_size
-        # A capacity block's window at the program's `now` (node_scaling.utc_now, the one clock).
-        block: BlockPlan | None = None
-        if args.capacity_block_window is not None:
-            block = capacity_block_plan(*args.capacity_block_window, args.max_size)
-            desired_size = block.desired
-            if block.held:
-                pulumi.log.warn(f"node group {node_group_name}: {held_back_text(block)}", resource=self)
-        schedule = block.actions if block is not None else ()
+        desired_size = block.desired if block is not None else args.desired_size
         scaling = aws.eks.NodeGroupScalingConfigArgs(min_size=args.min_size, desired_size=desired_size, max_size=args.max_size)
         lt_ref = aws.eks.NodeGroupLaunchTemplateArgs(id=launch_template.id, version=launch_template.latest_version.apply(str))
-        self.node_group: pulumi.Resource
         if args.gpu:
             # GPU groups use EKS's node group directly: pulumi-eks' ManagedNodeGroup (4.4) cannot set
             # the update strategy or node auto repair, and passes the instance type on the group,
             # which EKS refuses for capacity blocks.
-            self.node_group = aws.eks.NodeGroup(
+            return aws.eks.NodeGroup(
                 f"{name}-mng",
                 cluster_name=args.cluster_name,
                 node_group_name=node_group_name,
@@ -357,59 +426,60 @@ class NodeGroup(pulumi.ComponentResource):
                     aliases=[_pulumi_eks_child_urn(name, self)],
                 ),
             )
-        else:
-            self.node_group = eks.ManagedNodeGroup(
-                f"{name}-mng",
-                cluster=args.cluster,
-                node_group_name=node_group_name,
-                node_role=args.node_role,
-                instance_types=[args.instance_type],
-                ami_type=args.ami_type,
-                capacity_type=EKS_CAPACITY_TYPE[args.capacity_type],
-                scaling_config=scaling,
-                subnet_ids=args.subnet_ids,
-                launch_template=lt_ref,
-                version=args.kubernetes_version,
-                labels=labels,
-                taints=eks_taints,
-                tags=tags,
-                opts=child,
+        return eks.ManagedNodeGroup(
+            f"{name}-mng",
+            cluster=args.cluster,
+            node_group_name=node_group_name,
+            node_role=args.node_role,
+            instance_types=[args.instance_type],
+            ami_type=args.ami_type,
+            capacity_type=EKS_CAPACITY_TYPE[args.capacity_type],
+            scaling_config=scaling,
+            subnet_ids=args.subnet_ids,
+            launch_template=lt_ref,
+            version=args.kubernetes_version,
+            labels=labels,
+            taints=eks_taints,
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+    def _autoscaler_tags(self, name: str, args: NodeGroupArgs, labels: dict[str, str], taints: list[dict[str, str]]) -> dict[str, str]:
+        """An autoscaled GPU group's Cluster Autoscaler tags, each put on the group's Auto Scaling group; {} when not autoscaled."""
+        if not (args.gpu and args.autoscale_resources is not None):
+            return {}
+        autoscaler_tags = autoscaler_template_tags(labels, taints, args.autoscale_resources, args.autoscale_tag)
+        group = self.node_group
+        assert isinstance(group, aws.eks.NodeGroup)
+        asg_name = group.resources.apply(_asg_name)
+        parts = tag_resource_parts(_config_order(autoscaler_tags, labels, taints, args.autoscale_resources))
+        for key, value in autoscaler_tags.items():
+            aws.autoscaling.Tag(
+                f"{name}-asg-{parts[key]}",
+                autoscaling_group_name=asg_name,
+                # Read from the group's tags; instances need not carry them.
+                tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
+                opts=pulumi.ResourceOptions(parent=self),
             )
-        self.labels = labels
-        self.taints = taints
-        self.autoscaler_tags: dict[str, str] = {}
-        if args.gpu and args.autoscale_resources is not None:
-            self.autoscaler_tags = autoscaler_template_tags(labels, taints, args.autoscale_resources, args.autoscale_tag)
-            group = self.node_group
-            assert isinstance(group, aws.eks.NodeGroup)
-            asg_name = group.resources.apply(_asg_name)
-            parts = tag_resource_parts(_config_order(self.autoscaler_tags, labels, taints, args.autoscale_resources))
-            for key, value in self.autoscaler_tags.items():
-                aws.autoscaling.Tag(
-                    f"{name}-asg-{parts[key]}",
-                    autoscaling_group_name=asg_name,
-                    # Read from the group's tags; instances need not carry them.
-                    tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
-                    opts=child,
-                )
-        # The capacity block's window: one-time actions on the group's Auto Scaling group (EKS makes
-        # one per node group). Only desired capacity changes (-1 leaves min and max alone), so a
-        # later `pulumi up` of minSize/maxSize and the actions never fight over the same value.
-        self.scheduled_sizes = schedule
-        self.capacity_block_plan = block
-        if schedule:
-            group = self.node_group
-            assert isinstance(group, aws.eks.NodeGroup), "capacity blocks are GPU groups"
-            block_asg = group.resources.apply(_asg_name)
-            for action in schedule:
-                aws.autoscaling.Schedule(
-                    f"{name}-{action.suffix}",
-                    scheduled_action_name=f"{node_group_name}-{action.suffix}",
-                    autoscaling_group_name=block_asg,
-                    start_time=_utc_text(action.at),
-                    desired_capacity=action.size,
-                    min_size=-1,
-                    max_size=-1,
-                    opts=child,
-                )
-        self.register_outputs({"nodeGroupName": node_group_name})
+        return autoscaler_tags
+
+    def _block_actions(self, name: str, node_group_name: str, schedule: Sequence[ScheduledSize]) -> None:
+        """The capacity block's window: one-time actions on the group's Auto Scaling group (EKS makes
+        one per node group). Only desired capacity changes (-1 leaves min and max alone), so a
+        later `pulumi up` of minSize/maxSize and the actions never fight over the same value."""
+        if not schedule:
+            return
+        group = self.node_group
+        assert isinstance(group, aws.eks.NodeGroup), "capacity blocks are GPU groups"
+        block_asg = group.resources.apply(_asg_name)
+        for action in schedule:
+            aws.autoscaling.Schedule(
+                f"{name}-{action.suffix}",
+                scheduled_action_name=f"{node_group_name}-{action.suffix}",
+                autoscaling_group_name=block_asg,
+                start_time=_utc_text(action.at),
+                desired_capacity=action.size,
+                min_size=-1,
+                max_size=-1,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
