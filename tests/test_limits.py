@@ -278,7 +278,11 @@ def test_every_integer_field_of_a_job_that_reaches_kubernetes_is_bounded():
     for model in [*J.JOB_KINDS.values(), J.SageMakerOptions]:
         hints = typing.get_type_hints(model, include_extras=True)
         for name in model.model_fields:
-            args = [a for a in typing.get_args(hints[name]) if a is not type(None)] if typing.get_origin(hints[name]) in (typing.Union, types.UnionType) else [hints[name]]
+            args = (
+                [a for a in typing.get_args(hints[name]) if a is not type(None)]
+                if typing.get_origin(hints[name]) in (typing.Union, types.UnionType)
+                else [hints[name]]
+            )
             plain_int = args == [int]
             bounded = len(args) == 1 and typing.get_origin(args[0]) is typing.Annotated and typing.get_args(args[0])[0] is int
             if name in not_kubernetes:

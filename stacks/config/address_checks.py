@@ -48,9 +48,7 @@ def _smallest_prefix(need: int) -> int | None:
     return max(fitting) if fitting else None
 
 
-def check_subnet_addresses(
-    n: NetworkConfig | None, s: SystemNodeGroupConfig | None, groups: list[GpuNodeGroupConfig | None], problems: list[Problem]
-) -> None:
+def check_subnet_addresses(n: NetworkConfig | None, s: SystemNodeGroupConfig | None, groups: list[GpuNodeGroupConfig | None], problems: list[Problem]) -> None:
     """The GPU subnet holds every GPU group at maxSize and its share of the system nodes."""
     usable_groups = [g for g in groups if g is not None and g.instance_type in addresses.INTERFACES and catalog.get(g.instance_type) is not None]
     if n is None or s is None or s.instance_type not in addresses.INTERFACES:

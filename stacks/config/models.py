@@ -340,9 +340,7 @@ class TeamQuotaConfig(ConfigModel):
 
     node_group: str = Field(description="a GPU node group of the stack")
     nodes: int = Field(ge=0, description="nominal quota: nodes of the group that are the team's (lent to others while idle)")
-    borrowing_limit: int | None = Field(
-        None, ge=0, description="most nodes the team may borrow beyond its own from idle quota of others (default: no limit)"
-    )
+    borrowing_limit: int | None = Field(None, ge=0, description="most nodes the team may borrow beyond its own from idle quota of others (default: no limit)")
     lending_limit: int | None = Field(None, ge=0, description="most of its own nodes the team lends while idle, at most `nodes` (default: all of them)")
 
 
