@@ -11,16 +11,14 @@ program, each piped into a Python process of its own that reads the YAML (readin
 takes longer than rendering them) and hands the objects back pickled. They are collected
 afterwards, in the plan's order (``Renderer.collect``).
 
-What a render gives (the objects and their text) is kept on disk, in .cache/helm-renders/ under
-the project (``GPU_TRAINING_RENDER_CACHE`` names another folder; set to nothing, it turns the cache
-off), one file per render, named by a hash of everything the render depends on (``render_key``): the
-chart file's sha256, the values, the release's name and namespace, the Kubernetes version, helm's
-version and binary, the flags, and the reading end (its code, infra/plan_text.py, PyYAML and
-libyaml, Python, the encoding). A plan whose release has an entry reads it instead of running helm;
-any other starts helm as before and, once its render has been read, writes the entry (to a temporary
-file first, then renamed into place, so that an entry is whole or absent). An entry is used only if
-it names its own key and its content has the sha256 it was written with; anything else is rendered
-again and written anew. Removing the folder is always safe.
+What a render gives (the objects and their text) is kept on disk, in .cache/helm-renders/
+(infra/plan_cache.py), one entry per render, keyed by everything the render depends on
+(``render_key``): the chart file's sha256, the values, the release's name and namespace, the
+Kubernetes version, helm's version and binary, the flags, and the reading end (its code,
+infra/plan_text.py, PyYAML and libyaml, Python, the encoding). A plan whose release has an entry
+reads it instead of running helm; any other starts helm as before and, once its render has been
+read, writes the entry. An entry that is not whole, or does not hold what a reader gives, is
+rendered again and written anew.
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ import functools
 import hashlib
 import json
 import locale
-import os
 import pickle
 import subprocess
 import sys
@@ -39,17 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-import yaml
-
 from facts.paths import PROJECT_ROOT, TOOLS_BIN
+from infra import plan_cache
 from infra.offline import PlanResult, Record
 from infra.plan_text import manifests_yaml
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 HELM = TOOLS_BIN / "helm"
-# Where renders are kept (see the module's docstring): the folder, or "" for no cache.
-CACHE_ENV = "GPU_TRAINING_RENDER_CACHE"
-DEFAULT_CACHE = PROJECT_ROOT / ".cache" / "helm-renders"
 
 # The reading end of each render: helm's output on stdin, decoded as subprocess's text mode decodes
 # it (the encoding is argv[1]; universal newlines); back, pickled: its documents that are mappings,
@@ -82,16 +75,11 @@ class _Render:
 
 # Bump when what an entry holds, or how it is made, changes in a way no key input shows.
 _CACHE_FORMAT = 1
-_MAGIC = b"gpu-training helm render\n"
 
 
 def cache_folder() -> Optional[Path]:
-    """The render cache's folder: ``GPU_TRAINING_RENDER_CACHE`` if set (empty: no cache), else
-    .cache/helm-renders/ in the project."""
-    value = os.environ.get(CACHE_ENV)
-    if value is None:
-        return DEFAULT_CACHE
-    return Path(value) if value else None
+    """The render cache's folder: .cache/helm-renders/ (infra/plan_cache.py), or None."""
+    return plan_cache.folder("helm-renders")
 
 
 @functools.cache
@@ -99,16 +87,9 @@ def _reader_fingerprint() -> str:
     """What turns helm's output into an entry: the reader's code, the modules it runs
     (infra/plan_text.py, imported through infra/__init__.py), PyYAML and libyaml, and the Python
     that runs it."""
-    parts = [_READER_CODE, sys.version, sys.executable, yaml.__version__, str(getattr(yaml, "__with_libyaml__", False))]
-    if getattr(yaml, "__with_libyaml__", False):
-        parts.append(yaml._yaml.get_version_string())
-    for module in ("infra/__init__.py", "infra/plan_text.py"):
-        parts.append(hashlib.sha256((_CODE_ROOT / module).read_bytes()).hexdigest())
+    parts = [_READER_CODE, plan_cache.yaml_fingerprint()]
+    parts += [plan_cache.file_sha256(_CODE_ROOT / module) for module in ("infra/__init__.py", "infra/plan_text.py")]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # helm's version by the identity of its file (path, inode, size, modification time): a different
@@ -135,7 +116,7 @@ def helm_version(helm: Path, cache: Optional[Path]) -> str:
         proc = subprocess.run([str(helm), "version", "--template", "{{.Version}}"], capture_output=True, text=True, timeout=60)
         version = proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else "unknown"
         if memo is not None and version != "unknown":
-            _write_atomically(memo, version.encode() + b"\n")
+            plan_cache.write_atomically(memo, version.encode() + b"\n")
     _helm_versions[identity] = f"{version} {identity}"
     return _helm_versions[identity]
 
@@ -143,68 +124,29 @@ def helm_version(helm: Path, cache: Optional[Path]) -> str:
 def render_key(*, chart_sha256: str, values: Any, name: str, namespace: str, kubernetes_version: str, helm: str, args: list[str], reader: str) -> str:
     """The cache key of one render: a sha256 over its inputs, the values as canonical JSON (keys
     sorted: helm reads them into maps, which have no order)."""
-    inputs = {
-        "format": _CACHE_FORMAT,
-        "chart_sha256": chart_sha256,
-        "values": values,
-        "name": name,
-        "namespace": namespace,
-        "kubernetes_version": kubernetes_version,
-        "helm": helm,
-        "args": args,
-        "reader": reader,
-    }
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then rename it there: readers see the
-    whole file or none. The cache is an aid: a folder that cannot be written is left alone."""
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError:
-        pass
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-
-
-def _entry_path(cache: Path, key: str) -> Path:
-    return cache / f"{key}.render"
-
-
-def store_entry(cache: Path, key: str, data: bytes) -> None:
-    """Keep a render (``data``: the reader's pickle) under ``key``: its key and sha256 first."""
-    header = _MAGIC + key.encode() + b"\n" + hashlib.sha256(data).hexdigest().encode() + b"\n"
-    _write_atomically(_entry_path(cache, key), header + data)
+    return plan_cache.key(
+        {
+            "kind": "helm-render",
+            "format": _CACHE_FORMAT,
+            "chart_sha256": chart_sha256,
+            "values": values,
+            "name": name,
+            "namespace": namespace,
+            "kubernetes_version": kubernetes_version,
+            "helm": helm,
+            "args": args,
+            "reader": reader,
+        }
+    )
 
 
 def load_entry(cache: Path, key: str) -> Optional[tuple[list[dict[str, Any]], str]]:
-    """The render kept under ``key`` (its objects and their text), or None: no entry, or one that
-    is not whole (another key, a sha256 its content does not have, not what a reader gives)."""
-    try:
-        blob = _entry_path(cache, key).read_bytes()
-    except OSError:
+    """The render kept under ``key`` (its objects and their text), or None: no entry, one that is
+    not whole (infra/plan_cache.py), or one that does not hold what a reader gives."""
+    kept = plan_cache.unpickled(plan_cache.load(cache, key))
+    if not isinstance(kept, tuple) or len(kept) != 2:
         return None
-    head = _MAGIC + key.encode() + b"\n"
-    if not blob.startswith(head):
-        return None
-    digest, newline, data = blob[len(head) :].partition(b"\n")
-    if not newline or digest != hashlib.sha256(data).hexdigest().encode():
-        return None
-    try:
-        docs, text = pickle.loads(data)  # written by this module (see the module's docstring)
-    except Exception:  # noqa: BLE001 - whatever it is, it is not an entry: render again
-        return None
+    docs, text = kept
     if not isinstance(docs, list) or not all(isinstance(d, dict) for d in docs) or not isinstance(text, str):
         return None
     return docs, text
@@ -302,7 +244,7 @@ class Renderer:
         if self._helm_version is None:
             self._helm_version = helm_version(self.helm, self.cache)
         return render_key(
-            chart_sha256=file_sha256(chart),
+            chart_sha256=plan_cache.file_sha256(chart),
             values=inputs.get("values") or {},
             name=inputs["name"],
             namespace=inputs.get("namespace") or "default",
@@ -352,7 +294,7 @@ class Renderer:
             raise RuntimeError(f"reading the output of {' '.join(render.cmd)} failed:\n{reader_err.decode(errors='replace')}")
         docs, text = pickle.loads(data)  # from our own reader process
         if render.key is not None and self.cache is not None:
-            store_entry(self.cache, render.key, data)
+            plan_cache.store(self.cache, render.key, data)
         return docs, text
 
     def close(self) -> None:

@@ -21,30 +21,31 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from infra import offline  # noqa: E402
-from infra.releases import CACHE_ENV  # noqa: E402
+from infra.plan_cache import CACHE_ENV  # noqa: E402
 from stacks import config as stack_config  # noqa: E402
 from stacks.config.stackfile import read_stack_config  # noqa: E402
 
 NS = stack_config.NAMESPACE
 
 
-# Helm renders are kept in a cache (infra/releases.py). The tests keep theirs in a folder of this
-# run, made here in the main process before any xdist worker starts (they, and the commands the
-# tests start, inherit it) and removed at the end: every run renders each release at least once,
-# whatever an earlier run or a plan of the checkout left in .cache/helm-renders/.
-_RENDER_CACHE = pytest.StashKey[tuple[str, "str | None"]]()  # the folder, and the variable's value before
+# The offline plan keeps Helm renders and parsed manifests in a cache (infra/plan_cache.py). The
+# tests keep theirs in a folder of this run, made here in the main process before any xdist worker
+# starts (they, and the commands the tests start, inherit it) and removed at the end: every run
+# renders each release and parses each manifest at least once, whatever an earlier run or a plan of
+# the checkout left in .cache/.
+_PLAN_CACHE = pytest.StashKey[tuple[str, "str | None"]]()  # the folder, and the variable's value before
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # not an xdist worker
-        folder = tempfile.mkdtemp(prefix="helm-renders-")
-        config.stash[_RENDER_CACHE] = (folder, os.environ.get(CACHE_ENV))
+        folder = tempfile.mkdtemp(prefix="plan-cache-")
+        config.stash[_PLAN_CACHE] = (folder, os.environ.get(CACHE_ENV))
         os.environ[CACHE_ENV] = folder
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _RENDER_CACHE in config.stash:
-        folder, before = config.stash[_RENDER_CACHE]
+    if _PLAN_CACHE in config.stash:
+        folder, before = config.stash[_PLAN_CACHE]
         shutil.rmtree(folder, ignore_errors=True)
         if before is None:
             os.environ.pop(CACHE_ENV, None)

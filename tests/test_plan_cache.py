@@ -1,6 +1,7 @@
-"""The render cache (infra/releases.py): a plan whose releases were rendered before runs no helm,
-anything that changes a render's inputs renders it again, an entry that is not whole is rendered
-again, and the files are the same bytes with the cache, without it, cold or warm.
+"""The plan cache (infra/plan_cache.py). Helm renders (infra/releases.py): a plan whose releases
+were rendered before runs no helm, anything that changes a render's inputs renders it again, an
+entry that is not whole is rendered again, and the files are the same bytes with the cache, without
+it, cold or warm. Parsed operator manifests (components/operators.py): parsed once, then read.
 
 helm is counted through a wrapper script that logs its first argument and runs the real helm; each
 test has a cache folder of its own.
@@ -20,12 +21,13 @@ from typing import Callable, Iterator
 
 import pytest
 
+from components import operators
 from facts import versions
 from facts.paths import PROJECT_ROOT
-from infra import offline, releases
+from infra import offline, plan_cache, releases
 from infra import plan as plan_mod
 
-pytestmark = pytest.mark.skipif(not releases.HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")
+NO_HELM = "no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)"
 
 K8S = versions.KUBERNETES_DEFAULT
 
@@ -42,6 +44,8 @@ class CountingHelm:
 
 @pytest.fixture
 def helm(tmp_path: Path) -> CountingHelm:
+    if not releases.HELM.exists():
+        pytest.skip(NO_HELM)
     log = tmp_path / "helm-calls.log"
     wrapper = tmp_path / "bin" / "helm"
     wrapper.parent.mkdir()
@@ -77,6 +81,8 @@ def _same(a: releases.Rendered, b: releases.Rendered) -> None:
 @pytest.fixture(scope="module")
 def uncached(dev_plan) -> releases.Rendered:
     """The dev plan's releases rendered by helm, no cache involved."""
+    if not releases.HELM.exists():
+        pytest.skip(NO_HELM)
     return releases.render(dev_plan, K8S, cache=None)
 
 
@@ -88,7 +94,7 @@ def test_a_second_plan_renders_nothing_and_gives_the_same(dev_plan, uncached, he
         first = renderer.collect(dev_plan)
         assert renderer.helm_runs == n
     assert helm.templates() == n
-    assert len(list(cache.glob("*.render"))) == n
+    assert len(list(cache.glob("*.entry"))) == n
     with releases.Renderer(K8S, helm=helm.path, cache=cache) as renderer:
         second = renderer.collect(dev_plan)
         assert renderer.helm_runs == 0
@@ -100,20 +106,28 @@ def test_a_second_plan_renders_nothing_and_gives_the_same(dev_plan, uncached, he
 
 
 def test_the_plan_command_writes_the_same_bytes_without_cache_cold_and_warm(helm, tmp_path, monkeypatch):
-    """`python -m infra plan --stack dev --out DIR` three times: no cache, a cold cache, the same
-    cache warm. The third runs no `helm template`, and every file is the same bytes."""
+    """`python -m infra plan --stack dev --out DIR` three times, each as a new process would (no
+    manifest parsed yet): no cache, a cold cache, the same cache warm. The third runs no `helm
+    template` and parses no manifest, and every file is the same bytes."""
     monkeypatch.setattr(releases, "HELM", helm.path)  # the command's default helm
+    parses: list[int] = []
+    parse = operators._parse
+    monkeypatch.setattr(operators, "_parse", lambda data: parses.append(1) or parse(data))
     runs = {}
     for run, cache in (("none", ""), ("cold", str(tmp_path / "cache")), ("warm", str(tmp_path / "cache"))):
-        monkeypatch.setenv(releases.CACHE_ENV, cache)
-        before = helm.templates()
+        monkeypatch.setenv(plan_cache.CACHE_ENV, cache)
+        monkeypatch.setattr(operators, "_parsed", {})
+        before, parses[:] = helm.templates(), []
         out = tmp_path / run
         assert plan_mod.run_cli("dev", str(out), stdout=io.StringIO(), stderr=io.StringIO()) == plan_mod.EXIT_OK
-        runs[run] = (helm.templates() - before, {p.name: p.read_bytes() for p in sorted(out.iterdir())})
+        runs[run] = (helm.templates() - before, len(parses), {p.name: p.read_bytes() for p in sorted(out.iterdir())})
+        assert operators.snapshot_store is None  # only while the command plans
     n = runs["none"][0]
     assert n >= 4 and runs["cold"][0] == n and runs["warm"][0] == 0
-    assert "releases.yaml" in runs["none"][1]
-    assert runs["none"][1] == runs["cold"][1] == runs["warm"][1]
+    assert runs["none"][1] == runs["cold"][1] == 2 and runs["warm"][1] == 0  # the MPI and training operators' manifests
+    assert "releases.yaml" in runs["none"][2]
+    assert runs["none"][2] == runs["cold"][2] == runs["warm"][2]
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["helm-renders", "manifests"]
 
 
 def test_a_changed_value_renders_that_release_again(dev_plan, helm, tmp_path):
@@ -199,12 +213,12 @@ def _corruptions() -> Iterator[tuple[str, Callable[[Path, Path], None]]]:
     def another_key(path: Path, cache: Path) -> None:
         """A whole entry, of another key, under this name."""
         other = "0" * 64
-        releases.store_entry(cache, other, pickle.dumps(([{"kind": "ConfigMap"}], "---\nkind: ConfigMap\n")))
-        (cache / f"{other}.render").replace(path)
+        plan_cache.store(cache, other, pickle.dumps(([{"kind": "ConfigMap"}], "---\nkind: ConfigMap\n")))
+        plan_cache.entry_path(cache, other).replace(path)
 
     def not_a_render(path: Path, cache: Path) -> None:
         """Whole (its sha256 is right) but not what a reader gives."""
-        releases.store_entry(cache, path.stem, pickle.dumps("not a render"))
+        plan_cache.store(cache, path.stem, pickle.dumps("not a render"))
 
     def a_folder(path: Path, cache: Path) -> None:
         path.unlink()
@@ -218,7 +232,7 @@ def test_an_entry_that_is_not_whole_is_rendered_again(dev_plan, helm, tmp_path, 
     cache = tmp_path / "cache"
     plan = _only(dev_plan, "nvidia-device-plugin")
     first = releases.render(plan, K8S, helm=helm.path, cache=cache)
-    (entry,) = cache.glob("*.render")
+    (entry,) = cache.glob("*.entry")
     corrupt(entry, cache)
     again = releases.render(plan, K8S, helm=helm.path, cache=cache)
     assert helm.templates() == 2
@@ -275,18 +289,85 @@ def test_the_reading_end_is_in_the_key(monkeypatch):
 
 
 def test_the_cache_folder(monkeypatch, tmp_path):
-    monkeypatch.delenv(releases.CACHE_ENV, raising=False)
+    monkeypatch.delenv(plan_cache.CACHE_ENV, raising=False)
     assert releases.cache_folder() == PROJECT_ROOT / ".cache" / "helm-renders"
+    assert plan_cache.folder("manifests") == PROJECT_ROOT / ".cache" / "manifests"
     assert "/.cache/" in (PROJECT_ROOT / ".gitignore").read_text().split()  # not in git
-    monkeypatch.setenv(releases.CACHE_ENV, str(tmp_path))
-    assert releases.cache_folder() == tmp_path
-    monkeypatch.setenv(releases.CACHE_ENV, "")
-    assert releases.cache_folder() is None
+    monkeypatch.setenv(plan_cache.CACHE_ENV, str(tmp_path))
+    assert releases.cache_folder() == tmp_path / "helm-renders"
+    monkeypatch.setenv(plan_cache.CACHE_ENV, "")
+    assert releases.cache_folder() is None and plan_cache.folder("manifests") is None
 
 
-def test_the_suite_renders_into_a_folder_of_its_own():
+def test_the_suite_keeps_its_cache_in_a_folder_of_its_own():
     """tests/conftest.py: a folder made for this run, not the checkout's .cache (no test depends
     on what an earlier run left there)."""
     folder = releases.cache_folder()
     assert folder is not None and not folder.is_relative_to(PROJECT_ROOT)
-    assert folder.name.startswith("helm-renders-")
+    assert folder.parent.name.startswith("plan-cache-")
+
+
+# ----------------------------------------------------------------------------------------------
+# Parsed operator manifests
+# ----------------------------------------------------------------------------------------------
+
+MANIFESTS = [
+    (versions.MPI_OPERATOR_MANIFEST, versions.MPI_OPERATOR_MANIFEST_SHA256),
+    (versions.TRAINING_OPERATOR_MANIFEST, versions.TRAINING_OPERATOR_MANIFEST_SHA256),
+]
+
+
+@pytest.fixture
+def parses(monkeypatch) -> list[str]:
+    """Each manifest parsed, by its first line; no parse of this process remembered, no store."""
+    seen: list[str] = []
+    parse = operators._parse
+    monkeypatch.setattr(operators, "_parse", lambda data: seen.append(data.split(b"\n", 1)[0].decode()) or parse(data))
+    monkeypatch.setattr(operators, "_parsed", {})
+    monkeypatch.setattr(operators, "snapshot_store", None)
+    return seen
+
+
+def _load_all() -> list[list[dict]]:
+    return [operators.load_manifest(PROJECT_ROOT / path, sha) for path, sha in MANIFESTS]
+
+
+def test_a_manifest_parsed_once_is_read_from_the_store_after(parses, monkeypatch, tmp_path):
+    expected = _load_all()  # parsed, no store
+    assert len(parses) == 2
+    store = plan_cache.ManifestSnapshots(tmp_path)
+    for run in range(2):  # each as a new process: nothing of the process remembered
+        monkeypatch.setattr(operators, "_parsed", {})
+        monkeypatch.setattr(operators, "snapshot_store", store)
+        assert _load_all() == expected
+        assert len(parses) == 4  # the first run parsed both, the second none
+    first, second = (operators.load_manifest(PROJECT_ROOT / MANIFESTS[0][0], MANIFESTS[0][1]) for _ in range(2))
+    assert first == second and first is not second  # every caller gets objects of its own
+    first[0]["metadata"]["name"] = "changed"
+    assert operators.load_manifest(PROJECT_ROOT / MANIFESTS[0][0], MANIFESTS[0][1]) == second
+
+
+@pytest.mark.parametrize("corrupt", [f for _, f in _corruptions()], ids=[name for name, _ in _corruptions()])
+def test_a_kept_manifest_that_is_not_whole_is_parsed_again(parses, monkeypatch, tmp_path, corrupt):
+    store = plan_cache.ManifestSnapshots(tmp_path)
+    monkeypatch.setattr(operators, "snapshot_store", store)
+    path, sha = MANIFESTS[0]
+    expected = operators.load_manifest(PROJECT_ROOT / path, sha)
+    (entry,) = tmp_path.glob("*.entry")
+    corrupt(entry, tmp_path)
+    monkeypatch.setattr(operators, "_parsed", {})
+    assert operators.load_manifest(PROJECT_ROOT / path, sha) == expected
+    assert len(parses) == 2
+    if entry.is_file():  # written anew
+        monkeypatch.setattr(operators, "_parsed", {})
+        assert operators.load_manifest(PROJECT_ROOT / path, sha) == expected
+        assert len(parses) == 2
+
+
+def test_the_manifest_key_holds_the_manifest_the_parser_and_yaml(tmp_path, monkeypatch):
+    store = plan_cache.ManifestSnapshots(tmp_path)
+    keys = {store._key("a" * 64), store._key("b" * 64)}
+    monkeypatch.setattr(store, "_parser", store._parser + "changed")
+    keys.add(store._key("a" * 64))
+    assert len(keys) == 3
+    assert plan_cache.yaml_fingerprint() in plan_cache.ManifestSnapshots(tmp_path)._parser
