@@ -197,7 +197,7 @@ def main() -> int:
         for c in columns:  # warm the file cache and the bytecode, and fill the warm render cache
             timed(commands[c], env(c))
         # Each plan is what it says: the warm cache has every render; without helm, none is made.
-        kept = len(list((Path(tmp) / "warm").glob("*.render")))
+        kept = len(list((Path(tmp) / "warm" / "helm-renders").glob("*.entry")))
         unrendered = subprocess.run(commands["plan -r"], cwd=ROOT, env=ENV, capture_output=True, text=True).stdout
         if not kept or "not rendered" not in unrendered:
             sys.exit(f"the plans are not what they should be: {kept} renders kept; without helm: {unrendered[-300:]}")
