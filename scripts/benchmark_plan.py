@@ -22,8 +22,8 @@ Each run starts fresh processes, one after the other (the order flips every run)
   ``scripts/plan.sh STACK`` runs it: the Helm releases rendered, with the render cache warm (a
   folder of the benchmark's, filled by the warm-up run: what a second plan of the same config
   does). plan cold: the same with an empty cache each time (a first plan: every release rendered
-  by helm, the cache written). plan -r: without renders (helm made unfindable: the plan of a
-  checkout where scripts/plan.sh has not unpacked helm).
+  by helm, every operator manifest parsed, the cache written). plan -r: without renders (helm made
+  unfindable: the plan of a checkout where scripts/plan.sh has not unpacked helm), cache warm.
 
 Then every run's figures, the medians and the ratios: each plan against floor* and against
 statements*. The process that lists the modules also times the plan in-process: importing the
@@ -188,7 +188,7 @@ def main() -> int:
 
         def env(column: str) -> dict[str, str]:
             """The render cache of each plan: one kept warm, or a new empty one."""
-            if column == "plan":
+            if column in ("plan", "plan -r"):
                 return {"GPU_TRAINING_PLAN_CACHE": str(Path(tmp) / "warm")}
             if column == "plan cold":
                 return {"GPU_TRAINING_PLAN_CACHE": str(Path(tmp) / f"cold-{next(colds)}")}
@@ -198,7 +198,7 @@ def main() -> int:
             timed(commands[c], env(c))
         # Each plan is what it says: the warm cache has every render; without helm, none is made.
         kept = len(list((Path(tmp) / "warm" / "helm-renders").glob("*.entry")))
-        unrendered = subprocess.run(commands["plan -r"], cwd=ROOT, env=ENV, capture_output=True, text=True).stdout
+        unrendered = subprocess.run(commands["plan -r"], cwd=ROOT, env={**ENV, **env("plan -r")}, capture_output=True, text=True).stdout
         if not kept or "not rendered" not in unrendered:
             sys.exit(f"the plans are not what they should be: {kept} renders kept; without helm: {unrendered[-300:]}")
         print(f"render cache: {kept} renders kept by the warm-up plan")
