@@ -43,6 +43,19 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _parsed: dict[str, bytes] = {}
 
 
+class SnapshotStore(Protocol):
+    """Where parsed manifests are kept beyond the process, by the sha256 of the manifest."""
+
+    def get(self, digest: str) -> Optional[bytes]: ...
+
+    def put(self, digest: str, snapshot: bytes) -> None: ...
+
+
+# Set by the offline plan command while it plans (infra/plan_cache.py: the files of .cache/manifests/),
+# so that a plan does not parse the same manifest again; None (`pulumi up`): parsed in each process.
+snapshot_store: Optional[SnapshotStore] = None
+
+
 def load_manifest(path: Path, sha256: str) -> list[dict[str, Any]]:
     """The documents of a vendored manifest, after checking it is the pinned file."""
     data = path.read_bytes()
@@ -50,8 +63,21 @@ def load_manifest(path: Path, sha256: str) -> list[dict[str, Any]]:
     if digest != sha256:
         raise ManifestChecksumError(f"{path} has sha256 {digest}, expected {sha256}: it is not the pinned file (manifests/vendor/SOURCES.md)")
     snapshot = _parsed.get(digest)
+    if snapshot is None and snapshot_store is not None:
+        snapshot = snapshot_store.get(digest)
+        if snapshot is not None:
+            try:
+                docs = pickle.loads(snapshot)
+            except Exception:  # noqa: BLE001 - not a snapshot: parse the manifest
+                docs = None
+            if isinstance(docs, list) and all(isinstance(d, dict) for d in docs):
+                _parsed[digest] = snapshot
+                return docs
+            snapshot = None
     if snapshot is None:
         snapshot = _parsed[digest] = pickle.dumps(_parse(data), protocol=pickle.HIGHEST_PROTOCOL)
+        if snapshot_store is not None:
+            snapshot_store.put(digest, snapshot)
     return pickle.loads(snapshot)
 
 

@@ -21,10 +21,10 @@ from typing import TextIO
 
 import yaml
 
-from components import node_scaling
+from components import node_scaling, operators
 from facts import catalog, versions
 from facts.paths import PROJECT_ROOT
-from infra import critical_path, invariants, offline, releases
+from infra import critical_path, invariants, offline, plan_cache, releases
 from infra.plan_text import json_text, manifests_yaml
 from stacks import config as stack_config
 from stacks import cost, queues
@@ -237,6 +237,10 @@ def run_cli(stack: str, out: str | None, stdout: TextIO | None = None, stderr: T
     # files allocate much as well, and the run's objects are not worth a collection in between.
     # Each Helm release is rendered from the moment it is registered, beside the rest of the run.
     with offline.collector_paused(), contextlib.ExitStack() as cleanup:
+        # The operator manifests are parsed once, then read from .cache/manifests/ (infra/plan_cache.py).
+        kept = plan_cache.folder("manifests")
+        cleanup.callback(setattr, operators, "snapshot_store", operators.snapshot_store)
+        operators.snapshot_store = plan_cache.ManifestSnapshots(kept) if kept is not None else None
         renderers: list[releases.Renderer] = []
 
         def start_rendering(cfg: stack_config.StackConfig) -> Callable[[offline.Record], None]:

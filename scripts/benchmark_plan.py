@@ -12,13 +12,22 @@ Each run starts fresh processes, one after the other (the order flips every run)
   ``pulumi_aws`` registers its subpackages as lazy modules that run only when first used, so the
   floor touches each one, as the program's first use does.
 - floor*: the same imports, and the heap frozen at the end, as the plan command does: the
-  interpreter's exit then skips a last full collection (about 0.5 s over ~300,000 objects).
-- plan: ``python -m infra plan --stack STACK --out DIR``, the whole command, files included.
+  interpreter's exit then skips a last full collection (about 0.5 s over ~300,000 objects). This
+  is the import floor the plan is measured against: the same modules, the same way out.
 - statements: ``python -c "import pulumi, pulumi_aws.ec2, ..."`` with the entry points only: it
-  leaves ``pulumi_aws.ec2`` and the other lazy subpackages unrun, so it is lower than the floor.
+  leaves ``pulumi_aws.ec2`` and the other lazy subpackages unrun, so it is lower than the floor;
+  statements*: the same, with the heap frozen at the end (the lowest reading of "importing the SDK
+  modules": the subpackages the program runs are not run).
+- plan: ``python -m infra plan --stack STACK --out DIR``, the whole command, files included, as
+  ``scripts/plan.sh STACK`` runs it: the Helm releases rendered, with the render cache warm (a
+  folder of the benchmark's, filled by the warm-up run: what a second plan of the same config
+  does). plan cold: the same with an empty cache each time (a first plan: every release rendered
+  by helm, every operator manifest parsed, the cache written). plan -r: without renders (helm made
+  unfindable: the plan of a checkout where scripts/plan.sh has not unpacked helm), cache warm.
 
-Then every run's figures, the medians and the ratios. The process that lists the modules also
-times the plan in-process: importing the program and the SDKs, the first plan, later plans.
+Then every run's figures, the medians and the ratios: each plan against floor* and against
+statements*. The process that lists the modules also times the plan in-process: importing the
+program and the SDKs, the first plan, later plans (no renders).
 
 Every process runs with Python's bytecode cache on, as it is by default (a PYTHONDONTWRITEBYTECODE
 in the environment is dropped): the SDKs' bytecode is written when they are installed, the
@@ -30,6 +39,7 @@ longer, so the figures come with the load average before and after.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -94,12 +104,23 @@ def entry_points(modules: list[str]) -> list[str]:
     return sorted(wanted)
 
 
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "GPU_TRAINING_PLAN_CACHE")}
+
+# The plan command with helm out of reach: its releases are not rendered (the plan says so).
+_NO_RENDERS = """
+import runpy, sys
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from infra import releases
+releases.HELM = Path({root!r}) / "no-such-folder" / "helm"
+sys.argv = ["infra", "plan", "--stack", {stack!r}, "--out", {out!r}]
+runpy.run_module("infra", run_name="__main__", alter_sys=True)
+"""
 
 
-def timed(cmd: list[str]) -> float:
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env={**ENV, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         sys.exit(f"failed ({proc.returncode}): {' '.join(cmd[:4])} ...\n{proc.stderr}")
@@ -130,6 +151,7 @@ def main() -> int:
     floor_cmd = [py, "-c", _FLOOR.format(names=modules, freeze=False, report=False, packages=SDK_PACKAGES)]
     frozen_cmd = [py, "-c", _FLOOR.format(names=modules, freeze=True, report=False, packages=SDK_PACKAGES)]
     statements_cmd = [py, "-c", "import " + ", ".join(names)]
+    frozen_statements_cmd = [py, "-c", "import gc\nimport " + ", ".join(names) + "\ngc.freeze()"]
     check = subprocess.run(
         [py, "-c", _FLOOR.format(names=modules, freeze=False, report=True, packages=SDK_PACKAGES)], cwd=ROOT, env=ENV, capture_output=True, text=True
     )
@@ -143,36 +165,70 @@ def main() -> int:
     missing, extra = sorted(set(modules) - floor_loads), sorted(floor_loads - set(modules))
     print(f"  the floor loads {len(floor_loads)} of them" + (f"; missing {missing[:5]}" if missing else "") + (f"; also {extra[:5]}" if extra else ""))
     print()
-    print("floor: imports those modules; floor*: the same, exit without a last collection (as the plan command);")
-    print("statements: `import <entry points>` only, which leaves pulumi_aws's lazy subpackages unrun. See --help.")
+    print("floor: imports those modules; floor*: the same, exit without a last collection (as the plan command): the import floor;")
+    print("statements(*): `import <entry points>` only (and exit as floor*), which leaves pulumi_aws's lazy subpackages unrun;")
+    print("plan: `python -m infra plan` with the Helm renders, cache warm; plan cold: cache empty; plan -r: no renders. See --help.")
 
-    columns = ("floor", "floor*", "plan", "statements")
+    columns = ("floor", "floor*", "statements", "statements*", "plan", "plan cold", "plan -r")
     figures: dict[str, list[float]] = {c: [] for c in columns}
     with tempfile.TemporaryDirectory(prefix="benchmark-plan-") as tmp:
-        plan_cmd = [py, "-m", "infra", "plan", "--stack", args.stack, "--out", str(Path(tmp) / "out")]
-        commands = {"floor": floor_cmd, "floor*": frozen_cmd, "plan": plan_cmd, "statements": statements_cmd}
-        for cmd in commands.values():  # warm the file cache and the bytecode
-            timed(cmd)
-        print(f"{'run':>4}" + "".join(f"{c + ' s':>14}" for c in columns) + f"{'plan/floor':>12}")
+        out = str(Path(tmp) / "out")
+        plan_cmd = [py, "-m", "infra", "plan", "--stack", args.stack, "--out", out]
+        commands = {
+            "floor": floor_cmd,
+            "floor*": frozen_cmd,
+            "statements": statements_cmd,
+            "statements*": frozen_statements_cmd,
+            "plan": plan_cmd,
+            "plan cold": plan_cmd,
+            "plan -r": [py, "-c", _NO_RENDERS.format(root=str(ROOT), stack=args.stack, out=out)],
+        }
+        colds = itertools.count()
+
+        def env(column: str) -> dict[str, str]:
+            """The render cache of each plan: one kept warm, or a new empty one."""
+            if column in ("plan", "plan -r"):
+                return {"GPU_TRAINING_PLAN_CACHE": str(Path(tmp) / "warm")}
+            if column == "plan cold":
+                return {"GPU_TRAINING_PLAN_CACHE": str(Path(tmp) / f"cold-{next(colds)}")}
+            return {}
+
+        for c in columns:  # warm the file cache and the bytecode, and fill the warm render cache
+            timed(commands[c], env(c))
+        # Each plan is what it says: the warm cache has every render; without helm, none is made.
+        kept = len(list((Path(tmp) / "warm" / "helm-renders").glob("*.entry")))
+        unrendered = subprocess.run(commands["plan -r"], cwd=ROOT, env={**ENV, **env("plan -r")}, capture_output=True, text=True).stdout
+        if not kept or "not rendered" not in unrendered:
+            sys.exit(f"the plans are not what they should be: {kept} renders kept; without helm: {unrendered[-300:]}")
+        print(f"render cache: {kept} renders kept by the warm-up plan")
+        width = 14
+        print(f"{'run':>4}" + "".join(f"{c + ' s':>{width}}" for c in columns))
         for i in range(args.runs):
             order = columns if i % 2 == 0 else tuple(reversed(columns))
-            run = {c: timed(commands[c]) for c in order}
+            run = {c: timed(commands[c], env(c)) for c in order}
             for c in columns:
                 figures[c].append(run[c])
-            print(f"{i + 1:>4}" + "".join(f"{run[c]:>14.2f}" for c in columns) + f"{run['plan'] / run['floor']:>12.2f}")
+            print(f"{i + 1:>4}" + "".join(f"{run[c]:>{width}.2f}" for c in columns))
 
     med = {c: statistics.median(figures[c]) for c in columns}
     low = {c: min(figures[c]) for c in columns}
     print()
     print(f"median of {args.runs}: " + ", ".join(f"{c} {med[c]:.2f} s" for c in columns))
-    print(
-        f"ratio plan / floor: {med['plan'] / med['floor']:.2f} (plan / floor*: {med['plan'] / med['floor*']:.2f}; plan / statements: {med['plan'] / med['statements']:.2f})"
-    )
     # On a shared machine the fastest run of each is the one least disturbed by others.
+    print(f"fastest of {args.runs}: " + ", ".join(f"{c} {low[c]:.2f} s" for c in columns))
+    print()
+    print(f"the plan against the import floor (medians; fastest runs in brackets): floor* {med['floor*']:.2f} s, statements* {med['statements*']:.2f} s")
+    for c, what in (
+        ("plan", "with renders, cache warm (a second `scripts/plan.sh`)"),
+        ("plan cold", "with renders, cache empty (the first)"),
+        ("plan -r", "without renders"),
+    ):
+        print(
+            f"  {what + ':':<56} {med[c]:.2f} s = {med[c] / med['floor*']:.2f}x floor* ({low[c] / low['floor*']:.2f}x),"
+            f" {med[c] / med['statements*']:.2f}x statements* ({low[c] / low['statements*']:.2f}x)"
+        )
     print(
-        f"fastest of {args.runs}: "
-        + ", ".join(f"{c} {low[c]:.2f} s" for c in columns)
-        + f"; plan / floor {low['plan'] / low['floor']:.2f}, plan / floor* {low['plan'] / low['floor*']:.2f}"
+        f"  (and plan / floor, which pays the exit collection the plan command skips: {med['plan'] / med['floor']:.2f}; plan / statements: {med['plan'] / med['statements']:.2f})"
     )
     load_after = os.getloadavg()
     print(

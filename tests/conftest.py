@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import pickle
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +20,35 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from infra import offline  # noqa: E402
+from infra.plan_cache import CACHE_ENV  # noqa: E402
 from stacks.config.stackfile import read_stack_config  # noqa: E402
 from tests import aws_stubs  # noqa: E402
 from tests.helpers import ROOT, clean_aws_env, dev_values, run_stack  # noqa: E402
+
+# The offline plan keeps Helm renders and parsed manifests in a cache (infra/plan_cache.py). The
+# tests keep theirs in a folder of this run, made here in the main process before any xdist worker
+# starts (they, and the commands the tests start, inherit it) and removed at the end: every run
+# renders each release and parses each manifest at least once, whatever an earlier run or a plan of
+# the checkout left in .cache/.
+_PLAN_CACHE = pytest.StashKey[tuple[str, "str | None"]]()  # the folder, and the variable's value before
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # not an xdist worker
+        folder = tempfile.mkdtemp(prefix="plan-cache-")
+        config.stash[_PLAN_CACHE] = (folder, os.environ.get(CACHE_ENV))
+        os.environ[CACHE_ENV] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _PLAN_CACHE in config.stash:
+        folder, before = config.stash[_PLAN_CACHE]
+        shutil.rmtree(folder, ignore_errors=True)
+        if before is None:
+            os.environ.pop(CACHE_ENV, None)
+        else:
+            os.environ[CACHE_ENV] = before
+
 
 # The plans of the repository's dev and prod stacks and one run of the dev plan command, made once
 # per session (per xdist worker) and shared by every test that only reads them (a test that
