@@ -21,7 +21,7 @@ import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -46,14 +46,14 @@ _parsed: dict[str, bytes] = {}
 class SnapshotStore(Protocol):
     """Where parsed manifests are kept beyond the process, by the sha256 of the manifest."""
 
-    def get(self, digest: str) -> Optional[bytes]: ...
+    def get(self, digest: str) -> bytes | None: ...
 
     def put(self, digest: str, snapshot: bytes) -> None: ...
 
 
 # Set by the offline plan command while it plans (infra/plan_cache.py: the files of .cache/manifests/),
 # so that a plan does not parse the same manifest again; None (`pulumi up`): parsed in each process.
-snapshot_store: Optional[SnapshotStore] = None
+snapshot_store: SnapshotStore | None = None
 
 
 def load_manifest(path: Path, sha256: str) -> list[dict[str, Any]]:

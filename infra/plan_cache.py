@@ -16,6 +16,7 @@ checkout.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -74,10 +75,8 @@ def write_atomically(path: Path, data: bytes) -> None:
         pass
     finally:
         if tmp is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
 
 
 def entry_path(where: Path, entry_key: str) -> Path:

@@ -170,7 +170,7 @@ def test_a_changed_chart_file_renders_again(dev_plan, helm, tmp_path):
     assert helm.templates() == 2
     releases.render(plan, K8S, root=root, helm=helm.path, cache=cache)
     assert helm.templates() == 2
-    chart = root / versions.EFA_DEVICE_PLUGIN_CHART_FILE
+    chart = root / versions.EFA_DEVICE_PLUGIN_CHART.file
     before = chart.read_bytes()
     chart.write_bytes(gzip.compress(gzip.decompress(before), compresslevel=1, mtime=1))
     assert chart.read_bytes() != before
@@ -312,8 +312,8 @@ def test_the_suite_keeps_its_cache_in_a_folder_of_its_own():
 # ----------------------------------------------------------------------------------------------
 
 MANIFESTS = [
-    (versions.MPI_OPERATOR_MANIFEST, versions.MPI_OPERATOR_MANIFEST_SHA256),
-    (versions.TRAINING_OPERATOR_MANIFEST, versions.TRAINING_OPERATOR_MANIFEST_SHA256),
+    (versions.MPI_OPERATOR_MANIFEST.file, versions.MPI_OPERATOR_MANIFEST.sha256),
+    (versions.TRAINING_OPERATOR_MANIFEST.file, versions.TRAINING_OPERATOR_MANIFEST.sha256),
 ]
 
 
