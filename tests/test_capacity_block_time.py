@@ -176,3 +176,53 @@ def test_preflight_warns_while_the_window_is_open(session, monkeypatch):
 @pytest.mark.parametrize("now", [START - datetime.timedelta(days=1), END + MINUTE])
 def test_preflight_is_quiet_outside_the_window(session, monkeypatch, now):
     assert window_lines(session, now, monkeypatch) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The window written as preflight prints it, unquoted (a YAML timestamp)
+# ---------------------------------------------------------------------------------------------
+
+
+def _stack_file(tmp_path, capacity: str) -> dict[str, Any]:
+    from stacks.config.stackfile import read_stack_config
+    from tests.helpers import ROOT
+
+    (tmp_path / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.t.yaml").write_text(
+        "config:\n"
+        "  aws:region: us-west-2\n"
+        "  gpu-training:gpuAvailabilityZone: us-west-2b\n"
+        "  gpu-training:gpuNodeGroups:\n"
+        "    - name: h100\n"
+        "      instanceType: p5.48xlarge\n"
+        "      maxSize: 2\n"
+        "      capacityType: capacity-block\n"
+        "      capacityReservationId: cr-0123456789abcdef0\n"
+        f"      capacity: {capacity}\n"
+    )
+    return read_stack_config("t", tmp_path)[1]
+
+
+@pytest.mark.parametrize(
+    "capacity",
+    [
+        "{start: 2030-01-01T11:30:00Z, end: 2030-01-02T11:30:00Z}",  # as preflight prints it, unquoted
+        '{start: "2030-01-01T11:30:00Z", end: "2030-01-02T11:30:00Z"}',
+        "{start: 2030-01-01 13:30:00+02:00, end: 2030-01-02T11:30:00.000Z}",
+    ],
+)
+def test_a_window_reads_the_same_whether_its_times_are_quoted_or_yaml_timestamps(tmp_path, capacity):
+    from stacks import config as stack_config
+
+    values = _stack_file(tmp_path, capacity)
+    g = stack_config.load(values, "gpu-training", "t").gpu_group("h100")
+    assert g.capacity_block_window == (START, END)
+
+
+def test_an_impossible_unquoted_time_is_still_refused_naming_the_key(tmp_path):
+    from stacks import config as stack_config
+
+    values = _stack_file(tmp_path, "{start: 2030-02-30T11:30:00Z, end: 2030-01-02T11:30:00Z}")
+    with pytest.raises(stack_config.ConfigError) as err:
+        stack_config.load(values, "gpu-training", "t")
+    assert "capacity.start" in str(err.value) and "2030-02-30T11:30:00Z" in str(err.value)

@@ -7,10 +7,11 @@ Checks that need more than one field, or the catalog, live in ``stacks/config/ch
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -118,6 +119,24 @@ class PlacementGroupConfig(ConfigModel):
     name: str | None = Field(None, description="the placement group's name, with mode `existing`")
 
 
+# A timestamp written unquoted in a stack file (`start: 2027-01-10T11:30:00Z`, as preflight prints it)
+# is a YAML timestamp: the Pulumi CLI hands it to the program inside a config map as Go's
+# time.String() text, `2027-01-10 11:30:00 +0000 UTC` (stacks/config/yaml_reading.GoTime). Read it as
+# the time it is; quoted ISO 8601 text passes through unchanged.
+_GO_TIME_TEXT = re.compile(r"(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?) ([+-])(\d{2})(\d{2}) \S+")
+
+
+def _from_go_time_text(value: Any) -> Any:
+    m = _GO_TIME_TEXT.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        return value
+    date, clock, sign, hours, minutes = m.groups()
+    return f"{date}T{clock}{sign}{hours}:{minutes}"
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_from_go_time_text)]
+
+
 CapacityType = Literal["on-demand", "spot", "capacity-block"]
 
 
@@ -128,8 +147,8 @@ class CapacityOfferingConfig(ConfigModel):
     duration_hours: int = Field(
         ge=1, description="the block's length in hours, as EC2 sells them: 24-336 in steps of 24 (1-14 days), then 504-4368 in steps of 168 (to 26 weeks)"
     )
-    earliest_start: datetime = Field(description="the earliest start, ISO 8601 with a time zone (`2026-10-01T00:00:00Z`)")
-    latest_end: datetime | None = Field(None, description="the latest end, ISO 8601 with a time zone (default: any)")
+    earliest_start: Timestamp = Field(description="the earliest start, ISO 8601 with a time zone (`2026-10-01T00:00:00Z`)")
+    latest_end: Timestamp | None = Field(None, description="the latest end, ISO 8601 with a time zone (default: any)")
     offering_id: str | None = Field(None, description="the offering to buy, `cb-...` as preflight lists it; required with `purchase`")
     purchase: bool = Field(
         False,
@@ -142,10 +161,10 @@ class CapacityConfig(ConfigModel):
     """The capacity block of a capacity-block group: its window, which the group follows, and
     optionally an offering to find (and buy) one."""
 
-    start: datetime | None = Field(
-        None, description="when the block starts, ISO 8601 with a time zone (as preflight shows it): the group scales to maxSize then"
+    start: Timestamp | None = Field(
+        None, description="when the block starts, ISO 8601 with a time zone (as preflight shows it; quoted or not): the group scales to maxSize then"
     )
-    end: datetime | None = Field(
+    end: Timestamp | None = Field(
         None, description="when the block ends: the group scales to zero an hour before (EC2 terminates its instances from 30 minutes before)"
     )
     offering: CapacityOfferingConfig | None = Field(
