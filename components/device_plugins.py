@@ -16,6 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.charts import verified
+from facts.kube import INSTANCE_TYPE_LABEL
 from facts.versions import Chart
 
 # Both plugins tolerate every taint; their node affinity keeps them on GPU / EFA nodes.
@@ -82,7 +83,7 @@ class DevicePlugins(pulumi.ComponentResource):
                     "tolerations": list(TOLERATE_ALL),
                     "nodeSelector": dict(args.efa_node_label),
                     "supportedInstanceLabels": {
-                        "keys": ["node.kubernetes.io/instance-type"],
+                        "keys": [INSTANCE_TYPE_LABEL],
                         "values": sorted(args.efa_instance_types),
                     },
                 },

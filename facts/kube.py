@@ -28,6 +28,8 @@ TEAM_LABEL = "gputraining/team"
 SYSTEM_GROUP = "system"
 # Kubernetes' well-known zone label.
 ZONE_LABEL = "topology.kubernetes.io/zone"
+# Kubernetes' well-known instance-type label (the kubelet sets it from the cloud provider).
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 # app.kubernetes.io/part-of of everything the stack creates in Kubernetes.
 PART_OF = "gpu-training"
 # Kueue's own namespace (its Helm release and controller).

@@ -17,9 +17,10 @@ import pytest
 
 from components.node_group import NODE_TEMPLATE
 from facts import catalog, versions
+from infra.invariants import tolerates
 from stacks.config import ConfigError
 from tests.helpers import NS, dev_values, minimal_values, run_stack
-from tests.scheduling import NODE_GROUP, tolerates
+from tests.scheduling import NODE_GROUP
 
 TAG = "aws:autoscaling/tag:Tag"
 TEMPLATE = NODE_TEMPLATE + "/"

@@ -23,10 +23,11 @@ import yaml
 
 from components.charts import ChartChecksumError, verified
 from facts import versions
+from facts.kube import INSTANCE_TYPE_LABEL
 from facts.paths import TOOLS_BIN
 from infra import releases
 from tests.helpers import ROOT, minimal_values, run_stack
-from tests.scheduling import INSTANCE_TYPE_LABEL, kubernetes_taints, node_groups, schedulable
+from tests.scheduling import kubernetes_taints, node_groups, schedulable
 
 HELM = TOOLS_BIN / "helm"
 RELEASE = "kubernetes:helm.sh/v3:Release"

@@ -28,10 +28,12 @@ import yaml
 
 from components.charts import verified
 from facts import versions
+from facts.kube import INSTANCE_TYPE_LABEL
+from infra.invariants import tolerates
 from stacks.addons import addon_pins
 from stacks.config import load
 from tests.helpers import AGENT, AGENT_NAMESPACE, HELM, ROOT, minimal_values, render_agent, run_stack
-from tests.scheduling import INSTANCE_TYPE_LABEL, kubernetes_taints, node_groups, schedulable, tolerates
+from tests.scheduling import kubernetes_taints, node_groups, schedulable
 
 ADDON = "aws:eks/addon:Addon"
 DCGM = "dcgm-server"  # the chart's DaemonSet of the DCGM host engine (templates/dcgm-daemonset.yaml)

@@ -19,10 +19,11 @@ from components import etcd, operators
 from facts import versions
 from facts.operators import KINDS, OPERATORS
 from facts.paths import PROJECT_ROOT
+from infra.invariants import tolerates
 from stacks import config as stack_config
 from stacks.config import ConfigError, load
 from tests.helpers import NS, ROOT, dev_values, minimal_values, run_stack
-from tests.scheduling import MNG, kubernetes_taints, node_groups, tolerates
+from tests.scheduling import MNG, kubernetes_taints, node_groups
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 ADDON = "aws:eks/addon:Addon"

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from facts.kube import AUTOSCALE_TAG, NODE_GROUP_LABEL, SYSTEM_GROUP, ZONE_LABEL
+from components.node_group import EKS_TAINT_EFFECT
+from facts.kube import AUTOSCALE_TAG, INSTANCE_TYPE_LABEL, NODE_GROUP_LABEL, SYSTEM_GROUP, ZONE_LABEL
 from jobs.pod import QUEUE_LABEL
 from stacks import queues
 from stacks.queues.admission import REPLICA_SPECS
@@ -29,10 +30,10 @@ RELEASE_API_GROUPS = {KUEUE_RELEASE: ("kueue.x-k8s.io",)}
 # Kinds built into Kubernetes (the stack's custom kinds are everything else).
 BUILT_IN_GROUPS = ("", "apps", "batch", "rbac.authorization.k8s.io", "storage.k8s.io", "admissionregistration.k8s.io", "policy", "apiextensions.k8s.io")
 # Labels every EKS node has besides its node group's own (EKS and the kubelet set them).
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
 POD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job")
-EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+# EKS taint effects (NO_SCHEDULE) -> Kubernetes ones (NoSchedule), from the node groups' own table.
+EFFECTS = {eks: k8s for k8s, eks in EKS_TAINT_EFFECT.items()}
 
 
 @dataclass(frozen=True)
