@@ -25,7 +25,7 @@ import yaml
 from facts import versions
 from facts.operators import KINDS, REPLICA_SPECS
 from facts.paths import TOOLS_BIN
-from infra import releases
+from infra import invariants, releases
 from stacks import queues
 from stacks.config import load
 from tests.helpers import ROOT, dev_values, run_stack, team_values
@@ -67,21 +67,7 @@ def resource_of(api_version: str, kind: str) -> tuple[str, str]:
 
 def selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
     """A label selector against labels (no selector: everything)."""
-    if selector is None:
-        return True
-    if not all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for e in selector.get("matchExpressions") or []:
-        key, op, values = e["key"], e["operator"], e.get("values") or []
-        ok = {
-            "In": labels.get(key) in values,
-            "NotIn": labels.get(key) not in values,
-            "Exists": key in labels,
-            "DoesNotExist": key not in labels,
-        }[op]
-        if not ok:
-            return False
-    return True
+    return selector is None or invariants.selects(selector, labels)
 
 
 def webhooks(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ from lark import Token, Tree
 from components import team_policy as tp
 from facts import versions
 from facts.operators import KINDS
+from infra.invariants import selects
 from stacks import queues
 from stacks.config.checks import RESERVED_NAMESPACES
 from stacks.queues.admission import REPLICA_SPECS
@@ -447,23 +448,6 @@ def test_kueue_admitting_a_team_job_is_an_update_that_passes(policy, team_object
 # ---------------------------------------------------------------------------------------------
 # Where it applies
 # ---------------------------------------------------------------------------------------------
-
-
-def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
-    """A Kubernetes label selector against labels."""
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for e in selector.get("matchExpressions") or []:
-        key, op, values = e["key"], e["operator"], e.get("values") or []
-        ok = {
-            "In": key in labels and labels[key] in values,
-            "NotIn": labels.get(key) not in values,
-            "Exists": key in labels,
-            "DoesNotExist": key not in labels,
-        }[op]
-        if not ok:
-            return False
-    return True
 
 
 def namespace_labels(ns: dict[str, Any]) -> dict[str, str]:
