@@ -25,6 +25,7 @@ from facts.versions import Chart, Vendored
 
 SERVICE_ACCOUNT = "cluster-autoscaler"
 NAMESPACE = "kube-system"
+RELEASE = "cluster-autoscaler"  # the Helm release
 
 
 # The value of the discovery tag on the groups the stack autoscales (``autoscaler_template_tags`` in
@@ -158,7 +159,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             extra_args["enable-provisioning-requests"] = "true"
         self.release = k8s.helm.v3.Release(
             f"{name}-release",
-            name="cluster-autoscaler",
+            name=RELEASE,
             chart=verified(args.chart, args.project_root),
             namespace=NAMESPACE,
             values={

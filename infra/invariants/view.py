@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from components import autoscaler
+from components import queues as queues_component
 from components.node_group import EKS_TAINT_EFFECT
 from facts.kube import AUTOSCALE_TAG, INSTANCE_TYPE_LABEL, NODE_GROUP_LABEL, SYSTEM_GROUP, ZONE_LABEL
 from jobs.pod import QUEUE_LABEL
@@ -23,10 +25,10 @@ SYSTEM_NODE_GROUP = "eks:index:ManagedNodeGroup"
 NODE_GROUP_COMPONENT = "gputraining:components:NodeGroup"
 ASG_TAG = "aws:autoscaling/tag:Tag"
 SCHEDULE = "aws:autoscaling/schedule:Schedule"
-KUEUE_RELEASE = "kueue"
-AUTOSCALER_RELEASE = "cluster-autoscaler"
+KUEUE_RELEASE = queues_component.RELEASE
+AUTOSCALER_RELEASE = autoscaler.RELEASE
 # API groups whose CRDs a Helm release of the stack ships (its chart's crds/), by release name.
-RELEASE_API_GROUPS = {KUEUE_RELEASE: ("kueue.x-k8s.io",)}
+RELEASE_API_GROUPS = {KUEUE_RELEASE: (queues_component.KUEUE_API.split("/")[0],)}
 # Kinds built into Kubernetes (the stack's custom kinds are everything else).
 BUILT_IN_GROUPS = ("", "apps", "batch", "rbac.authorization.k8s.io", "storage.k8s.io", "admissionregistration.k8s.io", "policy", "apiextensions.k8s.io")
 # Labels every EKS node has besides its node group's own (EKS and the kubelet set them).
