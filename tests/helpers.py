@@ -28,8 +28,8 @@ import pytest
 import yaml
 
 import jobs as J
-from facts import catalog
-from facts.kube import NODE_GROUP_LABEL
+from facts import catalog, versions
+from facts.kube import KUEUE_NAMESPACE, NODE_GROUP_LABEL
 from facts.paths import TOOLS_BIN
 from infra import offline, preflight
 from jobs.base import job_targets
@@ -550,3 +550,15 @@ def by_check(results: list[preflight.CheckResult], prefix: str) -> preflight.Che
     found = [r for r in results if r.check.startswith(prefix)]
     assert len(found) == 1, f"{len(found)} results for {prefix!r}: {[r.line() for r in results]}"
     return found[0]
+
+
+def render_kueue(values: dict[str, Any] | None) -> list[dict[str, Any]]:
+    cmd = [str(HELM), "template", "kueue", str(ROOT / versions.KUEUE_CHART.file), "--namespace", KUEUE_NAMESPACE]
+    cmd += ["--kube-version", f"{versions.KUBERNETES_DEFAULT}.0"]
+    with tempfile.TemporaryDirectory() as tmp:
+        if values is not None:
+            path = Path(tmp) / "values.json"
+            path.write_text(json.dumps(values))
+            cmd += ["-f", str(path)]
+        text = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    return [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if isinstance(d, dict)]  # (1.7 MB of CRDs)

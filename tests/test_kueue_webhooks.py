@@ -13,10 +13,6 @@ workloads in their namespaces), and shows what the chart's defaults would do ins
 
 from __future__ import annotations
 
-import json
-import subprocess
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,13 +20,11 @@ import yaml
 
 from facts import versions
 from facts.operators import KINDS, REPLICA_SPECS
-from facts.paths import TOOLS_BIN
 from infra import invariants, releases
 from stacks import queues
 from stacks.config import load
-from tests.helpers import ROOT, dev_values, run_stack, team_values
+from tests.helpers import HELM, dev_values, render_kueue, run_stack, team_values
 
-HELM = TOOLS_BIN / "helm"
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")
 
 NAME_LABEL = "kubernetes.io/metadata.name"
@@ -88,18 +82,6 @@ def intercepts(hook: dict[str, Any], namespace: str | None, group: str, resource
         if (group in rule["apiGroups"] or "*" in rule["apiGroups"]) and (resource in rule["resources"] or "*" in rule["resources"]):
             return True
     return False
-
-
-def render_kueue(values: dict[str, Any] | None) -> list[dict[str, Any]]:
-    cmd = [str(HELM), "template", "kueue", str(ROOT / versions.KUEUE_CHART.file), "--namespace", queues.KUEUE_NAMESPACE]
-    cmd += ["--kube-version", f"{versions.KUBERNETES_DEFAULT}.0"]
-    with tempfile.TemporaryDirectory() as tmp:
-        if values is not None:
-            path = Path(tmp) / "values.json"
-            path.write_text(json.dumps(values))
-            cmd += ["-f", str(path)]
-        text = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
-    return [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if isinstance(d, dict)]  # (1.7 MB of CRDs)
 
 
 @pytest.fixture(scope="module", params=["dev", "teams"])

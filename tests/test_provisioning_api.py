@@ -11,23 +11,16 @@ objects, never what Kueue saw at its start.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from components.queues import APIS_AT_START_ANNOTATION
-from facts import versions
 from infra import releases
 from stacks import queues
-from tests.helpers import ROOT, dev_values, minimal_values, run_stack
+from tests.helpers import dev_values, minimal_values, render_kueue, run_stack
 
 CRD = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
-HELM = ROOT / ".tools" / "bin" / "helm"
 
 
 def _release(plan, name: str):
@@ -86,12 +79,6 @@ def test_when_the_api_comes_or_goes_kueue_restarts():
 def test_the_annotation_is_on_the_pod_template_the_chart_renders(toggled):
     """The real chart (helm template) puts the value on the Deployment's pod template, where a change
     makes Kubernetes roll the controller."""
-    values = _release(toggled[True], "kueue").inputs["values"]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "values.json"
-        path.write_text(json.dumps(values))
-        cmd = [str(HELM), "template", "kueue", str(ROOT / versions.KUEUE_CHART.file), "--namespace", queues.KUEUE_NAMESPACE, "-f", str(path)]
-        text = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
-    docs = [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if isinstance(d, dict)]
+    docs = render_kueue(_release(toggled[True], "kueue").inputs["values"])
     (dep,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "kueue-controller-manager"]
     assert dep["spec"]["template"]["metadata"]["annotations"][APIS_AT_START_ANNOTATION] == queues.PROVISIONING_REQUEST_API
