@@ -98,14 +98,18 @@ class ClusterAutoscalerArgs:
     node_selector: dict[str, str]  # where the autoscaler runs (the system nodes)
     scale_down_unneeded_time: str = "10m"  # how long a node must be unneeded before it is removed
     scale_down_delay_after_add: str = "10m"  # no scale-down this long after a scale-up
-    expander: str = "least-waste"  # which group to grow when several fit (not `priority`: no priorities ConfigMap is written)
+    expander: str = (
+        "least-waste"  # which group to grow when several fit (not `priority`: no priorities ConfigMap is written)
+    )
     # The vendored ProvisioningRequest CRD and its pinned sha256: given, the CRD is installed (Kueue
     # sets up its ProvisioningRequest controller only if the API is served when it starts); None: not.
     provisioning_request_crd: Vendored | None = None
     serve_provisioning_requests: bool = False  # the autoscaler acts on ProvisioningRequests (needs the CRD)
     discovery_tag: str = AUTOSCALE_TAG  # our ASG tag marking the groups to autoscale (NodeGroup writes it)
     project_root: Path = Path(".")  # where the chart path is relative to (the program's working directory)
-    depends_on: list[pulumi.Resource] = field(default_factory=list)  # what must exist first (the Pod Identity agent, system nodes)
+    depends_on: list[pulumi.Resource] = field(
+        default_factory=list
+    )  # what must exist first (the Pod Identity agent, system nodes)
     tags: dict[str, str] = field(default_factory=dict)  # tags on the IAM role and the association
 
 
@@ -118,7 +122,9 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             # The chart writes the cluster-autoscaler-priority-expander ConfigMap only from
             # `expanderPriorities`, which this component does not pass: without it the autoscaler
             # skips the priority expander and picks at random.
-            raise ValueError(f"{name}: expander {args.expander!r}: the priority expander needs priorities this component does not write")
+            raise ValueError(
+                f"{name}: expander {args.expander!r}: the priority expander needs priorities this component does not write"
+            )
         role = pod_identity_role(
             f"{name}-role",
             description=f"Cluster Autoscaler of {args.cluster_name}",
@@ -152,7 +158,10 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         if args.provisioning_request_crd is not None:
             crd = _crd(verified(args.provisioning_request_crd, args.project_root), args.project_root)
             self.provisioning_request_crd = k8s.apiextensions.v1.CustomResourceDefinition(
-                f"{name}-provisioningrequests-crd", metadata=crd["metadata"], spec=crd["spec"], opts=pulumi.ResourceOptions(parent=self)
+                f"{name}-provisioningrequests-crd",
+                metadata=crd["metadata"],
+                spec=crd["spec"],
+                opts=pulumi.ResourceOptions(parent=self),
             )
             waits.append(self.provisioning_request_crd)
         if args.serve_provisioning_requests:
@@ -166,7 +175,10 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 "cloudProvider": "aws",
                 "awsRegion": args.region,
                 # Only groups with both tags: the stack's autoscaled GPU groups of this cluster.
-                "autoDiscovery": {"clusterName": args.cluster_name, "tags": [args.discovery_tag, f"k8s.io/cluster-autoscaler/{args.cluster_name}"]},
+                "autoDiscovery": {
+                    "clusterName": args.cluster_name,
+                    "tags": [args.discovery_tag, f"k8s.io/cluster-autoscaler/{args.cluster_name}"],
+                },
                 "image": {"tag": args.image_tag},
                 "rbac": {"serviceAccount": {"create": True, "name": SERVICE_ACCOUNT}},
                 "nodeSelector": dict(args.node_selector),

@@ -32,8 +32,12 @@ class ClusterArgs:
     cluster_name: str  # EKS cluster name; also names the KMS alias and the control-plane log group
     kubernetes_version: str  # EKS control-plane Kubernetes version, e.g. "1.36"
     vpc_id: pulumi.Input[str]  # the VPC the cluster runs in
-    private_subnet_ids: Sequence[pulumi.Input[str]]  # private subnets of the control plane's network interfaces (the node subnets)
-    public_subnet_ids: Sequence[pulumi.Input[str]]  # public subnets, handed to EKS too (internet-facing load balancers); nodes never get public IPs
+    private_subnet_ids: Sequence[
+        pulumi.Input[str]
+    ]  # private subnets of the control plane's network interfaces (the node subnets)
+    public_subnet_ids: Sequence[
+        pulumi.Input[str]
+    ]  # public subnets, handed to EKS too (internet-facing load balancers); nodes never get public IPs
     endpoint_public_access: bool  # serve the Kubernetes API on a public endpoint
     endpoint_public_access_cidrs: list[str]  # CIDRs that may reach the public endpoint (ignored when it is off)
     endpoint_private_access: bool  # serve the Kubernetes API on a private endpoint inside the VPC
@@ -44,7 +48,9 @@ class ClusterArgs:
     pod_identity_agent_version: str  # version of the EKS Pod Identity agent managed add-on
     log_retention_days: int = 30  # retention of the control-plane log group /aws/eks/<cluster_name>/cluster, in days
     deletion_protection: bool = False  # EKS deletion protection on the cluster
-    upgrade_support_type: str = "STANDARD"  # EKS upgrade policy: STANDARD (upgraded at end of standard support) or EXTENDED (paid)
+    upgrade_support_type: str = (
+        "STANDARD"  # EKS upgrade policy: STANDARD (upgraded at end of standard support) or EXTENDED (paid)
+    )
     tags: dict[str, str] = field(default_factory=dict)  # tags on every AWS resource of the component
 
 
@@ -73,7 +79,9 @@ class Cluster(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        aws.kms.Alias(f"{name}-secrets", name=f"alias/{args.cluster_name}-eks-secrets", target_key_id=key.key_id, opts=child)
+        aws.kms.Alias(
+            f"{name}-secrets", name=f"alias/{args.cluster_name}-eks-secrets", target_key_id=key.key_id, opts=child
+        )
 
         # EKS creates /aws/eks/<name>/cluster on its own with no retention; owning it here sets the
         # retention and lets `pulumi destroy` remove it.
@@ -195,7 +203,9 @@ class Cluster(pulumi.ComponentResource):
         )
         return self.coredns
 
-    def add_node_monitoring_agent(self, version: str, configuration_values: str | None, after: list[pulumi.Resource]) -> aws.eks.Addon:
+    def add_node_monitoring_agent(
+        self, version: str, configuration_values: str | None, after: list[pulumi.Resource]
+    ) -> aws.eks.Addon:
         """The EKS node monitoring agent add-on: it reports GPU (XID, NVLink, ...), kernel,
         network and storage faults as node conditions, which node auto repair acts on.
 

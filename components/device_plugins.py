@@ -40,7 +40,13 @@ def _require_labels(labels: dict[str, str]) -> dict:
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [{"key": k, "operator": "In", "values": [v]} for k, v in sorted(labels.items())]}]
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": k, "operator": "In", "values": [v]} for k, v in sorted(labels.items())
+                        ]
+                    }
+                ]
             }
         }
     }

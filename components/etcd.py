@@ -40,7 +40,9 @@ from facts.kube import PART_OF
 
 CLIENT_PORT = 2379
 PEER_PORT = 2380
-MEMBER_PORT = 2390  # the member script's own port: its state (GET /member) for the peers, /started for the startup probe
+MEMBER_PORT = (
+    2390  # the member script's own port: its state (GET /member) for the peers, /started for the startup probe
+)
 # How the member script decides (seconds; README "Day two"): members that do not answer are waited for this
 # long before a decision without them; a member without a leader while a peer is healthy starts again after
 # STUCK_AFTER; without a leader anywhere (or etcd not running while a peer is healthy), after LOST_AFTER.
@@ -60,13 +62,17 @@ CONFIG_FILE = "/run/etcd/etcd.json"
 @dataclass
 class EtcdArgs:
     namespace: pulumi.Input[str]  # namespace of the objects (the training namespace's output, so they wait for it)
-    namespace_name: str  # the same namespace as plain text, for the members' DNS names, the cluster token and the endpoint
+    namespace_name: (
+        str  # the same namespace as plain text, for the members' DNS names, the cluster token and the endpoint
+    )
     image: str  # etcd image, 3.5 (3.6 removed the v2 API, --enable-v2, that PyTorch's etcd rendezvous needs)
     member_image: str  # image with python3 that runs the members' start-up script (the etcd image has no shell)
     replicas: int = 1  # members: 1, 3 or 5; above 1 they spread over nodes and a PodDisruptionBudget keeps a quorum
     cpu: str = "250m"  # CPU request per member
     memory: str = "512Mi"  # memory request and limit per member
-    node_selector: dict[str, str] = field(default_factory=dict)  # node labels the members must run on (the system group); empty: any node
+    node_selector: dict[str, str] = field(
+        default_factory=dict
+    )  # node labels the members must run on (the system group); empty: any node
     name: str = "etcd"  # name of the StatefulSet and client Service (peers: <name>-peers), and the instance label
 
 
@@ -89,7 +95,11 @@ class Etcd(pulumi.ComponentResource):
         super().__init__("gputraining:components:Etcd", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         app = args.name
-        labels = {"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": app, "app.kubernetes.io/part-of": PART_OF}
+        labels = {
+            "app.kubernetes.io/name": "etcd",
+            "app.kubernetes.io/instance": app,
+            "app.kubernetes.io/part-of": PART_OF,
+        }
         peers = f"{app}-peers"
         peer_host = f"$(POD_NAME).{peers}.{args.namespace_name}.svc"
 
@@ -154,7 +164,9 @@ class Etcd(pulumi.ComponentResource):
         command = ["/usr/local/bin/etcd", f"--config-file={CONFIG_FILE}"]
         pod_name_env = k8s.core.v1.EnvVarArgs(
             name="POD_NAME",
-            value_from=k8s.core.v1.EnvVarSourceArgs(field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.name")),
+            value_from=k8s.core.v1.EnvVarSourceArgs(
+                field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.name")
+            ),
         )
         mounts = [
             k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
@@ -174,7 +186,9 @@ class Etcd(pulumi.ComponentResource):
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
                 template=k8s.core.v1.PodTemplateSpecArgs(
                     # A new script (any of its files) rolls the members (each rejoins), so every member runs the same one.
-                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels, annotations={"gputraining/member-script-sha256": scripts_sha256(scripts)}),
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        labels=labels, annotations={"gputraining/member-script-sha256": scripts_sha256(scripts)}
+                    ),
                     spec=k8s.core.v1.PodSpecArgs(
                         node_selector=args.node_selector or None,
                         # The member script stops etcd (SIGTERM) when the member must start again empty.
@@ -203,12 +217,21 @@ class Etcd(pulumi.ComponentResource):
                                 # A sidecar: it runs as long as the pod; etcd starts once the config file is written.
                                 restart_policy="Always",
                                 startup_probe=k8s.core.v1.ProbeArgs(
-                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/started", port=MEMBER_PORT), period_seconds=1, failure_threshold=900
+                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/started", port=MEMBER_PORT),
+                                    period_seconds=1,
+                                    failure_threshold=900,
                                 ),
                                 ports=[k8s.core.v1.ContainerPortArgs(name="member", container_port=MEMBER_PORT)],
                                 env=[pod_name_env],
-                                resources=k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": "50m", "memory": "64Mi"}, limits={"memory": "64Mi"}),
-                                volume_mounts=[*mounts, k8s.core.v1.VolumeMountArgs(name="member-script", mount_path=SCRIPT_DIR, read_only=True)],
+                                resources=k8s.core.v1.ResourceRequirementsArgs(
+                                    requests={"cpu": "50m", "memory": "64Mi"}, limits={"memory": "64Mi"}
+                                ),
+                                volume_mounts=[
+                                    *mounts,
+                                    k8s.core.v1.VolumeMountArgs(
+                                        name="member-script", mount_path=SCRIPT_DIR, read_only=True
+                                    ),
+                                ],
                             )
                         ],
                         containers=[
@@ -225,15 +248,22 @@ class Etcd(pulumi.ComponentResource):
                                     requests={"cpu": args.cpu, "memory": args.memory},
                                     limits={"memory": args.memory},
                                 ),
-                                readiness_probe=k8s.core.v1.ProbeArgs(http_get=health, period_seconds=5, failure_threshold=3),
-                                liveness_probe=k8s.core.v1.ProbeArgs(http_get=alive, initial_delay_seconds=15, period_seconds=10, failure_threshold=6),
+                                readiness_probe=k8s.core.v1.ProbeArgs(
+                                    http_get=health, period_seconds=5, failure_threshold=3
+                                ),
+                                liveness_probe=k8s.core.v1.ProbeArgs(
+                                    http_get=alive, initial_delay_seconds=15, period_seconds=10, failure_threshold=6
+                                ),
                                 volume_mounts=mounts,
                             )
                         ],
                         volumes=[
                             k8s.core.v1.VolumeArgs(name="data", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs()),
                             k8s.core.v1.VolumeArgs(name="run", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs()),
-                            k8s.core.v1.VolumeArgs(name="member-script", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=script_map.metadata.name)),
+                            k8s.core.v1.VolumeArgs(
+                                name="member-script",
+                                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=script_map.metadata.name),
+                            ),
                         ],
                     ),
                 ),

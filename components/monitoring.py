@@ -32,7 +32,9 @@ class MonitoringArgs:
     addon_version: str  # version of the amazon-cloudwatch-observability managed add-on
     log_retention_days: int = 30  # retention of the Container Insights log groups, in days
     dashboard: bool = True  # create the <cluster_name>-gpu CloudWatch dashboard (GPU and EFA per node)
-    cluster_ready: list[pulumi.Resource] = field(default_factory=list)  # what the add-on waits for (cluster, Pod Identity agent, nodes, CoreDNS)
+    cluster_ready: list[pulumi.Resource] = field(
+        default_factory=list
+    )  # what the add-on waits for (cluster, Pod Identity agent, nodes, CoreDNS)
     tags: dict[str, str] = field(default_factory=dict)  # tags on the log groups, the agent's IAM role and the add-on
 
 
@@ -54,7 +56,14 @@ def dashboard_body(cluster_name: str, region: str) -> dict:
                 "y": 6 * (i // 2),
                 "width": 12,
                 "height": 6,
-                "properties": {"title": title, "region": region, "view": "timeSeries", "stat": "Average", "period": 60, "metrics": [[e] for e in exprs]},
+                "properties": {
+                    "title": title,
+                    "region": region,
+                    "view": "timeSeries",
+                    "stat": "Average",
+                    "period": 60,
+                    "metrics": [[e] for e in exprs],
+                },
             }
         )
     return {"widgets": widgets}
@@ -89,7 +98,9 @@ class Monitoring(pulumi.ComponentResource):
             cluster_name=args.cluster_name,
             addon_name="amazon-cloudwatch-observability",
             addon_version=args.addon_version,
-            pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=self.SERVICE_ACCOUNT)],
+            pod_identity_associations=[
+                aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=self.SERVICE_ACCOUNT)
+            ],
             # No configuration values: the add-on's defaults (chart 6.3.0) already put the agents and
             # the DCGM exporter on every node, tainted GPU nodes included (tolerations [{operator:
             # Exists}]), and keep the Container Insights metrics (node_gpu_*, node_efa_*) the

@@ -50,7 +50,9 @@ class Network(pulumi.ComponentResource):
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:Network", name, None, opts)
         if args.gpu_availability_zone not in args.availability_zones:
-            raise ValueError(f"GPU AZ {args.gpu_availability_zone} is not among the subnet AZs {args.availability_zones}")
+            raise ValueError(
+                f"GPU AZ {args.gpu_availability_zone} is not among the subnet AZs {args.availability_zones}"
+            )
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
         cluster_tag = {f"kubernetes.io/cluster/{args.cluster_name}": "shared"}
@@ -63,7 +65,9 @@ class Network(pulumi.ComponentResource):
             tags={**tags, "Name": f"{args.cluster_name}-vpc"},
             opts=child,
         )
-        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags={**tags, "Name": f"{args.cluster_name}-igw"}, opts=child)
+        igw = aws.ec2.InternetGateway(
+            f"{name}-igw", vpc_id=vpc.id, tags={**tags, "Name": f"{args.cluster_name}-igw"}, opts=child
+        )
 
         private_cidrs, public_cidrs = subnet_plan(args.vpc_cidr, args.availability_zones, args.private_subnet_prefix)
 
@@ -87,10 +91,14 @@ class Network(pulumi.ComponentResource):
                 tags={**tags, **cluster_tag, "Name": f"{args.cluster_name}-public-{az}", "kubernetes.io/role/elb": "1"},
                 opts=child,
             )
-            aws.ec2.RouteTableAssociation(f"{name}-public-{az}", subnet_id=subnet.id, route_table_id=public_rt.id, opts=child)
+            aws.ec2.RouteTableAssociation(
+                f"{name}-public-{az}", subnet_id=subnet.id, route_table_id=public_rt.id, opts=child
+            )
             public_subnets.append(subnet)
             if args.nat_per_az or not nat_gateways:
-                eip = aws.ec2.Eip(f"{name}-nat-{az}", domain="vpc", tags={**tags, "Name": f"{args.cluster_name}-nat-{az}"}, opts=child)
+                eip = aws.ec2.Eip(
+                    f"{name}-nat-{az}", domain="vpc", tags={**tags, "Name": f"{args.cluster_name}-nat-{az}"}, opts=child
+                )
                 nat_gateways.append(
                     aws.ec2.NatGateway(
                         f"{name}-nat-{az}",

@@ -58,10 +58,14 @@ EKS_CAPACITY_TYPE = {"on-demand": "ON_DEMAND", "spot": "SPOT", "capacity-block":
 class NodeGroupArgs:
     cluster: eks.Cluster  # the pulumi-eks cluster the group joins
     cluster_name: str  # EKS cluster name; the node group is named <cluster_name>-<component name>
-    cluster_security_group_id: pulumi.Input[str]  # the cluster security group EKS created, on every node (and EFA interface)
+    cluster_security_group_id: pulumi.Input[
+        str
+    ]  # the cluster security group EKS created, on every node (and EFA interface)
     node_role: aws.iam.Role  # IAM role of the nodes
     vpc_id: pulumi.Input[str]  # VPC of the EFA security group
-    subnet_ids: Sequence[pulumi.Input[str]]  # subnets EKS launches the nodes in (a GPU group: the GPU AZ's private subnet)
+    subnet_ids: Sequence[
+        pulumi.Input[str]
+    ]  # subnets EKS launches the nodes in (a GPU group: the GPU AZ's private subnet)
     instance_type: str  # EC2 instance type of every node
     ami_type: str  # EKS AMI type, e.g. AL2023_x86_64_NVIDIA
     min_size: int  # fewest nodes
@@ -69,8 +73,12 @@ class NodeGroupArgs:
     max_size: int  # most nodes
     disk_size_gib: int  # size of the encrypted gp3 root volume, GiB
     kubernetes_version: str | None = None  # kubelet version of the nodes; None: the cluster's
-    capacity_type: Literal["on-demand", "spot", "capacity-block"] = "on-demand"  # how instances are bought; capacity-block also sets the market type
-    capacity_reservation_id: str | None = None  # capacity reservation or block (cr-...) the launch template targets; None: none
+    capacity_type: Literal["on-demand", "spot", "capacity-block"] = (
+        "on-demand"  # how instances are bought; capacity-block also sets the market type
+    )
+    capacity_reservation_id: str | None = (
+        None  # capacity reservation or block (cr-...) the launch template targets; None: none
+    )
     # A Capacity Block offering (cb-...) to buy at `pulumi up` (irreversible, paid upfront) and target
     # instead of capacity_reservation_id; None: buy nothing.
     capacity_block_offering_id: str | None = None
@@ -90,9 +98,15 @@ class NodeGroupArgs:
     # The name jobs and operators use for this group (label gputraining/node-group); defaults to
     # the component's name.
     group_name: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)  # extra node labels (the node-group, GPU and EFA labels are added)
-    taints: list[dict[str, str]] = field(default_factory=list)  # extra node taints {key, value, effect} (a GPU group also gets the GPU taint)
-    hugepages_2mi: int = 0  # 2 MiB huge pages each node reserves at boot, before kubelet starts (0: none; EFA groups need them)
+    labels: dict[str, str] = field(
+        default_factory=dict
+    )  # extra node labels (the node-group, GPU and EFA labels are added)
+    taints: list[dict[str, str]] = field(
+        default_factory=list
+    )  # extra node taints {key, value, effect} (a GPU group also gets the GPU taint)
+    hugepages_2mi: int = (
+        0  # 2 MiB huge pages each node reserves at boot, before kubelet starts (0: none; EFA groups need them)
+    )
     # IMDSv2 hops: 1 keeps pods without host networking away from the node role's credentials; 2 lets
     # them read instance metadata (the EFS/FSx CSI controllers on system nodes do at start-up).
     imds_hop_limit: int = 2
@@ -106,8 +120,12 @@ class NodeGroupArgs:
     # zero from, and Pulumi leaves the desired size to the autoscaler. None: not autoscaled.
     autoscale_resources: dict[str, str] | None = None
     autoscale_tag: str = AUTOSCALE_TAG  # the ASG tag the autoscaler discovers groups by
-    ready: Sequence[pulumi.Resource] = field(default_factory=list)  # what the nodes need first (the node role's policy attachments)
-    tags: dict[str, str] = field(default_factory=dict)  # tags on the AWS resources, instances and volumes (plus gputraining/node-group)
+    ready: Sequence[pulumi.Resource] = field(
+        default_factory=list
+    )  # what the nodes need first (the node role's policy attachments)
+    tags: dict[str, str] = field(
+        default_factory=dict
+    )  # tags on the AWS resources, instances and volumes (plus gputraining/node-group)
 
 
 USER_DATA_BOUNDARY = "//gputraining"
@@ -167,7 +185,9 @@ def hugepages_user_data(pages: int) -> str:
     )
 
 
-def efa_network_interfaces(slots: Sequence[InterfaceSlot], security_group_ids: list[pulumi.Input[str]]) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+def efa_network_interfaces(
+    slots: Sequence[InterfaceSlot], security_group_ids: list[pulumi.Input[str]]
+) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
     """The launch-template interfaces of ``slots`` (``facts.catalog.efa_layout``): each on its own
     card and device, of its own type, with the group's security groups. Only the primary (card 0,
     device 0) has an IP address of its own to say no public one to."""
@@ -197,7 +217,9 @@ def _check_args(args: NodeGroupArgs, efa_interfaces: int) -> None:
         raise ValueError("a cluster placement group needs the node group's availability zone")
 
 
-def _labels_and_taints(name: str, args: NodeGroupArgs, efa_interfaces: int) -> tuple[dict[str, str], list[dict[str, str]]]:
+def _labels_and_taints(
+    name: str, args: NodeGroupArgs, efa_interfaces: int
+) -> tuple[dict[str, str], list[dict[str, str]]]:
     """The nodes' labels (the node-group label, and the GPU and EFA ones) and taints (the GPU taint first)."""
     labels = {**args.labels, NODE_GROUP_LABEL: args.group_name or name}
     taints = list(args.taints)
@@ -223,13 +245,17 @@ class NodeGroup(pulumi.ComponentResource):
         placement_name = self._placement_group(name, args, tags)
         self.capacity_block: aws.ec2.CapacityBlockReservation | None = None
         reservation_id = self._capacity_reservation(name, args, tags, node_group_name)
-        launch_template = self._launch_template(name, args, tags, node_group_name, efa_interfaces, security_group_ids, placement_name, reservation_id)
+        launch_template = self._launch_template(
+            name, args, tags, node_group_name, efa_interfaces, security_group_ids, placement_name, reservation_id
+        )
 
         labels, taints = _labels_and_taints(name, args, efa_interfaces)
         self.node_group_name = node_group_name
         block = self._block_plan(args, node_group_name)
         schedule = block.actions if block is not None else ()
-        self.node_group: pulumi.Resource = self._node_group(name, args, tags, node_group_name, launch_template, labels, taints, block)
+        self.node_group: pulumi.Resource = self._node_group(
+            name, args, tags, node_group_name, launch_template, labels, taints, block
+        )
         self.labels = labels
         self.taints = taints
         self.autoscaler_tags: dict[str, str] = self._autoscaler_tags(name, args, labels, taints)
@@ -238,7 +264,9 @@ class NodeGroup(pulumi.ComponentResource):
         self._block_actions(name, node_group_name, schedule)
         self.register_outputs({"nodeGroupName": node_group_name})
 
-    def _security_groups(self, name: str, args: NodeGroupArgs, tags: dict[str, str], node_group_name: str, efa_interfaces: int) -> list[pulumi.Input[str]]:
+    def _security_groups(
+        self, name: str, args: NodeGroupArgs, tags: dict[str, str], node_group_name: str, efa_interfaces: int
+    ) -> list[pulumi.Input[str]]:
         """The nodes' security groups: the cluster's, and with EFA one allowing all traffic to and from itself."""
         child = pulumi.ResourceOptions(parent=self)
         security_group_ids: list[pulumi.Input[str]] = [args.cluster_security_group_id]
@@ -285,7 +313,9 @@ class NodeGroup(pulumi.ComponentResource):
             placement_name = args.placement_group_name
         return placement_name
 
-    def _capacity_reservation(self, name: str, args: NodeGroupArgs, tags: dict[str, str], node_group_name: str) -> pulumi.Input[str] | None:
+    def _capacity_reservation(
+        self, name: str, args: NodeGroupArgs, tags: dict[str, str], node_group_name: str
+    ) -> pulumi.Input[str] | None:
         """The capacity reservation the launch template targets: the given one, or the Capacity Block bought from the offering."""
         reservation_id: pulumi.Input[str] | None = args.capacity_reservation_id
         if args.capacity_block_offering_id:
@@ -329,10 +359,13 @@ class NodeGroup(pulumi.ComponentResource):
                 )
             )
 
-        network_interfaces = efa_network_interfaces(args.network_interfaces, security_group_ids) if args.network_interfaces else None
+        network_interfaces = (
+            efa_network_interfaces(args.network_interfaces, security_group_ids) if args.network_interfaces else None
+        )
         return aws.ec2.LaunchTemplate(
             f"{name}-lt",
-            description=f"{node_group_name}: encrypted root, IMDSv2" + (f", {efa_interfaces} EFA" if efa_interfaces else ""),
+            description=f"{node_group_name}: encrypted root, IMDSv2"
+            + (f", {efa_interfaces} EFA" if efa_interfaces else ""),
             update_default_version=True,
             block_device_mappings=[
                 aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
@@ -358,10 +391,16 @@ class NodeGroup(pulumi.ComponentResource):
             capacity_reservation_specification=reservation,
             # Capacity blocks: EKS wants the instance type in the launch template, none on the group.
             instance_type=args.instance_type if args.capacity_type == "capacity-block" else None,
-            user_data=base64.b64encode(hugepages_user_data(args.hugepages_2mi).encode()).decode() if args.hugepages_2mi else None,
+            user_data=base64.b64encode(hugepages_user_data(args.hugepages_2mi).encode()).decode()
+            if args.hugepages_2mi
+            else None,
             tag_specifications=[
-                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags={**tags, "Name": node_group_name}),
-                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="volume", tags={**tags, "Name": node_group_name}),
+                aws.ec2.LaunchTemplateTagSpecificationArgs(
+                    resource_type="instance", tags={**tags, "Name": node_group_name}
+                ),
+                aws.ec2.LaunchTemplateTagSpecificationArgs(
+                    resource_type="volume", tags={**tags, "Name": node_group_name}
+                ),
             ],
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self),
@@ -388,10 +427,17 @@ class NodeGroup(pulumi.ComponentResource):
         block: BlockPlan | None,
     ) -> pulumi.Resource:
         """The EKS node group: EKS's own for a GPU group, pulumi-eks' ManagedNodeGroup for the system group."""
-        eks_taints = [aws.eks.NodeGroupTaintArgs(key=t["key"], value=t.get("value") or None, effect=EKS_TAINT_EFFECT[t["effect"]]) for t in taints]
+        eks_taints = [
+            aws.eks.NodeGroupTaintArgs(key=t["key"], value=t.get("value") or None, effect=EKS_TAINT_EFFECT[t["effect"]])
+            for t in taints
+        ]
         desired_size = block.desired if block is not None else args.desired_size
-        scaling = aws.eks.NodeGroupScalingConfigArgs(min_size=args.min_size, desired_size=desired_size, max_size=args.max_size)
-        lt_ref = aws.eks.NodeGroupLaunchTemplateArgs(id=launch_template.id, version=launch_template.latest_version.apply(str))
+        scaling = aws.eks.NodeGroupScalingConfigArgs(
+            min_size=args.min_size, desired_size=desired_size, max_size=args.max_size
+        )
+        lt_ref = aws.eks.NodeGroupLaunchTemplateArgs(
+            id=launch_template.id, version=launch_template.latest_version.apply(str)
+        )
         if args.gpu:
             # GPU groups use EKS's node group directly: pulumi-eks' ManagedNodeGroup (4.4) cannot set
             # the update strategy or node auto repair, and passes the instance type on the group,
@@ -410,7 +456,9 @@ class NodeGroup(pulumi.ComponentResource):
                 version=args.kubernetes_version,
                 labels=labels,
                 taints=eks_taints,
-                update_config=aws.eks.NodeGroupUpdateConfigArgs(update_strategy=args.update_strategy, max_unavailable=1),
+                update_config=aws.eks.NodeGroupUpdateConfigArgs(
+                    update_strategy=args.update_strategy, max_unavailable=1
+                ),
                 node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=args.node_repair),
                 tags=tags,
                 opts=pulumi.ResourceOptions(
@@ -444,7 +492,9 @@ class NodeGroup(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
 
-    def _autoscaler_tags(self, name: str, args: NodeGroupArgs, labels: dict[str, str], taints: list[dict[str, str]]) -> dict[str, str]:
+    def _autoscaler_tags(
+        self, name: str, args: NodeGroupArgs, labels: dict[str, str], taints: list[dict[str, str]]
+    ) -> dict[str, str]:
         """An autoscaled GPU group's Cluster Autoscaler tags, each put on the group's Auto Scaling group; {} when not autoscaled."""
         if not (args.gpu and args.autoscale_resources is not None):
             return {}

@@ -21,7 +21,9 @@ from facts.catalog import CAPACITY_BLOCK_DRAIN
 NODE_TEMPLATE = "k8s.io/cluster-autoscaler/node-template"
 
 
-def autoscaler_template_tags(labels: dict[str, str], taints: list[dict[str, str]], resources: dict[str, str], discovery_tag: str) -> dict[str, str]:
+def autoscaler_template_tags(
+    labels: dict[str, str], taints: list[dict[str, str]], resources: dict[str, str], discovery_tag: str
+) -> dict[str, str]:
     """The ASG tags the Cluster Autoscaler reads for a group at zero nodes: its node labels, taints
     ("value:Effect") and extended resources, plus the discovery tag. EKS does not copy node-group
     labels or tags to the ASG, so without these a pod that needs EFA or huge pages never triggers a
@@ -54,14 +56,18 @@ def tag_resource_parts(keys: Sequence[str]) -> dict[str, str]:
         part = _slug(key)
         if part in taken:
             digest = hashlib.sha256(key.encode()).hexdigest()
-            candidates = [f"{part}-{digest[:n]}" for n in (8, 16, 64)] + [f"{part}-{digest}-{i}" for i in range(len(keys) + 1)]
+            candidates = [f"{part}-{digest[:n]}" for n in (8, 16, 64)] + [
+                f"{part}-{digest}-{i}" for i in range(len(keys) + 1)
+            ]
             part = next(c for c in candidates if c not in taken)
         taken.add(part)
         out[key] = part
     return out
 
 
-def _config_order(tags: dict[str, str], labels: dict[str, str], taints: list[dict[str, str]], resources: dict[str, str]) -> list[str]:
+def _config_order(
+    tags: dict[str, str], labels: dict[str, str], taints: list[dict[str, str]], resources: dict[str, str]
+) -> list[str]:
     """The keys of ``autoscaler_template_tags`` in the order the config lists their labels, taints
     and resources (that function sorts labels and resources: its order is the registration order)."""
     listed = [
@@ -105,10 +111,17 @@ SCHEDULE_LEAD_TEXT = "20 minutes"
 # Pulumi has no wildcard for "every input", so they are named). Left to apply in the window: what
 # UpdateNodegroupConfig changes with the group running (labels, taints, minSize/maxSize, the update
 # and repair settings) and the group's own tags (TagResource).
-HELD_BACK = ("amiType", "capacityType", "instanceTypes", "launchTemplate", "nodeRoleArn", "releaseVersion", "subnetIds", "version")
-HELD_BACK_TEXT = (
-    "the Kubernetes version, the launch template (disk size, user data, instance and volume tags), the AMI, the instance type, the subnet and the node role"
+HELD_BACK = (
+    "amiType",
+    "capacityType",
+    "instanceTypes",
+    "launchTemplate",
+    "nodeRoleArn",
+    "releaseVersion",
+    "subnetIds",
+    "version",
 )
+HELD_BACK_TEXT = "the Kubernetes version, the launch template (disk size, user data, instance and volume tags), the AMI, the instance type, the subnet and the node role"
 
 Phase = Literal["before", "open", "closing", "draining", "over"]
 
@@ -183,7 +196,9 @@ class BlockPlan:
         return ([] if self.steered else ["scalingConfig.desiredSize"]) + (list(HELD_BACK) if self.held else [])
 
 
-def capacity_block_plan(start: datetime.datetime, end: datetime.datetime, size: int, now: datetime.datetime | None = None) -> BlockPlan:
+def capacity_block_plan(
+    start: datetime.datetime, end: datetime.datetime, size: int, now: datetime.datetime | None = None
+) -> BlockPlan:
     """The plan of a group of ``size`` nodes following the block ``start``..``end`` at ``now``
     (default: ``utc_now()``)."""
     return BlockPlan(start, end, size, now if now is not None else utc_now())

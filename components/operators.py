@@ -61,7 +61,9 @@ def load_manifest(path: Path, sha256: str) -> list[dict[str, Any]]:
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != sha256:
-        raise ManifestChecksumError(f"{path} has sha256 {digest}, expected {sha256}: it is not the pinned file (manifests/vendor/SOURCES.md)")
+        raise ManifestChecksumError(
+            f"{path} has sha256 {digest}, expected {sha256}: it is not the pinned file (manifests/vendor/SOURCES.md)"
+        )
     snapshot = _parsed.get(digest)
     if snapshot is None and snapshot_store is not None:
         snapshot = snapshot_store.get(digest)
@@ -104,7 +106,10 @@ KIND_CLASSES = {
     ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
     ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
-    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): k8s.admissionregistration.v1.ValidatingWebhookConfiguration,
+    (
+        "admissionregistration.k8s.io/v1",
+        "ValidatingWebhookConfiguration",
+    ): k8s.admissionregistration.v1.ValidatingWebhookConfiguration,
 }
 # Registered first, and waited for by everything else: the namespaces and the CRDs.
 ROOT_KINDS = ("Namespace", "CustomResourceDefinition")
@@ -156,10 +161,14 @@ def register_objects(
     for obj in ordered:
         cls = KIND_CLASSES.get((obj["apiVersion"], obj["kind"]))
         if cls is None:
-            raise ValueError(f"{name}: the manifest holds a {obj['apiVersion']} {obj['kind']}, which this component does not know how to install")
+            raise ValueError(
+                f"{name}: the manifest holds a {obj['apiVersion']} {obj['kind']}, which this component does not know how to install"
+            )
         unknown = set(obj) - {"apiVersion", "kind"} - set(_TOP_LEVEL)
         if unknown:
-            raise ValueError(f"{name}: {obj['kind']} {obj['metadata']['name']} has fields {sorted(unknown)} this component does not pass on")
+            raise ValueError(
+                f"{name}: {obj['kind']} {obj['metadata']['name']} has fields {sorted(unknown)} this component does not pass on"
+            )
         kwargs = {_TOP_LEVEL[k]: v for k, v in obj.items() if k in _TOP_LEVEL}
         if obj["kind"] == "Secret" and kwargs.get("data") == {}:
             # The SDK makes a Secret's data a secret output, which the plan can only show as
@@ -173,7 +182,9 @@ def register_objects(
         res = cls(
             f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}",
             **kwargs,
-            opts=pulumi.ResourceOptions(parent=parent, depends_on=list(earlier), aliases=list(aliases(obj)) if aliases else None),
+            opts=pulumi.ResourceOptions(
+                parent=parent, depends_on=list(earlier), aliases=list(aliases(obj)) if aliases else None
+            ),
         )
         current.append(res)
         created.append(res)

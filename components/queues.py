@@ -76,7 +76,9 @@ class FlavorArgs:
     """A ResourceFlavor: one GPU node group."""
 
     name: str  # the flavor's name (the node group's)
-    node_labels: Mapping[str, str]  # labels every node of the group has (Kueue adds them to admitted pods' nodeSelector)
+    node_labels: Mapping[
+        str, str
+    ]  # labels every node of the group has (Kueue adds them to admitted pods' nodeSelector)
     tolerations: Sequence[Mapping[str, str]]  # tolerations of the group's taints (added to admitted pods)
 
 
@@ -206,7 +208,9 @@ def chart_values(args: QueuesArgs) -> dict[str, Any]:
     }
 
 
-def _object(kind: str, name: str, spec: dict[str, Any] | None = None, namespace: str | None = None, **top: Any) -> dict[str, Any]:
+def _object(
+    kind: str, name: str, spec: dict[str, Any] | None = None, namespace: str | None = None, **top: Any
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/part-of": PART_OF}}
     if namespace is not None:
         meta["namespace"] = namespace
@@ -225,7 +229,13 @@ def queue_objects(args: QueuesArgs) -> list[dict[str, Any]]:
         for name, value in sorted(args.priorities.items(), key=lambda kv: kv[1])
     ]
     for f in args.flavors:
-        out.append(_object("ResourceFlavor", f.name, {"nodeLabels": dict(f.node_labels), "tolerations": [dict(t) for t in f.tolerations]}))
+        out.append(
+            _object(
+                "ResourceFlavor",
+                f.name,
+                {"nodeLabels": dict(f.node_labels), "tolerations": [dict(t) for t in f.tolerations]},
+            )
+        )
     if args.provisioning is not None:
         p = args.provisioning
         out.append(
@@ -239,7 +249,10 @@ def queue_objects(args: QueuesArgs) -> list[dict[str, Any]]:
             _object(
                 "AdmissionCheck",
                 p.name,
-                {"controllerName": PROVISIONING_CONTROLLER, "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig", "name": p.name}},
+                {
+                    "controllerName": PROVISIONING_CONTROLLER,
+                    "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig", "name": p.name},
+                },
             )
         )
     for cq in args.cluster_queues:
@@ -260,13 +273,19 @@ def queue_objects(args: QueuesArgs) -> list[dict[str, Any]]:
             "queueingStrategy": "BestEffortFIFO",
             # A job preempts lower-priority jobs of its own queue; a queue takes back its nominal
             # quota from borrowers whatever their priority; nobody preempts to borrow.
-            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Never"}},
+            "preemption": {
+                "withinClusterQueue": "LowerPriority",
+                "reclaimWithinCohort": "Any",
+                "borrowWithinCohort": {"policy": "Never"},
+            },
             "resourceGroups": [{"coveredResources": list(args.covered_resources), "flavors": flavors}],
         }
         if cq.fair_share_weight is not None:
             spec["fairSharing"] = {"weight": cq.fair_share_weight}
         if args.provisioning is not None and cq.admission_check_flavors:
-            spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": args.provisioning.name, "onFlavors": list(cq.admission_check_flavors)}]}
+            spec["admissionChecksStrategy"] = {
+                "admissionChecks": [{"name": args.provisioning.name, "onFlavors": list(cq.admission_check_flavors)}]
+            }
         out.append(_object("ClusterQueue", cq.name, spec))
     for lq in args.local_queues:
         out.append(_object("LocalQueue", lq.name, {"clusterQueue": lq.cluster_queue}, namespace=lq.namespace))
@@ -309,11 +328,17 @@ class Queues(pulumi.ComponentResource):
         namespaces: dict[str, k8s.core.v1.Namespace] = {}
         # The admission policy on team pods is in force before a team namespace exists (team_policy.py).
         policy_args = TeamPodPolicyArgs(depends_on=list(args.depends_on))
-        team_pods: list[pulumi.Resource] = [TeamPodPolicy(f"{name}-team-pods", policy_args, opts=pulumi.ResourceOptions(parent=self))] if args.teams else []
+        team_pods: list[pulumi.Resource] = (
+            [TeamPodPolicy(f"{name}-team-pods", policy_args, opts=pulumi.ResourceOptions(parent=self))]
+            if args.teams
+            else []
+        )
         for t in args.teams:
             namespaces[t.namespace] = k8s.core.v1.Namespace(
                 f"{name}-team-{t.name}",
-                metadata=k8s.meta.v1.ObjectMetaArgs(name=t.namespace, labels={"app.kubernetes.io/part-of": PART_OF, TEAM_LABEL: t.name}),
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=t.namespace, labels={"app.kubernetes.io/part-of": PART_OF, TEAM_LABEL: t.name}
+                ),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *team_pods]),
             )
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
@@ -321,8 +346,14 @@ class Queues(pulumi.ComponentResource):
         for obj in queue_objects(args):
             meta = obj["metadata"]
             ns = meta.get("namespace")
-            opts = after_kueue if ns not in namespaces else pulumi.ResourceOptions(parent=self, depends_on=[self.release, namespaces[ns]])
-            self.objects.append(KueueObject(f"{name}-{obj['kind'].lower()}-{(ns + '-') if ns else ''}{meta['name']}", obj, opts))
+            opts = (
+                after_kueue
+                if ns not in namespaces
+                else pulumi.ResourceOptions(parent=self, depends_on=[self.release, namespaces[ns]])
+            )
+            self.objects.append(
+                KueueObject(f"{name}-{obj['kind'].lower()}-{(ns + '-') if ns else ''}{meta['name']}", obj, opts)
+            )
         for t in args.teams:
             self._team(name, t, namespaces[t.namespace], args)
         self.register_outputs(
@@ -341,20 +372,27 @@ class Queues(pulumi.ComponentResource):
         k8s.rbac.v1.RoleBinding(
             f"{name}-team-{t.name}-batch-user",
             metadata=k8s.meta.v1.ObjectMetaArgs(name="gputraining-team-batch-user", namespace=t.namespace),
-            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=BATCH_USER_ROLE),
+            role_ref=k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=BATCH_USER_ROLE
+            ),
             subjects=[group],
             opts=in_ns,
         )
         reader = k8s.rbac.v1.Role(
             f"{name}-team-{t.name}-reader",
             metadata=k8s.meta.v1.ObjectMetaArgs(name="gputraining-team-reader", namespace=t.namespace),
-            rules=[k8s.rbac.v1.PolicyRuleArgs(api_groups=r["apiGroups"], resources=r["resources"], verbs=r["verbs"]) for r in TEAM_READER_RULES],
+            rules=[
+                k8s.rbac.v1.PolicyRuleArgs(api_groups=r["apiGroups"], resources=r["resources"], verbs=r["verbs"])
+                for r in TEAM_READER_RULES
+            ],
             opts=in_ns,
         )
         k8s.rbac.v1.RoleBinding(
             f"{name}-team-{t.name}-reader",
             metadata=k8s.meta.v1.ObjectMetaArgs(name="gputraining-team-reader", namespace=t.namespace),
-            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name="gputraining-team-reader"),
+            role_ref=k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind="Role", name="gputraining-team-reader"
+            ),
             subjects=[group],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[reader]),
         )

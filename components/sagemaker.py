@@ -46,7 +46,9 @@ class SharedFileSystem:
     file_system_id: pulumi.Input[str]  # the file system
     security_group_id: pulumi.Input[str]  # its security group (client access is added to it)
     mount_name: pulumi.Input[str] | None = None  # FSx: the mount name every directory path starts with
-    ready: list[pulumi.Resource] = field(default_factory=list)  # what must exist before a client mounts it (EFS mount targets)
+    ready: list[pulumi.Resource] = field(
+        default_factory=list
+    )  # what must exist before a client mounts it (EFS mount targets)
 
 
 @dataclass
@@ -98,9 +100,13 @@ class SageMakerTrainingJobs(pulumi.ComponentResource):
                 policy=pulumi.Output.all(partition, region, account).apply(_policy_json(job)),
                 opts=child,
             )
-            subnets: pulumi.Input[Sequence[pulumi.Input[str]]] = [args.gpu_subnet_id] if "fsx" in job.volumes else args.private_subnet_ids
+            subnets: pulumi.Input[Sequence[pulumi.Input[str]]] = (
+                [args.gpu_subnet_id] if "fsx" in job.volumes else args.private_subnet_ids
+            )
             targets = {v: _target(args.file_systems[v]) for v in sorted(job.volumes)}
-            request = pulumi.Output.all(role.arn, sg.id, subnets, pulumi.Output.all(**targets) if targets else {}).apply(_request(job))
+            request = pulumi.Output.all(
+                role.arn, sg.id, subnets, pulumi.Output.all(**targets) if targets else {}
+            ).apply(_request(job))
             self.training_jobs[job.job] = SageMakerTrainingJob(
                 base,
                 request=request,
@@ -121,10 +127,20 @@ class SageMakerTrainingJobs(pulumi.ComponentResource):
             self.roles[job.job] = role
 
         self.training_job_names = {j.job: j.training_job_name for j in args.jobs}
-        self.register_outputs({"trainingJobNames": self.training_job_names, "trainingJobArns": {j: t.arn for j, t in self.training_jobs.items()}})
+        self.register_outputs(
+            {
+                "trainingJobNames": self.training_job_names,
+                "trainingJobArns": {j: t.arn for j, t in self.training_jobs.items()},
+            }
+        )
 
     def _network(
-        self, base: str, job: SageMakerJob, args: SageMakerTrainingJobsArgs, tags: dict[str, str], child: pulumi.ResourceOptions
+        self,
+        base: str,
+        job: SageMakerJob,
+        args: SageMakerTrainingJobsArgs,
+        tags: dict[str, str],
+        child: pulumi.ResourceOptions,
     ) -> tuple[aws.ec2.SecurityGroup, list[pulumi.Resource]]:
         sg = aws.ec2.SecurityGroup(
             f"{base}-sagemaker",

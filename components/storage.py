@@ -50,7 +50,9 @@ def _k8s_name(cluster_name: str) -> str:
     return cluster_name.lower().replace("_", "-")
 
 
-def _storage_key(name: str, parent: pulumi.Resource, description: str, protect: bool, tags: dict[str, str], retain: bool = False) -> aws.kms.Key:
+def _storage_key(
+    name: str, parent: pulumi.Resource, description: str, protect: bool, tags: dict[str, str], retain: bool = False
+) -> aws.kms.Key:
     """A customer managed key for a store, protected together with the data it encrypts. ``retain``:
     `pulumi destroy` leaves the key (backups encrypted with it outlive the store and need it)."""
     return aws.kms.Key(
@@ -84,7 +86,9 @@ def _csi_addon(
         cluster_name=cluster_name,
         addon_name=driver.addon_name,
         addon_version=addon_version,
-        pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=driver.service_account)],
+        pod_identity_associations=[
+            aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=driver.service_account)
+        ],
         configuration_values=json.dumps(driver.node_config) if driver.node_config else None,
         resolve_conflicts_on_create="OVERWRITE",
         resolve_conflicts_on_update="OVERWRITE",
@@ -172,14 +176,18 @@ class EfsStore(pulumi.ComponentResource):
         )
         pv = k8s.core.v1.PersistentVolume(
             f"{name}-pv",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{_k8s_name(args.cluster_name)}-efs", labels={"gputraining/store": "efs"}),
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=f"{_k8s_name(args.cluster_name)}-efs", labels={"gputraining/store": "efs"}
+            ),
             spec=k8s.core.v1.PersistentVolumeSpecArgs(
                 capacity={"storage": "5Ti"},  # EFS is elastic; Kubernetes requires a number
                 volume_mode="Filesystem",
                 access_modes=["ReadWriteMany"],
                 persistent_volume_reclaim_policy="Retain",
                 storage_class_name=self.STORAGE_CLASS,
-                csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(driver="efs.csi.aws.com", volume_handle=self.file_system.id),
+                csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(
+                    driver="efs.csi.aws.com", volume_handle=self.file_system.id
+                ),
             ),
             opts=k8s_opts,
         )
@@ -211,7 +219,9 @@ class FsxStoreArgs:
     vpc_id: pulumi.Input[str]  # VPC of the Lustre security group
     subnet_id: pulumi.Input[str]  # the GPU AZ's private subnet
     availability_zone: str  # the GPU AZ (for the record; the subnet decides)
-    node_security_group_id: pulumi.Input[str]  # the nodes' security group: Lustre ports open both ways with the file system's
+    node_security_group_id: pulumi.Input[
+        str
+    ]  # the nodes' security group: Lustre ports open both ways with the file system's
     namespace: pulumi.Input[str]  # namespace of the PVC (the training namespace)
     addon_version: str  # version of the aws-fsx-csi-driver managed add-on
     deployment_type: str  # SCRATCH_1, SCRATCH_2, PERSISTENT_1 or PERSISTENT_2; persistent ones get a KMS key of ours
@@ -294,7 +304,11 @@ class FsxStore(pulumi.ComponentResource):
         # backup is encrypted with the same key and outlives the stack: a key deleted with the stack
         # (scheduled, 30 days) would leave it unrestorable, so `pulumi destroy` then leaves the key.
         retain_key = persistent and args.final_backup
-        key = _storage_key(name, self, f"FSx for Lustre of {args.cluster_name}", args.protect, tags, retain=retain_key) if persistent else None
+        key = (
+            _storage_key(name, self, f"FSx for Lustre of {args.cluster_name}", args.protect, tags, retain=retain_key)
+            if persistent
+            else None
+        )
         self.kms_key_arn: pulumi.Output[str] | None = key.arn if key else None
         self.kms_key_retained = retain_key
         s3_path = f"s3://{args.s3_bucket}/{args.s3_prefix}".rstrip("/") if args.s3_bucket else None
@@ -312,7 +326,9 @@ class FsxStore(pulumi.ComponentResource):
             # Daily automatic backups (PERSISTENT only) and a final backup when the file system is
             # deleted; AWS allows neither on SCRATCH file systems.
             automatic_backup_retention_days=args.backup_retention_days if persistent else None,
-            daily_automatic_backup_start_time=args.backup_start_time if persistent and args.backup_retention_days else None,
+            daily_automatic_backup_start_time=args.backup_start_time
+            if persistent and args.backup_retention_days
+            else None,
             skip_final_backup=(not args.final_backup) if persistent else None,
             tags={**tags, "Name": f"{args.cluster_name}-lustre"},
             opts=pulumi.ResourceOptions(parent=self, depends_on=rules, protect=args.protect),
@@ -329,7 +345,9 @@ class FsxStore(pulumi.ComponentResource):
                 batch_import_meta_data_on_create=True,
                 s3=aws.fsx.DataRepositoryAssociationS3Args(
                     auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(events=events),
-                    auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(events=events) if args.s3_export else None,
+                    auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(events=events)
+                    if args.s3_export
+                    else None,
                 ),
                 tags=tags,
                 opts=child,
@@ -338,7 +356,9 @@ class FsxStore(pulumi.ComponentResource):
         addon = _csi_addon(name, self, args.cluster_name, FSX_CSI, args.addon_version, tags, args.cluster_ready)
         pv = k8s.core.v1.PersistentVolume(
             f"{name}-pv",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{_k8s_name(args.cluster_name)}-fsx", labels={"gputraining/store": "fsx"}),
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=f"{_k8s_name(args.cluster_name)}-fsx", labels={"gputraining/store": "fsx"}
+            ),
             spec=k8s.core.v1.PersistentVolumeSpecArgs(
                 capacity={"storage": f"{args.storage_capacity_gib}Gi"},
                 volume_mode="Filesystem",
@@ -362,7 +382,9 @@ class FsxStore(pulumi.ComponentResource):
                 access_modes=["ReadWriteMany"],
                 storage_class_name="",
                 volume_name=pv.metadata.name,
-                resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": f"{args.storage_capacity_gib}Gi"}),
+                resources=k8s.core.v1.VolumeResourceRequirementsArgs(
+                    requests={"storage": f"{args.storage_capacity_gib}Gi"}
+                ),
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[pv]),
         )
@@ -370,4 +392,11 @@ class FsxStore(pulumi.ComponentResource):
         self.dns_name = self.file_system.dns_name
         self.mount_name = self.file_system.mount_name
         self.security_group_id = sg.id
-        self.register_outputs({"fileSystemId": self.file_system.id, "dnsName": self.file_system.dns_name, "claim": self.CLAIM, "kmsKeyArn": self.kms_key_arn})
+        self.register_outputs(
+            {
+                "fileSystemId": self.file_system.id,
+                "dnsName": self.file_system.dns_name,
+                "claim": self.CLAIM,
+                "kmsKeyArn": self.kms_key_arn,
+            }
+        )

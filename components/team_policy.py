@@ -171,7 +171,12 @@ def _pod_rules() -> list[Rule]:
     """The rules on a pod template's spec and metadata (``t``)."""
     s, psc, never = "t.spec", "t.spec.securityContext", NEVER
     return [
-        Rule("host-network", "template", set_true(s, "hostNetwork"), f"spec.hostNetwork: true {never} (the node network, and the node role credentials)"),
+        Rule(
+            "host-network",
+            "template",
+            set_true(s, "hostNetwork"),
+            f"spec.hostNetwork: true {never} (the node network, and the node role credentials)",
+        ),
         Rule("host-pid", "template", set_true(s, "hostPID"), f"spec.hostPID: true {never} (the node processes)"),
         Rule("host-ipc", "template", set_true(s, "hostIPC"), f"spec.hostIPC: true {never} (the node IPC namespace)"),
         Rule(
@@ -218,7 +223,12 @@ def _volume_rules() -> list[Rule]:
     v, never = "x", NEVER
     return [
         Rule("host-path", "volume", has_path(v, "hostPath"), f"hostPath {never} (the node file system)"),
-        Rule("git-repo", "volume", has_path(v, "gitRepo"), f"gitRepo {never} (git runs on the node; clone in an init container instead)"),
+        Rule(
+            "git-repo",
+            "volume",
+            has_path(v, "gitRepo"),
+            f"gitRepo {never} (git runs on the node; clone in an init container instead)",
+        ),
     ]
 
 
@@ -226,7 +236,12 @@ def _container_rules(capabilities: Sequence[str]) -> list[Rule]:
     """The rules on a container, init container or ephemeral container (``x``)."""
     c, sc, never = "x", "x.securityContext", NEVER
     return [
-        Rule("privileged", "container", set_true(c, "securityContext", "privileged"), f"securityContext.privileged: true {never} (the whole node)"),
+        Rule(
+            "privileged",
+            "container",
+            set_true(c, "securityContext", "privileged"),
+            f"securityContext.privileged: true {never} (the whole node)",
+        ),
         Rule(
             "capabilities",
             "container",
@@ -288,19 +303,28 @@ def _templates() -> str:
     branches = [f"{kind} == 'Pod' ? [object]", f"{kind} == 'Job' ? [object.spec.template]"]
     for k, specs in JOB_REPLICA_SPECS.items():
         m = f"object.spec.{specs}"
-        branches.append(f"{kind} == {lit(k)} ? (has({m}) ? {m}.filter(r, has({m}[r].template)).map(r, {m}[r].template) : [])")
+        branches.append(
+            f"{kind} == {lit(k)} ? (has({m}) ? {m}.filter(r, has({m}[r].template)).map(r, {m}[r].template) : [])"
+        )
     return "(" + " : ".join(branches) + " : []).filter(t, has(t.spec))"
 
 
 VARIABLES = {
     "templates": _templates(),
     # Per template, its containers of every kind; per template, its volumes.
-    "containers": "variables.templates.map(t, " + " + ".join(_or_empty("t.spec", name) for name in CONTAINER_LISTS) + ")",
+    "containers": "variables.templates.map(t, "
+    + " + ".join(_or_empty("t.spec", name) for name in CONTAINER_LISTS)
+    + ")",
     "volumes": "variables.templates.map(t, " + _or_empty("t.spec", "volumes") + ")",
 }
 _ITEMS = {"container": "variables.containers", "volume": "variables.volumes"}
 # Only a create, or an update that changes the spec (see the module docstring).
-MATCH_CONDITIONS = [{"name": "creates-or-changes-the-spec", "expression": "request.operation != 'UPDATE' || object.spec != oldObject.spec"}]
+MATCH_CONDITIONS = [
+    {
+        "name": "creates-or-changes-the-spec",
+        "expression": "request.operation != 'UPDATE' || object.spec != oldObject.spec",
+    }
+]
 
 
 def validation(rule: Rule) -> dict[str, Any]:
@@ -334,12 +358,19 @@ class TeamPodPolicyArgs:
 def policy_manifest(args: TeamPodPolicyArgs) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy."""
     resource_rules: list[dict[str, Any]] = [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": OPERATIONS, "resources": ["pods", "pods/ephemeralcontainers"]},
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": OPERATIONS,
+            "resources": ["pods", "pods/ephemeralcontainers"],
+        },
         {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": OPERATIONS, "resources": ["jobs"]},
     ]
     for group in dict.fromkeys(k.group for k in KINDS):
         resources = [k.plural for k in KINDS if k.group == group]
-        resource_rules.append({"apiGroups": [group], "apiVersions": ["*"], "operations": OPERATIONS, "resources": resources})
+        resource_rules.append(
+            {"apiGroups": [group], "apiVersions": ["*"], "operations": OPERATIONS, "resources": resources}
+        )
     return {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
@@ -363,7 +394,9 @@ def binding_manifest(args: TeamPodPolicyArgs) -> dict[str, Any]:
         "spec": {
             "policyName": NAME,
             "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": {"matchExpressions": [{"key": args.team_label, "operator": "Exists"}]}},
+            "matchResources": {
+                "namespaceSelector": {"matchExpressions": [{"key": args.team_label, "operator": "Exists"}]}
+            },
         },
     }
 

@@ -52,7 +52,9 @@ class DaemonRequests:
 # pinned builds). A DaemonSet without requests (eks-pod-identity-agent, the EFS CSI node plugin, the
 # NVIDIA device plugin, dcgm-server) requests nothing and is left out.
 ALWAYS = (
-    DaemonRequests("aws-node", 25, 0, "amazon-vpc-cni-k8s charts/aws-vpc-cni values.yaml at v1.22.4: resources.requests.cpu 25m"),
+    DaemonRequests(
+        "aws-node", 25, 0, "amazon-vpc-cni-k8s charts/aws-vpc-cni values.yaml at v1.22.4: resources.requests.cpu 25m"
+    ),
     DaemonRequests("kube-proxy", 100, 0, "the kube-proxy DaemonSet as EKS installs it (add-on): requests cpu 100m"),
     DaemonRequests(
         "eks-node-monitoring-agent",
@@ -68,10 +70,18 @@ FSX_CSI_NODE = DaemonRequests(
     "aws-fsx-csi-driver chart at v1.9.0: node 10m/40Mi, node-driver-registrar 10m/32Mi, liveness-probe 10m/32Mi",
 )
 EFA_DEVICE_PLUGIN = DaemonRequests(
-    "aws-efa-k8s-device-plugin", 10, 20, "aws/eks-charts aws-efa-k8s-device-plugin v0.5.30 values.yaml (vendored): resources.requests 10m/20Mi"
+    "aws-efa-k8s-device-plugin",
+    10,
+    20,
+    "aws/eks-charts aws-efa-k8s-device-plugin v0.5.30 values.yaml (vendored): resources.requests 10m/20Mi",
 )
 CLOUDWATCH = (
-    DaemonRequests("cloudwatch-agent", 250, 128, "aws-observability/helm-charts amazon-cloudwatch-observability 6.3.0 values.yaml: agent 250m/128Mi"),
+    DaemonRequests(
+        "cloudwatch-agent",
+        250,
+        128,
+        "aws-observability/helm-charts amazon-cloudwatch-observability 6.3.0 values.yaml: agent 250m/128Mi",
+    ),
     DaemonRequests("fluent-bit", 50, 25, "same chart: containerLogs.fluentBit 50m/25Mi"),
     DaemonRequests("dcgm-exporter", 250, 128, "same chart: dcgmExporter 250m/128Mi (NVIDIA nodes)"),
 )

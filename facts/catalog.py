@@ -188,7 +188,9 @@ def efa_layout(it: InstanceType) -> tuple[InterfaceSlot, ...]:
             continue
         remaining -= 1
     if remaining > 0:
-        raise ValueError(f"{it.name}: its network cards take {it.efa_interfaces - remaining} EFA interfaces, not the {it.efa_interfaces} it lists")
+        raise ValueError(
+            f"{it.name}: its network cards take {it.efa_interfaces - remaining} EFA interfaces, not the {it.efa_interfaces} it lists"
+        )
     return tuple(slots)
 
 
@@ -252,15 +254,106 @@ _GPU_ROWS = [
     _gpu("p3.8xlarge", 32, 244, 4, "V100", 16384, 0, _cards(1, 10, ENA_ONLY_CARD), accelerator="nvidia-tesla-v100"),
     _gpu("p3.16xlarge", 64, 488, 8, "V100", 16384, 0, _cards(1, 25, ENA_ONLY_CARD), accelerator="nvidia-tesla-v100"),
     _gpu("p3dn.24xlarge", 96, 768, 8, "V100", 32768, 1, _cards(1, 100), nvme=(2, 900), accelerator="nvidia-tesla-v100"),
-    _gpu("p4d.24xlarge", 96, 1152, 8, "A100", 40960, 4, _cards(4, 100), nvme=(8, 1000), capacity_blocks=True, rdma=True, accelerator="nvidia-tesla-a100"),
-    _gpu("p4de.24xlarge", 96, 1152, 8, "A100", 81920, 4, _cards(4, 100), nvme=(8, 1000), capacity_blocks=True, rdma=True, accelerator="nvidia-tesla-a100"),
-    _gpu("p5.4xlarge", 16, 256, 1, "H100", _H100, 1, _cards(1, 100), nvme=(1, 3800), capacity_blocks=True, rdma=True, accelerator="nvidia-h100"),
-    _gpu("p5.48xlarge", 192, 2048, 8, "H100", _H100, 32, _cards(32, 100), nvme=(8, 3800), capacity_blocks=True, rdma=True, accelerator="nvidia-h100"),
-    _gpu("p5e.48xlarge", 192, 2048, 8, "H200", _H200, 32, _cards(32, 100), nvme=(8, 3800), capacity_blocks=True, rdma=True, accelerator="nvidia-h200"),
-    _gpu("p5en.48xlarge", 192, 2048, 8, "H200", _H200, 16, _cards(16, 200), nvme=(8, 3800), capacity_blocks=True, rdma=True, accelerator="nvidia-h200"),
+    _gpu(
+        "p4d.24xlarge",
+        96,
+        1152,
+        8,
+        "A100",
+        40960,
+        4,
+        _cards(4, 100),
+        nvme=(8, 1000),
+        capacity_blocks=True,
+        rdma=True,
+        accelerator="nvidia-tesla-a100",
+    ),
+    _gpu(
+        "p4de.24xlarge",
+        96,
+        1152,
+        8,
+        "A100",
+        81920,
+        4,
+        _cards(4, 100),
+        nvme=(8, 1000),
+        capacity_blocks=True,
+        rdma=True,
+        accelerator="nvidia-tesla-a100",
+    ),
+    _gpu(
+        "p5.4xlarge",
+        16,
+        256,
+        1,
+        "H100",
+        _H100,
+        1,
+        _cards(1, 100),
+        nvme=(1, 3800),
+        capacity_blocks=True,
+        rdma=True,
+        accelerator="nvidia-h100",
+    ),
+    _gpu(
+        "p5.48xlarge",
+        192,
+        2048,
+        8,
+        "H100",
+        _H100,
+        32,
+        _cards(32, 100),
+        nvme=(8, 3800),
+        capacity_blocks=True,
+        rdma=True,
+        accelerator="nvidia-h100",
+    ),
+    _gpu(
+        "p5e.48xlarge",
+        192,
+        2048,
+        8,
+        "H200",
+        _H200,
+        32,
+        _cards(32, 100),
+        nvme=(8, 3800),
+        capacity_blocks=True,
+        rdma=True,
+        accelerator="nvidia-h200",
+    ),
+    _gpu(
+        "p5en.48xlarge",
+        192,
+        2048,
+        8,
+        "H200",
+        _H200,
+        16,
+        _cards(16, 200),
+        nvme=(8, 3800),
+        capacity_blocks=True,
+        rdma=True,
+        accelerator="nvidia-h200",
+    ),
     # p6-b200: 8 cards of 200 Gbit/s peak each as DescribeInstanceTypes reports them (its
     # NetworkPerformance text says "3200 Gigabit"; the per-card figures are what the catalog uses).
-    _gpu("p6-b200.48xlarge", 192, 2048, 8, "B200", _B200, 8, _cards(8, 200), nvme=(8, 3800), capacity_blocks=True, rdma=True, accelerator="nvidia-b200"),
+    _gpu(
+        "p6-b200.48xlarge",
+        192,
+        2048,
+        8,
+        "B200",
+        _B200,
+        8,
+        _cards(8, 200),
+        nvme=(8, 3800),
+        capacity_blocks=True,
+        rdma=True,
+        accelerator="nvidia-b200",
+    ),
     # p6-b300: card 0 takes only an ENA interface (350 Gbit/s), cards 1-16 one EFA each (400 Gbit/s).
     _gpu(
         "p6-b300.48xlarge",
@@ -346,7 +439,9 @@ _SAGEMAKER_BASES = (
     "p6-b200.48xlarge",
     "p6-b300.48xlarge",
 )
-SAGEMAKER: Mapping[str, InstanceType] = {ML_PREFIX + n: replace(BUILTIN[n], name=ML_PREFIX + n) for n in _SAGEMAKER_BASES}
+SAGEMAKER: Mapping[str, InstanceType] = {
+    ML_PREFIX + n: replace(BUILTIN[n], name=ML_PREFIX + n) for n in _SAGEMAKER_BASES
+}
 SAGEMAKER_TYPES = tuple(SAGEMAKER)
 SAGEMAKER_EFA_TYPES = tuple(n for n, t in SAGEMAKER.items() if t.efa_supported)
 
@@ -379,7 +474,11 @@ def from_describe_instance_types(item: Mapping[str, Any]) -> InstanceType:
         efa = int((network.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0))
     listed = network.get("NetworkCards") or []
     cards = tuple(
-        NetworkCard(int(c.get("NetworkCardIndex", i)), tuple(c.get("InterfaceTypes") or (ENA,)), float(c.get("PeakBandwidthInGbps", 0)))
+        NetworkCard(
+            int(c.get("NetworkCardIndex", i)),
+            tuple(c.get("InterfaceTypes") or (ENA,)),
+            float(c.get("PeakBandwidthInGbps", 0)),
+        )
         for i, c in enumerate(listed)
     ) or _cards(int(network.get("MaximumNetworkCards", 1)), 0.0, (ENA,))
     disks = (item.get("InstanceStorageInfo") or {}).get("Disks") or []

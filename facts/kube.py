@@ -36,7 +36,15 @@ PART_OF = "gpu-training"
 KUEUE_NAMESPACE = "kueue-system"
 # Namespaces that exist already or that the stack's services create for themselves: neither the
 # training namespace nor a team's may be one of them.
-RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", *(op.namespace for op in OPERATORS), "amazon-cloudwatch", KUEUE_NAMESPACE)
+RESERVED_NAMESPACES = (
+    "default",
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    *(op.namespace for op in OPERATORS),
+    "amazon-cloudwatch",
+    KUEUE_NAMESPACE,
+)
 
 # 2 MiB huge pages every EFA node reserves at boot. The EFA driver (libfabric) needs them, and the
 # EKS EFA guide states EFA nodes pre-allocate 5128 of them; the AL2023 AMIs install EFA with

@@ -16,7 +16,17 @@ from __future__ import annotations
 # --machinefile, --default-hostfile).
 MPIRUN_OPTIONS: dict[str, tuple[str, ...]] = {
     "processes": ("-c", "-n", "--n", "-np", "--np"),
-    "hosts": ("-H", "-host", "--host", "-hostfile", "--hostfile", "-machinefile", "--machinefile", "-default-hostfile", "--default-hostfile"),
+    "hosts": (
+        "-H",
+        "-host",
+        "--host",
+        "-hostfile",
+        "--hostfile",
+        "-machinefile",
+        "--machinefile",
+        "-default-hostfile",
+        "--default-hostfile",
+    ),
     "per node": ("-N", "-npernode", "--npernode", "-pernode", "--pernode"),
 }
 MPIRUN_FLAGS = ("-pernode", "--pernode")
@@ -69,4 +79,12 @@ TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 # tests/integration/test_elastic_rendezvous.py): the processes per node, the node range, the
 # rendezvous backend, endpoint and id, and the restarts. --standalone replaces the rendezvous with
 # one of its own on localhost.
-TORCHRUN_DERIVED = ("nproc_per_node", "nnodes", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "max_restarts", "standalone")
+TORCHRUN_DERIVED = (
+    "nproc_per_node",
+    "nnodes",
+    "rdzv_backend",
+    "rdzv_endpoint",
+    "rdzv_id",
+    "max_restarts",
+    "standalone",
+)

@@ -45,7 +45,9 @@ class Operator:
     name: str  # what job kinds name (JobBase.OPERATOR) and the config checks list, "mpi"
     title: str  # in messages, "the MPI operator"
     switch: str  # the key under `services` that installs it, "mpiOperator"
-    component: str  # the Pulumi component type, gputraining:components:<component> (in every stack's state: never renamed)
+    component: (
+        str  # the Pulumi component type, gputraining:components:<component> (in every stack's state: never renamed)
+    )
     resource: str  # the component's resource name, "mpi-operator" (in every stack's state too)
     namespace: str  # the namespace its manifest creates (no team or training namespace may take it)
     version: str  # its release, the component's output

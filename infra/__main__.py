@@ -7,7 +7,9 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra", description="Tooling around the gpu-training Pulumi stack.")
+    parser = argparse.ArgumentParser(
+        prog="python -m infra", description="Tooling around the gpu-training Pulumi stack."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p_plan = sub.add_parser("plan", help="run the stack offline (no AWS, no Pulumi CLI) and show what it would create")

@@ -143,7 +143,11 @@ def estimate(records: list[Record]) -> CriticalPath:
     for r in records:
         done((r.type, r.name))
     end = max(finish, key=lambda k: (finish[k], k)) if finish else None
-    floor_keys = [k for k, r in by_key.items() if r.type == "aws:eks/addon:Addon" or (r.type == "eks:index:ManagedNodeGroup" and r.name == "system-mng")]
+    floor_keys = [
+        k
+        for k, r in by_key.items()
+        if r.type == "aws:eks/addon:Addon" or (r.type == "eks:index:ManagedNodeGroup" and r.name == "system-mng")
+    ]
     floor_end = max(floor_keys, key=lambda k: (finish[k], k)) if floor_keys else None
     return CriticalPath(
         total=finish[end] if end else 0.0,

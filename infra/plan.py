@@ -42,12 +42,14 @@ def load_config(stack: str, root: Path | None = None) -> stack_config.StackConfi
 
 # Set by the plan command while it plans: makes, from the stack's config, what sees each
 # registration as it is made (the command starts each Helm render there, beside the run).
-_on_record: contextvars.ContextVar[Callable[[stack_config.StackConfig], Callable[[offline.Record], None]] | None] = contextvars.ContextVar(
-    "on_record", default=None
+_on_record: contextvars.ContextVar[Callable[[stack_config.StackConfig], Callable[[offline.Record], None]] | None] = (
+    contextvars.ContextVar("on_record", default=None)
 )
 
 
-def plan(stack: str, root: Path | None = None, stack_file: Path | None = None) -> tuple[stack_config.StackConfig, offline.PlanResult]:
+def plan(
+    stack: str, root: Path | None = None, stack_file: Path | None = None
+) -> tuple[stack_config.StackConfig, offline.PlanResult]:
     """Validate the stack's config, then run the program offline. Raises ConfigError first.
     ``stack_file``: the stack's config from that file instead of ``Pulumi.<stack>.yaml`` in the
     project root (an example planned in place: examples/<scenario>/)."""
@@ -58,7 +60,14 @@ def plan(stack: str, root: Path | None = None, stack_file: Path | None = None) -
 
     watch = _on_record.get()
     # The program gets its own copy of the values, as if read again from the files.
-    result = offline.run(program.main, copy.deepcopy(values), project=project, stack=stack, region=cfg.region, on_record=watch(cfg) if watch else None)
+    result = offline.run(
+        program.main,
+        copy.deepcopy(values),
+        project=project,
+        stack=stack,
+        region=cfg.region,
+        on_record=watch(cfg) if watch else None,
+    )
     return cfg, result
 
 
@@ -67,7 +76,12 @@ def plan(stack: str, root: Path | None = None, stack_file: Path | None = None) -
 # ---------------------------------------------------------------------------------------------
 
 
-def write_files(result: offline.PlanResult, out: Path, rendered: releases.Rendered | None = None, cfg: stack_config.StackConfig | None = None) -> None:
+def write_files(
+    result: offline.PlanResult,
+    out: Path,
+    rendered: releases.Rendered | None = None,
+    cfg: stack_config.StackConfig | None = None,
+) -> None:
     out.mkdir(parents=True, exist_ok=True)
     if cfg is not None:
         (out / "cost.json").write_text(json_text(cost.estimate(cfg).as_json()))
@@ -88,9 +102,13 @@ def write_releases(rendered: releases.Rendered, out: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def summary(cfg: stack_config.StackConfig, result: offline.PlanResult, rendered: releases.Rendered | None = None) -> str:
+def summary(
+    cfg: stack_config.StackConfig, result: offline.PlanResult, rendered: releases.Rendered | None = None
+) -> str:
     lines = []
-    lines.append(f"Stack {cfg.project}/{cfg.stack} in {cfg.region}: cluster {cfg.cluster_name}, Kubernetes {cfg.cluster.kubernetes_version}")
+    lines.append(
+        f"Stack {cfg.project}/{cfg.stack} in {cfg.region}: cluster {cfg.cluster_name}, Kubernetes {cfg.cluster.kubernetes_version}"
+    )
     lines += gpu_az_lines(cfg, result)
     lines.append("")
     lines.append("GPU node groups:")
@@ -98,7 +116,11 @@ def summary(cfg: stack_config.StackConfig, result: offline.PlanResult, rendered:
         lines.append("  (none)")
     for g in cfg.gpu_node_groups:
         it = g.instance
-        efa = f"{g.efa_interfaces} EFA interface{'s' if g.efa_interfaces != 1 else ''}" if g.efa_interfaces else ("EFA off" if it.efa_supported else "no EFA")
+        efa = (
+            f"{g.efa_interfaces} EFA interface{'s' if g.efa_interfaces != 1 else ''}"
+            if g.efa_interfaces
+            else ("EFA off" if it.efa_supported else "no EFA")
+        )
         efa_cards = [slot.card for slot in catalog.efa_layout(it) if slot.is_efa] if g.efa_interfaces else []
         if efa_cards and 0 not in efa_cards:
             efa += f" (cards {min(efa_cards)}-{max(efa_cards)}; card 0 ENA only)"
@@ -109,7 +131,9 @@ def summary(cfg: stack_config.StackConfig, result: offline.PlanResult, rendered:
         lines += [f"  {'':<12} {line}" for line in capacity_lines(g)]
     s = cfg.system_node_group
     sys_it = catalog.get(s.instance_type)
-    lines.append(f"System node group: {s.instance_type} ({sys_it.summary() if sys_it else '?'}), nodes {s.min_size}/{s.desired_size}/{s.max_size}")
+    lines.append(
+        f"System node group: {s.instance_type} ({sys_it.summary() if sys_it else '?'}), nodes {s.min_size}/{s.desired_size}/{s.max_size}"
+    )
     lines.append("")
 
     # Resources by component and type.
@@ -126,7 +150,9 @@ def summary(cfg: stack_config.StackConfig, result: offline.PlanResult, rendered:
         else:
             by_component.setdefault(top_of[key], Counter())
     custom = sum(1 for r in result.records if r.custom)
-    lines.append(f"Resources: {len(result.records)} registered ({custom} cloud/Kubernetes resources, {len(result.records) - custom} components)")
+    lines.append(
+        f"Resources: {len(result.records)} registered ({custom} cloud/Kubernetes resources, {len(result.records) - custom} components)"
+    )
     for comp, counts in by_component.items():
         total = sum(counts.values())
         lines.append(f"  {comp}: {total}")
@@ -160,7 +186,11 @@ def gpu_az_lines(cfg: stack_config.StackConfig, result: offline.PlanResult) -> l
     auto = cfg.gpu_availability_zone == "auto"
     how = "chosen automatically" if auto else "from config"
     if gpu_az in deployed:
-        how = "kept by 'auto': this stack's GPU subnet is there" if auto else "from config; this stack's GPU subnet is there"
+        how = (
+            "kept by 'auto': this stack's GPU subnet is there"
+            if auto
+            else "from config; this stack's GPU subnet is there"
+        )
     lines = [f"GPU availability zone: {gpu_az} ({how}); subnet AZs: {', '.join(subnet_azs)}"]
     if deployed and gpu_az not in deployed:
         lines.append(f"MOVE: {az_move_warning(deployed, str(gpu_az), subnet_azs)}")
@@ -180,7 +210,9 @@ def capacity_lines(g: stack_config.GpuNodeGroupConfig) -> list[str]:
             "irreversible, its upfront fee is charged at once and never refunded (preflight shows the fee)"
         )
     elif g.awaiting_capacity_block:
-        out.append("no capacity block yet: the group is not built; preflight lists the offerings (capacity.offering), nothing is bought")
+        out.append(
+            "no capacity block yet: the group is not built; preflight lists the offerings (capacity.offering), nothing is bought"
+        )
     elif offering is not None:
         out.append("capacity.offering is looked up by preflight only: nothing is bought (purchase is false)")
     window = g.capacity_block_window
@@ -228,7 +260,13 @@ def load_config_for_cli(stack: str, root: Path | None, stderr: TextIO) -> stack_
         return None
 
 
-def run_cli(stack: str, out: str | None, stdout: TextIO | None = None, stderr: TextIO | None = None, stack_file: str | None = None) -> int:
+def run_cli(
+    stack: str,
+    out: str | None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    stack_file: str | None = None,
+) -> int:
     import pulumi
 
     stdout = stdout or sys.stdout
@@ -244,7 +282,9 @@ def run_cli(stack: str, out: str | None, stdout: TextIO | None = None, stderr: T
         renderers: list[releases.Renderer] = []
 
         def start_rendering(cfg: stack_config.StackConfig) -> Callable[[offline.Record], None]:
-            renderers.append(cleanup.enter_context(releases.Renderer(cfg.cluster.kubernetes_version)))  # charts are in the checkout
+            renderers.append(
+                cleanup.enter_context(releases.Renderer(cfg.cluster.kubernetes_version))
+            )  # charts are in the checkout
             return renderers[0].start
 
         watching = _on_record.set(start_rendering)
@@ -260,7 +300,9 @@ def run_cli(stack: str, out: str | None, stdout: TextIO | None = None, stderr: T
         except offline.OfflineDataError as err:  # a region the offline engine has no AWS data for
             print(f"error: stack {stack!r}: {err}", file=stderr)
             return EXIT_BAD_CONFIG
-        except offline.DuplicateURNError as err:  # the program registered one URN twice: `pulumi up` would stop there too
+        except (
+            offline.DuplicateURNError
+        ) as err:  # the program registered one URN twice: `pulumi up` would stop there too
             print(f"error: stack {stack!r}: {err}", file=stderr)
             return EXIT_FAILED
         finally:
@@ -279,7 +321,9 @@ def run_cli(stack: str, out: str | None, stdout: TextIO | None = None, stderr: T
         violations = invariants.check(result, cfg)
         for v in violations:
             print(f"error: whole-stack invariant broken: {v}", file=stderr)
-        stdout.write(f"Whole-stack invariants: {len(invariants.RULES) - len({v.rule for v in violations})} of {len(invariants.RULES)} hold\n")
+        stdout.write(
+            f"Whole-stack invariants: {len(invariants.RULES) - len({v.rule for v in violations})} of {len(invariants.RULES)} hold\n"
+        )
         if out:
             write_releases(rendered, Path(out))
             extra = f", {out}/releases.yaml" if rendered.objects else ""

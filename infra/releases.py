@@ -113,7 +113,9 @@ def helm_version(helm: Path, cache: Path | None) -> str:
         except (OSError, UnicodeDecodeError):
             version = ""
     if not version or "\n" in version:
-        proc = subprocess.run([str(helm), "version", "--template", "{{.Version}}"], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [str(helm), "version", "--template", "{{.Version}}"], capture_output=True, text=True, timeout=60
+        )
         version = proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else "unknown"
         if memo is not None and version != "unknown":
             plan_cache.write_atomically(memo, version.encode() + b"\n")
@@ -121,7 +123,17 @@ def helm_version(helm: Path, cache: Path | None) -> str:
     return _helm_versions[identity]
 
 
-def render_key(*, chart_sha256: str, values: Any, name: str, namespace: str, kubernetes_version: str, helm: str, args: list[str], reader: str) -> str:
+def render_key(
+    *,
+    chart_sha256: str,
+    values: Any,
+    name: str,
+    namespace: str,
+    kubernetes_version: str,
+    helm: str,
+    args: list[str],
+    reader: str,
+) -> str:
     """The cache key of one render: a sha256 over its inputs, the values as canonical JSON (keys
     sorted: helm reads them into maps, which have no order)."""
     return plan_cache.key(
@@ -219,7 +231,17 @@ class Renderer:
             base = Path(self._tmp.name) / str(len(self._running))
             values, errors = base.with_suffix(".json"), base.with_suffix(".stderr")
             values.write_text(json.dumps(inputs.get("values") or {}))  # JSON is YAML
-            cmd = [str(self.helm), "template", inputs["name"], str(chart), "--namespace", inputs.get("namespace") or "default", *flags, "-f", str(values)]
+            cmd = [
+                str(self.helm),
+                "template",
+                inputs["name"],
+                str(chart),
+                "--namespace",
+                inputs.get("namespace") or "default",
+                *flags,
+                "-f",
+                str(values),
+            ]
             with errors.open("wb") as err:
                 helm = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)
             assert helm.stdout is not None
@@ -263,7 +285,9 @@ class Renderer:
             return out
         if not self.helm.exists():
             where = self.helm.relative_to(self.root) if self.helm.is_relative_to(self.root) else self.helm
-            out.note = f"{len(releases)} Helm release(s) not rendered: no helm at {where} (bash scripts/plan.sh installs it)"
+            out.note = (
+                f"{len(releases)} Helm release(s) not rendered: no helm at {where} (bash scripts/plan.sh installs it)"
+            )
             return out
         for r in releases:
             self.start(r)
@@ -274,7 +298,9 @@ class Renderer:
             else:
                 docs, text = self._finish(self._running[r.urn])
             out.objects += docs
-            out.per_release[r.inputs["name"]] = [f"{d.get('kind')}/{(d.get('metadata') or {}).get('name')}" for d in docs]
+            out.per_release[r.inputs["name"]] = [
+                f"{d.get('kind')}/{(d.get('metadata') or {}).get('name')}" for d in docs
+            ]
             if text:
                 texts.append(text)
         # Each text is a stream of its own, "---" before every document: joined, they are the text
@@ -289,9 +315,13 @@ class Renderer:
         cache when there is one)."""
         data, reader_err = render.reader.communicate(timeout=120)
         if render.helm.wait(timeout=120):
-            raise subprocess.CalledProcessError(render.helm.returncode, render.cmd, None, render.helm_stderr.read_text(errors="replace"))
+            raise subprocess.CalledProcessError(
+                render.helm.returncode, render.cmd, None, render.helm_stderr.read_text(errors="replace")
+            )
         if render.reader.returncode:
-            raise RuntimeError(f"reading the output of {' '.join(render.cmd)} failed:\n{reader_err.decode(errors='replace')}")
+            raise RuntimeError(
+                f"reading the output of {' '.join(render.cmd)} failed:\n{reader_err.decode(errors='replace')}"
+            )
         docs, text = pickle.loads(data)  # from our own reader process
         if render.key is not None and self.cache is not None:
             plan_cache.store(self.cache, render.key, data)

@@ -1,5 +1,5 @@
 """Job kinds: one module per kind (its spec model, builder and own checks), the pod pieces they
-share (``jobs/pod.py``), shared checks (``jobs/checks.py``) and the registry of kinds
+share (``jobs/pod.py``), shared checks (``jobs/spec_checks.py``) and the registry of kinds
 (``jobs/registry.py``). Pure: imports only ``facts`` and pydantic, never Pulumi or boto3."""
 
 from facts.versions import AWS_CLI_IMAGE, NCCL_TESTS_IMAGE, TENSORBOARD_IMAGE
@@ -18,7 +18,6 @@ from jobs.base import (
     SystemJob,
     VolumeMount,
 )
-from jobs.checks import DNS1035_LABEL, MAX_HOSTNAME
 from jobs.data_stage import DataStageSpec
 from jobs.mpi import MPIJOB_API_VERSION, SSHD_COMMAND, MpiJobSpec, mpirun_command
 from jobs.nccl_test import NCCL_ALL_REDUCE_PERF, NCCL_TEST_ARGS, NCCL_TESTS_IMAGE_GPU_MODELS, NcclTestSpec
@@ -27,6 +26,7 @@ from jobs.pod import EFA_HUGEPAGES, JOB_LABEL, efa_env, gpu_worker_container, jo
 from jobs.pytorch_elastic import TRAINING_API_VERSION, PyTorchElasticSpec
 from jobs.registry import GPU_KINDS, JOB_KINDS, KIND_OPERATOR, SYSTEM_KINDS, build_manifests
 from jobs.sagemaker import SAGEMAKER_DATA_ROOT, PortableJob, S3Input, SageMakerJob, SageMakerOptions
+from jobs.spec_checks import DNS1035_LABEL, MAX_HOSTNAME
 from jobs.tensorboard import TENSORBOARD_PORT, TensorboardSpec
 
 __all__ = [

@@ -25,7 +25,7 @@ from facts.catalog import InstanceType
 from facts.kube import GPU_TAINT, NODE_GROUP_LABEL, ZONE_LABEL
 from facts.operators import Operator
 from facts.problems import Problem
-from jobs import checks
+from jobs import spec_checks
 
 Manifest = dict[str, Any]
 EnvValue = StrictBool | int | float | str
@@ -37,7 +37,11 @@ EFA_ENV_NAMES = ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE")
 
 def _scalar_kind(annotation: Any) -> str | None:
     """ "number" for an int or float field (Optional or not), "flag" for a bool field, else None."""
-    args = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) in (Union, UnionType) else [annotation]
+    args = (
+        [a for a in get_args(annotation) if a is not type(None)]
+        if get_origin(annotation) in (Union, UnionType)
+        else [annotation]
+    )
     if len(args) != 1:
         return None
     if get_origin(args[0]) is Annotated:
@@ -70,7 +74,9 @@ def numbers_and_flags_apart(model: type[BaseModel], value: Any, info: Validation
 def _at_most(limit: int, width: str) -> Any:
     def check(value: int) -> int:
         if value > limit:
-            raise PydanticCustomError("kubernetes_int_range", f"at most {limit}: Kubernetes keeps this field as a {width}-bit integer")
+            raise PydanticCustomError(
+                "kubernetes_int_range", f"at most {limit}: Kubernetes keeps this field as a {width}-bit integer"
+            )
         return value
 
     return AfterValidator(check)
@@ -88,7 +94,14 @@ class SpecModel(BaseModel):
     config's models (``stacks.config.models.ConfigModel``), a boolean is not a number, a number is
     not a flag (``numbers_and_flags_apart``), and numbers are finite (``.inf`` is no threshold)."""
 
-    model_config = ConfigDict(alias_generator=to_camel, validate_by_alias=True, validate_by_name=False, extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=False,
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,
+    )
 
     # (pydantic's mypy plugin cannot see the generated aliases, the only names the model takes,
     # and says so on the class's first decorated member)
@@ -111,7 +124,9 @@ class VolumeMount(SpecModel):
     name: Literal["fsx", "efs"] = Field(description="`fsx` or `efs` (the stack's claims)")
     mount_path: str = Field(description="absolute path in the container, e.g. /fsx")
     read_only: bool = Field(False, description="mount read-only")
-    sub_path: str | None = Field(None, description="a directory inside the file system to mount instead of its root (relative, no '..')")
+    sub_path: str | None = Field(
+        None, description="a directory inside the file system to mount instead of its root (relative, no '..')"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,7 +137,12 @@ class VolumeMount(SpecModel):
 def toleration(taint: Mapping[str, str]) -> dict[str, str]:
     """The toleration that matches ``taint`` (``Equal`` when it has a value, else ``Exists``)."""
     if taint.get("value"):
-        return {"key": taint["key"], "operator": "Equal", "value": taint["value"], "effect": taint.get("effect", "NoSchedule")}
+        return {
+            "key": taint["key"],
+            "operator": "Equal",
+            "value": taint["value"],
+            "effect": taint.get("effect", "NoSchedule"),
+        }
     return {"key": taint["key"], "operator": "Exists", "effect": taint.get("effect", "NoSchedule")}
 
 
@@ -141,7 +161,9 @@ class JobTarget:
     tolerations: list[dict[str, str]]
     gpu_model: str | None = None
     network_gbps: float = 0  # the instance type's network bandwidth, Gbit/s
-    efa_gbps: float = 0  # the bandwidth of the network cards carrying the group's EFA interfaces, Gbit/s (0 without EFA)
+    efa_gbps: float = (
+        0  # the bandwidth of the network cards carrying the group's EFA interfaces, Gbit/s (0 without EFA)
+    )
 
     @classmethod
     def from_instance(
@@ -272,7 +294,9 @@ class JobBase(SpecModel):
     # Which cluster operator runs this kind (facts/operators.py), or None (plain Kubernetes objects).
     OPERATOR: ClassVar[Operator | None] = None
     # Env names a job of this kind may not set, with the reason.
-    RESERVED_ENV: ClassVar[Mapping[str, str]] = {n: "is derived from the node group (set on EFA groups only)" for n in EFA_ENV_NAMES}
+    RESERVED_ENV: ClassVar[Mapping[str, str]] = {
+        n: "is derived from the node group (set on EFA groups only)" for n in EFA_ENV_NAMES
+    }
 
     kind: str = Field(description="the job kind (see docs/jobs.md)")
     name: str = Field(description="Kubernetes name of the job, unique in the stack")
@@ -280,7 +304,9 @@ class JobBase(SpecModel):
     image: str = Field(description="container image, pinned by tag (not `latest`) or digest")
     args: list[str] = Field(default_factory=list, description="arguments after the command")
     env: dict[str, EnvValue] = Field(default_factory=dict, description="plain environment variables")
-    secret_env: dict[str, SecretKeyRef] = Field(default_factory=dict, description="environment variables from Secrets: `{NAME: {secret, key}}`")
+    secret_env: dict[str, SecretKeyRef] = Field(
+        default_factory=dict, description="environment variables from Secrets: `{NAME: {secret, key}}`"
+    )
 
     def spec_digest(self, *salt: str, exclude: frozenset[str] = frozenset(), length: int = 8) -> str:
         """The first ``length`` hex digits of the sha256 of ``salt`` and the spec (its canonical
@@ -299,9 +325,9 @@ class JobBase(SpecModel):
 
     def check(self, key: str, problems: list[Problem]) -> None:
         """Checks of the job on its own (run for disabled jobs too)."""
-        checks.check_name(self.name, self.pod_hostnames(), f"{key}.name", problems)
-        checks.check_image(self.image, f"{key}.image", problems)
-        checks.check_env(self.env, self.secret_env, dict(self.RESERVED_ENV), key, problems)
+        spec_checks.check_name(self.name, self.pod_hostnames(), f"{key}.name", problems)
+        spec_checks.check_image(self.image, f"{key}.image", problems)
+        spec_checks.check_env(self.env, self.secret_env, dict(self.RESERVED_ENV), key, problems)
 
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
         """Checks against the rest of the stack (enabled jobs only)."""
@@ -338,11 +364,17 @@ class RunJob(JobBase):
     """A job that runs to completion: a run number, bounded retries, an optional deadline and
     clean-up after it finishes."""
 
-    run: int = Field(1, ge=1, description="the run number: bump it to run the job again (a new run replaces the old one)")
-    backoff_limit: Int32 = Field(
-        DEFAULT_BACKOFF_LIMIT, ge=0, description="retries before the job is marked Failed and its pods stop (`runPolicy.backoffLimit` / Job `backoffLimit`)"
+    run: int = Field(
+        1, ge=1, description="the run number: bump it to run the job again (a new run replaces the old one)"
     )
-    active_deadline_seconds: Int64 | None = Field(None, ge=1, description="fail the job once it has run this long (default: no deadline)")
+    backoff_limit: Int32 = Field(
+        DEFAULT_BACKOFF_LIMIT,
+        ge=0,
+        description="retries before the job is marked Failed and its pods stop (`runPolicy.backoffLimit` / Job `backoffLimit`)",
+    )
+    active_deadline_seconds: Int64 | None = Field(
+        None, ge=1, description="fail the job once it has run this long (default: no deadline)"
+    )
     ttl_seconds_after_finished: Int32 | None = Field(
         None,
         ge=0,
@@ -364,13 +396,19 @@ class GpuJob(RunJob):
 
     node_group: str = Field(description="the GPU node group the job runs on")
     nodes: Int32 = Field(1, ge=1, description="worker nodes (one worker pod per node, all its GPUs)")
-    volumes: list[VolumeMount] = Field(default_factory=list, description="shared volumes to mount: `{name: fsx|efs, mountPath, readOnly}`")
-    efa: bool | None = Field(
-        None, description="default: EFA wherever the group has it; `true`: the job needs EFA; `false`: run without EFA even on an EFA group"
+    volumes: list[VolumeMount] = Field(
+        default_factory=list, description="shared volumes to mount: `{name: fsx|efs, mountPath, readOnly}`"
     )
-    team: str | None = Field(None, description="the team whose queue the job waits in (`queues.teams[].name`); default: the shared queue")
+    efa: bool | None = Field(
+        None,
+        description="default: EFA wherever the group has it; `true`: the job needs EFA; `false`: run without EFA even on an EFA group",
+    )
+    team: str | None = Field(
+        None, description="the team whose queue the job waits in (`queues.teams[].name`); default: the shared queue"
+    )
     priority: Literal["low", "normal", "high"] = Field(
-        "normal", description="`low`, `normal` or `high`: the order in its queue, and a higher one preempts a lower one there"
+        "normal",
+        description="`low`, `normal` or `high`: the order in its queue, and a higher one preempts a lower one there",
     )
 
     def queue_name(self, ctx: JobsContext) -> str | None:
@@ -379,21 +417,25 @@ class GpuJob(RunJob):
             return None
         queue = ctx.queues.get(self.team or "")
         if queue is None:
-            raise JobBuildError(f"job {self.name!r}: team {self.team!r} has no queue in this stack (teams: {sorted(t for t in ctx.queues if t)})")
+            raise JobBuildError(
+                f"job {self.name!r}: team {self.team!r} has no queue in this stack (teams: {sorted(t for t in ctx.queues if t)})"
+            )
         return queue
 
     def target(self, ctx: JobsContext) -> JobTarget:
         target = ctx.targets.get(self.node_group)
         if target is None:
-            raise JobBuildError(f"job {self.name!r}: node group {self.node_group!r} is not one of {sorted(ctx.targets)}")
+            raise JobBuildError(
+                f"job {self.name!r}: node group {self.node_group!r} is not one of {sorted(ctx.targets)}"
+            )
         return target
 
     def check(self, key: str, problems: list[Problem]) -> None:
         super().check(key, problems)
-        checks.check_mounts([(v.name, v.mount_path) for v in self.volumes], key, problems)
+        spec_checks.check_mounts([(v.name, v.mount_path) for v in self.volumes], key, problems)
         for j, v in enumerate(self.volumes):
             if v.sub_path is not None:
-                checks.check_sub_path(v.name, v.sub_path, f"{key}.volumes[{j}].subPath", problems)
+                spec_checks.check_sub_path(v.name, v.sub_path, f"{key}.volumes[{j}].subPath", problems)
 
     def max_workers(self) -> int:
         """The most worker nodes the job can run on at once."""
@@ -402,17 +444,31 @@ class GpuJob(RunJob):
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
         super().check_environment(key, problems, env)
         for j, v in enumerate(self.volumes):
-            checks.check_volume(v.name, env.volumes, f"{key}.volumes[{j}].name", problems)
+            spec_checks.check_volume(v.name, env.volumes, f"{key}.volumes[{j}].name", problems)
         g = env.groups.get(self.node_group)
         if g is None:
             known = ", ".join(repr(n) for n in sorted(env.groups)) or "none (add one under gpuNodeGroups)"
-            problems.append(Problem(f"{key}.nodeGroup", f"{checks.fmt(self.node_group)} is not a GPU node group of this stack; known groups: {known}"))
+            problems.append(
+                Problem(
+                    f"{key}.nodeGroup",
+                    f"{spec_checks.fmt(self.node_group)} is not a GPU node group of this stack; known groups: {known}",
+                )
+            )
             return
         if self.nodes > g.max_size:
-            problems.append(Problem(f"{key}.nodes", f"{self.nodes} is more than node group {g.name!r} can hold (maxSize {g.max_size})"))
+            problems.append(
+                Problem(
+                    f"{key}.nodes", f"{self.nodes} is more than node group {g.name!r} can hold (maxSize {g.max_size})"
+                )
+            )
         if self.efa is True and not g.efa_interfaces:
             why = "its efa setting is off" if g.instance.efa_supported else f"{g.instance.name} has no EFA"
-            problems.append(Problem(f"{key}.efa", f"true is not allowed: node group {g.name!r} runs without EFA ({why}); use an EFA group or drop efa"))
+            problems.append(
+                Problem(
+                    f"{key}.efa",
+                    f"true is not allowed: node group {g.name!r} runs without EFA ({why}); use an EFA group or drop efa",
+                )
+            )
         self.check_group(key, problems, g)
 
     def check_group(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
@@ -426,4 +482,4 @@ class SystemJob(JobBase):
 
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
         super().check_environment(key, problems, env)
-        checks.check_volume(self.volume, env.volumes, f"{key}.volume", problems)
+        spec_checks.check_volume(self.volume, env.volumes, f"{key}.volume", problems)

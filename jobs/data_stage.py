@@ -10,7 +10,7 @@ from pydantic import Field
 
 from facts.problems import Problem
 from facts.versions import AWS_CLI_IMAGE
-from jobs import checks, pod
+from jobs import pod, spec_checks
 from jobs.base import JobsContext, Manifest, RunJob, SystemJob
 
 
@@ -39,23 +39,36 @@ class DataStageSpec(SystemJob, RunJob):
 
     def check(self, key: str, problems: list[Problem]) -> None:
         super().check(key, problems)
-        checks.check_s3_uri(self.source, f"{key}.source", problems)
-        checks.check_relative_path(self.path, f"{key}.path", problems)
-        if self.source_region is not None and not checks.REGION.match(self.source_region):
-            problems.append(Problem(f"{key}.sourceRegion", f"{checks.fmt(self.source_region)} is not an AWS region name like 'us-west-2'"))
+        spec_checks.check_s3_uri(self.source, f"{key}.source", problems)
+        spec_checks.check_relative_path(self.path, f"{key}.path", problems)
+        if self.source_region is not None and not spec_checks.REGION.match(self.source_region):
+            problems.append(
+                Problem(
+                    f"{key}.sourceRegion",
+                    f"{spec_checks.fmt(self.source_region)} is not an AWS region name like 'us-west-2'",
+                )
+            )
 
     def pod_identity_policy(self, partition: str) -> dict[str, Any] | None:
         """Read access to the job's bucket/prefix and nothing else: list the bucket only under the
         prefix, get objects only below it."""
         bucket_arn = f"arn:{partition}:s3:::{self.bucket}"
         prefix = self.prefix
-        listing: dict[str, Any] = {"Sid": "ListPrefix", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": bucket_arn}
+        listing: dict[str, Any] = {
+            "Sid": "ListPrefix",
+            "Effect": "Allow",
+            "Action": "s3:ListBucket",
+            "Resource": bucket_arn,
+        }
         if prefix:
             listing["Condition"] = {"StringLike": {"s3:prefix": [f"{prefix}/", f"{prefix}/*"]}}
         objects = f"{bucket_arn}/{prefix}/*" if prefix else f"{bucket_arn}/*"
         return {
             "Version": "2012-10-17",
-            "Statement": [listing, {"Sid": "ReadPrefix", "Effect": "Allow", "Action": "s3:GetObject", "Resource": objects}],
+            "Statement": [
+                listing,
+                {"Sid": "ReadPrefix", "Effect": "Allow", "Action": "s3:GetObject", "Resource": objects},
+            ],
         }
 
     def pod_identity_description(self, namespace: str) -> str:

@@ -19,7 +19,14 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from facts.launchers import MPIRUN_FLAGS, MPIRUN_OPTIONS, TORCHRUN_DERIVED, TORCHRUN_FLAGS, TORCHRUN_MODULES, TORCHRUN_OPTIONS
+from facts.launchers import (
+    MPIRUN_FLAGS,
+    MPIRUN_OPTIONS,
+    TORCHRUN_DERIVED,
+    TORCHRUN_FLAGS,
+    TORCHRUN_MODULES,
+    TORCHRUN_OPTIONS,
+)
 from facts.problems import Problem
 from facts.problems import fmt as fmt
 
@@ -27,7 +34,11 @@ _PYTHON = re.compile(r"python(3(\.\d+)?)?")
 _MPIRUN = {spelling: what for what, spellings in MPIRUN_OPTIONS.items() for spelling in spellings}
 _TORCHRUN = {spelling: dest for dest, spellings in TORCHRUN_OPTIONS.items() for spelling in spellings}
 # How a message names each derived option.
-MPIRUN_LABELS = {"processes": "process count (-np)", "hosts": "hosts (--host, --hostfile)", "per node": "processes per node (--npernode)"}
+MPIRUN_LABELS = {
+    "processes": "process count (-np)",
+    "hosts": "hosts (--host, --hostfile)",
+    "per node": "processes per node (--npernode)",
+}
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,12 @@ def torchrun_start(line: Sequence[str]) -> int | None:
     ``python -m torch.distributed.run``; None when the line starts no torchrun."""
     if line and posixpath.basename(line[0]) == "torchrun":
         return 1
-    if len(line) >= 3 and _PYTHON.fullmatch(posixpath.basename(line[0])) and line[1] == "-m" and line[2] in TORCHRUN_MODULES:
+    if (
+        len(line) >= 3
+        and _PYTHON.fullmatch(posixpath.basename(line[0]))
+        and line[1] == "-m"
+        and line[2] in TORCHRUN_MODULES
+    ):
         return 3
     return None
 
@@ -104,7 +120,12 @@ def torchrun_options(line: Sequence[str], start: int) -> list[Written]:
 
 
 def derived_option_problems(
-    found: Sequence[Written], derived: Mapping[str, Derived], launcher: str, label: Callable[[str], str], key: Callable[[int], str], problems: list[Problem]
+    found: Sequence[Written],
+    derived: Mapping[str, Derived],
+    launcher: str,
+    label: Callable[[str], str],
+    key: Callable[[int], str],
+    problems: list[Problem],
 ) -> None:
     """One problem per option of ``found`` that the stack derives (``derived``), keyed by ``key(at)``."""
     for w in found:

@@ -15,7 +15,7 @@ from pydantic import Field
 from facts.catalog import InstanceType
 from facts.operators import MPI_OPERATOR, MPIJOB
 from facts.problems import Problem
-from jobs import checks, launchers, pod
+from jobs import launchers, pod, spec_checks
 from jobs.base import EFA_ENV_NAMES, GpuJob, GroupFacts, JobsContext, JobTarget, Manifest
 from jobs.launchers import Derived
 from jobs.sagemaker import MAX_HYPERPARAMETER_VALUE, PortableJob
@@ -37,7 +37,11 @@ class MpiBase(GpuJob):
     OPERATOR = MPI_OPERATOR
 
     mpirun_args: list[str] = Field(default_factory=list, description="extra mpirun arguments, before the command")
-    worker_command: list[str] = Field(default_factory=lambda: list(SSHD_COMMAND), min_length=1, description="what the workers run (sshd for mpi-operator v2)")
+    worker_command: list[str] = Field(
+        default_factory=lambda: list(SSHD_COMMAND),
+        min_length=1,
+        description="what the workers run (sshd for mpi-operator v2)",
+    )
     command: list[str] = Field(min_length=1, description="what mpirun runs on every rank")
     mpirun: str = Field(
         OPEN_MPI_MPIRUN,
@@ -51,7 +55,10 @@ class MpiBase(GpuJob):
         super().check(key, problems)
         if not self.mpirun.startswith("/") or any(c.isspace() for c in self.mpirun) or self.mpirun.endswith("/"):
             problems.append(
-                Problem(f"{key}.mpirun", f"{checks.fmt(self.mpirun)} is not allowed: the absolute path of mpirun in the image, like {OPEN_MPI_MPIRUN}")
+                Problem(
+                    f"{key}.mpirun",
+                    f"{spec_checks.fmt(self.mpirun)} is not allowed: the absolute path of mpirun in the image, like {OPEN_MPI_MPIRUN}",
+                )
             )
 
     def check_group(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
@@ -70,7 +77,9 @@ class MpiBase(GpuJob):
     def check_mpirun_args(self, derived: Mapping[str, Derived], key: str, problems: list[Problem]) -> None:
         """``mpirunArgs`` against what the stack (or SageMaker's launcher) gives mpirun (``jobs/launchers.py``)."""
         found = launchers.mpirun_options(self.mpirun_args)
-        launchers.derived_option_problems(found, derived, "mpirun", launchers.MPIRUN_LABELS.__getitem__, lambda j: f"{key}.mpirunArgs[{j}]", problems)
+        launchers.derived_option_problems(
+            found, derived, "mpirun", launchers.MPIRUN_LABELS.__getitem__, lambda j: f"{key}.mpirunArgs[{j}]", problems
+        )
 
     def derived_env(self) -> dict[str, str]:
         """Env this kind always sets (besides the EFA settings)."""
@@ -94,7 +103,9 @@ class MpiJobSpec(PortableJob, MpiBase):
     SCRIPT_SUFFIXES = (".py", ".sh")
 
     kind: Literal["mpi"] = Field(description="`mpi`")
-    image: str = Field(description="the training image (with Open MPI and sshd; on SageMaker an ECR image with SageMaker's training toolkit)")
+    image: str = Field(
+        description="the training image (with Open MPI and sshd; on SageMaker an ECR image with SageMaker's training toolkit)"
+    )
 
     def entry_line(self) -> list[str]:
         return list(self.command) + list(self.args)
@@ -129,7 +140,12 @@ class MpiJobSpec(PortableJob, MpiBase):
         # The container splits sagemaker_mpi_custom_mpi_options on whitespace.
         debug = self.env.get(NCCL_DEBUG)
         if debug is not None and (not str(debug) or any(c.isspace() for c in str(debug))):
-            problems.append(Problem(f"{key}.env.{NCCL_DEBUG}", f"{checks.fmt(debug)} is not allowed with runtime 'sagemaker': one word, like INFO"))
+            problems.append(
+                Problem(
+                    f"{key}.env.{NCCL_DEBUG}",
+                    f"{spec_checks.fmt(debug)} is not allowed with runtime 'sagemaker': one word, like INFO",
+                )
+            )
         options = " ".join([*self.mpirun_args, *(f"-x {n}" for n in [*EFA_ENV_NAMES, *self.env])])
         if len(json.dumps(options)) > MAX_HYPERPARAMETER_VALUE:
             problems.append(
@@ -141,7 +157,10 @@ class MpiJobSpec(PortableJob, MpiBase):
         for j, arg in enumerate(self.mpirun_args):
             if not arg or any(c.isspace() for c in arg):
                 problems.append(
-                    Problem(f"{key}.mpirunArgs[{j}]", f"{checks.fmt(arg)} is not allowed with runtime 'sagemaker': SageMaker splits MPI options on whitespace")
+                    Problem(
+                        f"{key}.mpirunArgs[{j}]",
+                        f"{spec_checks.fmt(arg)} is not allowed with runtime 'sagemaker': SageMaker splits MPI options on whitespace",
+                    )
                 )
 
 
@@ -149,7 +168,16 @@ def mpirun_command(spec: MpiBase, target: JobTarget, forward: Sequence[str]) -> 
     """``mpirun`` over every GPU of every worker: one rank per GPU (-np = nodes x GPUs), no CPU
     binding (the frameworks pin their own threads), and the environment forwarded with ``-x``:
     ranks start through sshd on the workers and would not see the container's env otherwise."""
-    cmd = [spec.mpirun, "--allow-run-as-root", "-np", str(spec.nodes * target.gpus), "--bind-to", "none", "--map-by", "slot"]
+    cmd = [
+        spec.mpirun,
+        "--allow-run-as-root",
+        "-np",
+        str(spec.nodes * target.gpus),
+        "--bind-to",
+        "none",
+        "--map-by",
+        "slot",
+    ]
     for name in ["PATH", "LD_LIBRARY_PATH", *forward]:
         cmd += ["-x", name]
     return cmd + list(spec.mpirun_args) + list(spec.command) + list(spec.args)
@@ -188,7 +216,9 @@ def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dic
                 "Launcher": {
                     "replicas": 1,
                     "restartPolicy": "OnFailure",
-                    "template": pod.template(spec, w.pod_spec([launcher], with_volumes=False, shm=False), "launcher", ctx),
+                    "template": pod.template(
+                        spec, w.pod_spec([launcher], with_volumes=False, shm=False), "launcher", ctx
+                    ),
                 },
                 "Worker": {
                     # Always set: an omitted Worker.replicas is 0 and the job never starts.

@@ -55,9 +55,15 @@ class NcclTestSpec(MpiBase):
 
     kind: Literal["nccl-test"] = Field(description="`nccl-test`")
     nodes: Int32 = Field(2, ge=1, description="worker nodes; two by default: the point is the traffic between them")
-    image: str = Field(NCCL_TESTS_IMAGE, description="an nccl-tests image (default: AWS's build, for A100/H100/H200/B200/B300)")
-    command: list[str] = Field(default_factory=lambda: [NCCL_ALL_REDUCE_PERF], min_length=1, description="the nccl-tests binary")
-    args: list[str] = Field(default_factory=lambda: list(NCCL_TEST_ARGS), description="its arguments (default: 8 B to 2 GiB)")
+    image: str = Field(
+        NCCL_TESTS_IMAGE, description="an nccl-tests image (default: AWS's build, for A100/H100/H200/B200/B300)"
+    )
+    command: list[str] = Field(
+        default_factory=lambda: [NCCL_ALL_REDUCE_PERF], min_length=1, description="the nccl-tests binary"
+    )
+    args: list[str] = Field(
+        default_factory=lambda: list(NCCL_TEST_ARGS), description="its arguments (default: 8 B to 2 GiB)"
+    )
     min_bus_bandwidth_gbps: float | None = Field(
         None,
         ge=0,
@@ -76,7 +82,17 @@ class NcclTestSpec(MpiBase):
     def launcher_command(self, target: JobTarget, forward: Sequence[str]) -> list[str]:
         require_efa, minimum = self.gate(target)
         mpirun = mpirun_command(self, target, forward)
-        return ["/bin/bash", "-c", GATE_SCRIPT, "nccl-gate", "run", "1" if require_efa else "0", f"{minimum:g}", "--", *mpirun]
+        return [
+            "/bin/bash",
+            "-c",
+            GATE_SCRIPT,
+            "nccl-gate",
+            "run",
+            "1" if require_efa else "0",
+            f"{minimum:g}",
+            "--",
+            *mpirun,
+        ]
 
     def derived_env(self) -> dict[str, str]:
         # NCCL_DEBUG=INFO: the log then says "NET/OFI Selected Provider is efa" or shows the fall-back

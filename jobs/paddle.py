@@ -26,7 +26,9 @@ class PaddleSpec(GpuJob):
     kind: Literal["paddle"] = Field(description="`paddle`")
     image: str = Field(description="a PaddlePaddle GPU image")
     command: list[str] = Field(min_length=1, description="the entry point of every replica")
-    mode: Literal["collective", "ps"] = Field("collective", description="`collective` (trainers only) or `ps` (parameter servers + trainers)")
+    mode: Literal["collective", "ps"] = Field(
+        "collective", description="`collective` (trainers only) or `ps` (parameter servers + trainers)"
+    )
     pservers: Int32 | None = Field(None, ge=1, description="parameter servers, mode `ps` only (default 1)")
 
     @property
@@ -44,7 +46,9 @@ class PaddleSpec(GpuJob):
     def check(self, key: str, problems: list[Problem]) -> None:
         super().check(key, problems)
         if self.mode != "ps" and self.pservers is not None:
-            problems.append(Problem(f"{key}.pservers", f"{self.pservers} is only used with mode 'ps' (mode is {self.mode!r})"))
+            problems.append(
+                Problem(f"{key}.pservers", f"{self.pservers} is only used with mode 'ps' (mode is {self.mode!r})")
+            )
 
     def build(self, ctx: JobsContext) -> list[Manifest]:
         w = pod.gpu_worker(self, ctx)
@@ -83,6 +87,9 @@ class PaddleSpec(GpuJob):
                 "kind": PADDLEJOB.kind,
                 "metadata": pod.metadata(self, ctx),
                 # Running: a finished or failed job frees its GPU nodes at once.
-                "spec": {"runPolicy": {"cleanPodPolicy": "Running", **self.bounds()}, PADDLEJOB.replica_specs: replicas},
+                "spec": {
+                    "runPolicy": {"cleanPodPolicy": "Running", **self.bounds()},
+                    PADDLEJOB.replica_specs: replicas,
+                },
             }
         ]

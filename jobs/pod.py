@@ -94,10 +94,16 @@ def queue_labels(spec: JobBase, ctx: JobsContext) -> dict[str, str]:
     return {QUEUE_LABEL: queue, PRIORITY_CLASS_LABEL: spec.priority}
 
 
-def metadata(spec: JobBase, ctx: JobsContext, name: str | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def metadata(
+    spec: JobBase, ctx: JobsContext, name: str | None = None, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The job's metadata; a GPU job (the MPIJob, PyTorchJob or PaddleJob itself) also carries its
     Kueue labels."""
-    meta: dict[str, Any] = {"name": name or spec.name, "namespace": ctx.namespace, "labels": {**labels(spec), **queue_labels(spec, ctx)}}
+    meta: dict[str, Any] = {
+        "name": name or spec.name,
+        "namespace": ctx.namespace,
+        "labels": {**labels(spec), **queue_labels(spec, ctx)},
+    }
     if annotations:
         meta["annotations"] = dict(annotations)
     return meta
@@ -107,7 +113,9 @@ def claim(ctx: JobsContext, spec: JobBase, volume: str) -> str:
     """The PVC of one of the stack's stores."""
     found = ctx.claims.get(volume)
     if found is None:
-        raise JobBuildError(f"job {spec.name!r}: volume {volume!r} has no claim in this stack (claims: {sorted(ctx.claims)})")
+        raise JobBuildError(
+            f"job {spec.name!r}: volume {volume!r} has no claim in this stack (claims: {sorted(ctx.claims)})"
+        )
     return found
 
 
@@ -139,7 +147,9 @@ class GpuWorker:
 
     def container(self, name: str, command: list[str] | None, args: list[str] | None) -> dict[str, Any]:
         """A container owning the whole node (see ``gpu_worker_container``)."""
-        return gpu_worker_container(name, self.spec.image, command, args, self.env, self.mounts, self.target.gpus, self.efa_interfaces)
+        return gpu_worker_container(
+            name, self.spec.image, command, args, self.env, self.mounts, self.target.gpus, self.efa_interfaces
+        )
 
     def pod_spec(self, containers: list[dict[str, Any]], with_volumes: bool = True, shm: bool = True) -> dict[str, Any]:
         """A pod of these containers on the target group (see ``gpu_pod_spec``)."""
@@ -151,7 +161,9 @@ def gpu_worker(spec: GpuJob, ctx: JobsContext, extra_env: Mapping[str, str] | No
     target = spec.target(ctx)
     efa = job_efa_interfaces(spec, target)
     volumes, mounts = pvc_volumes(spec, ctx)
-    return GpuWorker(spec, target, efa, env(spec, {**efa_env(efa, target.efa_rdma), **(extra_env or {})}), volumes, mounts)
+    return GpuWorker(
+        spec, target, efa, env(spec, {**efa_env(efa, target.efa_rdma), **(extra_env or {})}), volumes, mounts
+    )
 
 
 def gpu_worker_container(
@@ -185,7 +197,9 @@ def gpu_worker_container(
     return container
 
 
-def gpu_pod_spec(target: JobTarget, containers: list[dict[str, Any]], volumes: list[dict[str, Any]], shm: bool = True) -> dict[str, Any]:
+def gpu_pod_spec(
+    target: JobTarget, containers: list[dict[str, Any]], volumes: list[dict[str, Any]], shm: bool = True
+) -> dict[str, Any]:
     """A pod pinned to the target group and its AZ, tolerating its taints, with /dev/shm in memory."""
     pod: dict[str, Any] = {
         "nodeSelector": dict(target.node_selector),

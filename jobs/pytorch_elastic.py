@@ -49,7 +49,8 @@ class PyTorchElasticSpec(PortableJob):
     max_nodes: Int32 | None = Field(None, ge=1, description="most nodes (default: nodes)")
     max_restarts: Int32 = Field(3, ge=0, description="restarts of the worker group torchrun allows")
     rendezvous: Literal["etcd", "etcd-v2", "c10d"] = Field(
-        "etcd", description="rendezvous backend: `etcd`/`etcd-v2` on the stack's etcd (the image needs `python-etcd`) or `c10d` on worker 0"
+        "etcd",
+        description="rendezvous backend: `etcd`/`etcd-v2` on the stack's etcd (the image needs `python-etcd`) or `c10d` on worker 0",
     )
 
     @model_validator(mode="before")
@@ -93,7 +94,12 @@ class PyTorchElasticSpec(PortableJob):
         if low > high:
             problems.append(Problem(f"{key}.minNodes", f"{low} is greater than maxNodes {high}"))
         elif not low <= self.nodes <= high:
-            problems.append(Problem(f"{key}.nodes", f"{self.nodes} is outside minNodes..maxNodes ({low}..{high}); the job starts with this many nodes"))
+            problems.append(
+                Problem(
+                    f"{key}.nodes",
+                    f"{self.nodes} is outside minNodes..maxNodes ({low}..{high}); the job starts with this many nodes",
+                )
+            )
         self._check_rendezvous_image(key, problems)
 
     def _check_rendezvous_image(self, key: str, problems: list[Problem]) -> None:
@@ -120,13 +126,21 @@ class PyTorchElasticSpec(PortableJob):
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
         if self.runtime == "eks" and self.rendezvous in ETCD_BACKENDS and not env.etcd_enabled:
             problems.append(
-                Problem(f"{key}.rendezvous", f"{self.rendezvous!r} needs the stack's etcd, which is disabled; enable etcd or use rendezvous 'c10d'")
+                Problem(
+                    f"{key}.rendezvous",
+                    f"{self.rendezvous!r} needs the stack's etcd, which is disabled; enable etcd or use rendezvous 'c10d'",
+                )
             )
         super().check_environment(key, problems, env)
 
     def check_group(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
         if self.elastic_max > group.max_size:
-            problems.append(Problem(f"{key}.maxNodes", f"{self.elastic_max} is more than node group {group.name!r} can hold (maxSize {group.max_size})"))
+            problems.append(
+                Problem(
+                    f"{key}.maxNodes",
+                    f"{self.elastic_max} is more than node group {group.name!r} can hold (maxSize {group.max_size})",
+                )
+            )
         self._check_torchrun_options(key, problems, group)
 
     def _check_torchrun_options(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
@@ -137,17 +151,26 @@ class PyTorchElasticSpec(PortableJob):
             return
         gpus, it = group.instance.gpus, group.instance.name
         operator = "the training operator sets it as"
-        endpoint = f"{self.name}-worker-0:{PYTORCHJOB_PORT}" if self.rendezvous == "c10d" else "the stack's etcd (rdzvHost:rdzvPort)"
+        endpoint = (
+            f"{self.name}-worker-0:{PYTORCHJOB_PORT}"
+            if self.rendezvous == "c10d"
+            else "the stack's etcd (rdzvHost:rdzvPort)"
+        )
         derived = {
             "nproc_per_node": Derived(
-                str(gpus), f"the GPUs of one {it} node of group {group.name!r}; {operator} PET_NPROC_PER_NODE", launchers.ranks_without_gpu(gpus)
+                str(gpus),
+                f"the GPUs of one {it} node of group {group.name!r}; {operator} PET_NPROC_PER_NODE",
+                launchers.ranks_without_gpu(gpus),
             ),
             "nnodes": Derived(f"{self.elastic_min}:{self.elastic_max}", f"minNodes:maxNodes; {operator} PET_NNODES"),
             "rdzv_backend": Derived(self.rendezvous, f"rendezvous; {operator} PET_RDZV_BACKEND"),
             "rdzv_endpoint": Derived(endpoint, f"{operator} PET_RDZV_ENDPOINT"),
             "rdzv_id": Derived(self.rendezvous_id, f"one per job, run and spec; {operator} PET_RDZV_ID"),
             "max_restarts": Derived(str(self.max_restarts), f"maxRestarts; {operator} PET_MAX_RESTARTS"),
-            "standalone": Derived(f"a {self.rendezvous} rendezvous across the job's nodes", "--standalone would rendezvous on localhost, each node alone"),
+            "standalone": Derived(
+                f"a {self.rendezvous} rendezvous across the job's nodes",
+                "--standalone would rendezvous on localhost, each node alone",
+            ),
         }
         commands = len(self.command)
         launchers.derived_option_problems(
@@ -173,7 +196,9 @@ class PyTorchElasticSpec(PortableJob):
         }
         if self.rendezvous in ETCD_BACKENDS:
             if not ctx.etcd_endpoint:
-                raise JobBuildError(f"job {self.name!r}: rendezvous {self.rendezvous!r} needs the stack's etcd, which is off")
+                raise JobBuildError(
+                    f"job {self.name!r}: rendezvous {self.rendezvous!r} needs the stack's etcd, which is off"
+                )
             policy["rdzvHost"], policy["rdzvPort"] = etcd_host_port(ctx.etcd_endpoint)
         # c10d: the operator points the rendezvous at <name>-worker-0.
         return [

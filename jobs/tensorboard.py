@@ -10,7 +10,7 @@ from pydantic import Field
 
 from facts.problems import Problem
 from facts.versions import TENSORBOARD_IMAGE
-from jobs import checks, pod
+from jobs import pod, spec_checks
 from jobs.base import JobsContext, Manifest, SystemJob
 
 TENSORBOARD_PORT = 6006
@@ -27,7 +27,7 @@ class TensorboardSpec(SystemJob):
 
     def check(self, key: str, problems: list[Problem]) -> None:
         super().check(key, problems)
-        checks.check_relative_path(self.log_path, f"{key}.logPath", problems)
+        spec_checks.check_relative_path(self.log_path, f"{key}.logPath", problems)
 
     def build(self, ctx: JobsContext) -> list[Manifest]:
         claim = pod.claim(ctx, self, self.volume)
@@ -36,7 +36,16 @@ class TensorboardSpec(SystemJob):
         container: dict[str, Any] = {
             "name": "tensorboard",
             "image": self.image,
-            "command": ["tensorboard", "--logdir", logdir, "--host", "0.0.0.0", "--port", str(TENSORBOARD_PORT), *self.args],
+            "command": [
+                "tensorboard",
+                "--logdir",
+                logdir,
+                "--host",
+                "0.0.0.0",
+                "--port",
+                str(TENSORBOARD_PORT),
+                *self.args,
+            ],
             "ports": [{"name": "http", "containerPort": TENSORBOARD_PORT}],
             "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 10},
             "resources": copy.deepcopy(pod.SYSTEM_JOB_RESOURCES),
@@ -48,14 +57,21 @@ class TensorboardSpec(SystemJob):
             container["env"] = env
         spec = pod.system_pod(
             ctx,
-            {"containers": [container], "volumes": [{"name": self.volume, "persistentVolumeClaim": {"claimName": claim}}]},
+            {
+                "containers": [container],
+                "volumes": [{"name": self.volume, "persistentVolumeClaim": {"claimName": claim}}],
+            },
         )
         return [
             {
                 "apiVersion": "apps/v1",
                 "kind": "Deployment",
                 "metadata": pod.metadata(self, ctx),
-                "spec": {"replicas": 1, "selector": {"matchLabels": selector}, "template": pod.template(self, spec, "tensorboard")},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": selector},
+                    "template": pod.template(self, spec, "tensorboard"),
+                },
             },
             {
                 "apiVersion": "v1",

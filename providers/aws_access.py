@@ -33,7 +33,17 @@ Warn = Callable[[str], None]
 
 # Where the stack's AWS provider takes its identity from (pulumi-aws 7.x provider config).
 DEFAULT_SESSION_NAME = "pulumi-sagemaker-training-job"
-ASSUME_ROLE_FIELDS = ("roleArn", "sessionName", "externalId", "duration", "policy", "policyArns", "sourceIdentity", "tags", "transitiveTagKeys")
+ASSUME_ROLE_FIELDS = (
+    "roleArn",
+    "sessionName",
+    "externalId",
+    "duration",
+    "policy",
+    "policyArns",
+    "sourceIdentity",
+    "tags",
+    "transitiveTagKeys",
+)
 # AWS provider settings this provider cannot follow, and what does the same for both of them.
 REFUSED = {
     "aws:assumeRole": "is pulumi-aws 6.x config; pulumi-aws 7 (this stack's) reads aws:assumeRoles, a list: aws:assumeRoles: [{roleArn: arn:aws:iam::123456789012:role/deploy}]",
@@ -41,7 +51,11 @@ REFUSED = {
     "aws:sharedConfigFiles": "is not followed by the SageMaker job provider; set AWS_CONFIG_FILE instead (the AWS provider and boto3 both read it)",
     "aws:sharedCredentialsFiles": "is not followed by the SageMaker job provider; set AWS_SHARED_CREDENTIALS_FILE instead (the AWS provider and boto3 both read it)",
 }
-ENDPOINT_SERVICES = ("sagemaker", "ec2", "sts")  # aws:endpoints entries for these are refused (AWS_ENDPOINT_URL_<SERVICE> instead)
+ENDPOINT_SERVICES = (
+    "sagemaker",
+    "ec2",
+    "sts",
+)  # aws:endpoints entries for these are refused (AWS_ENDPOINT_URL_<SERVICE> instead)
 ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+")
 SESSION_NAME = re.compile(r"[\w+=,.@-]{2,64}")
 EXTERNAL_ID = re.compile(r"[\w+=,.@:/-]{2,1224}")
@@ -123,10 +137,19 @@ class AwsSettings:
             if _decoded(get(key)) not in (None, "", [], {}):
                 problems.append(Problem(key, why))
         endpoints = _decoded(get("aws:endpoints"))
-        named = sorted({s for e in endpoints if isinstance(e, dict) for s in e if s in ENDPOINT_SERVICES}) if isinstance(endpoints, list) else []
+        named = (
+            sorted({s for e in endpoints if isinstance(e, dict) for s in e if s in ENDPOINT_SERVICES})
+            if isinstance(endpoints, list)
+            else []
+        )
         if named:
             env = ", ".join(f"AWS_ENDPOINT_URL_{s.upper()}" for s in named)
-            problems.append(Problem("aws:endpoints", f"entries for {', '.join(named)} are not followed by the SageMaker job provider; set {env} instead"))
+            problems.append(
+                Problem(
+                    "aws:endpoints",
+                    f"entries for {', '.join(named)} are not followed by the SageMaker job provider; set {env} instead",
+                )
+            )
         strings = {}
         for key in ("aws:profile", "aws:accessKey", "aws:secretKey", "aws:token", "aws:stsRegion"):
             value = _decoded(get(key))
@@ -135,8 +158,15 @@ class AwsSettings:
             elif value is not None:
                 strings[key] = value
         if ("aws:accessKey" in strings) != ("aws:secretKey" in strings):
-            have, lack = ("aws:accessKey", "aws:secretKey") if "aws:accessKey" in strings else ("aws:secretKey", "aws:accessKey")
-            problems.append(Problem(lack, f"is required with {have}: set both, or neither (then the profile or environment credentials apply)"))
+            have, lack = (
+                ("aws:accessKey", "aws:secretKey") if "aws:accessKey" in strings else ("aws:secretKey", "aws:accessKey")
+            )
+            problems.append(
+                Problem(
+                    lack,
+                    f"is required with {have}: set both, or neither (then the profile or environment credentials apply)",
+                )
+            )
         roles = _assume_roles(_decoded(get("aws:assumeRoles")), problems)
         if problems:
             raise ConfigError(problems)
@@ -198,7 +228,9 @@ def _assume_role(key: str, raw: Any, problems: list[Problem]) -> AssumeRole | No
         return None
     unknown = sorted(set(raw) - set(ASSUME_ROLE_FIELDS))
     if unknown:
-        problems.append(Problem(key, f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(ASSUME_ROLE_FIELDS)}"))
+        problems.append(
+            Problem(key, f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(ASSUME_ROLE_FIELDS)}")
+        )
     before = len(problems)
     arn = _role_arn(key, raw, problems)
     session = _session_name(key, raw, problems)
@@ -225,28 +257,43 @@ def _assume_role(key: str, raw: Any, problems: list[Problem]) -> AssumeRole | No
 def _role_arn(key: str, raw: dict[str, Any], problems: list[Problem]) -> Any:
     arn = raw.get("roleArn")
     if not isinstance(arn, str) or not ROLE_ARN.fullmatch(arn):
-        problems.append(Problem(f"{key}.roleArn", f"{fmt(arn)} is not an IAM role ARN (arn:aws:iam::<12-digit account>:role/<name>); it is required"))
+        problems.append(
+            Problem(
+                f"{key}.roleArn",
+                f"{fmt(arn)} is not an IAM role ARN (arn:aws:iam::<12-digit account>:role/<name>); it is required",
+            )
+        )
     return arn
 
 
 def _session_name(key: str, raw: dict[str, Any], problems: list[Problem]) -> Any:
     session = raw.get("sessionName") or DEFAULT_SESSION_NAME
     if not isinstance(session, str) or not SESSION_NAME.fullmatch(session):
-        problems.append(Problem(f"{key}.sessionName", f"{fmt(session)} is not a session name: 2-64 of letters, digits and +=,.@_-"))
+        problems.append(
+            Problem(f"{key}.sessionName", f"{fmt(session)} is not a session name: 2-64 of letters, digits and +=,.@_-")
+        )
     return session
 
 
 def _external_id(key: str, raw: dict[str, Any], problems: list[Problem]) -> Any:
     external = raw.get("externalId")
     if external is not None and (not isinstance(external, str) or not EXTERNAL_ID.fullmatch(external)):
-        problems.append(Problem(f"{key}.externalId", f"{fmt(external)} is not an external ID: 2-1224 of letters, digits and +=,.@:/_-"))
+        problems.append(
+            Problem(
+                f"{key}.externalId", f"{fmt(external)} is not an external ID: 2-1224 of letters, digits and +=,.@:/_-"
+            )
+        )
     return external
 
 
 def _duration(key: str, raw: dict[str, Any], problems: list[Problem]) -> int | None:
     seconds = duration_seconds(raw.get("duration")) if raw.get("duration") is not None else None
     if raw.get("duration") is not None and (seconds is None or not 900 <= seconds <= 43200):
-        problems.append(Problem(f"{key}.duration", f"{fmt(raw.get('duration'))} is not a duration from 15m to 12h (e.g. 1h, 45m, 1h30m)"))
+        problems.append(
+            Problem(
+                f"{key}.duration", f"{fmt(raw.get('duration'))} is not a duration from 15m to 12h (e.g. 1h, 45m, 1h30m)"
+            )
+        )
     return seconds
 
 
@@ -294,7 +341,9 @@ def make_session(settings: AwsSettings, region: str) -> Any:
             region_name=region,
         )
     except botocore.exceptions.ProfileNotFound as err:
-        raise ConfigError([Problem("aws:profile", f"{fmt(settings.profile)} is not a profile of the AWS config files ({err})")]) from err
+        raise ConfigError(
+            [Problem("aws:profile", f"{fmt(settings.profile)} is not a profile of the AWS config files ({err})")]
+        ) from err
     if not settings.assume_roles:
         return base
     sts_region = settings.sts_region or region

@@ -48,7 +48,10 @@ def _release(ec2: Any, eni: dict[str, Any]) -> tuple[str, str]:
     # deletes) them itself once the job's instances are gone.
     managed = bool(eni.get("RequesterManaged")) or attachment.get("InstanceOwnerId") == "amazon-aws"
     if held and managed:
-        return "busy", f"{attachment.get('Status') or 'attached'}, managed by {eni.get('RequesterId') or 'AWS'}: waiting for it to be released"
+        return (
+            "busy",
+            f"{attachment.get('Status') or 'attached'}, managed by {eni.get('RequesterId') or 'AWS'}: waiting for it to be released",
+        )
     try:
         if attached:
             try:
@@ -91,7 +94,10 @@ def delete_interfaces(
     if not security_group_ids or not subnet_ids:
         return []
     ec2 = client("ec2", region)
-    filters = [{"Name": "group-id", "Values": list(security_group_ids)}, {"Name": "subnet-id", "Values": list(subnet_ids)}]
+    filters = [
+        {"Name": "group-id", "Values": list(security_group_ids)},
+        {"Name": "subnet-id", "Values": list(subnet_ids)},
+    ]
     label = f"SageMaker training job {job}" if job else "SageMaker training job"
     deadline = time.monotonic() + timeout_seconds
     pause = ENI_FIRST_PAUSE
@@ -102,7 +108,9 @@ def delete_interfaces(
             found = [e for e in _interfaces(ec2, filters) if e["NetworkInterfaceId"] not in failed]
         except Exception as err:
             code, message = _error(err)
-            warn(f"{label}: could not list its network interfaces ({code or type(err).__name__}: {message or err}); none were deleted.")
+            warn(
+                f"{label}: could not list its network interfaces ({code or type(err).__name__}: {message or err}); none were deleted."
+            )
             return deleted
         busy: dict[str, str] = {}
         for eni in found:

@@ -55,11 +55,15 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from facts.problems import ConfigError, Problem
-from providers.aws_access import DEFAULT_SESSION_NAME as DEFAULT_SESSION_NAME  # re-exported, as are the two below: the tests read them here
+from providers.aws_access import (
+    DEFAULT_SESSION_NAME as DEFAULT_SESSION_NAME,
+)  # re-exported, as are the two below: the tests read them here
 from providers.aws_access import AssumeRole as AssumeRole
 from providers.aws_access import AwsSettings, ClientFactory, Clients, Warn, _client, _error, _warn
 from providers.aws_access import duration_seconds as duration_seconds
-from providers.network_interfaces import ENI_FIRST_PAUSE as ENI_FIRST_PAUSE  # re-exported, as are the two below: the tests read them here
+from providers.network_interfaces import (
+    ENI_FIRST_PAUSE as ENI_FIRST_PAUSE,
+)  # re-exported, as are the two below: the tests read them here
 from providers.network_interfaces import ENI_LONGEST_PAUSE as ENI_LONGEST_PAUSE
 from providers.network_interfaces import ENI_SECONDS as ENI_SECONDS
 from providers.network_interfaces import delete_interfaces
@@ -83,7 +87,9 @@ DESCRIBE_TRIES = 3  # DescribeTrainingJob after a successful create, POLL_SECOND
 
 def _not_found(err: Exception) -> bool:
     code, message = _error(err)
-    return code in ("ResourceNotFound", "ValidationException") and ("not found" in message.lower() or "does not exist" in message.lower())
+    return code in ("ResourceNotFound", "ValidationException") and (
+        "not found" in message.lower() or "does not exist" in message.lower()
+    )
 
 
 def plain_request(request: Any) -> Any:
@@ -177,7 +183,9 @@ def create_job(
                     job = None  # could not tell (throttled, ...): ask again after the pause
                 if job is not None and job.get("TrainingJobStatus") != "Deleting":
                     return _take_over(job, request, warn)
-            retry = (code == "ValidationException" and any(m in message for m in PROPAGATION_MESSAGES)) or code == "ResourceInUse"
+            retry = (
+                code == "ValidationException" and any(m in message for m in PROPAGATION_MESSAGES)
+            ) or code == "ResourceInUse"
             if retry and time.monotonic() < deadline:
                 sleep(POLL_SECONDS)
                 continue
@@ -255,7 +263,14 @@ def delete_job(
     return delete_interfaces(region, security_group_ids, subnet_ids, client, sleep=sleep, warn=warn, job=name)
 
 
-def retag(name: str, arn: str, old: list[dict[str, str]], new: list[dict[str, str]], region: str, client: ClientFactory = _client) -> None:
+def retag(
+    name: str,
+    arn: str,
+    old: list[dict[str, str]],
+    new: list[dict[str, str]],
+    region: str,
+    client: ClientFactory = _client,
+) -> None:
     """Change a job's tags in place (AddTags / DeleteTags)."""
     sm = client("sagemaker", region)
     arn = arn or sm.describe_training_job(TrainingJobName=name)["TrainingJobArn"]
@@ -316,12 +331,23 @@ class TrainingJobProvider(dynamic.ResourceProvider):
             return dynamic.DiffResult(changes=True, replaces=["request"], delete_before_replace=True)
         old, new = dict(olds["request"]), dict(news["request"])
         retags = old.pop("Tags", None) != new.pop("Tags", None)
-        replaces = [k for k, changed in (("request", old != new), ("region", olds.get("region") != news.get("region"))) if changed]
+        replaces = [
+            k
+            for k, changed in (("request", old != new), ("region", olds.get("region") != news.get("region")))
+            if changed
+        ]
         # A training job cannot change: anything but its tags makes a new job. Tags change in place.
         return dynamic.DiffResult(changes=bool(replaces) or retags, replaces=replaces, delete_before_replace=True)
 
     def update(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
-        retag(id_, olds.get("arn") or "", olds["request"].get("Tags") or [], news["request"].get("Tags") or [], news["region"], client=self._client_factory())
+        retag(
+            id_,
+            olds.get("arn") or "",
+            olds["request"].get("Tags") or [],
+            news["request"].get("Tags") or [],
+            news["region"],
+            client=self._client_factory(),
+        )
         return dynamic.UpdateResult(outs={**news, "arn": olds.get("arn"), "status": olds.get("status")})
 
     def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
@@ -364,5 +390,11 @@ class SageMakerTrainingJob(dynamic.Resource, module="gputraining", name="SageMak
         stop_timeout_seconds: int,
         opts: pulumi.ResourceOptions | None = None,
     ):
-        props = {"request": request, "region": region, "stopTimeoutSeconds": stop_timeout_seconds, "arn": None, "status": None}
+        props = {
+            "request": request,
+            "region": region,
+            "stopTimeoutSeconds": stop_timeout_seconds,
+            "arn": None,
+            "status": None,
+        }
         super().__init__(TrainingJobProvider(), name, props, opts)

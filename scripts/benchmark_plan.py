@@ -120,7 +120,9 @@ runpy.run_module("infra", run_name="__main__", alter_sys=True)
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env={**ENV, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env={**ENV, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         sys.exit(f"failed ({proc.returncode}): {' '.join(cmd[:4])} ...\n{proc.stderr}")
@@ -131,12 +133,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--runs", type=int, default=5, help="alternating runs of the floor and the plan (default 5)")
-    parser.add_argument("--in-process", type=int, default=3, help="plans in one process, for the in-process figures (default 3)")
+    parser.add_argument(
+        "--in-process", type=int, default=3, help="plans in one process, for the in-process figures (default 3)"
+    )
     args = parser.parse_args()
     py = sys.executable
 
     probe = subprocess.run(
-        [py, "-c", _PROBE.format(root=str(ROOT), runs=max(1, args.in_process), stack=args.stack, packages=SDK_PACKAGES)],
+        [
+            py,
+            "-c",
+            _PROBE.format(root=str(ROOT), runs=max(1, args.in_process), stack=args.stack, packages=SDK_PACKAGES),
+        ],
         cwd=ROOT,
         env=ENV,
         capture_output=True,
@@ -153,7 +161,11 @@ def main() -> int:
     statements_cmd = [py, "-c", "import " + ", ".join(names)]
     frozen_statements_cmd = [py, "-c", "import gc\nimport " + ", ".join(names) + "\ngc.freeze()"]
     check = subprocess.run(
-        [py, "-c", _FLOOR.format(names=modules, freeze=False, report=True, packages=SDK_PACKAGES)], cwd=ROOT, env=ENV, capture_output=True, text=True
+        [py, "-c", _FLOOR.format(names=modules, freeze=False, report=True, packages=SDK_PACKAGES)],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
     )
     floor_loads = set(check.stdout.split())
 
@@ -163,11 +175,21 @@ def main() -> int:
     print(f"SDK modules loaded by the plan: {len(modules)} ({by_package})")
     print(f"  entry points: {', '.join(names)}")
     missing, extra = sorted(set(modules) - floor_loads), sorted(floor_loads - set(modules))
-    print(f"  the floor loads {len(floor_loads)} of them" + (f"; missing {missing[:5]}" if missing else "") + (f"; also {extra[:5]}" if extra else ""))
+    print(
+        f"  the floor loads {len(floor_loads)} of them"
+        + (f"; missing {missing[:5]}" if missing else "")
+        + (f"; also {extra[:5]}" if extra else "")
+    )
     print()
-    print("floor: imports those modules; floor*: the same, exit without a last collection (as the plan command): the import floor;")
-    print("statements(*): `import <entry points>` only (and exit as floor*), which leaves pulumi_aws's lazy subpackages unrun;")
-    print("plan: `python -m infra plan` with the Helm renders, cache warm; plan cold: cache empty; plan -r: no renders. See --help.")
+    print(
+        "floor: imports those modules; floor*: the same, exit without a last collection (as the plan command): the import floor;"
+    )
+    print(
+        "statements(*): `import <entry points>` only (and exit as floor*), which leaves pulumi_aws's lazy subpackages unrun;"
+    )
+    print(
+        "plan: `python -m infra plan` with the Helm renders, cache warm; plan cold: cache empty; plan -r: no renders. See --help."
+    )
 
     columns = ("floor", "floor*", "statements", "statements*", "plan", "plan cold", "plan -r")
     figures: dict[str, list[float]] = {c: [] for c in columns}
@@ -197,7 +219,9 @@ def main() -> int:
             timed(commands[c], env(c))
         # Each plan is what it says: the warm cache has every render; without helm, none is made.
         kept = len(list((Path(tmp) / "warm" / "helm-renders").glob("*.entry")))
-        unrendered = subprocess.run(commands["plan -r"], cwd=ROOT, env={**ENV, **env("plan -r")}, capture_output=True, text=True).stdout
+        unrendered = subprocess.run(
+            commands["plan -r"], cwd=ROOT, env={**ENV, **env("plan -r")}, capture_output=True, text=True
+        ).stdout
         if not kept or "not rendered" not in unrendered:
             sys.exit(f"the plans are not what they should be: {kept} renders kept; without helm: {unrendered[-300:]}")
         print(f"render cache: {kept} renders kept by the warm-up plan")
@@ -217,7 +241,9 @@ def main() -> int:
     # On a shared machine the fastest run of each is the one least disturbed by others.
     print(f"fastest of {args.runs}: " + ", ".join(f"{c} {low[c]:.2f} s" for c in columns))
     print()
-    print(f"the plan against the import floor (medians; fastest runs in brackets): floor* {med['floor*']:.2f} s, statements* {med['statements*']:.2f} s")
+    print(
+        f"the plan against the import floor (medians; fastest runs in brackets): floor* {med['floor*']:.2f} s, statements* {med['statements*']:.2f} s"
+    )
     for c, what in (
         ("plan", "with renders, cache warm (a second `scripts/plan.sh`)"),
         ("plan cold", "with renders, cache empty (the first)"),

@@ -44,7 +44,9 @@ def main() -> int:
 
     load_before = os.getloadavg()
     one_wall, out = run(["-n", "0", "--durations=0", "--durations-min=0", *rest])
-    per_module: dict[str, dict[str, float]] = collections.defaultdict(lambda: {"setup": 0.0, "call": 0.0, "teardown": 0.0})
+    per_module: dict[str, dict[str, float]] = collections.defaultdict(
+        lambda: {"setup": 0.0, "call": 0.0, "teardown": 0.0}
+    )
     tests: collections.Counter[str] = collections.Counter()
     for line in out.splitlines():
         m = DURATION.match(line)
@@ -57,7 +59,9 @@ def main() -> int:
 
     measured = sum(sum(c.values()) for c in per_module.values())
     print(f"one process (-n 0): {one_wall:.1f} s wall ({summary.group(1) if summary else '?'})")
-    print(f"  in tests' setup, calls and teardown: {measured:.1f} s; start-up, collection and the rest: {one_wall - measured:.1f} s")
+    print(
+        f"  in tests' setup, calls and teardown: {measured:.1f} s; start-up, collection and the rest: {one_wall - measured:.1f} s"
+    )
     print(f"-n {args.workers} (as scripts/test.sh runs it): {many_wall:.1f} s wall, {one_wall / many_wall:.2f}x faster")
     print()
     print(f"{'seconds':>8} {'setup':>7} {'calls':>7} {'tests':>6}  module (one-process run)")

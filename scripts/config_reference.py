@@ -38,7 +38,10 @@ def main() -> int:
     new = replaced(text)
     if args.check:
         if new != text:
-            print("README.md's configuration reference is out of date: run scripts/config_reference.py --write", file=sys.stderr)
+            print(
+                "README.md's configuration reference is out of date: run scripts/config_reference.py --write",
+                file=sys.stderr,
+            )
             return 1
         return 0
     README.write_text(new)

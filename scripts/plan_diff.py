@@ -61,7 +61,12 @@ def _resource_key(r: dict) -> tuple[str, str]:
 
 def _manifest_key(m: dict) -> tuple[str, str, str, str]:
     meta = m.get("metadata") or {}
-    return (str(m.get("apiVersion", "")), str(m.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    return (
+        str(m.get("apiVersion", "")),
+        str(m.get("kind", "")),
+        str(meta.get("namespace") or ""),
+        str(meta.get("name") or ""),
+    )
 
 
 def _relocate(value: Any, root: str) -> Any:
@@ -164,7 +169,11 @@ class Diff:
             for k in sorted(set(base.manifests) & set(head.manifests))
             if base.manifests[k] != head.manifests[k]
         ]
-        self.outputs_changed = sorted(k for k in set(base.outputs) | set(head.outputs) if base.outputs.get(k, _MISSING) != head.outputs.get(k, _MISSING))
+        self.outputs_changed = sorted(
+            k
+            for k in set(base.outputs) | set(head.outputs)
+            if base.outputs.get(k, _MISSING) != head.outputs.get(k, _MISSING)
+        )
 
     @property
     def empty(self) -> bool:
@@ -221,7 +230,11 @@ def _cost_lines(base: dict[str, Any] | None, head: dict[str, Any] | None) -> lis
             return money(new)
         old = float(base[key])
         delta = new - old
-        return money(new) if abs(delta) < 0.005 else f"{money(old)} → {money(new)} (**{'+' if delta > 0 else '-'}${abs(delta):,.2f}/h**)"
+        return (
+            money(new)
+            if abs(delta) < 0.005
+            else f"{money(old)} → {money(new)} (**{'+' if delta > 0 else '-'}${abs(delta):,.2f}/h**)"
+        )
 
     where = f"on-demand, {head.get('region')} prices of {head.get('date')}"
     return [f"Cost ({where}): idle {change('idlePerHour')}; every group at its maximum {change('maximumPerHour')}.", ""]
@@ -233,8 +246,16 @@ CAPACITY_BLOCK = "aws:ec2/capacityBlockReservation:CapacityBlockReservation"
 def purchases(diff: Diff) -> list[tuple[str, str]]:
     """(resource name, offering id) of each Capacity Block the head plan buys and the base plan did
     not: `pulumi up` pays for it at once, irreversibly, so the comment says it in words."""
-    bought = {(r.get("inputs") or {}).get("capacityBlockOfferingId") for k, r in diff.base.resources.items() if k[0] == CAPACITY_BLOCK}
-    new = [(k[1], str((r.get("inputs") or {}).get("capacityBlockOfferingId"))) for k, r in diff.head.resources.items() if k[0] == CAPACITY_BLOCK]
+    bought = {
+        (r.get("inputs") or {}).get("capacityBlockOfferingId")
+        for k, r in diff.base.resources.items()
+        if k[0] == CAPACITY_BLOCK
+    }
+    new = [
+        (k[1], str((r.get("inputs") or {}).get("capacityBlockOfferingId")))
+        for k, r in diff.head.resources.items()
+        if k[0] == CAPACITY_BLOCK
+    ]
     return sorted((name, offering) for name, offering in new if offering not in bought)
 
 
@@ -265,10 +286,16 @@ def _gpu_az_move_lines(diff: Diff) -> list[str]:
     ]
 
 
-def render(diff: Diff, title: str, base_status: str = "ok", head_status: str = "ok", head_log: str = "", max_rows: int = 50) -> str:
+def render(
+    diff: Diff, title: str, base_status: str = "ok", head_status: str = "ok", head_log: str = "", max_rows: int = 50
+) -> str:
     lines = [MARKER, f"### {title}", ""]
     if head_status != "ok":
-        lines += ["**The offline plan of this pull request failed**, so there is nothing to compare. Its output:", "", "```"]
+        lines += [
+            "**The offline plan of this pull request failed**, so there is nothing to compare. Its output:",
+            "",
+            "```",
+        ]
         lines += head_log.rstrip().splitlines()[-40:] or ["(no output)"]
         lines += ["```", ""]
         return "\n".join(lines) + "\n"
@@ -295,28 +322,43 @@ def render(diff: Diff, title: str, base_status: str = "ok", head_status: str = "
         lines += ["No difference in resources, Kubernetes objects or stack outputs.", ""]
         return "\n".join(lines) + "\n"
     if diff.resources_added:
-        lines += ["#### Resources added", ""] + _table(["type", "name"], ([_code(t), _code(n)] for t, n in diff.resources_added), max_rows)
+        lines += ["#### Resources added", ""] + _table(
+            ["type", "name"], ([_code(t), _code(n)] for t, n in diff.resources_added), max_rows
+        )
     if diff.resources_removed:
-        lines += ["#### Resources removed", ""] + _table(["type", "name"], ([_code(t), _code(n)] for t, n in diff.resources_removed), max_rows)
+        lines += ["#### Resources removed", ""] + _table(
+            ["type", "name"], ([_code(t), _code(n)] for t, n in diff.resources_removed), max_rows
+        )
     if diff.resources_changed:
         lines += ["#### Resources changed", ""] + _table(
-            ["type", "name", "changed"], ([_code(t), _code(n), _keys(c)] for (t, n), c in diff.resources_changed), max_rows
+            ["type", "name", "changed"],
+            ([_code(t), _code(n), _keys(c)] for (t, n), c in diff.resources_changed),
+            max_rows,
         )
     if diff.manifests_added:
         lines += ["#### Kubernetes objects added", ""] + _table(
-            ["kind", "name"], ([_code(f"{k[1]} ({k[0]})"), _code(_manifest_name(k))] for k in diff.manifests_added), max_rows
+            ["kind", "name"],
+            ([_code(f"{k[1]} ({k[0]})"), _code(_manifest_name(k))] for k in diff.manifests_added),
+            max_rows,
         )
     if diff.manifests_removed:
         lines += ["#### Kubernetes objects removed", ""] + _table(
-            ["kind", "name"], ([_code(f"{k[1]} ({k[0]})"), _code(_manifest_name(k))] for k in diff.manifests_removed), max_rows
+            ["kind", "name"],
+            ([_code(f"{k[1]} ({k[0]})"), _code(_manifest_name(k))] for k in diff.manifests_removed),
+            max_rows,
         )
     if diff.manifests_changed:
         lines += ["#### Kubernetes objects changed", ""] + _table(
-            ["kind", "name", "changed"], ([_code(f"{k[1]} ({k[0]})"), _code(_manifest_name(k)), _keys(c)] for k, c in diff.manifests_changed), max_rows
+            ["kind", "name", "changed"],
+            ([_code(f"{k[1]} ({k[0]})"), _code(_manifest_name(k)), _keys(c)] for k, c in diff.manifests_changed),
+            max_rows,
         )
     if diff.outputs_changed:
         lines += ["#### Stack outputs changed", "", _keys(diff.outputs_changed, limit=max_rows), ""]
-    lines += ["<sub>Offline plan: the stack's program run against recorded AWS data, no credentials. `pulumi preview` has the real diff.</sub>", ""]
+    lines += [
+        "<sub>Offline plan: the stack's program run against recorded AWS data, no credentials. `pulumi preview` has the real diff.</sub>",
+        "",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -34,7 +34,13 @@ def addon_pins(cfg: StackConfig) -> list[AddonPin]:
         AddonPin("eks-pod-identity-agent", versions.POD_IDENTITY_AGENT_ADDON),
     ]
     if cfg.gpu_node_groups:
-        pins.append(AddonPin("eks-node-monitoring-agent", versions.NODE_MONITORING_AGENT_ADDON[k8s], node_monitoring_agent_values(cfg)))
+        pins.append(
+            AddonPin(
+                "eks-node-monitoring-agent",
+                versions.NODE_MONITORING_AGENT_ADDON[k8s],
+                node_monitoring_agent_values(cfg),
+            )
+        )
     if cfg.storage.efs.enabled:
         pins.append(AddonPin("aws-efs-csi-driver", versions.EFS_CSI_ADDON))
     if cfg.storage.fsx.enabled:

@@ -18,13 +18,22 @@ from components.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from components.cluster import Cluster
 from components.device_plugins import DevicePlugins, DevicePluginsArgs
 from components.etcd import Etcd, EtcdArgs
-from components.jobs import TrainingJobs, TrainingJobsArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network
 from components.node_group import NodeGroup
-from components.queues import ClusterQueueArgs, FlavorArgs, LocalQueueArgs, ProvisioningArgs, Queues, QueuesArgs, ResourceQuota, TeamArgs
+from components.queues import (
+    ClusterQueueArgs,
+    FlavorArgs,
+    LocalQueueArgs,
+    ProvisioningArgs,
+    Queues,
+    QueuesArgs,
+    ResourceQuota,
+    TeamArgs,
+)
 from components.sagemaker import SageMakerTrainingJobs, SageMakerTrainingJobsArgs, SharedFileSystem
 from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
+from components.training_jobs import TrainingJobs, TrainingJobsArgs
 from facts import versions
 from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
 from facts.operators import installed as installed_operators
@@ -33,7 +42,7 @@ from jobs.base import PRIORITIES, JobsContext, job_targets
 from stacks import queues
 from stacks.addons import addon_version
 from stacks.config import GpuNodeGroupConfig, StackConfig
-from stacks.config.jobs import runtime_of, sagemaker_jobs
+from stacks.config.job_entries import runtime_of, sagemaker_jobs
 
 
 @dataclass
@@ -53,11 +62,15 @@ class _Services:
     claims: dict[str, str] = field(default_factory=dict)
     file_systems: dict[str, SharedFileSystem] = field(default_factory=dict)  # what SageMaker jobs read
     etcd_endpoint: str | None = None
-    job_queues: dict[str, str] = field(default_factory=dict)  # team ("" = none) -> LocalQueue of its jobs; empty without queues
+    job_queues: dict[str, str] = field(
+        default_factory=dict
+    )  # team ("" = none) -> LocalQueue of its jobs; empty without queues
     provisioning_request_crd: pulumi.Resource | None = None  # the ProvisioningRequest API, when installed
 
 
-def build_services(cfg: StackConfig, gpu_az: str, network: Network, cluster: Cluster, system: NodeGroup, tags: dict[str, str]) -> dict[str, Any]:
+def build_services(
+    cfg: StackConfig, gpu_az: str, network: Network, cluster: Cluster, system: NodeGroup, tags: dict[str, str]
+) -> dict[str, Any]:
     """Cluster services: device plugins, storage, operators, etcd, monitoring, jobs. Every
     Kubernetes object goes through one provider bound to the new cluster."""
     provider = k8s.Provider("k8s", kubeconfig=cluster.kubeconfig, opts=pulumi.ResourceOptions(depends_on=[cluster.eks]))
@@ -65,7 +78,9 @@ def build_services(cfg: StackConfig, gpu_az: str, network: Network, cluster: Clu
     # Pods of the services need a node to run on, and add-ons need the cluster.
     namespace = k8s.core.v1.Namespace(
         "training-namespace",
-        metadata=k8s.meta.v1.ObjectMetaArgs(name=cfg.services.training_namespace, labels={"app.kubernetes.io/part-of": PART_OF}),
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=cfg.services.training_namespace, labels={"app.kubernetes.io/part-of": PART_OF}
+        ),
         opts=pulumi.ResourceOptions(provider=provider, depends_on=[system]),
     )
     s = _Services(
@@ -270,7 +285,12 @@ def _queues(s: _Services) -> None:
 
     def quotas(cq: queues.ClusterQueue) -> dict[str, list[ResourceQuota]]:
         return {
-            flavor: [ResourceQuota(r, queues.quantity(r, lim[r].nominal), amount(r, lim[r].borrowing), amount(r, lim[r].lending)) for r in covered]
+            flavor: [
+                ResourceQuota(
+                    r, queues.quantity(r, lim[r].nominal), amount(r, lim[r].borrowing), amount(r, lim[r].lending)
+                )
+                for r in covered
+            ]
             for flavor, lim in cq.limits.items()
         }
 
@@ -307,10 +327,16 @@ def _queues(s: _Services) -> None:
             cluster_name=cfg.cluster_name,
             namespace=queues.KUEUE_NAMESPACE,
             teams=[TeamArgs(t.name, t.namespace, t.role_arn, t.kubernetes_group) for t in plan.teams],
-            provisioning=ProvisioningArgs(queues.PROVISIONING_CHECK, queues.PROVISIONING_CLASS, [queues.GPU]) if plan.provisioning else None,
+            provisioning=ProvisioningArgs(queues.PROVISIONING_CHECK, queues.PROVISIONING_CLASS, [queues.GPU])
+            if plan.provisioning
+            else None,
             apis_at_start=[queues.PROVISIONING_REQUEST_API] if s.provisioning_request_crd is not None else [],
             project_root=PROJECT_ROOT,
-            depends_on=[s.cluster.eks, s.namespace, *([s.provisioning_request_crd] if s.provisioning_request_crd is not None else [])],
+            depends_on=[
+                s.cluster.eks,
+                s.namespace,
+                *([s.provisioning_request_crd] if s.provisioning_request_crd is not None else []),
+            ],
             tags=s.tags,
         ),
         opts=s.k8s_component,

@@ -24,7 +24,9 @@ class Line:
 class Cost:
     lines: list[Line] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    omitted: list[str] = field(default_factory=list)  # what the stack pays for that is not counted, and how it is billed
+    omitted: list[str] = field(
+        default_factory=list
+    )  # what the stack pays for that is not counted, and how it is billed
 
     @property
     def idle(self) -> float:
@@ -40,7 +42,9 @@ class Cost:
             "date": prices.PRICES_DATE,
             "idlePerHour": self.idle,
             "maximumPerHour": self.maximum,
-            "lines": [{"what": line.what, "idlePerHour": line.idle, "maximumPerHour": line.maximum} for line in self.lines],
+            "lines": [
+                {"what": line.what, "idlePerHour": line.idle, "maximumPerHour": line.maximum} for line in self.lines
+            ],
             "notes": list(self.notes),
             "omitted": list(self.omitted),
         }
@@ -53,7 +57,13 @@ def _nodes(what: str, instance_type: str, low: int, high: int, disk_gib: int, co
         cost.notes.append(f"{what}: {instance_type} has no on-demand price (Capacity Blocks only); not counted")
         cost.lines.append(Line(f"{what} ({instance_type}, {low}-{high} nodes)", None, None))
         return
-    cost.lines.append(Line(f"{what} ({instance_type}, {low}-{high} nodes)", round(low * (hourly + disk), 4), round(high * (hourly + disk), 4)))
+    cost.lines.append(
+        Line(
+            f"{what} ({instance_type}, {low}-{high} nodes)",
+            round(low * (hourly + disk), 4),
+            round(high * (hourly + disk), 4),
+        )
+    )
 
 
 def estimate(cfg: StackConfig) -> Cost:
@@ -88,7 +98,9 @@ def estimate(cfg: StackConfig) -> Cost:
             cost.notes.append(f"FSx {f.deployment_type}: no pinned price; not counted")
         else:
             hourly = round(f.storage_capacity_gib * per_gb / prices.HOURS_PER_MONTH, 4)
-            cost.lines.append(Line(f"FSx for Lustre ({f.deployment_type}, {f.storage_capacity_gib} GiB)", hourly, hourly))
+            cost.lines.append(
+                Line(f"FSx for Lustre ({f.deployment_type}, {f.storage_capacity_gib} GiB)", hourly, hourly)
+            )
     if cfg.region != prices.PRICES_REGION:
         cost.notes.append(f"prices are {prices.PRICES_REGION}'s; the stack is in {cfg.region}")
     cost.omitted += omitted(cfg)
@@ -108,7 +120,7 @@ def kms_keys(cfg: StackConfig) -> list[str]:
 
 def omitted(cfg: StackConfig) -> list[str]:
     """What the stack pays for that the estimate leaves out (all billed by use), one entry each."""
-    from stacks.config.jobs import sagemaker_jobs
+    from stacks.config.job_entries import sagemaker_jobs
 
     out = [
         "NAT gateway data processing (per GB through the NAT gateways) and data transfer (out to the internet, across AZs)",
@@ -117,21 +129,30 @@ def omitted(cfg: StackConfig) -> list[str]:
     if cfg.monitoring.enabled:
         out.append(
             f"Container Insights (CloudWatch observability add-on): metrics per metric-month, container logs per GB ingested and "
-            f"stored (kept {cfg.monitoring.log_retention_days} days)" + ("; the dashboard per dashboard-month" if cfg.monitoring.dashboard else "")
+            f"stored (kept {cfg.monitoring.log_retention_days} days)"
+            + ("; the dashboard per dashboard-month" if cfg.monitoring.dashboard else "")
         )
     if cfg.storage.efs.enabled:
-        out.append(f"EFS storage: what is stored (${prices.EFS_GB_MONTH:.2f} per GB-month, Standard); nothing when empty")
+        out.append(
+            f"EFS storage: what is stored (${prices.EFS_GB_MONTH:.2f} per GB-month, Standard); nothing when empty"
+        )
     f = cfg.storage.fsx
     if f.enabled and f.deployment_type.startswith("PERSISTENT") and (f.backup_retention_days or f.final_backup):
-        kinds = ([f"daily, kept {f.backup_retention_days} days"] if f.backup_retention_days else []) + (["a final backup on delete"] if f.final_backup else [])
+        kinds = ([f"daily, kept {f.backup_retention_days} days"] if f.backup_retention_days else []) + (
+            ["a final backup on delete"] if f.final_backup else []
+        )
         out.append(f"FSx backups ({', '.join(kinds)}): per GB-month of backup storage")
     jobs = sagemaker_jobs(cfg.jobs, cfg.gpu_node_groups, cfg.region, cfg.cluster_name, {})
     if jobs:
-        runs = ", ".join(f"{j.job} on {j.instance_count} x {j.instance_type}" + (" (spot)" if j.spot else "") for j in jobs)
+        runs = ", ".join(
+            f"{j.job} on {j.instance_count} x {j.instance_type}" + (" (spot)" if j.spot else "") for j in jobs
+        )
         out.append(f"SageMaker training jobs ({runs}): per instance-second while each runs")
     exposed = [j.name for j in cfg.jobs if j.enabled and getattr(j, "expose", False)]
     if exposed:
-        out.append(f"load balancers of exposed jobs ({', '.join(exposed)}): per hour and per LCU, with their public IPv4 addresses")
+        out.append(
+            f"load balancers of exposed jobs ({', '.join(exposed)}): per hour and per LCU, with their public IPv4 addresses"
+        )
     return out
 
 

@@ -15,7 +15,15 @@ from components.cluster import Cluster, ClusterArgs
 from components.network import Network, NetworkArgs
 from components.node_group import NodeGroup, NodeGroupArgs
 from facts import catalog, versions
-from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_2MI_PAGES, EFA_HUGEPAGES_NODE_MIB, EFA_RESOURCE, GPU_RESOURCE, HUGEPAGES_2MI_RESOURCE, SYSTEM_GROUP
+from facts.kube import (
+    ACCELERATOR_LABEL,
+    EFA_HUGEPAGES_2MI_PAGES,
+    EFA_HUGEPAGES_NODE_MIB,
+    EFA_RESOURCE,
+    GPU_RESOURCE,
+    HUGEPAGES_2MI_RESOURCE,
+    SYSTEM_GROUP,
+)
 from stacks.addons import addon_configuration, addon_version
 from stacks.cluster_services import autoscaled, build_services
 from stacks.config import GpuNodeGroupConfig, StackConfig
@@ -48,7 +56,11 @@ def build(cfg: StackConfig, placement: Placement | None = None) -> dict[str, Any
     )
     cluster.add_coredns(after=[system])
     # A capacity-block group with no block yet (an offering to look at with preflight) is not built.
-    gpu_groups = {g.name: _gpu_node_group(g, gpu_az, cfg, cluster, network, tags) for g in cfg.gpu_node_groups if not g.awaiting_capacity_block}
+    gpu_groups = {
+        g.name: _gpu_node_group(g, gpu_az, cfg, cluster, network, tags)
+        for g in cfg.gpu_node_groups
+        if not g.awaiting_capacity_block
+    }
     if gpu_groups:
         agent = "eks-node-monitoring-agent"
         cluster.add_node_monitoring_agent(addon_version(cfg, agent), addon_configuration(cfg, agent), after=[system])
@@ -65,7 +77,10 @@ def build(cfg: StackConfig, placement: Placement | None = None) -> dict[str, Any
         "privateSubnetIds": network.private_subnet_ids,
         "publicSubnetIds": network.public_subnet_ids,
         "gpuSubnetId": network.gpu_subnet_id,
-        "nodeGroupNames": {SYSTEM_GROUP: system.node_group_name, **{n: ng.node_group_name for n, ng in gpu_groups.items()}},
+        "nodeGroupNames": {
+            SYSTEM_GROUP: system.node_group_name,
+            **{n: ng.node_group_name for n, ng in gpu_groups.items()},
+        },
     }
 
 
@@ -115,7 +130,9 @@ def _cluster(cfg: StackConfig, network: Network, tags: dict[str, str]) -> Cluste
     )
 
 
-def _node_group(name: str, cfg: StackConfig, cluster: Cluster, network: Network, tags: dict[str, str], **args: Any) -> NodeGroup:
+def _node_group(
+    name: str, cfg: StackConfig, cluster: Cluster, network: Network, tags: dict[str, str], **args: Any
+) -> NodeGroup:
     """A node group with what every group shares (cluster, role, VPC, version, tags)."""
     return NodeGroup(
         name,
@@ -149,7 +166,9 @@ def extended_resources(instance: catalog.InstanceType, efa_interfaces: int) -> d
     return resources
 
 
-def _gpu_node_group(g: GpuNodeGroupConfig, gpu_az: str, cfg: StackConfig, cluster: Cluster, network: Network, tags: dict[str, str]) -> NodeGroup:
+def _gpu_node_group(
+    g: GpuNodeGroupConfig, gpu_az: str, cfg: StackConfig, cluster: Cluster, network: Network, tags: dict[str, str]
+) -> NodeGroup:
     placement = g.placement
     return _node_group(
         f"gpu-{g.name}",

@@ -52,7 +52,10 @@ class Placement:
     @property
     def moves(self) -> bool:
         """Whether the GPU AZ moves away from where the deployed stack has it (an explicit move)."""
-        return bool(self.deployed_gpu_availability_zones) and self.gpu_availability_zone not in self.deployed_gpu_availability_zones
+        return (
+            bool(self.deployed_gpu_availability_zones)
+            and self.gpu_availability_zone not in self.deployed_gpu_availability_zones
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -60,7 +63,13 @@ class Placement:
 # ---------------------------------------------------------------------------------------------
 
 
-def choose_gpu_az(requested: str, region_azs: list[str], offered: dict[str, set[str]], gpu_types: list[str], deployed: Sequence[DeployedGpuSubnet] = ()) -> str:
+def choose_gpu_az(
+    requested: str,
+    region_azs: list[str],
+    offered: dict[str, set[str]],
+    gpu_types: list[str],
+    deployed: Sequence[DeployedGpuSubnet] = (),
+) -> str:
     """Pick the GPU AZ: the requested one after checking it offers every GPU type; with ``auto``
     the AZ of the stack's GPU subnet (``deployed``) after checking it offers every GPU type, or for a
     new stack the first AZ (by name) that offers all of them. ``offered`` maps type -> AZs."""
@@ -82,7 +91,9 @@ def _common_azs(region_azs: list[str], offered: dict[str, set[str]], gpu_types: 
 
 def _requested(requested: str, region_azs: list[str], offered: dict[str, set[str]], gpu_types: list[str]) -> str:
     if requested not in region_azs:
-        raise PlacementError(f"{KEY}: {requested!r} is not an available AZ of the region; available: {', '.join(region_azs)}")
+        raise PlacementError(
+            f"{KEY}: {requested!r} is not an available AZ of the region; available: {', '.join(region_azs)}"
+        )
     missing = [t for t in gpu_types if requested not in offered.get(t, set())]
     if missing:
         where = "; ".join(f"{t} is offered in {_offered_in(t, offered)}" for t in missing)
@@ -102,11 +113,15 @@ def _first_offering(region_azs: list[str], offered: dict[str, set[str]], gpu_typ
     return candidates[0]
 
 
-def _kept(deployed: Sequence[DeployedGpuSubnet], region_azs: list[str], offered: dict[str, set[str]], gpu_types: list[str]) -> str:
+def _kept(
+    deployed: Sequence[DeployedGpuSubnet], region_azs: list[str], offered: dict[str, set[str]], gpu_types: list[str]
+) -> str:
     """``auto`` on a deployed stack: the AZ of its GPU subnet, or a PlacementError saying why not."""
     azs = sorted({s.availability_zone for s in deployed})
     if len(azs) > 1:
-        where = " and ".join(f"{az} ({', '.join(s.subnet_id for s in sorted(deployed) if s.availability_zone == az)})" for az in azs)
+        where = " and ".join(
+            f"{az} ({', '.join(s.subnet_id for s in sorted(deployed) if s.availability_zone == az)})" for az in azs
+        )
         raise PlacementError(
             f"{KEY}: 'auto' keeps the AZ of this stack's GPU subnet, but it has GPU subnets in {where} (an interrupted move?); "
             f"set {KEY} to the AZ to keep: {' or '.join(azs)}"
@@ -114,11 +129,20 @@ def _kept(deployed: Sequence[DeployedGpuSubnet], region_azs: list[str], offered:
     kept = azs[0]
     missing = [t for t in gpu_types if kept not in offered.get(t, set())]
     if missing:
-        raise PlacementError(_kept_az_lacks(kept, sorted(deployed)[0].subnet_id, missing, region_azs, offered, gpu_types))
+        raise PlacementError(
+            _kept_az_lacks(kept, sorted(deployed)[0].subnet_id, missing, region_azs, offered, gpu_types)
+        )
     return kept
 
 
-def _kept_az_lacks(kept: str, subnet_id: str, missing: list[str], region_azs: list[str], offered: dict[str, set[str]], gpu_types: list[str]) -> str:
+def _kept_az_lacks(
+    kept: str,
+    subnet_id: str,
+    missing: list[str],
+    region_azs: list[str],
+    offered: dict[str, set[str]],
+    gpu_types: list[str],
+) -> str:
     where = "; ".join(f"{t} is offered in {_offered_in(t, offered)}" for t in missing)
     candidates = _common_azs(region_azs, offered, gpu_types)
     if candidates:
@@ -143,7 +167,9 @@ def choose_subnet_azs(gpu_az: str, region_azs: list[str], count: int) -> list[st
     """The GPU AZ plus the next AZs by name, ``count`` in all, sorted."""
     others = [az for az in sorted(region_azs) if az != gpu_az]
     if len(others) < count - 1:
-        raise PlacementError(f"{NAMESPACE}:network.availabilityZoneCount: {count} AZs asked for but the region has {len(others) + 1}")
+        raise PlacementError(
+            f"{NAMESPACE}:network.availabilityZoneCount: {count} AZs asked for but the region has {len(others) + 1}"
+        )
     return sorted([gpu_az] + others[: count - 1])
 
 
@@ -157,7 +183,11 @@ def gpu_subnet_tags(cfg: StackConfig) -> dict[str, str]:
     version (the stack's project and stack tags, as stacks/environment.py tags every resource, and
     GPU_SUBNET_TAG), so stacks deployed before this lookup existed are found too."""
     stack_tags = {"gputraining/project": cfg.project, "gputraining/stack": cfg.stack, **cfg.tags}
-    return {"gputraining/project": stack_tags["gputraining/project"], "gputraining/stack": stack_tags["gputraining/stack"], GPU_SUBNET_TAG: "true"}
+    return {
+        "gputraining/project": stack_tags["gputraining/project"],
+        "gputraining/stack": stack_tags["gputraining/stack"],
+        GPU_SUBNET_TAG: "true",
+    }
 
 
 def deployed_gpu_subnets(cfg: StackConfig) -> list[DeployedGpuSubnet]:
@@ -168,7 +198,9 @@ def deployed_gpu_subnets(cfg: StackConfig) -> list[DeployedGpuSubnet]:
 
 def _region_facts(gpu_types: list[str]) -> tuple[list[str], dict[str, set[str]]]:
     """The region's available AZs and, per GPU type, the AZs offering it."""
-    zones = aws.get_availability_zones(state="available", filters=[{"name": "opt-in-status", "values": ["opt-in-not-required"]}])
+    zones = aws.get_availability_zones(
+        state="available", filters=[{"name": "opt-in-status", "values": ["opt-in-not-required"]}]
+    )
     offered: dict[str, set[str]] = {t: set() for t in gpu_types}
     if gpu_types:
         result = aws.ec2.get_instance_type_offerings(

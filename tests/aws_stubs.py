@@ -83,7 +83,10 @@ def answer(session: Any, service: str, operation: str, respond: Callable[[dict],
         seen.append(params)
         result = respond(params)
         if isinstance(result, Error):
-            return _Http(result.status), {"Error": {"Code": result.code, "Message": result.message}, "ResponseMetadata": {"HTTPStatusCode": result.status}}
+            return _Http(result.status), {
+                "Error": {"Code": result.code, "Message": result.message},
+                "ResponseMetadata": {"HTTPStatusCode": result.status},
+            }
         if shape is not None:
             validate_parameters(result, shape)  # raises ParamValidationError for an answer AWS could not give
         return _Http(200), {**result, "ResponseMetadata": {"HTTPStatusCode": 200}}

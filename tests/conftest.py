@@ -97,7 +97,9 @@ def dev_plan_command(tmp_path_factory: pytest.TempPathFactory) -> PlanCommand:
     def files() -> str:
         digest = hashlib.sha256()
         for path in sorted(folder.rglob("*")):
-            digest.update(str(path.relative_to(folder)).encode() + b"\0" + (path.read_bytes() if path.is_file() else b"/") + b"\0")
+            digest.update(
+                str(path.relative_to(folder)).encode() + b"\0" + (path.read_bytes() if path.is_file() else b"/") + b"\0"
+            )
         return digest.hexdigest()
 
     _share("dev_plan_command", files)
@@ -135,7 +137,9 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 
     # Inside a running moto a second one starts nothing (no reset): the test would see what the
     # module's other tests left there.
-    assert not _module_moto, f"{_module_moto[0]} shares one moto (aws_module): its tests cannot also have a moto of their own (aws)"
+    assert not _module_moto, (
+        f"{_module_moto[0]} shares one moto (aws_module): its tests cannot also have a moto of their own (aws)"
+    )
     _moto_env(monkeypatch, tmp_path)
     with mock_aws():
         yield

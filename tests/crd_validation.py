@@ -49,7 +49,11 @@ def crd_in(manifest: Path, kind: str) -> dict[str, Any]:
     """The CustomResourceDefinition of ``kind`` in a (multi-document) manifest file."""
     with open(manifest) as fh:
         for doc in yaml.load_all(fh, Loader=_LOADER):
-            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition" and doc["spec"]["names"]["kind"] == kind:
+            if (
+                isinstance(doc, dict)
+                and doc.get("kind") == "CustomResourceDefinition"
+                and doc["spec"]["names"]["kind"] == kind
+            ):
                 return doc
     raise LookupError(f"{manifest}: no CustomResourceDefinition of kind {kind}")
 
@@ -68,7 +72,14 @@ def _version(crd: dict[str, Any], api_version: str) -> dict[str, Any]:
 # The schema, as JSON Schema
 # ---------------------------------------------------------------------------------------------
 
-_DROPPED = {"description", "example", "externalDocs", "x-kubernetes-validations", "x-kubernetes-map-type", "x-kubernetes-list-map-keys"}
+_DROPPED = {
+    "description",
+    "example",
+    "externalDocs",
+    "x-kubernetes-validations",
+    "x-kubernetes-map-type",
+    "x-kubernetes-list-map-keys",
+}
 
 
 def json_schema(node: Any, strict: bool) -> Any:
@@ -98,17 +109,31 @@ def json_schema(node: Any, strict: bool) -> Any:
     if out.pop("nullable", False) and "type" in out:
         out["type"] = [out["type"], "null"]
     keeps_unknown = node.get("x-kubernetes-preserve-unknown-fields") or node.get("x-kubernetes-embedded-resource")
-    if strict and out.get("type") == "object" and "properties" in out and "additionalProperties" not in out and not keeps_unknown:
+    if (
+        strict
+        and out.get("type") == "object"
+        and "properties" in out
+        and "additionalProperties" not in out
+        and not keeps_unknown
+    ):
         out["additionalProperties"] = False
     return out
 
 
-def _list_type(validator: Any, spec: dict[str, Any], instance: Any, schema: dict[str, Any]) -> Iterator[jsonschema.ValidationError]:
+def _list_type(
+    validator: Any, spec: dict[str, Any], instance: Any, schema: dict[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
     if not isinstance(instance, list):
         return
     seen: list[Any] = []
     for item in instance:
-        key = item if spec["type"] == "set" else tuple(item.get(k) for k in spec["keys"]) if isinstance(item, dict) else None
+        key = (
+            item
+            if spec["type"] == "set"
+            else tuple(item.get(k) for k in spec["keys"])
+            if isinstance(item, dict)
+            else None
+        )
         if spec["type"] in ("set", "map") and key is not None and key in seen:
             yield jsonschema.ValidationError(f"duplicate entry {key!r} in a list of type {spec['type']}")
         seen.append(key)
@@ -183,7 +208,9 @@ def _mpijob_errors(cr: dict[str, Any]) -> list[str]:  # noqa: C901 -- to split i
         return [f"{at}: Required value: must have replica specs"]
     for key in specs:
         if key not in ("Launcher", "Worker"):
-            errors.append(f"{at}[{key}]: not read: the controller reads only the keys Launcher and Worker (case-sensitive)")
+            errors.append(
+                f"{at}[{key}]: not read: the controller reads only the keys Launcher and Worker (case-sensitive)"
+            )
     # default.go: Launcher restartPolicy OnFailure and replicas 1; Worker Never and 0.
     for role, restart, replicas in (("Launcher", "OnFailure", 1), ("Worker", "Never", 0)):
         rs = specs.get(role)
@@ -193,7 +220,9 @@ def _mpijob_errors(cr: dict[str, Any]) -> list[str]:  # noqa: C901 -- to split i
             continue
         n = rs.get("replicas", replicas)
         if rs.get("restartPolicy", restart) not in ("Never", "OnFailure"):
-            errors.append(f"{at}[{role}].restartPolicy: Unsupported value: {rs['restartPolicy']!r}: supported values: Never, OnFailure")
+            errors.append(
+                f"{at}[{role}].restartPolicy: Unsupported value: {rs['restartPolicy']!r}: supported values: Never, OnFailure"
+            )
         if not _containers(rs):
             errors.append(f"{at}[{role}].template.spec.containers: Required value: must define at least one container")
         if not isinstance(n, int):
@@ -209,7 +238,9 @@ def _mpijob_errors(cr: dict[str, Any]) -> list[str]:  # noqa: C901 -- to split i
         errors.append(f"spec.mpiImplementation: Unsupported value: {spec['mpiImplementation']!r}")
     policy = spec.get("runPolicy") or {}
     if policy.get("cleanPodPolicy", "None") not in ("None", "Running", "All"):
-        errors.append(f"spec.runPolicy.cleanPodPolicy: Unsupported value: {policy['cleanPodPolicy']!r}: supported values: All, None, Running")
+        errors.append(
+            f"spec.runPolicy.cleanPodPolicy: Unsupported value: {policy['cleanPodPolicy']!r}: supported values: All, None, Running"
+        )
     for name in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
         if isinstance(policy.get(name), int) and policy[name] < 0:
             errors.append(f"spec.runPolicy.{name}: Invalid value: {policy[name]}: must be greater than or equal to 0")
@@ -230,7 +261,10 @@ def _training_operator_errors(cr: dict[str, Any], replicas_key: str, container: 
     if len(name) > 63 or not _DNS1035_LABEL.match(name):
         errors.append(f"metadata.name: Invalid value: {name!r}: should match a DNS-1035 label")
     policy = spec.get("runPolicy") or {}
-    if "managedBy" in policy and policy["managedBy"] not in ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue"):
+    if "managedBy" in policy and policy["managedBy"] not in (
+        "kubeflow.org/training-operator",
+        "kueue.x-k8s.io/multikueue",
+    ):
         errors.append(f"spec.runPolicy.managedBy: Unsupported value: {policy['managedBy']!r}")
     at = f"spec.{replicas_key}"
     specs = spec.get(replicas_key)
@@ -249,7 +283,9 @@ def _training_operator_errors(cr: dict[str, Any], replicas_key: str, container: 
             if not c.get("image"):
                 errors.append(f"{at}[{role}].template.spec.containers[{i}].image: Required value: must be required")
         if not any(c.get("name") == container for c in containers):
-            errors.append(f"{at}[{role}].template.spec.containers: Required value: must have at least one container with name {container!r}")
+            errors.append(
+                f"{at}[{role}].template.spec.containers: Required value: must have at least one container with name {container!r}"
+            )
         n = rs.get("replicas", 1)
         if not isinstance(n, int):
             continue  # a schema error already

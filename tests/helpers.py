@@ -36,7 +36,7 @@ from jobs.base import job_targets
 from jobs.sagemaker import SAGEMAKER_DATA_ROOT
 from stacks import config as stack_config
 from stacks.config import GpuNodeGroupConfig, Problem
-from stacks.config.jobs import group_facts, parse_jobs
+from stacks.config.job_entries import group_facts, parse_jobs
 from stacks.config.stackfile import load_yaml, read_stack_config
 from tests import aws_stubs
 
@@ -142,7 +142,14 @@ def one_job_problem(raw: Any, **kw: Any) -> Problem:
 
 def elastic_job(**over: Any) -> dict[str, Any]:
     """A pytorch-elastic job on EKS, as the config gives it."""
-    return {"name": "imagenet", "kind": "pytorch-elastic", "nodeGroup": "p4d", "image": TRAIN_IMAGE, "command": ["torchrun", "main.py"], **over}
+    return {
+        "name": "imagenet",
+        "kind": "pytorch-elastic",
+        "nodeGroup": "p4d",
+        "image": TRAIN_IMAGE,
+        "command": ["torchrun", "main.py"],
+        **over,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,7 +256,9 @@ def make_ctx(**changes: Any) -> J.JobsContext:
 
 def job_spec(kind: str, group: str = "p4d", **over: Any) -> J.JobBase:
     """A realistic job of ``kind`` on ``group`` (config-shaped, camelCase)."""
-    common_env = dict(env={"EPOCHS": 2, "AMP": True}, secretEnv={"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}})
+    common_env = dict(
+        env={"EPOCHS": 2, "AMP": True}, secretEnv={"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}}
+    )
     volumes = [{"name": "fsx", "mountPath": "/fsx"}, {"name": "efs", "mountPath": "/efs", "readOnly": True}]
     raw: dict[str, Any] = {
         "mpi": dict(
@@ -291,7 +300,9 @@ def job_spec(kind: str, group: str = "p4d", **over: Any) -> J.JobBase:
             volumes=volumes[1:],
             **common_env,
         ),
-        "data-stage": dict(name="stage-coco", kind="data-stage", source="s3://ml-datasets/coco/2017", volume="fsx", path="coco/2017"),
+        "data-stage": dict(
+            name="stage-coco", kind="data-stage", source="s3://ml-datasets/coco/2017", volume="fsx", path="coco/2017"
+        ),
         "tensorboard": dict(name="tb", kind="tensorboard", volume="efs", logPath="runs/maskrcnn"),
     }[kind]
     if kind == "nccl-test" and GROUP_TYPE[group].gpu_model not in J.NCCL_TESTS_IMAGE_GPU_MODELS:
@@ -376,16 +387,31 @@ def elastic_queue_job(name: str, max_nodes: int, group: str = "p4d", **extra: An
 # Two teams in one cohort next to the shared queue, the ProvisioningRequest check, and jobs of
 # every team (a data-stage and a tensorboard job too, for the webhook scope test).
 TEAM_GROUPS = [
-    {"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 4, "taints": [{"key": "team", "value": "ml", "effect": "NoSchedule"}]},
+    {
+        "name": "p4d",
+        "instanceType": "p4d.24xlarge",
+        "maxSize": 4,
+        "taints": [{"key": "team", "value": "ml", "effect": "NoSchedule"}],
+    },
     {"name": "p5", "instanceType": "p5.48xlarge", "maxSize": 2},
-    {"name": "fixed", "instanceType": "p4de.24xlarge", "minSize": 1, "desiredSize": 1, "maxSize": 3, "autoscale": False},
+    {
+        "name": "fixed",
+        "instanceType": "p4de.24xlarge",
+        "minSize": 1,
+        "desiredSize": 1,
+        "maxSize": 3,
+        "autoscale": False,
+    },
 ]
 TEAMS = [
     {
         "name": "vision",
         "roleArn": TEAM_ROLE_ARN,
         "fairShareWeight": 2,
-        "quotas": [{"nodeGroup": "p4d", "nodes": 2, "borrowingLimit": 1, "lendingLimit": 1}, {"nodeGroup": "p5", "nodes": 1}],
+        "quotas": [
+            {"nodeGroup": "p4d", "nodes": 2, "borrowingLimit": 1, "lendingLimit": 1},
+            {"nodeGroup": "p5", "nodes": 1},
+        ],
     },
     {"name": "nlp", "namespace": "team-nlp", "quotas": [{"nodeGroup": "p4d", "nodes": 1, "borrowingLimit": 0}]},
 ]
@@ -401,7 +427,9 @@ TEAM_JOBS = [
 
 def team_values(**over: Any) -> dict[str, Any]:
     """TEAMS with their jobs on TEAM_GROUPS, with the ProvisioningRequest check; sections ``over``."""
-    values = minimal_values(gpuNodeGroups=TEAM_GROUPS, queues={"teams": TEAMS}, autoscaling={"provisioningRequests": True}, jobs=TEAM_JOBS)
+    values = minimal_values(
+        gpuNodeGroups=TEAM_GROUPS, queues={"teams": TEAMS}, autoscaling={"provisioningRequests": True}, jobs=TEAM_JOBS
+    )
     for key, value in over.items():
         values[f"{NS}:{key}"] = value
     return values
@@ -522,7 +550,17 @@ AGENT_NAMESPACE = "kube-system"  # where EKS installs the add-on (the chart uses
 
 def render_agent(chart: str, k8s: str, values: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The agent's ``chart`` rendered by the real helm for Kubernetes ``k8s`` with ``values`` (None: the chart's own)."""
-    cmd = [str(HELM), "template", AGENT, str(ROOT / chart), "--namespace", AGENT_NAMESPACE, "--kube-version", f"{k8s}.0", "--include-crds"]
+    cmd = [
+        str(HELM),
+        "template",
+        AGENT,
+        str(ROOT / chart),
+        "--namespace",
+        AGENT_NAMESPACE,
+        "--kube-version",
+        f"{k8s}.0",
+        "--include-crds",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         if values is not None:
             path = Path(tmp) / "values.json"
@@ -561,4 +599,6 @@ def render_kueue(values: dict[str, Any] | None) -> list[dict[str, Any]]:
             path.write_text(json.dumps(values))
             cmd += ["-f", str(path)]
         text = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
-    return [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if isinstance(d, dict)]  # (1.7 MB of CRDs)
+    return [
+        d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if isinstance(d, dict)
+    ]  # (1.7 MB of CRDs)

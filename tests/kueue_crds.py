@@ -28,7 +28,9 @@ from facts.paths import PROJECT_ROOT
 
 CRD_DIR = PROJECT_ROOT / versions.KUEUE_CRDS
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+_QUANTITY = re.compile(
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
 
 
 @cache
@@ -67,7 +69,12 @@ def _to_jsonschema(node: Any) -> Any:
     if node.get("nullable") and "type" in out:
         out["type"] = [out["type"], "null"]
     out.pop("nullable", None)
-    if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out and not node.get("x-kubernetes-preserve-unknown-fields"):
+    if (
+        out.get("type") == "object"
+        and "properties" in out
+        and "additionalProperties" not in out
+        and not node.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -121,7 +128,10 @@ def _cel_errors(obj: dict[str, Any]) -> Iterator[str]:  # noqa: C901 -- to split
                 yield "spec.resourceGroups: flavors must have the same number of resources as the coveredResources"
         # spec.preemption: !(reclaimWithinCohort == 'Never' && borrowWithinCohort.policy != 'Never')
         pre = spec.get("preemption") or {}
-        if pre.get("reclaimWithinCohort", "Never") == "Never" and (pre.get("borrowWithinCohort") or {}).get("policy", "Never") != "Never":
+        if (
+            pre.get("reclaimWithinCohort", "Never") == "Never"
+            and (pre.get("borrowWithinCohort") or {}).get("policy", "Never") != "Never"
+        ):
             yield "spec.preemption: reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never"
         # spec.flavorFungibility: !has(self.preference) || (both TryNextFlavor)
         ff = spec.get("flavorFungibility") or {}
@@ -150,7 +160,18 @@ def _cel_errors(obj: dict[str, Any]) -> Iterator[str]:  # noqa: C901 -- to split
 def _quantity_value(text: str) -> float:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)(m|Ki|Mi|Gi|Ti|k|M|G|T)?", text)
     assert m is not None, text
-    scale = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}[m.group(2)]
+    scale = {
+        None: 1,
+        "m": 1e-3,
+        "k": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+        "T": 1e12,
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+    }[m.group(2)]
     return float(m.group(1)) * scale
 
 
@@ -178,7 +199,9 @@ def _webhook_errors(obj: dict[str, Any]) -> Iterator[str]:
                             yield f"{where}.{key}: {text!r} is not a non-negative quantity"
                 if ("borrowingLimit" in r or "lendingLimit" in r) and not spec.get("cohortName"):
                     yield f"{where}: borrowingLimit and lendingLimit must be nil when cohort is empty"
-                if "lendingLimit" in r and _quantity_value(str(r["lendingLimit"])) > _quantity_value(str(r["nominalQuota"])):
+                if "lendingLimit" in r and _quantity_value(str(r["lendingLimit"])) > _quantity_value(
+                    str(r["nominalQuota"])
+                ):
                     yield f"{where}.lendingLimit: must be less than or equal to the nominalQuota"
 
 
@@ -192,4 +215,6 @@ def kueue_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def crd_file(kind: str) -> Path:
-    return next(p for p in CRD_DIR.glob("*.yaml") if yaml.load(p.read_text(), Loader=_LOADER)["spec"]["names"]["kind"] == kind)
+    return next(
+        p for p in CRD_DIR.glob("*.yaml") if yaml.load(p.read_text(), Loader=_LOADER)["spec"]["names"]["kind"] == kind
+    )

@@ -19,7 +19,9 @@ def schedulable(pod: dict[str, Any], node: dict[str, Any]) -> bool:
         return False
     if not required_affinity_matches(pod, node["labels"]):
         return False
-    return all(tolerates(pod.get("tolerations") or [], t) for t in node["taints"] if t["effect"] in ("NoSchedule", "NoExecute"))
+    return all(
+        tolerates(pod.get("tolerations") or [], t) for t in node["taints"] if t["effect"] in ("NoSchedule", "NoExecute")
+    )
 
 
 def node_groups(plan) -> list[Any]:
@@ -29,4 +31,7 @@ def node_groups(plan) -> list[Any]:
 
 def kubernetes_taints(record) -> list[dict[str, str]]:
     """A node group record's taints as its nodes carry them."""
-    return [{"key": t["key"], "value": t.get("value") or "", "effect": EFFECTS[t["effect"]]} for t in record.inputs.get("taints") or []]
+    return [
+        {"key": t["key"], "value": t.get("value") or "", "effect": EFFECTS[t["effect"]]}
+        for t in record.inputs.get("taints") or []
+    ]

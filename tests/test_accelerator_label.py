@@ -32,7 +32,9 @@ UPSTREAM_AVAILABLE_GPU_TYPES = frozenset(
 
 def upstream_name(model: str) -> str | None:
     """The upstream entry for a GPU model ("A100" -> "nvidia-tesla-a100"), if the list has one."""
-    found = [t for t in UPSTREAM_AVAILABLE_GPU_TYPES if t.removeprefix("nvidia-").removeprefix("tesla-") == model.lower()]
+    found = [
+        t for t in UPSTREAM_AVAILABLE_GPU_TYPES if t.removeprefix("nvidia-").removeprefix("tesla-") == model.lower()
+    ]
     assert len(found) <= 1
     return found[0] if found else None
 
@@ -56,7 +58,11 @@ def test_each_gpu_type_carries_the_name_the_autoscaler_knows_its_gpu_by(name):
 
 
 def test_the_catalogs_v100_and_a100_types_use_the_listed_names():
-    listed = {n: catalog.BUILTIN[n].accelerator for n in catalog.GPU_TYPES if catalog.BUILTIN[n].accelerator in UPSTREAM_AVAILABLE_GPU_TYPES}
+    listed = {
+        n: catalog.BUILTIN[n].accelerator
+        for n in catalog.GPU_TYPES
+        if catalog.BUILTIN[n].accelerator in UPSTREAM_AVAILABLE_GPU_TYPES
+    }
     assert set(listed) == {"p3.2xlarge", "p3.8xlarge", "p3.16xlarge", "p3dn.24xlarge", "p4d.24xlarge", "p4de.24xlarge"}
     assert catalog.BUILTIN["p4d.24xlarge"].accelerator == "nvidia-tesla-a100"
     assert catalog.BUILTIN["p3dn.24xlarge"].accelerator == "nvidia-tesla-v100"
@@ -66,7 +72,10 @@ def test_the_catalogs_v100_and_a100_types_use_the_listed_names():
 
 
 def test_every_gpu_group_and_its_scale_from_zero_template_carry_the_catalog_value():
-    groups = [{"name": n.split(".")[0], "instanceType": n, "maxSize": 1} for n in ("p3dn.24xlarge", "p4d.24xlarge", "p5.48xlarge")]
+    groups = [
+        {"name": n.split(".")[0], "instanceType": n, "maxSize": 1}
+        for n in ("p3dn.24xlarge", "p4d.24xlarge", "p5.48xlarge")
+    ]
     plan = run_stack(minimal_values(gpuNodeGroups=groups))
     seen = {}
     for ng in plan.of_type("aws:eks/nodeGroup:NodeGroup"):
@@ -75,5 +84,9 @@ def test_every_gpu_group_and_its_scale_from_zero_template_carry_the_catalog_valu
         seen[ng.inputs["labels"]["gputraining/node-group"]] = value
     assert seen == {"p3dn": "nvidia-tesla-v100", "p4d": "nvidia-tesla-a100", "p5": "nvidia-h100"}
     tag_key = f"k8s.io/cluster-autoscaler/node-template/label/{ACCELERATOR_LABEL}"
-    tags = {t.parent["name"]: t.inputs["tag"]["value"] for t in plan.of_type("aws:autoscaling/tag:Tag") if t.inputs["tag"]["key"] == tag_key}
+    tags = {
+        t.parent["name"]: t.inputs["tag"]["value"]
+        for t in plan.of_type("aws:autoscaling/tag:Tag")
+        if t.inputs["tag"]["key"] == tag_key
+    }
     assert tags == {"gpu-p3dn": "nvidia-tesla-v100", "gpu-p4d": "nvidia-tesla-a100", "gpu-p5": "nvidia-h100"}

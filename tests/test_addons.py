@@ -33,7 +33,9 @@ def test_the_pins_are_what_the_program_installs(stack, request):
 
 
 def test_switched_off_services_take_their_addons_out_of_both():
-    values = minimal_values(storage={"efs": {"enabled": False}, "fsx": {"enabled": False}}, monitoring={"enabled": False})
+    values = minimal_values(
+        storage={"efs": {"enabled": False}, "fsx": {"enabled": False}}, monitoring={"enabled": False}
+    )
     cfg = load(values, "gpu-training", "t")
     pins = {p.name for p in addon_pins(cfg)}
     # The node monitoring agent stays: the stack has a GPU group (node auto repair acts on its reports).

@@ -39,12 +39,20 @@ def template_nodes(plan) -> dict[str, dict[str, Any]]:
     nodes = {}
     for name, ng in groups.items():
         component = ng.parent["name"]
-        tags = {t.inputs["tag"]["key"]: t.inputs["tag"]["value"] for t in plan.of_type(TAG) if t.parent["name"] == component}
+        tags = {
+            t.inputs["tag"]["key"]: t.inputs["tag"]["value"] for t in plan.of_type(TAG) if t.parent["name"] == component
+        }
         if not tags:
             continue
         it = catalog.get(ng.inputs["instanceTypes"][0])
         labels = {k[len(TEMPLATE + "label/") :]: v for k, v in tags.items() if k.startswith(TEMPLATE + "label/")}
-        labels.update({"topology.kubernetes.io/zone": az, "node.kubernetes.io/instance-type": it.name, "kubernetes.io/os": "linux"})
+        labels.update(
+            {
+                "topology.kubernetes.io/zone": az,
+                "node.kubernetes.io/instance-type": it.name,
+                "kubernetes.io/os": "linux",
+            }
+        )
         taints = []
         for k, v in tags.items():
             if k.startswith(TEMPLATE + "taint/"):
@@ -73,12 +81,20 @@ def _amount(resource: str, value: str) -> int:
 def fits(pod: dict[str, Any], node: dict[str, Any]) -> list[str]:
     """Why ``pod`` does not fit ``node`` (empty: it fits)."""
     why = [f"nodeSelector {k}={v}" for k, v in (pod.get("nodeSelector") or {}).items() if node["labels"].get(k) != v]
-    why += [f"taint {t['key']}" for t in node["taints"] if t["effect"] in ("NoSchedule", "NoExecute") and not tolerates(pod.get("tolerations") or [], t)]
+    why += [
+        f"taint {t['key']}"
+        for t in node["taints"]
+        if t["effect"] in ("NoSchedule", "NoExecute") and not tolerates(pod.get("tolerations") or [], t)
+    ]
     want: dict[str, int] = {}
     for c in pod["containers"]:
         for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
             want[k] = want.get(k, 0) + _amount(k, v)
-    why += [f"{k}: wants {v}, template has {node['resources'].get(k, 0)}" for k, v in want.items() if v > node["resources"].get(k, 0)]
+    why += [
+        f"{k}: wants {v}, template has {node['resources'].get(k, 0)}"
+        for k, v in want.items()
+        if v > node["resources"].get(k, 0)
+    ]
     return why
 
 
@@ -114,7 +130,11 @@ def test_the_check_fails_without_the_efa_and_huge_page_tags(plan):
 
 def test_template_tags_carry_the_accelerator_label_and_the_groups_facts(plan):
     node = template_nodes(plan)["p4d"]
-    assert node["labels"]["k8s.amazonaws.com/accelerator"] == "nvidia-tesla-a100" == catalog.get("p4d.24xlarge").accelerator
+    assert (
+        node["labels"]["k8s.amazonaws.com/accelerator"]
+        == "nvidia-tesla-a100"
+        == catalog.get("p4d.24xlarge").accelerator
+    )
     assert node["tags"]["gputraining/autoscale"] == "true"
     assert node["resources"]["vpc.amazonaws.com/efa"] == catalog.get("p4d.24xlarge").efa_interfaces
     assert node["resources"]["hugepages-2Mi"] == 5128 * 2
@@ -150,10 +170,17 @@ def test_the_autoscaler_role_has_the_least_privilege_its_docs_list(plan):
     assert "autoscaling:SetDesiredCapacity" not in read["Action"] and "eks:DescribeNodegroup" in read["Action"]
     assert scale["Action"] == ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"]
     assert scale["Condition"] == {
-        "StringEquals": {"aws:ResourceTag/k8s.io/cluster-autoscaler/gpu-training-dev": "owned", "aws:ResourceTag/gputraining/autoscale": "true"}
+        "StringEquals": {
+            "aws:ResourceTag/k8s.io/cluster-autoscaler/gpu-training-dev": "owned",
+            "aws:ResourceTag/gputraining/autoscale": "true",
+        }
     }
     assert "FullAccess" not in json.dumps(doc)
-    (assoc,) = [r for r in plan.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation") if r.parent["name"] == "cluster-autoscaler"]
+    (assoc,) = [
+        r
+        for r in plan.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+        if r.parent["name"] == "cluster-autoscaler"
+    ]
     assert (assoc.inputs["namespace"], assoc.inputs["serviceAccount"]) == ("kube-system", "cluster-autoscaler")
 
 
@@ -233,7 +260,13 @@ def asg_tags_by_group(plan, cluster: str) -> dict[str, dict[str, str]]:
     for ng in plan.of_type(NODE_GROUP) + plan.of_type("eks:index:ManagedNodeGroup"):
         group = ng.inputs["labels"]["gputraining/node-group"]
         tags = eks_asg_tags(cluster, ng.inputs.get("nodeGroupName") or ng.name)
-        tags.update({t.inputs["tag"]["key"]: t.inputs["tag"]["value"] for t in plan.of_type(TAG) if t.parent["name"] == ng.parent["name"]})
+        tags.update(
+            {
+                t.inputs["tag"]["key"]: t.inputs["tag"]["value"]
+                for t in plan.of_type(TAG)
+                if t.parent["name"] == ng.parent["name"]
+            }
+        )
         out[group] = tags
     return out
 
@@ -264,7 +297,10 @@ def test_the_autoscaler_may_resize_only_the_autoscaled_gpu_groups_not_the_system
     # The evaluator is not vacuous: with the cluster condition alone (the earlier policy), the
     # system group was in reach.
     cluster_only = [
-        {**s, "Condition": {"StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster}": "owned"}}} if "Condition" in s else s for s in statements
+        {**s, "Condition": {"StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster}": "owned"}}}
+        if "Condition" in s
+        else s
+        for s in statements
     ]
     assert allowed(cluster_only, "autoscaling:SetDesiredCapacity", tags["system"])
 

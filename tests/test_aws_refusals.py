@@ -68,9 +68,20 @@ def offering_group(hours: int, max_size: int = 2) -> dict[str, Any]:
 
 
 def test_the_durations_are_the_ones_ec2_states():
-    doc = botocore.session.get_session().get_service_model("ec2").operation_model("DescribeCapacityBlockOfferings").input_shape.members
-    assert "in 1-day increments up 14 days, and in 7-day increments up to 182 days" in doc["CapacityDurationHours"].documentation
-    assert f"Each Capacity Block can have up to {aws_names.CAPACITY_BLOCK_INSTANCES_MAX} instances" in doc["InstanceCount"].documentation
+    doc = (
+        botocore.session.get_session()
+        .get_service_model("ec2")
+        .operation_model("DescribeCapacityBlockOfferings")
+        .input_shape.members
+    )
+    assert (
+        "in 1-day increments up 14 days, and in 7-day increments up to 182 days"
+        in doc["CapacityDurationHours"].documentation
+    )
+    assert (
+        f"Each Capacity Block can have up to {aws_names.CAPACITY_BLOCK_INSTANCES_MAX} instances"
+        in doc["InstanceCount"].documentation
+    )
     days = aws_names.CAPACITY_BLOCK_DAYS
     assert days[:14] == tuple(range(1, 15)) and days[14:] == tuple(range(21, 183, 7)) and days[-1] == 182
     assert aws_names.CAPACITY_BLOCK_HOURS[0] == 24 and aws_names.CAPACITY_BLOCK_HOURS[-1] == 4368
@@ -83,18 +94,34 @@ def test_a_duration_ec2_sells_plans(hours):
 
 @pytest.mark.parametrize(
     "hours, nearest",
-    [(1, "24"), (12, "24"), (36, "24 or 48"), (360, "336 or 504"), (408, "336 or 504"), (505, "504 or 672"), (4369, "4368"), (8760, "4368")],
+    [
+        (1, "24"),
+        (12, "24"),
+        (36, "24 or 48"),
+        (360, "336 or 504"),
+        (408, "336 or 504"),
+        (505, "504 or 672"),
+        (4369, "4368"),
+        (8760, "4368"),
+    ],
 )
 def test_a_duration_ec2_does_not_sell_is_refused_with_the_nearest(hours, nearest, tmp_path, monkeypatch):
     line = the_line(minimal_values(gpuNodeGroups=[offering_group(hours)]), tmp_path, monkeypatch)
-    assert line.startswith(f"{NS}:gpuNodeGroups[0].capacity.offering.durationHours: {hours} hours is not a length EC2 sells: ")
-    assert "1 to 14 days (24-336 hours in steps of 24)" in line and "up to 26 weeks (504-4368 hours in steps of 168)" in line
+    assert line.startswith(
+        f"{NS}:gpuNodeGroups[0].capacity.offering.durationHours: {hours} hours is not a length EC2 sells: "
+    )
+    assert (
+        "1 to 14 days (24-336 hours in steps of 24)" in line
+        and "up to 26 weeks (504-4368 hours in steps of 168)" in line
+    )
     assert line.endswith(f"the nearest are {nearest}")
 
 
 def test_a_block_of_more_than_64_instances_is_refused(tmp_path, monkeypatch):
     line = the_line(minimal_values(gpuNodeGroups=[offering_group(48, max_size=65)]), tmp_path, monkeypatch)
-    assert line.startswith(f"{NS}:gpuNodeGroups[0].maxSize: 65 is the instance count of the block capacity.offering looks for")
+    assert line.startswith(
+        f"{NS}:gpuNodeGroups[0].maxSize: 65 is the instance count of the block capacity.offering looks for"
+    )
     assert "at most 64 instances; use maxSize 64 or less" in line
 
 
@@ -139,11 +166,16 @@ def test_each_bad_name_is_one_problem_whatever_its_value(tmp_path, monkeypatch):
     assert keys == sorted(f"{NS}:jobs[0].{k}" for k in ("env.A=1", "env.my.var", "env.", "secretEnv.T=1")), lines
     assert all(line.count("is not an environment variable name") == 1 for line in lines)
     dotted = next(line for line in lines if "my.var" in line)
-    assert "letters, digits and '_', not starting with a digit" in dotted and "Kubernetes 1.35 and 1.36 would take" in dotted
+    assert (
+        "letters, digits and '_', not starting with a digit" in dotted
+        and "Kubernetes 1.35 and 1.36 would take" in dotted
+    )
 
 
 def test_a_name_without_a_value_is_one_problem(tmp_path, monkeypatch):
-    lines = refused(minimal_values(jobs=[job_with(env={"WANDB_MODE": None}, secretEnv={"TOKEN": None})]), tmp_path, monkeypatch)
+    lines = refused(
+        minimal_values(jobs=[job_with(env={"WANDB_MODE": None}, secretEnv={"TOKEN": None})]), tmp_path, monkeypatch
+    )
     assert sorted(lines) == [
         f'{NS}:jobs[0].env.WANDB_MODE: has no value (YAML reads `WANDB_MODE:` and `{{WANDB_MODE}}` as null): give one, like WANDB_MODE: "1" ("" for an empty value)',
         f"{NS}:jobs[0].secretEnv.TOKEN: has no value (YAML reads `TOKEN:` and `{{TOKEN}}` as null): give the Secret and its key, {{secret: <name>, key: <key>}}",
@@ -187,7 +219,9 @@ def elastic_values(command: list[str], args: list[str], group: str = "h100", **f
 
 def test_torchrun_with_more_processes_than_gpus_is_refused(tmp_path, monkeypatch):
     line = the_line(elastic_values(["torchrun", "--nproc-per-node=8"], ["/code/train.py"]), tmp_path, monkeypatch)
-    assert line.startswith(f"{NS}:jobs[0].command[1]: '--nproc-per-node=8' sets torchrun's --nproc-per-node to 8, which the stack derives: 1 ")
+    assert line.startswith(
+        f"{NS}:jobs[0].command[1]: '--nproc-per-node=8' sets torchrun's --nproc-per-node to 8, which the stack derives: 1 "
+    )
     assert "the GPUs of one p5.4xlarge node of group 'h100'" in line and "PET_NPROC_PER_NODE" in line
     assert "7 of 8 ranks would get no GPU" in line and "remove it" in line
 
@@ -198,7 +232,9 @@ def test_the_underscore_spelling_and_the_value_apart_are_found_in_args(tmp_path,
 
 
 def test_a_value_equal_to_the_derived_one_is_refused_too(tmp_path, monkeypatch):
-    line = the_line(elastic_values(["torchrun", "--nproc-per-node", "8"], ["/code/train.py"], group="p4d"), tmp_path, monkeypatch)
+    line = the_line(
+        elastic_values(["torchrun", "--nproc-per-node", "8"], ["/code/train.py"], group="p4d"), tmp_path, monkeypatch
+    )
     assert "to 8, which the stack derives: 8 " in line and "A value equal to the derived one is refused too" in line
     assert "ranks would get no GPU" not in line
 
@@ -214,7 +250,12 @@ def test_a_value_equal_to_the_derived_one_is_refused_too(tmp_path, monkeypatch):
         ),
         (["torchrun"], ["--nnode", "2", "/code/train.py"], "args[0]", "'--nnode 2' sets torchrun's --nnodes to 2"),
         (["torchrun"], ["--rdzv-backend=static", "/code/train.py"], "args[0]", "which the stack derives: c10d"),
-        (["torchrun"], ["--rdzv_endpoint", "h:1", "/code/train.py"], "args[0]", "which the stack derives: ddp-worker-0:23456"),
+        (
+            ["torchrun"],
+            ["--rdzv_endpoint", "h:1", "/code/train.py"],
+            "args[0]",
+            "which the stack derives: ddp-worker-0:23456",
+        ),
         (["torchrun"], ["--rdzv-id=x", "/code/train.py"], "args[0]", "which the stack derives: ddp-1-"),
         (["torchrun"], ["--max-restarts=0", "/code/train.py"], "args[0]", "which the stack derives: 3 (maxRestarts"),
         (
@@ -235,7 +276,10 @@ def test_every_option_the_operator_sets_is_refused_however_written(command, args
 
 
 def test_the_scripts_own_arguments_and_other_torchrun_options_plan(tmp_path, monkeypatch):
-    values = elastic_values(["torchrun", "--log-dir=/tmp/logs", "--rdzv-conf", "timeout=900"], ["/code/train.py", "--nnodes", "3", "--nproc-per-node=8"])
+    values = elastic_values(
+        ["torchrun", "--log-dir=/tmp/logs", "--rdzv-conf", "timeout=900"],
+        ["/code/train.py", "--nnodes", "3", "--nproc-per-node=8"],
+    )
     code, err, _ = plan_command(values, tmp_path, monkeypatch)
     assert code == plan_mod.EXIT_OK, err
 
@@ -286,7 +330,9 @@ def test_every_mpirun_spelling_of_a_derived_option_is_refused(args, written, lab
 
 def test_mpirun_np_is_refused_through_the_plan_command(tmp_path, monkeypatch):
     line = the_line(minimal_values(jobs=[mpi_job(["-x", "NCCL_ALGO", "-np", "8"])]), tmp_path, monkeypatch)
-    assert line.startswith(f"{NS}:jobs[0].mpirunArgs[2]: '-np 8' sets mpirun's process count (-np) to 8, which the stack derives: 16 ")
+    assert line.startswith(
+        f"{NS}:jobs[0].mpirunArgs[2]: '-np 8' sets mpirun's process count (-np) to 8, which the stack derives: 16 "
+    )
     assert "2 nodes x 8 GPUs of p4d.24xlarge: one rank per GPU" in line
 
 
@@ -305,11 +351,16 @@ def test_on_sagemaker_the_same_rule_names_sagemakers_launcher():
         stack_config.load(minimal_values(jobs=[job]), "gpu-training", "t")
     (problem,) = err.value.problems
     assert problem.key == f"{NS}:jobs[0].mpirunArgs[0]" and "'--host algo-1' sets mpirun's hosts" in problem.message
-    assert "SageMaker's MPI launcher passes mpirun --host and -np for the training job's 2 instances of ml.p4d.24xlarge" in problem.message
+    assert (
+        "SageMaker's MPI launcher passes mpirun --host and -np for the training job's 2 instances of ml.p4d.24xlarge"
+        in problem.message
+    )
 
 
 def test_other_mpirun_options_plan(tmp_path, monkeypatch):
-    values = minimal_values(jobs=[mpi_job(["--mca", "pml", "ob1", "-x", "NCCL_ALGO=Ring", "--bind-to", "none", "--report-bindings"])])
+    values = minimal_values(
+        jobs=[mpi_job(["--mca", "pml", "ob1", "-x", "NCCL_ALGO=Ring", "--bind-to", "none", "--report-bindings"])]
+    )
     code, err, _ = plan_command(values, tmp_path, monkeypatch)
     assert code == plan_mod.EXIT_OK, err
 
@@ -341,7 +392,10 @@ def test_the_address_table_is_ec2s():
             assert name.startswith("p3."), name
             continue
         network = recorded[name]["NetworkInfo"]
-        assert (network["MaximumNetworkInterfaces"], network["Ipv4AddressesPerInterface"]) == (interfaces, per_interface), name
+        assert (network["MaximumNetworkInterfaces"], network["Ipv4AddressesPerInterface"]) == (
+            interfaces,
+            per_interface,
+        ), name
         # card 0 takes the primary interface and the VPC CNI's warm one
         assert network["NetworkCards"][0]["MaximumNetworkInterfaces"] >= 1 + addresses.VPC_CNI_WARM_ENI_TARGET, name
 
@@ -350,11 +404,17 @@ def test_the_stack_leaves_the_vpc_cnis_warm_settings_at_pulumi_eks_defaults(dev_
     # facts/addresses.py counts WARM_ENI_TARGET=1: pulumi-eks' default when the stack sets none of
     # warmEniTarget, warmIpTarget, warmPrefixTarget, enablePrefixDelegation or configurationValues.
     (cluster,) = [r for r in dev_plan.records if r.type == "eks:index:Cluster"]
-    assert set(cluster.inputs["vpcCniOptions"]) == {"addonVersion", "resolveConflictsOnCreate", "resolveConflictsOnUpdate"}
+    assert set(cluster.inputs["vpcCniOptions"]) == {
+        "addonVersion",
+        "resolveConflictsOnCreate",
+        "resolveConflictsOnUpdate",
+    }
 
 
 def test_a_subnet_too_small_for_the_nodes_is_refused_with_the_arithmetic(tmp_path, monkeypatch):
-    line = the_line(minimal_values(network={"vpcCidr": "10.0.0.0/16", "privateSubnetPrefix": 24}), tmp_path, monkeypatch)
+    line = the_line(
+        minimal_values(network={"vpcCidr": "10.0.0.0/16", "privateSubnetPrefix": 24}), tmp_path, monkeypatch
+    )
     assert line == (
         f"{NS}:network.privateSubnetPrefix: 24 gives each private subnet 251 addresses (2^8 = 256 minus the 5 AWS reserves), but the GPU AZ's "
         "subnet needs 320 with every group at maxSize: p4d 2 x 100 (p4d.24xlarge: 2 interfaces x 50 addresses: the primary and the VPC CNI's "
@@ -388,7 +448,10 @@ def test_a_group_no_prefix_can_hold_says_to_lower_maxsize():
     with pytest.raises(stack_config.ConfigError) as err:
         stack_config.load(values, "gpu-training", "t")
     (problem,) = [p for p in err.value.problems if p.key.endswith("privateSubnetPrefix")]
-    assert "needs 70,120" in problem.message and "no prefix the stack takes holds that much (/16: 65,531): lower maxSize" in problem.message
+    assert (
+        "needs 70,120" in problem.message
+        and "no prefix the stack takes holds that much (/16: 65,531): lower maxSize" in problem.message
+    )
 
 
 @pytest.mark.parametrize("max_size, warned", [(450, False), (451, True)])
@@ -399,7 +462,10 @@ def test_a_group_above_eks_default_node_quota_plans_with_a_warning(max_size, war
     (root / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
     # (the system group: the GPU types the recorded offering data has take 60 or more addresses a
     # node, and 451 of them need a subnet no /16 VPC holds three of)
-    values = minimal_values(systemNodeGroup={"instanceType": "c5.xlarge", "minSize": 2, "maxSize": max_size}, network={"privateSubnetPrefix": 18})
+    values = minimal_values(
+        systemNodeGroup={"instanceType": "c5.xlarge", "minSize": 2, "maxSize": max_size},
+        network={"privateSubnetPrefix": 18},
+    )
     (root / "Pulumi.t.yaml").write_text(yaml.safe_dump({"config": values}, sort_keys=False))
     monkeypatch.setattr(plan_mod, "PROJECT_ROOT", root)
     out, err = io.StringIO(), io.StringIO()
@@ -417,8 +483,13 @@ def test_each_group_above_the_default_gets_its_warning():
     from stacks import config as stack_config
     from stacks.config.quota_warnings import quota_warnings
 
-    groups = [{"name": "a", "instanceType": "p3.2xlarge", "maxSize": 500}, {"name": "b", "instanceType": "p3.2xlarge", "maxSize": 2}]
-    cfg = stack_config.load(minimal_values(gpuNodeGroups=groups, network={"privateSubnetPrefix": 18}), "gpu-training", "t")
+    groups = [
+        {"name": "a", "instanceType": "p3.2xlarge", "maxSize": 500},
+        {"name": "b", "instanceType": "p3.2xlarge", "maxSize": 2},
+    ]
+    cfg = stack_config.load(
+        minimal_values(gpuNodeGroups=groups, network={"privateSubnetPrefix": 18}), "gpu-training", "t"
+    )
     assert [p.key for p in quota_warnings(cfg)] == [f"{NS}:gpuNodeGroups[0].maxSize"]
 
 

@@ -28,7 +28,17 @@ from facts.catalog import CAPACITY_BLOCK_DRAIN
 from infra import plan as plan_cli
 from infra import preflight
 from tests.aws_stubs import new_session
-from tests.helpers import END, START, answer_ec2, block_group, block_reservation, block_values, capacity_block, load_values, run_stack
+from tests.helpers import (
+    END,
+    START,
+    answer_ec2,
+    block_group,
+    block_reservation,
+    block_values,
+    capacity_block,
+    load_values,
+    run_stack,
+)
 
 MNG = "aws:eks/nodeGroup:NodeGroup"
 SCHEDULE = "aws:autoscaling/schedule:Schedule"
@@ -103,7 +113,11 @@ def test_an_up_just_before_the_start_registers_no_start_action_and_sets_the_size
     assert mng.inputs["scalingConfig"] == {"minSize": 0, "desiredSize": 2, "maxSize": 2}
     assert DESIRED not in mng.options["ignoreChanges"]
     (down,) = plan.of_type(SCHEDULE)
-    assert (down.name, down.inputs["startTime"], down.inputs["desiredCapacity"]) == ("gpu-h100-block-end", "2030-01-02T10:30:00Z", 0)
+    assert (down.name, down.inputs["startTime"], down.inputs["desiredCapacity"]) == (
+        "gpu-h100-block-end",
+        "2030-01-02T10:30:00Z",
+        0,
+    )
 
 
 def test_inside_the_window_the_group_is_at_its_size_whatever_ran_before(monkeypatch):
@@ -125,8 +139,12 @@ def test_a_change_inside_the_window_is_held_back_with_the_reason(monkeypatch):
     lt = plan.named("aws:ec2/launchTemplate:LaunchTemplate", "gpu-h100-lt")
     assert lt.inputs["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 900 and "ignoreChanges" not in lt.options
     (text,) = [w for w in warned if "held back" in w]
-    assert text.startswith("node group gpu-training-test-gpu-h100: its capacity block's window is open (2030-01-01 11:30 UTC to 2030-01-02 11:30 UTC)")
-    assert "held back until 2030-01-02 11:30 UTC" in text and "desired size 0" in text and "the Kubernetes version" in text
+    assert text.startswith(
+        "node group gpu-training-test-gpu-h100: its capacity block's window is open (2030-01-01 11:30 UTC to 2030-01-02 11:30 UTC)"
+    )
+    assert (
+        "held back until 2030-01-02 11:30 UTC" in text and "desired size 0" in text and "the Kubernetes version" in text
+    )
     assert "brings the group to 2 nodes (maxSize) if it has fewer, until 2030-01-02 10:10 UTC" in text
 
 
@@ -141,7 +159,10 @@ def test_the_plan_summary_says_what_is_held_back(monkeypatch):
     g = load_values(block_values(block_group())).gpu_group("h100")
     assert g is not None
     lines = plan_cli.capacity_lines(g)
-    assert lines[0] == "block 2030-01-01 11:30 UTC to 2030-01-02 11:30 UTC: scheduled to 2 nodes at its start and to 0 at 2030-01-02 10:30 UTC"
+    assert (
+        lines[0]
+        == "block 2030-01-01 11:30 UTC to 2030-01-02 11:30 UTC: scheduled to 2 nodes at its start and to 0 at 2030-01-02 10:30 UTC"
+    )
     assert lines[1].startswith("HELD BACK (plan time 2030-01-01 12:30 UTC): its capacity block's window is open")
     monkeypatch.setattr(node_scaling, "utc_now", lambda: START - datetime.timedelta(days=1))
     assert len(plan_cli.capacity_lines(g)) == 1
@@ -168,7 +189,10 @@ def window_lines(session: Any, now: datetime.datetime, monkeypatch) -> list[pref
 def test_preflight_warns_while_the_window_is_open(session, monkeypatch):
     (r,) = window_lines(session, DOWN + MINUTE, monkeypatch)
     assert r.status == preflight.WARN and r.check == "capacity block window (GPU group h100)"
-    assert "held back until 2030-01-02 11:30 UTC" in r.detail and "brings the group to 0 if the scale-down has not" in r.detail
+    assert (
+        "held back until 2030-01-02 11:30 UTC" in r.detail
+        and "brings the group to 0 if the scale-down has not" in r.detail
+    )
     assert "waits for the first `pulumi up` after 2030-01-02 11:30 UTC" in r.fix
     assert preflight.report([r], io.StringIO()) == preflight.EXIT_OK
 

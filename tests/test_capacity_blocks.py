@@ -60,7 +60,11 @@ def test_a_window_parses_into_aware_times():
     [
         ({"minSize": 1, "desiredSize": 1}, "minSize", "follows the block's window"),
         ({"desiredSize": 1}, "desiredSize", "leave minSize and desiredSize out"),
-        ({"capacity": {"start": zulu(START), "end": zulu(START + datetime.timedelta(minutes=30))}}, "capacity.end", "scales to zero an hour before"),
+        (
+            {"capacity": {"start": zulu(START), "end": zulu(START + datetime.timedelta(minutes=30))}},
+            "capacity.end",
+            "scales to zero an hour before",
+        ),
         ({"capacity": {"start": zulu(START)}}, "capacity.end", "needs both ends"),
         ({"capacity": {"start": "2030-01-01T11:30:00", "end": zulu(END)}}, "capacity.start", "has no time zone"),
         ({"capacityType": "on-demand"}, "capacity", "only used with capacityType 'capacity-block'"),
@@ -82,12 +86,16 @@ def test_purchase_needs_the_offering_and_its_window():
 
 def test_purchase_next_to_a_reservation_is_refused():
     offering = {"durationHours": 24, "earliestStart": zulu(START), "offeringId": OFFERING_ID, "purchase": True}
-    text = problems_of(values_with(block_group(capacity={"start": zulu(START), "end": zulu(END), "offering": offering})))
+    text = problems_of(
+        values_with(block_group(capacity={"start": zulu(START), "end": zulu(END), "offering": offering}))
+    )
     assert "would buy a second block" in text and CR_ID in text
 
 
 def test_an_offering_alone_is_valid_and_the_group_waits_for_its_block():
-    group = block_group(capacityReservationId=None, capacity={"offering": {"durationHours": 24, "earliestStart": zulu(START)}})
+    group = block_group(
+        capacityReservationId=None, capacity={"offering": {"durationHours": 24, "earliestStart": zulu(START)}}
+    )
     cfg = load(values_with(group))
     g = cfg.gpu_group("h100")
     assert g is not None and g.awaiting_capacity_block and g.capacity_block_purchase is None
@@ -104,7 +112,11 @@ def test_an_offering_alone_is_valid_and_the_group_waits_for_its_block():
 @pytest.mark.parametrize(
     "now, created, actions",
     [
-        (START - datetime.timedelta(days=3), 0, [("block-start", START, 2), ("block-end", END - datetime.timedelta(hours=1), 0)]),
+        (
+            START - datetime.timedelta(days=3),
+            0,
+            [("block-start", START, 2), ("block-end", END - datetime.timedelta(hours=1), 0)],
+        ),
         (START + datetime.timedelta(hours=2), 2, [("block-end", END - datetime.timedelta(hours=1), 0)]),
         (END - datetime.timedelta(minutes=40), 0, []),
         (END + datetime.timedelta(days=1), 0, []),
@@ -165,8 +177,15 @@ def test_without_a_window_the_group_is_sized_by_hand():
 
 
 def purchase_group() -> dict[str, Any]:
-    offering = {"durationHours": 24, "earliestStart": zulu(START - datetime.timedelta(hours=12)), "offeringId": OFFERING_ID, "purchase": True}
-    return block_group(capacityReservationId=None, capacity={"start": zulu(START), "end": zulu(END), "offering": offering})
+    offering = {
+        "durationHours": 24,
+        "earliestStart": zulu(START - datetime.timedelta(hours=12)),
+        "offeringId": OFFERING_ID,
+        "purchase": True,
+    }
+    return block_group(
+        capacityReservationId=None, capacity={"start": zulu(START), "end": zulu(END), "offering": offering}
+    )
 
 
 def test_purchase_true_buys_the_offering_and_targets_it(monkeypatch):
@@ -177,7 +196,9 @@ def test_purchase_true_buys_the_offering_and_targets_it(monkeypatch):
     assert bought.inputs["tags"]["gputraining/capacity-block-offering"] == OFFERING_ID  # how preflight finds it later
     assert bought.options["retainOnDelete"] is True
     lt = plan.named("aws:ec2/launchTemplate:LaunchTemplate", "gpu-h100-lt")
-    assert lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == bought.id
+    assert (
+        lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == bought.id
+    )
     assert "placement" not in lt.inputs  # the block brings its own placement
     assert {r.name for r in plan.of_type(SCHEDULE)} == {"gpu-h100-block-start", "gpu-h100-block-end"}
 
@@ -205,11 +226,16 @@ def test_plan_summary_and_pr_diff_say_the_purchase_in_words(tmp_path, monkeypatc
     assert g is not None
     lines = "\n".join(plan_cli.capacity_lines(g))
     assert f"PURCHASE: `pulumi up` BUYS Capacity Block offering {OFFERING_ID}" in lines and "irreversible" in lines
-    assert "block 2030-01-01 11:30 UTC to 2030-01-02 11:30 UTC: scheduled to 2 nodes at its start and to 0 at 2030-01-02 10:30 UTC" in lines
+    assert (
+        "block 2030-01-01 11:30 UTC to 2030-01-02 11:30 UTC: scheduled to 2 nodes at its start and to 0 at 2030-01-02 10:30 UTC"
+        in lines
+    )
 
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("plan_diff", Path(__file__).resolve().parent.parent / "scripts" / "plan_diff.py")
+    spec = importlib.util.spec_from_file_location(
+        "plan_diff", Path(__file__).resolve().parent.parent / "scripts" / "plan_diff.py"
+    )
     assert spec and spec.loader
     plan_diff = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(plan_diff)
@@ -265,7 +291,11 @@ def line(results: list[preflight.CheckResult], prefix: str) -> preflight.CheckRe
 
 
 def test_stubs_are_checked_against_the_model(session):
-    answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [{"CapacityBlockId": BLOCK_ID, "StartDate": "not a time"}]})
+    answer(
+        session,
+        "DescribeCapacityBlocks",
+        lambda _b: {"CapacityBlocks": [{"CapacityBlockId": BLOCK_ID, "StartDate": "not a time"}]},
+    )
     with pytest.raises(ParamValidationError):
         session.client("ec2", region_name="us-west-2").describe_capacity_blocks(CapacityBlockIds=[BLOCK_ID])
 
@@ -275,7 +305,10 @@ def test_the_block_behind_the_group_matches_its_type_az_count_and_window(session
     seen = answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [capacity_block()]})
     r = line(run(session, block_group()), f"capacity reservation {CR_ID}")
     assert r.status == preflight.PASS, r.line()
-    assert f"capacity block {BLOCK_ID} of 2 x p5.48xlarge in {AZ}, scheduled, 2030-01-01T11:30:00Z to 2030-01-02T11:30:00Z" in r.detail
+    assert (
+        f"capacity block {BLOCK_ID} of 2 x p5.48xlarge in {AZ}, scheduled, 2030-01-01T11:30:00Z to 2030-01-02T11:30:00Z"
+        in r.detail
+    )
     assert seen and seen[0]["CapacityBlockId.1"] == BLOCK_ID
 
 
@@ -289,9 +322,15 @@ def test_a_window_other_than_the_blocks_fails_with_the_right_one(session):
     assert f"capacity.end: {zulu(later)}" in r.fix
 
 
-@pytest.mark.parametrize("count, status, words", [(1, preflight.FAIL, "set maxSize: 1"), (4, preflight.WARN, "2 paid for and left idle")])
+@pytest.mark.parametrize(
+    "count, status, words", [(1, preflight.FAIL, "set maxSize: 1"), (4, preflight.WARN, "2 paid for and left idle")]
+)
 def test_the_blocks_instance_count_against_max_size(session, count, status, words):
-    answer(session, "DescribeCapacityReservations", lambda _b: {"CapacityReservations": [reservation(TotalInstanceCount=count)]})
+    answer(
+        session,
+        "DescribeCapacityReservations",
+        lambda _b: {"CapacityReservations": [reservation(TotalInstanceCount=count)]},
+    )
     answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [capacity_block()]})
     r = line(run(session, block_group()), f"capacity reservation {CR_ID}")
     assert r.status == status and words in r.line(), r.line()
@@ -334,20 +373,39 @@ def offering_group(**offering_over: Any) -> dict[str, Any]:
 
 
 def test_offerings_are_shown_with_their_upfront_price_and_nothing_is_bought(session):
-    other = offering(CapacityBlockOfferingId="cb-0fedcba9876543210", StartDate=START + datetime.timedelta(days=1), EndDate=END + datetime.timedelta(days=1))
+    other = offering(
+        CapacityBlockOfferingId="cb-0fedcba9876543210",
+        StartDate=START + datetime.timedelta(days=1),
+        EndDate=END + datetime.timedelta(days=1),
+    )
     seen = answer(session, "DescribeCapacityBlockOfferings", lambda _b: {"CapacityBlockOfferings": [other, offering()]})
     r = line(run(session, offering_group()), "capacity block offerings (GPU group h100)")
     assert r.status == preflight.PASS, r.line()
-    assert f"{OFFERING_ID} in {AZ}: 2 x p5.48xlarge, 2030-01-01T11:30:00Z to 2030-01-02T11:30:00Z (24 h), upfront $1,234.56 USD" in r.detail
+    assert (
+        f"{OFFERING_ID} in {AZ}: 2 x p5.48xlarge, 2030-01-01T11:30:00Z to 2030-01-02T11:30:00Z (24 h), upfront $1,234.56 USD"
+        in r.detail
+    )
     assert r.detail.index(OFFERING_ID) < r.detail.index("cb-0fedcba9876543210")  # the earliest first
-    assert "nothing is bought" in r.detail and f"capacity.offering.offeringId: {OFFERING_ID}" in r.detail and "purchase: true" in r.detail
+    assert (
+        "nothing is bought" in r.detail
+        and f"capacity.offering.offeringId: {OFFERING_ID}" in r.detail
+        and "purchase: true" in r.detail
+    )
     request = seen[0]
-    assert (request["InstanceType"], request["InstanceCount"], request["CapacityDurationHours"]) == ("p5.48xlarge", 2, 24)
+    assert (request["InstanceType"], request["InstanceCount"], request["CapacityDurationHours"]) == (
+        "p5.48xlarge",
+        2,
+        24,
+    )
     assert request["StartDateRange"].startswith("2029-12-31T23:30:00")
 
 
 def test_offerings_only_in_another_az_fail(session):
-    answer(session, "DescribeCapacityBlockOfferings", lambda _b: {"CapacityBlockOfferings": [offering(AvailabilityZone="us-west-2d")]})
+    answer(
+        session,
+        "DescribeCapacityBlockOfferings",
+        lambda _b: {"CapacityBlockOfferings": [offering(AvailabilityZone="us-west-2d")]},
+    )
     r = line(run(session, offering_group()), "capacity block offerings")
     assert r.status == preflight.FAIL and "only in us-west-2d" in r.detail and "gpuAvailabilityZone" in r.fix
 
@@ -376,14 +434,22 @@ def test_purchase_says_it_will_buy_and_what_it_costs(session):
 
 def test_purchase_of_an_offering_no_longer_offered_fails(session):
     answer(session, "DescribeCapacityReservations", lambda _b: {"CapacityReservations": []})
-    answer(session, "DescribeCapacityBlockOfferings", lambda _b: {"CapacityBlockOfferings": [offering(CapacityBlockOfferingId="cb-0fedcba9876543210")]})
+    answer(
+        session,
+        "DescribeCapacityBlockOfferings",
+        lambda _b: {"CapacityBlockOfferings": [offering(CapacityBlockOfferingId="cb-0fedcba9876543210")]},
+    )
     r = line(run(session, purchasing()), f"capacity block purchase {OFFERING_ID}")
     assert r.status == preflight.FAIL and "would fail to buy it" in r.detail
 
 
 def test_purchase_with_a_window_other_than_the_offerings_fails(session):
     answer(session, "DescribeCapacityReservations", lambda _b: {"CapacityReservations": []})
-    answer(session, "DescribeCapacityBlockOfferings", lambda _b: {"CapacityBlockOfferings": [offering(EndDate=END + datetime.timedelta(hours=24))]})
+    answer(
+        session,
+        "DescribeCapacityBlockOfferings",
+        lambda _b: {"CapacityBlockOfferings": [offering(EndDate=END + datetime.timedelta(hours=24))]},
+    )
     r = line(run(session, purchasing()), f"capacity block purchase {OFFERING_ID}")
     assert r.status == preflight.FAIL and "not capacity.start/end" in r.detail
 
@@ -392,13 +458,20 @@ def test_a_bought_block_is_checked_like_a_reservation(session):
     requests = answer(
         session,
         "DescribeCapacityReservations",
-        lambda _b: {"CapacityReservations": [reservation(Tags=[{"Key": "gputraining/capacity-block-offering", "Value": OFFERING_ID}])]},
+        lambda _b: {
+            "CapacityReservations": [
+                reservation(Tags=[{"Key": "gputraining/capacity-block-offering", "Value": OFFERING_ID}])
+            ]
+        },
     )
     answer(session, "DescribeCapacityBlocks", lambda _b: {"CapacityBlocks": [capacity_block()]})
     r = line(run(session, purchasing()), f"capacity block purchase {OFFERING_ID}")
     assert r.status == preflight.PASS, r.line()
     assert f"bought as {CR_ID}" in r.check and "2030-01-02T11:30:00Z" in r.detail
-    assert requests[0]["Filter.1.Name"] == "tag:gputraining/capacity-block-offering" and requests[0]["Filter.1.Value.1"] == OFFERING_ID
+    assert (
+        requests[0]["Filter.1.Name"] == "tag:gputraining/capacity-block-offering"
+        and requests[0]["Filter.1.Value.1"] == OFFERING_ID
+    )
 
 
 def test_the_ec2_model_has_every_call_preflight_makes():
@@ -407,4 +480,6 @@ def test_the_ec2_model_has_every_call_preflight_makes():
         assert op in model.operation_names
     members = model.shape_for("CapacityReservation").members
     assert {"CapacityBlockId", "StartDate", "EndDate", "TotalInstanceCount", "ReservationType"} <= set(members)
-    assert {"UpfrontFee", "CurrencyCode", "CapacityBlockOfferingId"} <= set(model.shape_for("CapacityBlockOffering").members)
+    assert {"UpfrontFee", "CurrencyCode", "CapacityBlockOfferingId"} <= set(
+        model.shape_for("CapacityBlockOffering").members
+    )

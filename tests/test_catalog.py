@@ -167,7 +167,14 @@ def test_from_describe_instance_types_sums_gpus_and_keeps_the_table_rdma_flag():
             "EfaSupported": True,
             "EfaInfo": {"MaximumEfaInterfaces": 4},
             "MaximumNetworkCards": 4,
-            "NetworkCards": [{"NetworkCardIndex": i, "PeakBandwidthInGbps": 100.0, "InterfaceTypes": ["interface", "efa", "efa-only"]} for i in range(4)],
+            "NetworkCards": [
+                {
+                    "NetworkCardIndex": i,
+                    "PeakBandwidthInGbps": 100.0,
+                    "InterfaceTypes": ["interface", "efa", "efa-only"],
+                }
+                for i in range(4)
+            ],
         },
         "InstanceStorageInfo": {"Disks": [{"Count": 8, "SizeInGB": 1000, "Type": "ssd"}]},
         "SupportedUsageClasses": ["capacity-block", "on-demand", "spot"],
@@ -217,17 +224,29 @@ def test_the_newest_types_are_the_recorded_ones():
 
 def test_p6_b300_layout_keeps_efa_off_card_0():
     layout = catalog.efa_layout(catalog.BUILTIN["p6-b300.48xlarge"])
-    assert [(s.card, s.device, s.interface_type) for s in layout] == [(0, 0, "interface")] + [(c, 1, "efa-only") for c in range(1, 17)]
+    assert [(s.card, s.device, s.interface_type) for s in layout] == [(0, 0, "interface")] + [
+        (c, 1, "efa-only") for c in range(1, 17)
+    ]
 
 
 def test_p5_4xlarge_layout_is_one_efa_with_ena_on_card_0():
-    assert [(s.card, s.device, s.interface_type) for s in catalog.efa_layout(catalog.BUILTIN["p5.4xlarge"])] == [(0, 0, "efa")]
+    assert [(s.card, s.device, s.interface_type) for s in catalog.efa_layout(catalog.BUILTIN["p5.4xlarge"])] == [
+        (0, 0, "efa")
+    ]
 
 
 def test_older_types_keep_their_layout():
     """p3dn to p5en: `efa` on card 0 device 0, `efa-only` at device 1 on every other card (no
     change to the launch templates of existing stacks)."""
-    for name in ("p3dn.24xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge"):
+    for name in (
+        "p3dn.24xlarge",
+        "p4d.24xlarge",
+        "p4de.24xlarge",
+        "p5.48xlarge",
+        "p5e.48xlarge",
+        "p5en.48xlarge",
+        "p6-b200.48xlarge",
+    ):
         it = catalog.BUILTIN[name]
         expected = [(0, 0, "efa")] + [(c, 1, "efa-only") for c in range(1, it.efa_interfaces)]
         assert [(s.card, s.device, s.interface_type) for s in catalog.efa_layout(it)] == expected, name
@@ -276,15 +295,23 @@ def test_recorded_efa_gpu_types_include_the_newest():
 
 
 def test_a_layout_the_cards_cannot_hold_is_an_error():
-    it = catalog.InstanceType("x.large", 2, 4096, efa_interfaces=2, cards=(catalog.NetworkCard(0, ("interface", "efa"), 10.0),))
+    it = catalog.InstanceType(
+        "x.large", 2, 4096, efa_interfaces=2, cards=(catalog.NetworkCard(0, ("interface", "efa"), 10.0),)
+    )
     with pytest.raises(ValueError, match="take 1 EFA interfaces, not the 2"):
         catalog.efa_layout(it)
 
 
 def test_efa_only_on_card_0_when_the_primary_is_plain_ena():
     card0 = catalog.NetworkCard(0, ("interface", "efa-only"), 10.0)
-    it = catalog.InstanceType("x.large", 2, 4096, efa_interfaces=2, cards=(card0, catalog.NetworkCard(1, ("interface", "efa"), 10.0)))
-    assert [(s.card, s.device, s.interface_type) for s in catalog.efa_layout(it)] == [(0, 0, "interface"), (0, 1, "efa-only"), (1, 1, "efa")]
+    it = catalog.InstanceType(
+        "x.large", 2, 4096, efa_interfaces=2, cards=(card0, catalog.NetworkCard(1, ("interface", "efa"), 10.0))
+    )
+    assert [(s.card, s.device, s.interface_type) for s in catalog.efa_layout(it)] == [
+        (0, 0, "interface"),
+        (0, 1, "efa-only"),
+        (1, 1, "efa"),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,7 +323,10 @@ def test_every_new_type_has_a_price():
     for name in ("p5.4xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge"):
         assert prices.INSTANCE_HOURLY[name] is not None and prices.INSTANCE_HOURLY[name] > 0
     # Per GPU, the newer the dearer: a sanity check on the pinned figures' order.
-    per_gpu = {n: prices.INSTANCE_HOURLY[n] / catalog.BUILTIN[n].gpus for n in ("p5.4xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge")}  # type: ignore[operator]
+    per_gpu = {
+        n: prices.INSTANCE_HOURLY[n] / catalog.BUILTIN[n].gpus
+        for n in ("p5.4xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge")
+    }  # type: ignore[operator]
     assert per_gpu["p5.4xlarge"] < per_gpu["p6-b200.48xlarge"] < per_gpu["p6-b300.48xlarge"]
 
 
@@ -321,7 +351,16 @@ def test_p6e_gb200_is_refused_with_the_reasons():
     assert "p6e-gb200.36xlarge" not in recorded()  # not in the recorded data either
     text = catalog.refusal("p6e-gb200.36xlarge")
     assert text is not None
-    for words in ("UltraServer", "Capacity Blocks", "arm64", "AL2023_ARM_64_NVIDIA", "DRA", "IMEX", "ComputeDomain", "p6-b200.48xlarge"):
+    for words in (
+        "UltraServer",
+        "Capacity Blocks",
+        "arm64",
+        "AL2023_ARM_64_NVIDIA",
+        "DRA",
+        "IMEX",
+        "ComputeDomain",
+        "p6-b200.48xlarge",
+    ):
         assert words in text, words
     assert catalog.refusal("p6-b300.48xlarge") is None and catalog.refusal("p4d.24xlarge") is None
     assert catalog.get("p6e-gb200.36xlarge") is None
@@ -330,7 +369,9 @@ def test_p6e_gb200_is_refused_with_the_reasons():
 def test_capacity_block_types_are_the_recorded_usage_class():
     for name in catalog.GPU_TYPES:
         item = recorded().get(name)
-        assert catalog.BUILTIN[name].capacity_blocks == bool(item and "capacity-block" in item["SupportedUsageClasses"]), name
+        assert catalog.BUILTIN[name].capacity_blocks == bool(
+            item and "capacity-block" in item["SupportedUsageClasses"]
+        ), name
     assert "p3dn.24xlarge" not in catalog.CAPACITY_BLOCK_TYPES
     assert {"p4d.24xlarge", "p5.48xlarge", "p6-b300.48xlarge"} <= set(catalog.CAPACITY_BLOCK_TYPES)
 

@@ -61,7 +61,14 @@ def _pairs(c: dict[str, Any]) -> set[tuple[str, Any, str, Any]]:
 
 
 def _wanted_pairs() -> set[tuple[str, Any, str, Any]]:
-    return {(a, va, b, vb) for i, a in enumerate(NAMES) for b in NAMES[i + 1 :] for va in AXES[a] for vb in AXES[b] if refused_because({a: va, b: vb}) is None}
+    return {
+        (a, va, b, vb)
+        for i, a in enumerate(NAMES)
+        for b in NAMES[i + 1 :]
+        for va in AXES[a]
+        for vb in AXES[b]
+        if refused_because({a: va, b: vb}) is None
+    }
 
 
 def combinations() -> list[dict[str, Any]]:
@@ -101,7 +108,15 @@ def _job(kind: str, group: str, name: str, **extra: Any) -> dict[str, Any]:
     specs: dict[str, dict[str, Any]] = {
         "mpi": {"kind": "mpi", "nodeGroup": group, "nodes": 2, **run},
         "nccl-test": {"kind": "nccl-test", "nodeGroup": group, "nodes": 2},
-        "pytorch-elastic": {"kind": "pytorch-elastic", "nodeGroup": group, "minNodes": 1, "maxNodes": 2, "rendezvous": "etcd", **run, "command": ["torchrun"]},
+        "pytorch-elastic": {
+            "kind": "pytorch-elastic",
+            "nodeGroup": group,
+            "minNodes": 1,
+            "maxNodes": 2,
+            "rendezvous": "etcd",
+            **run,
+            "command": ["torchrun"],
+        },
         "paddle": {"kind": "paddle", "nodeGroup": group, "nodes": 2, **run},
         "paddle-ps": {"kind": "paddle", "mode": "ps", "pservers": 1, "nodeGroup": group, "nodes": 2, **run},
         "data-stage": {"kind": "data-stage", "source": "s3://my-training-data/coco/", "volume": "fsx", "path": "coco"},
@@ -128,7 +143,16 @@ def _sagemaker_job(group: str) -> dict[str, Any]:
 
 def values_for(c: dict[str, Any]) -> dict[str, Any]:
     """The stack config of combination ``c``."""
-    groups = [_main_group(c), {"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 0, "desiredSize": 0 if c["autoscaling"] else 2, "maxSize": 2}]
+    groups = [
+        _main_group(c),
+        {
+            "name": "p4d",
+            "instanceType": "p4d.24xlarge",
+            "minSize": 0,
+            "desiredSize": 0 if c["autoscaling"] else 2,
+            "maxSize": 2,
+        },
+    ]
     jobs = [_job(c["kind"], "main", "main-job"), _job("nccl-test", "p4d", "p4d-nccl")]
     queues: dict[str, Any] = {"enabled": c["queues"] != "off"}
     if c["queues"] == "teams":

@@ -63,12 +63,16 @@ def test_unknown_gpu_instance_type_lists_the_gpu_types():
 
 
 def test_cpu_type_for_a_gpu_group_is_rejected():
-    msg = _only_problem(minimal_values(gpuNodeGroups=[_group(instanceType="c5.2xlarge")]), f"{NS}:gpuNodeGroups[0].instanceType")
+    msg = _only_problem(
+        minimal_values(gpuNodeGroups=[_group(instanceType="c5.2xlarge")]), f"{NS}:gpuNodeGroups[0].instanceType"
+    )
     _assert_mentions(msg, "'c5.2xlarge'", "GPU", P4D)
 
 
 def test_unknown_system_instance_type_lists_the_system_types():
-    msg = _only_problem(minimal_values(systemNodeGroup={"instanceType": "c9.mega"}), f"{NS}:systemNodeGroup.instanceType")
+    msg = _only_problem(
+        minimal_values(systemNodeGroup={"instanceType": "c9.mega"}), f"{NS}:systemNodeGroup.instanceType"
+    )
     _assert_mentions(msg, "'c9.mega'", *catalog.SYSTEM_TYPES)
 
 
@@ -78,7 +82,9 @@ def test_gpu_type_for_the_system_group_is_rejected():
 
 
 def test_efa_asked_for_on_a_type_without_efa():
-    msg = _only_problem(minimal_values(gpuNodeGroups=[_group(instanceType="p3.8xlarge", efa=True)]), f"{NS}:gpuNodeGroups[0].efa")
+    msg = _only_problem(
+        minimal_values(gpuNodeGroups=[_group(instanceType="p3.8xlarge", efa=True)]), f"{NS}:gpuNodeGroups[0].efa"
+    )
     _assert_mentions(msg, "true", "p3.8xlarge", "no EFA")
     allowed = msg.split("EFA types are", 1)[1]
     listed = {t.strip() for t in allowed.split(",")}
@@ -97,28 +103,39 @@ def test_efa_false_on_a_type_without_efa_is_fine():
 
 
 def test_gpu_group_min_greater_than_max():
-    msg = _only_problem(_groups(_group(name="b", minSize=3, desiredSize=3, maxSize=2)), f"{NS}:gpuNodeGroups[1].minSize")
+    msg = _only_problem(
+        _groups(_group(name="b", minSize=3, desiredSize=3, maxSize=2)), f"{NS}:gpuNodeGroups[1].minSize"
+    )
     _assert_mentions(msg, "3", "maxSize 2")
 
 
 def test_system_group_min_greater_than_max():
-    msg = _only_problem(minimal_values(systemNodeGroup={"minSize": 5, "desiredSize": 5, "maxSize": 4}), f"{NS}:systemNodeGroup.minSize")
+    msg = _only_problem(
+        minimal_values(systemNodeGroup={"minSize": 5, "desiredSize": 5, "maxSize": 4}), f"{NS}:systemNodeGroup.minSize"
+    )
     _assert_mentions(msg, "5", "maxSize 4")
 
 
 @pytest.mark.parametrize("desired", [5, 0])
 def test_gpu_group_desired_outside_min_max(desired):
-    msg = _only_problem(_groups(_group(name="b", minSize=1, desiredSize=desired, maxSize=3)), f"{NS}:gpuNodeGroups[1].desiredSize")
+    msg = _only_problem(
+        _groups(_group(name="b", minSize=1, desiredSize=desired, maxSize=3)), f"{NS}:gpuNodeGroups[1].desiredSize"
+    )
     _assert_mentions(msg, str(desired), "1..3")
 
 
 def test_system_group_desired_outside_min_max():
-    msg = _only_problem(minimal_values(systemNodeGroup={"minSize": 2, "desiredSize": 9, "maxSize": 4}), f"{NS}:systemNodeGroup.desiredSize")
+    msg = _only_problem(
+        minimal_values(systemNodeGroup={"minSize": 2, "desiredSize": 9, "maxSize": 4}),
+        f"{NS}:systemNodeGroup.desiredSize",
+    )
     _assert_mentions(msg, "9", "2..4")
 
 
 def test_system_group_max_size_zero_is_rejected():
-    msg = _only_problem(minimal_values(systemNodeGroup={"minSize": 0, "desiredSize": 0, "maxSize": 0}), f"{NS}:systemNodeGroup.maxSize")
+    msg = _only_problem(
+        minimal_values(systemNodeGroup={"minSize": 0, "desiredSize": 0, "maxSize": 0}), f"{NS}:systemNodeGroup.maxSize"
+    )
     _assert_mentions(msg, "0", "greater than or equal to 1")
 
 
@@ -162,7 +179,9 @@ def test_vpc_cidr_too_small_for_the_subnets():
 
 
 def test_vpc_cidr_just_big_enough_is_accepted():
-    cfg = _load(minimal_values(network={"vpcCidr": "10.0.0.0/17", "availabilityZoneCount": 3, "privateSubnetPrefix": 19}))
+    cfg = _load(
+        minimal_values(network={"vpcCidr": "10.0.0.0/17", "availabilityZoneCount": 3, "privateSubnetPrefix": 19})
+    )
     assert cfg.network.vpc_cidr == "10.0.0.0/17"
     assert cfg.network.availability_zone_count == 3
 
@@ -194,7 +213,10 @@ def test_endpoint_public_and_private_both_off():
 
 
 def test_bad_public_access_cidr():
-    msg = _only_problem(minimal_values(cluster={"endpointPublicAccessCidrs": ["0.0.0.0/0", "1.2.3.4/40"]}), f"{NS}:cluster.endpointPublicAccessCidrs[1]")
+    msg = _only_problem(
+        minimal_values(cluster={"endpointPublicAccessCidrs": ["0.0.0.0/0", "1.2.3.4/40"]}),
+        f"{NS}:cluster.endpointPublicAccessCidrs[1]",
+    )
     _assert_mentions(msg, "'1.2.3.4/40'", "CIDR")
 
 
@@ -263,7 +285,9 @@ def test_reservation_with_spot_is_rejected():
 
 
 def test_unknown_capacity_type_names_the_choices():
-    msg = _only_problem(minimal_values(gpuNodeGroups=[_group(capacityType="reserved")]), f"{NS}:gpuNodeGroups[0].capacityType")
+    msg = _only_problem(
+        minimal_values(gpuNodeGroups=[_group(capacityType="reserved")]), f"{NS}:gpuNodeGroups[0].capacityType"
+    )
     _assert_mentions(msg, "'reserved'", "on-demand", "spot", "capacity-block")
 
 
@@ -280,7 +304,9 @@ def test_placement_group_name_without_existing_mode():
 
 
 def test_create_placement_group_with_a_reservation():
-    values = minimal_values(gpuNodeGroups=[_group(capacityReservationId=RESERVATION, placementGroup={"mode": "create"})])
+    values = minimal_values(
+        gpuNodeGroups=[_group(capacityReservationId=RESERVATION, placementGroup={"mode": "create"})]
+    )
     msg = _only_problem(values, f"{NS}:gpuNodeGroups[0].placementGroup.mode")
     _assert_mentions(msg, "'create'", "reservation", "'none'", "'existing'")
 
@@ -304,7 +330,9 @@ def test_invalid_label_value():
 
 
 def test_taint_on_nvidia_gpu_is_rejected():
-    values = _groups(_group(name="b", taints=[{"key": "dedicated", "value": "x"}, {"key": "nvidia.com/gpu", "value": "true"}]))
+    values = _groups(
+        _group(name="b", taints=[{"key": "dedicated", "value": "x"}, {"key": "nvidia.com/gpu", "value": "true"}])
+    )
     msg = _only_problem(values, f"{NS}:gpuNodeGroups[1].taints[1].key")
     _assert_mentions(msg, "'nvidia.com/gpu'", "every GPU group", "extra taints")
 
@@ -491,7 +519,9 @@ def test_minimal_config_defaults():
     assert g.disk_size_gib == 500
 
 
-@pytest.mark.parametrize("instance_type", ["p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5en.48xlarge", "p3dn.24xlarge"])
+@pytest.mark.parametrize(
+    "instance_type", ["p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5en.48xlarge", "p3dn.24xlarge"]
+)
 def test_efa_on_by_default_with_every_catalog_interface_and_a_new_placement_group(instance_type):
     (g,) = _load(minimal_values(gpuNodeGroups=[_group(instanceType=instance_type)])).gpu_node_groups
     assert g.efa is None
@@ -506,7 +536,11 @@ def test_p4d_defaults_to_four_efa_interfaces():
 
 
 def test_efa_group_with_a_reservation_gets_no_new_placement_group():
-    values = minimal_values(gpuNodeGroups=[_group(instanceType="p5.48xlarge", capacityType="capacity-block", capacityReservationId=RESERVATION)])
+    values = minimal_values(
+        gpuNodeGroups=[
+            _group(instanceType="p5.48xlarge", capacityType="capacity-block", capacityReservationId=RESERVATION)
+        ]
+    )
     (g,) = _load(values).gpu_node_groups
     assert g.efa_enabled is True and g.efa_interfaces == 32
     assert g.placement.mode == "none"
@@ -523,7 +557,9 @@ def test_type_without_efa_defaults_to_efa_off():
 
 
 def test_explicit_placement_group_wins():
-    values = minimal_values(gpuNodeGroups=[_group(capacityReservationId=RESERVATION, placementGroup={"mode": "existing", "name": "res-pg"})])
+    values = minimal_values(
+        gpuNodeGroups=[_group(capacityReservationId=RESERVATION, placementGroup={"mode": "existing", "name": "res-pg"})]
+    )
     (g,) = _load(values).gpu_node_groups
     assert (g.placement.mode, g.placement.name) == ("existing", "res-pg")
 
@@ -595,7 +631,10 @@ def test_numeric_text_is_accepted_for_sizes():
 
 
 def test_numeric_text_still_goes_through_the_range_checks():
-    msg = _only_problem(minimal_values(gpuNodeGroups=[_group(minSize="3", desiredSize="3", maxSize="2")]), f"{NS}:gpuNodeGroups[0].minSize")
+    msg = _only_problem(
+        minimal_values(gpuNodeGroups=[_group(minSize="3", desiredSize="3", maxSize="2")]),
+        f"{NS}:gpuNodeGroups[0].minSize",
+    )
     _assert_mentions(msg, "3", "maxSize 2")
 
 
@@ -609,7 +648,8 @@ def test_problem_and_error_text():
 def test_unset_desired_size_follows_min_size():
     cfg = load(
         minimal_values(
-            gpuNodeGroups=[{"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 1, "maxSize": 3}], systemNodeGroup={"minSize": 3, "maxSize": 5}
+            gpuNodeGroups=[{"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 1, "maxSize": 3}],
+            systemNodeGroup={"minSize": 3, "maxSize": 5},
         ),
         "gpu-training",
         "t",
@@ -618,14 +658,22 @@ def test_unset_desired_size_follows_min_size():
     assert cfg.system_node_group.desired_size == 3
     # An explicit desiredSize still wins, and is still checked.
     msg = _only_problem(
-        minimal_values(gpuNodeGroups=[{"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 1, "desiredSize": 5, "maxSize": 3}]),
+        minimal_values(
+            gpuNodeGroups=[
+                {"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 1, "desiredSize": 5, "maxSize": 3}
+            ]
+        ),
         f"{NS}:gpuNodeGroups[0].desiredSize",
     )
     _assert_mentions(msg, "5", "1..3")
 
 
 def test_bad_taint_value_and_reserved_taint_key():
-    values = minimal_values(gpuNodeGroups=[_group(taints=[{"key": "dedicated", "value": "bad value!"}, {"key": "node.kubernetes.io/x", "value": "y"}])])
+    values = minimal_values(
+        gpuNodeGroups=[
+            _group(taints=[{"key": "dedicated", "value": "bad value!"}, {"key": "node.kubernetes.io/x", "value": "y"}])
+        ]
+    )
     with pytest.raises(ConfigError) as err:
         load(values, "gpu-training", "t")
     keys = {p.key: p.message for p in err.value.problems}
@@ -639,7 +687,9 @@ def test_region_that_does_not_exist_is_refused_before_anything_runs():
 
 
 def test_s3_link_on_scratch_1_is_refused():
-    values = minimal_values(storage={"fsx": {"deploymentType": "SCRATCH_1", "storageCapacityGiB": 1200, "s3": {"bucket": "data"}}})
+    values = minimal_values(
+        storage={"fsx": {"deploymentType": "SCRATCH_1", "storageCapacityGiB": 1200, "s3": {"bucket": "data"}}}
+    )
     msg = _only_problem(values, f"{NS}:storage.fsx.s3")
     _assert_mentions(msg, "SCRATCH_1", "SCRATCH_2", "PERSISTENT_2")
 
@@ -649,8 +699,10 @@ def test_known_regions_are_botocores_ec2_regions():
     a botocore session lists for EC2."""
     import botocore.session
 
-    from stacks.config.checks import known_regions
+    from stacks.config.cross_checks import known_regions
 
     session = botocore.session.get_session()
-    expected = {r for p in session.get_available_partitions() for r in session.get_available_regions("ec2", partition_name=p)}
+    expected = {
+        r for p in session.get_available_partitions() for r in session.get_available_regions("ec2", partition_name=p)
+    }
     assert known_regions() == expected and "us-west-2" in expected

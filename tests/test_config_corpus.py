@@ -26,7 +26,27 @@ from stacks.config import ConfigError, load
 from tests.helpers import NS, ROOT, dev_values, minimal_values
 
 # Every YAML shape a value can take, including the surprising ones (yes -> True, 012 -> 10).
-SHAPES: list[Any] = [None, True, False, 0, -1, 3, 2**40, 1.5, "", "yes", "x" * 300, "Ünïcødé", "a b", [], ["a"], [1, 2], {}, {"k": "v"}, {"value": "x"}]
+SHAPES: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    3,
+    2**40,
+    1.5,
+    "",
+    "yes",
+    "x" * 300,
+    "Ünïcødé",
+    "a b",
+    [],
+    ["a"],
+    [1, 2],
+    {},
+    {"k": "v"},
+    {"value": "x"},
+]
 ERROR_LINE = re.compile(r"^  - (gpu-training:|aws:)[^:\s]*[^\s]*: \S")
 
 
@@ -142,32 +162,59 @@ def test_every_generated_config_plans_or_is_refused_naming_its_key(i, tmp_path, 
 @pytest.mark.parametrize(
     "text,expect",
     [
-        ("config:\n  gpu-training:tags:\n    env: dev\n  gpu-training:tags:\n    env: prod\n  aws:region: us-west-2\n", "written twice"),
+        (
+            "config:\n  gpu-training:tags:\n    env: dev\n  gpu-training:tags:\n    env: prod\n  aws:region: us-west-2\n",
+            "written twice",
+        ),
         ("config:\n  aws:region: us-west-2\n  gpu-training:etcd:\n    cpu: 1\n    cpu: 2\n", "written twice"),
         ("config:\n  aws:region:\n    value: us-west-2\n", "write the region itself"),
         ("config:\n\taws:region: us-west-2\n", "not valid YAML"),
         ("config: [1, 2]\n", "must be a map"),
         ("- just\n- a list\n", "must be a map"),
-        ("config:\n  aws:region: us-west-2\n  gpu-training:systemNodeGroup:\n    minSize: 0\n", "systemNodeGroup.minSize"),
+        (
+            "config:\n  aws:region: us-west-2\n  gpu-training:systemNodeGroup:\n    minSize: 0\n",
+            "systemNodeGroup.minSize",
+        ),
         ("config:\n  aws:region: eu-north-9\n", "not an AWS region known"),
         # Read as the Pulumi CLI reads it (yaml.v3): what it refuses is refused, naming the key.
-        ("config:\n  aws:region: us-west-2\n  gpu-training:tags: &t\n    a: *t\n", "gpu-training:tags.a: the alias *t (line 4) is inside its own anchor"),
-        ("config:\n  aws:region: us-west-2\n  gpu-training:tags: " + "{a: " * 1000 + "b" + "}" * 1000 + "\n", "gpu-training:tags: nests maps and lists"),
+        (
+            "config:\n  aws:region: us-west-2\n  gpu-training:tags: &t\n    a: *t\n",
+            "gpu-training:tags.a: the alias *t (line 4) is inside its own anchor",
+        ),
+        (
+            "config:\n  aws:region: us-west-2\n  gpu-training:tags: " + "{a: " * 1000 + "b" + "}" * 1000 + "\n",
+            "gpu-training:tags: nests maps and lists",
+        ),
         (
             "config:\n  aws:region: us-west-2\n  gpu-training:tags:\n"
-            + "".join(f"    {c}: &{c} [{','.join(['*' + p] * 9) if p else 'x'}]\n" for p, c in zip(["", *"abcdefgh"], "abcdefghi", strict=True)),
+            + "".join(
+                f"    {c}: &{c} [{','.join(['*' + p] * 9) if p else 'x'}]\n"
+                for p, c in zip(["", *"abcdefgh"], "abcdefghi", strict=True)
+            ),
             "excessive aliasing",
         ),
         (
             "config:\n  aws:region: us-west-2\n  gpu-training:etcd:\n    <<: {cpu: '1'}\n    cpu: '2'\n    cpu: '3'\n",
             "gpu-training:etcd.cpu: the key 'cpu' is written twice",
         ),
-        ("config:\n  aws:region: us-west-2\n  gpu-training:tags:\n    1: a\n", "gpu-training:tags.1: the key '1' (line 4) is a number"),
-        ("config:\n  aws:region: us-west-2\n  gpu-training:tags: {a: .inf}\n", "gpu-training:tags.a: .inf (line 3) is infinity"),
-        ("config:\n  aws:region: us-west-2\n  gpu-training:tags: {cost: 0x1F}\n", "gpu-training:tags.cost: 31 is not allowed: expected a string"),
+        (
+            "config:\n  aws:region: us-west-2\n  gpu-training:tags:\n    1: a\n",
+            "gpu-training:tags.1: the key '1' (line 4) is a number",
+        ),
+        (
+            "config:\n  aws:region: us-west-2\n  gpu-training:tags: {a: .inf}\n",
+            "gpu-training:tags.a: .inf (line 3) is infinity",
+        ),
+        (
+            "config:\n  aws:region: us-west-2\n  gpu-training:tags: {cost: 0x1F}\n",
+            "gpu-training:tags.cost: 31 is not allowed: expected a string",
+        ),
         # A real region the offline plan has no recorded offering data for: refused by the offline
         # plan with the reason (a real `pulumi up` asks AWS instead).
-        ("config:\n  aws:region: ap-southeast-7\n", "no recorded AWS offering data for region 'ap-southeast-7' (it has: "),
+        (
+            "config:\n  aws:region: ap-southeast-7\n",
+            "no recorded AWS offering data for region 'ap-southeast-7' (it has: ",
+        ),
     ],
 )
 def test_yaml_surprises_in_the_stack_file_are_refused_with_the_reason(text, expect, tmp_path, monkeypatch):

@@ -51,7 +51,13 @@ def test_prod_idles_with_its_minimum_p4d_nodes_and_persistent_fsx():
 def test_capacity_blocks_and_types_without_a_price_are_left_out_with_a_note():
     values = minimal_values(
         gpuNodeGroups=[
-            {"name": "blk", "instanceType": "p5.48xlarge", "maxSize": 2, "capacityType": "capacity-block", "capacityReservationId": "cr-0123456789abcdef0"},
+            {
+                "name": "blk",
+                "instanceType": "p5.48xlarge",
+                "maxSize": 2,
+                "capacityType": "capacity-block",
+                "capacityReservationId": "cr-0123456789abcdef0",
+            },
             {"name": "p5e", "instanceType": "p5e.48xlarge", "maxSize": 2},
         ]
     )
@@ -79,7 +85,9 @@ def test_the_pr_diff_shows_the_change_in_cost(tmp_path):
     for folder, maximum in ((base, 100.0), (head, 144.02)):
         folder.mkdir()
         (folder / "resources.json").write_text("[]")
-        (folder / "cost.json").write_text(json.dumps({"region": "us-west-2", "date": "2026-07", "idlePerHour": 1.08, "maximumPerHour": maximum}))
+        (folder / "cost.json").write_text(
+            json.dumps({"region": "us-west-2", "date": "2026-07", "idlePerHour": 1.08, "maximumPerHour": maximum})
+        )
     out = io.StringIO()
     plan_diff.main([str(base), str(head)], out=out)
     assert "every group at its maximum $100.00/h → $144.02/h (**+$44.02/h**)" in out.getvalue()
@@ -112,7 +120,10 @@ def test_public_ipv4_and_kms_keys_are_priced_from_their_pins():
         pytest.param(None, id="dev"),
         pytest.param("prod", id="prod"),
         pytest.param({"efs": {"enabled": False}, "fsx": {"enabled": False}}, id="no-storage"),
-        pytest.param({"fsx": {"deploymentType": "PERSISTENT_2", "perUnitStorageThroughput": 125, "storageCapacityGiB": 1200}}, id="persistent-fsx"),
+        pytest.param(
+            {"fsx": {"deploymentType": "PERSISTENT_2", "perUnitStorageThroughput": 125, "storageCapacityGiB": 1200}},
+            id="persistent-fsx",
+        ),
     ],
 )
 def test_the_kms_keys_priced_are_the_keys_the_program_creates(values, request):
@@ -150,10 +161,17 @@ def test_enabled_sagemaker_jobs_and_exposed_jobs_are_named_as_left_out():
     for job in values[f"{NS}:jobs"]:
         if job.get("runtime") == "sagemaker":
             job["enabled"] = True
-    values[f"{NS}:jobs"].append({"name": "board", "kind": "tensorboard", "volume": "efs", "logPath": "logs/x", "expose": True})
+    values[f"{NS}:jobs"].append(
+        {"name": "board", "kind": "tensorboard", "volume": "efs", "logPath": "logs/x", "expose": True}
+    )
     c = cost.estimate(load(values, "gpu-training", "dev"))
     (sm,) = [o for o in c.omitted if o.startswith("SageMaker training jobs")]
-    assert "maskrcnn-sagemaker on " in sm and "resnet50-hybrid on " in sm and "x ml.p" in sm and "per instance-second" in sm
+    assert (
+        "maskrcnn-sagemaker on " in sm
+        and "resnet50-hybrid on " in sm
+        and "x ml.p" in sm
+        and "per instance-second" in sm
+    )
     assert [o for o in c.omitted if o.startswith("load balancers of exposed jobs")] == [
         "load balancers of exposed jobs (board): per hour and per LCU, with their public IPv4 addresses"
     ]

@@ -31,11 +31,19 @@ def test_fsx_waiting_for_the_cluster_would_show(prod_plan):
     records = prod_plan.records  # (changed below in copies: dataclasses.replace)
     fs = next(r for r in records if r.type == "aws:fsx/lustreFileSystem:LustreFileSystem")
     node_rule = next(r for r in records if r.name.startswith("fsx-lustre-988") and r.name.endswith("-from-nodes"))
-    changed = [dataclasses.replace(r, depends_on=[*r.depends_on, {"type": node_rule.type, "name": node_rule.name}]) if r is fs else r for r in records]
+    changed = [
+        dataclasses.replace(r, depends_on=[*r.depends_on, {"type": node_rule.type, "name": node_rule.name}])
+        if r is fs
+        else r
+        for r in records
+    ]
     # The rule references the cluster's security group, an output of the cluster.
     cluster = next(r for r in records if r.type == "eks:index:Cluster")
     changed = [
-        dataclasses.replace(r, depends_on=[*r.depends_on, {"type": cluster.type, "name": cluster.name}]) if r.name == node_rule.name else r for r in changed
+        dataclasses.replace(r, depends_on=[*r.depends_on, {"type": cluster.type, "name": cluster.name}])
+        if r.name == node_rule.name
+        else r
+        for r in changed
     ]
     slow = critical_path.estimate(changed)
     assert slow.total > slow.floor * 1.05

@@ -86,7 +86,13 @@ def _one(resources: list[dict[str, Any]], typ: str, name: str) -> dict[str, Any]
 
 PERSISTENT_FSX = {
     "efs": {"enabled": True},
-    "fsx": {"enabled": True, "deploymentType": "PERSISTENT_2", "storageCapacityGiB": 1200, "perUnitStorageThroughput": 125, "finalBackup": True},
+    "fsx": {
+        "enabled": True,
+        "deploymentType": "PERSISTENT_2",
+        "storageCapacityGiB": 1200,
+        "perUnitStorageThroughput": 125,
+        "finalBackup": True,
+    },
     "deletionProtection": False,
 }
 
@@ -136,7 +142,13 @@ def test_resources_json_records_protect_ignore_changes_and_aliases(tmp_path):
 # Capacity blocks
 # ---------------------------------------------------------------------------------------------
 
-BLOCK = {"name": "p5", "instanceType": "p5.48xlarge", "capacityType": "capacity-block", "capacityReservationId": "cr-0123456789abcdef0", "maxSize": 2}
+BLOCK = {
+    "name": "p5",
+    "instanceType": "p5.48xlarge",
+    "capacityType": "capacity-block",
+    "capacityReservationId": "cr-0123456789abcdef0",
+    "maxSize": 2,
+}
 
 
 def test_capacity_block_groups_are_not_autoscaled_by_default():

@@ -44,7 +44,11 @@ def _is_dataclass_decorator(node: ast.expr) -> bool:
 
 def _is_classvar(annotation: ast.expr) -> bool:
     """``ClassVar[...]`` (or a string of it) is not a dataclass field."""
-    text = annotation.value if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str) else ast.unparse(annotation)
+    text = (
+        annotation.value
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str)
+        else ast.unparse(annotation)
+    )
     return text.split("[")[0].split(".")[-1] == "ClassVar"
 
 
@@ -63,9 +67,17 @@ def args_fields(source: str) -> list[tuple[str, str]]:
     """(class, field) of every field of every dataclass whose name ends with ``Args``."""
     fields = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ClassDef) and node.name.endswith("Args") and any(_is_dataclass_decorator(d) for d in node.decorator_list):
+        if (
+            isinstance(node, ast.ClassDef)
+            and node.name.endswith("Args")
+            and any(_is_dataclass_decorator(d) for d in node.decorator_list)
+        ):
             for stmt in node.body:
-                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and not _is_classvar(stmt.annotation):
+                if (
+                    isinstance(stmt, ast.AnnAssign)
+                    and isinstance(stmt.target, ast.Name)
+                    and not _is_classvar(stmt.annotation)
+                ):
                     fields.append((node.name, stmt.target.id))
     return fields
 
@@ -77,10 +89,16 @@ def undescribed_fields(source: str, module: str) -> list[str]:
     comments = _describing_comments(source)
     missing = []
     for node in ast.walk(ast.parse(source)):
-        if not (isinstance(node, ast.ClassDef) and node.name.endswith("Args") and any(_is_dataclass_decorator(d) for d in node.decorator_list)):
+        if not (
+            isinstance(node, ast.ClassDef)
+            and node.name.endswith("Args")
+            and any(_is_dataclass_decorator(d) for d in node.decorator_list)
+        ):
             continue
         for stmt in node.body:
-            if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)) or _is_classvar(stmt.annotation):
+            if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)) or _is_classvar(
+                stmt.annotation
+            ):
                 continue
             end = stmt.end_lineno or stmt.lineno
             trailing = any(n in comments for n in range(stmt.lineno, end + 1))
@@ -98,8 +116,9 @@ def _module_name(path: Path) -> str:
 @pytest.mark.parametrize("path", COMPONENT_FILES, ids=lambda p: p.name)
 def test_component_args_fields_are_described(path: Path) -> None:
     missing = undescribed_fields(path.read_text(), _module_name(path))
-    assert not missing, "these component arguments need a one-line comment where they are declared (trailing, or on the line above):\n" + "\n".join(
-        f"  {m}" for m in missing
+    assert not missing, (
+        "these component arguments need a one-line comment where they are declared (trailing, or on the line above):\n"
+        + "\n".join(f"  {m}" for m in missing)
     )
 
 
@@ -195,10 +214,14 @@ def test_config_models_are_found() -> None:
     assert {"StackConfig", "NetworkConfig", "ClusterConfig", "GpuNodeGroupConfig", "FsxConfig"} <= names, sorted(names)
 
 
-@pytest.mark.parametrize(("group", "models"), [("config", _config_models()), ("jobs", _job_models())], ids=["config", "jobs"])
+@pytest.mark.parametrize(
+    ("group", "models"), [("config", _config_models()), ("jobs", _job_models())], ids=["config", "jobs"]
+)
 def test_model_fields_have_one_line_descriptions(group: str, models: list[type[BaseModel]]) -> None:
     problems = badly_described(models)
-    assert not problems, f"{group} model fields need a one-line Field(description=...):\n" + "\n".join(f"  {p}" for p in problems)
+    assert not problems, f"{group} model fields need a one-line Field(description=...):\n" + "\n".join(
+        f"  {p}" for p in problems
+    )
 
 
 def test_description_check_reports_problems() -> None:

@@ -21,7 +21,7 @@ import pytest
 import jobs as J
 from facts import catalog
 from stacks import config as C
-from stacks.config import jobs as jobs_config
+from stacks.config import job_entries as jobs_config
 from stacks.config import reference
 from tests.helpers import ALL_JOBS, DOC_TEXT, JOB_BLOCKS, JOBS_MARKER, ROOT, minimal_values, run_stack
 from tests.helpers import DOC_GROUPS as GROUPS
@@ -84,7 +84,9 @@ def examples_plan():
 
 
 def _objects_of(plan, name: str) -> list[dict[str, Any]]:
-    return [o for o in plan.kubernetes_objects() if (o.get("metadata") or {}).get("labels", {}).get(J.JOB_LABEL) == name]
+    return [
+        o for o in plan.kubernetes_objects() if (o.get("metadata") or {}).get("labels", {}).get(J.JOB_LABEL) == name
+    ]
 
 
 def _on_sagemaker(job: dict[str, Any]) -> bool:
@@ -170,7 +172,11 @@ def _section(text: str, heading: re.Pattern[str]) -> str:
     start = next(i for i, line in enumerate(lines) if heading.match(line))
     level = len(lines[start]) - len(lines[start].lstrip("#"))
     end = next(
-        (i for i in range(start + 1, len(lines)) if lines[i].startswith("#") and len(lines[i]) - len(lines[i].lstrip("#")) <= level),
+        (
+            i
+            for i in range(start + 1, len(lines))
+            if lines[i].startswith("#") and len(lines[i]) - len(lines[i].lstrip("#")) <= level
+        ),
         len(lines),
     )
     return "\n".join(lines[start:end])
@@ -204,7 +210,9 @@ def test_the_field_table_of_each_kind_lists_every_field_with_its_default(kind):
     model = J.JOB_KINDS[kind]
     table = _field_table(kind)
     aliases = {f.alias or n: f for n, f in model.model_fields.items()}
-    assert set(table) == set(aliases), f"{kind}: missing {sorted(set(aliases) - set(table))}, unknown {sorted(set(table) - set(aliases))}"
+    assert set(table) == set(aliases), (
+        f"{kind}: missing {sorted(set(aliases) - set(table))}, unknown {sorted(set(table) - set(aliases))}"
+    )
     wrong = []
     for alias, f in aliases.items():
         default_cell, meaning = table[alias]
@@ -251,7 +259,10 @@ def test_the_sagemaker_table_lists_every_field_with_its_spelling_and_default():
 def _braced_keys(text: str) -> set[str]:
     """The keys of every `{a, b: c, d}` group in ``text`` (a group's inner groups left out)."""
     keys = set()
-    for group in re.findall(r"\{([^{}]*)\}", re.sub(r"\{[^{}]*\{[^{}]*\}[^{}]*\}", lambda m: m.group(0).split(":", 1)[1] if ":" in m.group(0) else "", text)):
+    for group in re.findall(
+        r"\{([^{}]*)\}",
+        re.sub(r"\{[^{}]*\{[^{}]*\}[^{}]*\}", lambda m: m.group(0).split(":", 1)[1] if ":" in m.group(0) else "", text),
+    ):
         for part in group.split(","):
             key = part.split(":", 1)[0].strip().strip("`")
             if key:
@@ -285,7 +296,14 @@ def test_every_key_of_the_nested_models_is_documented():
 
 def test_a_spelling_the_docs_do_not_use_is_refused():
     """The Python names and other spellings of a key are no keys of the stack file."""
-    ok = {"name": "sm", "kind": "mpi", "runtime": "sagemaker", "nodeGroup": "p4d", "image": ALL_JOBS[0]["image"], "command": ["python", "/opt/ml/code/a.py"]}
+    ok = {
+        "name": "sm",
+        "kind": "mpi",
+        "runtime": "sagemaker",
+        "nodeGroup": "p4d",
+        "image": ALL_JOBS[0]["image"],
+        "command": ["python", "/opt/ml/code/a.py"],
+    }
     for wrong in ("volumeSizeGib", "volume_size_gib", "VolumeSizeGiB"):
         with pytest.raises(C.ConfigError) as err:
             C.load(values_with([{**ok, "sagemaker": {"outputPath": "s3://b/o/", wrong: 200}}]), PROJECT, "docs")
@@ -298,7 +316,9 @@ def test_a_spelling_the_docs_do_not_use_is_refused():
 def test_the_shared_field_types_are_described():
     for model in (J.VolumeMount, J.SecretKeyRef):
         for name, f in model.model_fields.items():
-            assert re.search(rf"\b{re.escape(f.alias or name)}\b", _section(DOC_TEXT, re.compile(r"^## Conventions"))), f"{model.__name__}.{name}"
+            assert re.search(
+                rf"\b{re.escape(f.alias or name)}\b", _section(DOC_TEXT, re.compile(r"^## Conventions"))
+            ), f"{model.__name__}.{name}"
 
 
 def test_the_instance_table_matches_the_catalog():
@@ -400,6 +420,14 @@ def test_no_config_key_is_left_undocumented():
 
 
 def test_every_config_field_has_a_one_line_description():
-    for model in (C.StackConfig, C.NetworkConfig, C.ClusterConfig, C.SystemNodeGroupConfig, C.GpuNodeGroupConfig, C.Taint, C.PlacementGroupConfig):
+    for model in (
+        C.StackConfig,
+        C.NetworkConfig,
+        C.ClusterConfig,
+        C.SystemNodeGroupConfig,
+        C.GpuNodeGroupConfig,
+        C.Taint,
+        C.PlacementGroupConfig,
+    ):
         for name, field in model.model_fields.items():
             assert field.description and "\n" not in field.description, f"{model.__name__}.{name}"

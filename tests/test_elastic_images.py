@@ -15,7 +15,17 @@ import pytest
 import jobs as J
 from facts import images
 from stacks import config as C
-from tests.helpers import ALL_JOBS, DOC_TEXT, JOBS_KEY, NS, dev_values, elastic_job, make_ctx, one_job_problem, parse_job_list
+from tests.helpers import (
+    ALL_JOBS,
+    DOC_TEXT,
+    JOBS_KEY,
+    NS,
+    dev_values,
+    elastic_job,
+    make_ctx,
+    one_job_problem,
+    parse_job_list,
+)
 
 DLC = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training"
 DLC_EC2 = f"{DLC}:2.5.1-gpu-py311-cu124-ubuntu22.04-ec2"
@@ -46,7 +56,10 @@ OWN_COPY = "123456789012.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.5.1-
 def test_aws_pytorch_training_gpu_images_are_known_to_lack_python_etcd(ref: str) -> None:
     known = images.known_image(ref)
     assert known is not None and known.python_etcd is False
-    assert re.search(r"aws/deep-learning-containers pytorch/training/docker/2\.\d+/py3/cu\d+/Dockerfile\.gpu \(tag v[\w.-]+\)", known.source)
+    assert re.search(
+        r"aws/deep-learning-containers pytorch/training/docker/2\.\d+/py3/cu\d+/Dockerfile\.gpu \(tag v[\w.-]+\)",
+        known.source,
+    )
 
 
 @pytest.mark.parametrize(
@@ -77,7 +90,9 @@ def test_every_row_names_a_dockerfile_of_its_minor_and_cuda() -> None:
     for r in rows:
         assert r.dockerfile == f"pytorch/training/docker/{r.minor}/py3/{r.cuda}/Dockerfile.gpu"
         assert images.DLC_READ_AT in r.source and r.dockerfile in r.source
-        assert r.builds(f"{r.minor}.0-gpu-py312-{r.cuda}-ubuntu22.04-ec2") and not r.builds(f"{r.minor}.0-gpu-py312-cu999-ubuntu22.04-ec2")
+        assert r.builds(f"{r.minor}.0-gpu-py312-{r.cuda}-ubuntu22.04-ec2") and not r.builds(
+            f"{r.minor}.0-gpu-py312-cu999-ubuntu22.04-ec2"
+        )
     assert re.fullmatch("[0-9a-f]{40}", images.DLC_READ_AT_COMMIT)
     assert all(re.fullmatch(r"\d{12}", a) for a in images.DLC_REGISTRY_ACCOUNTS)
     regions = [r for rs in images.DLC_REGISTRY_ACCOUNTS.values() for r in rs]
@@ -161,7 +176,10 @@ def test_the_dev_elastic_example_on_etcd_would_be_refused() -> None:
     with pytest.raises(C.ConfigError) as err:
         C.load(values, "gpu-training", "dev")
     (problem,) = [p for p in err.value.problems if p.key.endswith(".rendezvous")]
-    assert re.fullmatch(rf"{NS}:jobs\[\d+\]\.rendezvous", problem.key) and "(the default) needs the python-etcd package" in problem.message
+    assert (
+        re.fullmatch(rf"{NS}:jobs\[\d+\]\.rendezvous", problem.key)
+        and "(the default) needs the python-etcd package" in problem.message
+    )
 
 
 def test_the_dev_plan_has_the_c10d_policy(dev_plan) -> None:

@@ -124,7 +124,9 @@ def test_an_offer_that_lists_the_member_is_adopted_and_one_that_does_not_is_wait
     action = start(3, 1, [starting, deciding(2)])
     assert isinstance(action, em.Adopt) and action.offer == offer and action.via == "etcd-0"
     assert isinstance(start(3, 2, [starting, deciding(1)]), em.Wait)
-    assert isinstance(start(3, 2, [starting, deciding(1)], waited=WAIT), em.Wait), "a member starting a cluster is no survivor"
+    assert isinstance(start(3, 2, [starting, deciding(1)], waited=WAIT), em.Wait), (
+        "a member starting a cluster is no survivor"
+    )
 
 
 # -- start: a lost majority ----------------------------------------------------------------------------------
@@ -207,7 +209,9 @@ def test_a_single_member_starts_at_once() -> None:
 # -- watch ---------------------------------------------------------------------------------------------------
 
 
-def watch(n: int, mine, peers: list, running: bool = True, unhealthy_for: float = 0.0, absent_for: float = 0.0, pending=None):
+def watch(
+    n: int, mine, peers: list, running: bool = True, unhealthy_for: float = 0.0, absent_for: float = 0.0, pending=None
+):
     own = em.Own(mine, running, unhealthy_for, absent_for, pending)
     return em.decide_watch(layout(n), own, peers, 20.0, 300.0)
 
@@ -249,4 +253,6 @@ def test_a_member_whose_etcd_has_not_started_joins_again_when_the_cluster_change
     peers = [healthy(0, c), healthy(1, c), healthy(3, c), deciding(2)]
     assert watch(5, missing(4), peers, running=False, pending=urls) is None
     assert watch(5, missing(4), peers, running=False, pending=urls - {"http://etcd-2.peers:2380"}) is not None
-    assert watch(5, missing(4), peers, running=True, pending=urls - {"http://etcd-2.peers:2380"}) is None, "a running etcd has its list"
+    assert watch(5, missing(4), peers, running=True, pending=urls - {"http://etcd-2.peers:2380"}) is None, (
+        "a running etcd has its list"
+    )

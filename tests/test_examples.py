@@ -56,7 +56,11 @@ class Example:
         return [o for o in self.plan.kubernetes_objects() if o["kind"] == kind]
 
     def object(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
-        (found,) = [o for o in self.objects(kind) if o["metadata"]["name"] == name and o["metadata"].get("namespace") == namespace]
+        (found,) = [
+            o
+            for o in self.objects(kind)
+            if o["metadata"]["name"] == name and o["metadata"].get("namespace") == namespace
+        ]
         return found
 
 
@@ -70,7 +74,9 @@ def example(request: pytest.FixtureRequest) -> Example:
     planned: list[tuple[stack_config.StackConfig, offline.PlanResult]] = []
     real_plan = plan_mod.plan
 
-    def keeping(stack: str, root: Path | None = None, stack_file: Path | None = None) -> tuple[stack_config.StackConfig, offline.PlanResult]:
+    def keeping(
+        stack: str, root: Path | None = None, stack_file: Path | None = None
+    ) -> tuple[stack_config.StackConfig, offline.PlanResult]:
         planned.append(real_plan(stack, root, stack_file))
         return planned[-1]
 
@@ -114,7 +120,9 @@ def test_each_example_plans_cleanly(example: Example):
     kinds = {r.type for r in example.plan.records}
     assert {"eks:index:Cluster", "eks:index:ManagedNodeGroup", "aws:ec2/vpc:Vpc"} <= kinds
     assert example.plan.outputs["clusterName"] == f"gpu-training-{example.name}"
-    assert example.stdout.startswith(f"Stack gpu-training/{example.name} in us-west-2: cluster gpu-training-{example.name}")
+    assert example.stdout.startswith(
+        f"Stack gpu-training/{example.name} in us-west-2: cluster gpu-training-{example.name}"
+    )
 
 
 def test_each_example_keeps_every_invariant(example: Example):
@@ -153,7 +161,9 @@ def _minimal(ex: Example) -> None:
     assert group.autoscaled and group.min_size == 0 and group.placement.mode == "create"
     tags = [r.inputs for r in ex.plan.of_type("aws:autoscaling/tag:Tag") if r.name.startswith(f"gpu-{group.name}-")]
     # The autoscaler's node template on the group's ASG: what a node would offer, so it scales up from zero.
-    template = {t["tag"]["key"].removeprefix("k8s.io/cluster-autoscaler/node-template/"): t["tag"]["value"] for t in tags}
+    template = {
+        t["tag"]["key"].removeprefix("k8s.io/cluster-autoscaler/node-template/"): t["tag"]["value"] for t in tags
+    }
     assert template["resources/nvidia.com/gpu"] == "8" and template["resources/vpc.amazonaws.com/efa"] == "4"
     assert template["gputraining/autoscale"] == "true"
     assert [o["metadata"]["name"] for o in ex.objects("ClusterQueue")] == ["gpu"]
@@ -166,8 +176,14 @@ def _teams(ex: Example) -> None:
     assert len(teams) >= 2
     binding = ex.object("ValidatingAdmissionPolicyBinding", "gputraining-team-pods")
     assert binding["spec"]["validationActions"] == ["Deny"]
-    assert binding["spec"]["matchResources"]["namespaceSelector"] == {"matchExpressions": [{"key": "gputraining/team", "operator": "Exists"}]}
-    entries = {r.inputs["principalArn"]: r.inputs for r in ex.plan.of_type("aws:eks/accessEntry:AccessEntry") if "gputraining/team" in r.inputs["tags"]}
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == {
+        "matchExpressions": [{"key": "gputraining/team", "operator": "Exists"}]
+    }
+    entries = {
+        r.inputs["principalArn"]: r.inputs
+        for r in ex.plan.of_type("aws:eks/accessEntry:AccessEntry")
+        if "gputraining/team" in r.inputs["tags"]
+    }
     for team in teams:
         namespace = team.namespace or team.name
         assert ex.object("Namespace", namespace)["metadata"]["labels"]["gputraining/team"] == team.name
@@ -187,7 +203,9 @@ def _teams(ex: Example) -> None:
         assert team.role_arn and entries[team.role_arn]["kubernetesGroups"] == [f"gputraining:team:{team.name}"]
     for job in ex.cfg.jobs:
         if getattr(job, "team", None):
-            labels = next(o for o in ex.objects(JOB_OBJECT[job.kind]) if o["metadata"]["name"] == job.name)["metadata"]["labels"]
+            labels = next(o for o in ex.objects(JOB_OBJECT[job.kind]) if o["metadata"]["name"] == job.name)["metadata"][
+                "labels"
+            ]
             assert labels["kueue.x-k8s.io/queue-name"] == job.team
     assert ex.object("ValidatingAdmissionPolicy", "gputraining-team-pods")
 
@@ -200,17 +218,26 @@ def _capacity_block(ex: Example) -> None:
     block = node_scaling.capacity_block_plan(*window, group.max_size)
     assert block.phase == "before", "the capacity-block example's window has come: move it later"
     schedules = {r.name: (r.inputs["startTime"], r.inputs["desiredCapacity"]) for r in ex.plan.of_type(SCHEDULE)}
-    assert schedules == {f"gpu-{group.name}-{a.suffix}": (a.at.strftime("%Y-%m-%dT%H:%M:%SZ"), a.size) for a in block.actions}
+    assert schedules == {
+        f"gpu-{group.name}-{a.suffix}": (a.at.strftime("%Y-%m-%dT%H:%M:%SZ"), a.size) for a in block.actions
+    }
     assert schedules[f"gpu-{group.name}-block-start"] == (window[0].strftime("%Y-%m-%dT%H:%M:%SZ"), group.max_size)
     assert schedules[f"gpu-{group.name}-block-end"][1] == 0
     lt = ex.plan.named("aws:ec2/launchTemplate:LaunchTemplate", f"gpu-{group.name}-lt").inputs
     assert lt["instanceMarketOptions"]["marketType"] == "capacity-block"
-    assert lt["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == group.capacity_reservation_id
+    assert (
+        lt["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"]
+        == group.capacity_reservation_id
+    )
     assert not [r for r in ex.plan.of_type("aws:autoscaling/tag:Tag") if r.name.startswith(f"gpu-{group.name}-")]
     assert not [r for r in ex.plan.records if r.type == "aws:ec2/placementGroup:PlacementGroup"]
     # The queue counts the block's nodes from the start; jobs on the group wait in it.
-    flavor = next(f for f in ex.object("ClusterQueue", "gpu")["spec"]["resourceGroups"][0]["flavors"] if f["name"] == group.name)
-    assert {q["name"]: q["nominalQuota"] for q in flavor["resources"]}["nvidia.com/gpu"] == str(group.max_size * group.instance.gpus)
+    flavor = next(
+        f for f in ex.object("ClusterQueue", "gpu")["spec"]["resourceGroups"][0]["flavors"] if f["name"] == group.name
+    )
+    assert {q["name"]: q["nominalQuota"] for q in flavor["resources"]}["nvidia.com/gpu"] == str(
+        group.max_size * group.instance.gpus
+    )
     on_block = [j for j in ex.cfg.jobs if getattr(j, "node_group", None) == group.name]
     assert len(on_block) >= 2
     assert f"scheduled to {group.max_size} nodes at its start" in ex.stdout
@@ -218,7 +245,11 @@ def _capacity_block(ex: Example) -> None:
 
 def _sagemaker_hybrid(ex: Example) -> None:
     by_name = {j.name: j for j in ex.cfg.jobs}
-    pairs = [(by_name[name], by_name[name.removesuffix("-sagemaker") + "-eks"]) for name in by_name if name.endswith("-sagemaker")]
+    pairs = [
+        (by_name[name], by_name[name.removesuffix("-sagemaker") + "-eks"])
+        for name in by_name
+        if name.endswith("-sagemaker")
+    ]
     assert {sm.kind for sm, _ in pairs} == {"mpi", "pytorch-elastic"}
     requests = _sagemaker_requests(ex)
     assert set(requests) == {sm.name for sm, _ in pairs}
@@ -235,7 +266,9 @@ def _sagemaker_hybrid(ex: Example) -> None:
         manifest = next(o for o in ex.objects(JOB_OBJECT[eks.kind]) if o["metadata"]["name"] == eks.name)
         containers = [c for spec in _replica_specs(manifest) for c in spec["template"]["spec"]["containers"]]
         assert {c["image"] for c in containers} == {eks.image}
-        assert not [o for o in ex.plan.kubernetes_objects() if o["metadata"].get("labels", {}).get("gputraining/job") == sm.name]
+        assert not [
+            o for o in ex.plan.kubernetes_objects() if o["metadata"].get("labels", {}).get("gputraining/job") == sm.name
+        ]
     assert "not counted: SageMaker training jobs" in ex.stdout
 
 
@@ -249,13 +282,24 @@ def _all_job_kinds(ex: Example) -> None:
     assert sorted(paddles.values(), key=len) == [{"Worker"}, {"Master", "Worker"}]
     stage = next(j for j in ex.cfg.jobs if j.kind == "data-stage")
     assert ex.object("ServiceAccount", stage.name, "training")
-    assert [r for r in ex.plan.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation") if r.inputs["serviceAccount"] == stage.name]
+    assert [
+        r
+        for r in ex.plan.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+        if r.inputs["serviceAccount"] == stage.name
+    ]
     board = next(j for j in ex.cfg.jobs if j.kind == "tensorboard")
     assert ex.object("Service", board.name, "training")["spec"]["type"] == "ClusterIP"
 
 
 # The object each kind is seen by in the plan.
-JOB_OBJECT = {"mpi": "MPIJob", "nccl-test": "MPIJob", "pytorch-elastic": "PyTorchJob", "paddle": "PaddleJob", "data-stage": "Job", "tensorboard": "Deployment"}
+JOB_OBJECT = {
+    "mpi": "MPIJob",
+    "nccl-test": "MPIJob",
+    "pytorch-elastic": "PyTorchJob",
+    "paddle": "PaddleJob",
+    "data-stage": "Job",
+    "tensorboard": "Deployment",
+}
 
 
 def _sagemaker_requests(ex: Example) -> dict[str, dict[str, Any]]:

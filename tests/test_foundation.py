@@ -139,7 +139,15 @@ def test_admin_principals_become_access_entries_with_cluster_admin():
 
 
 def test_endpoint_access_from_config():
-    plan = run_stack(minimal_values(cluster={"endpointPublicAccess": True, "endpointPublicAccessCidrs": ["203.0.113.0/24"], "endpointPrivateAccess": True}))
+    plan = run_stack(
+        minimal_values(
+            cluster={
+                "endpointPublicAccess": True,
+                "endpointPublicAccessCidrs": ["203.0.113.0/24"],
+                "endpointPrivateAccess": True,
+            }
+        )
+    )
     (cluster,) = plan.of_type(EKS)
     assert cluster.inputs["publicAccessCidrs"] == ["203.0.113.0/24"]
     assert cluster.inputs["endpointPrivateAccess"] is True
@@ -155,7 +163,9 @@ def test_node_role_has_only_node_policies(dev_plan):
         for r in dev_plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
         if r.name.startswith("cluster-node-")
     )
-    assert attached == sorted(["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy"])
+    assert attached == sorted(
+        ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy"]
+    )
     assert not any("FSx" in a or "EFS" in a or "CloudWatch" in a for a in attached)
 
 
@@ -206,16 +216,26 @@ def test_gpu_groups_are_pinned_to_the_gpu_az_with_gpu_ami_label_and_taint(dev_pl
 def test_efa_types_get_every_efa_interface_the_catalog_lists(instance_type):
     # An AZ of us-west-2 that offers the type (p6-b300 is in 2a and 2b only, p5e in 2c only).
     az = min(offline.az_offerings("us-west-2")[instance_type])
-    plan = run_stack(minimal_values(gpuAvailabilityZone=az, gpuNodeGroups=[{"name": "g", "instanceType": instance_type, "maxSize": 2}]))
+    plan = run_stack(
+        minimal_values(
+            gpuAvailabilityZone=az, gpuNodeGroups=[{"name": "g", "instanceType": instance_type, "maxSize": 2}]
+        )
+    )
     it = catalog.BUILTIN[instance_type]
     lt = _lt_of(plan, "gpu-g")
     nics = lt.inputs["networkInterfaces"]
     # Card by card from each card's interface types (tests/test_catalog.py walks every EFA type of
     # AWS's data): the primary on card 0 device 0 carries ENA, one EFA per further card.
     layout = catalog.efa_layout(it)
-    assert [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nics] == [(s.card, s.device, s.interface_type) for s in layout]
+    assert [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nics] == [
+        (s.card, s.device, s.interface_type) for s in layout
+    ]
     assert sum(n["interfaceType"] in ("efa", "efa-only") for n in nics) == it.efa_interfaces
-    assert nics[0]["deviceIndex"] == 0 and nics[0]["networkCardIndex"] == 0 and nics[0]["interfaceType"] in ("efa", "interface")
+    assert (
+        nics[0]["deviceIndex"] == 0
+        and nics[0]["networkCardIndex"] == 0
+        and nics[0]["interfaceType"] in ("efa", "interface")
+    )
     assert all(n["deviceIndex"] == 1 and n["interfaceType"] == "efa-only" for n in nics[1:])
     assert all("subnetId" not in n for n in nics), "EKS managed node groups reject SubnetId on interfaces"
     # The EFA security group allows everything to and from itself, and sits on every interface
@@ -244,7 +264,10 @@ def test_efa_types_get_every_efa_interface_the_catalog_lists(instance_type):
 
 def test_non_efa_type_gets_no_efa_wiring():
     plan = run_stack(
-        minimal_values(gpuAvailabilityZone="us-west-2b", gpuNodeGroups=[{"name": "v100", "instanceType": "p3dn.24xlarge", "efa": False, "maxSize": 1}])
+        minimal_values(
+            gpuAvailabilityZone="us-west-2b",
+            gpuNodeGroups=[{"name": "v100", "instanceType": "p3dn.24xlarge", "efa": False, "maxSize": 1}],
+        )
     )
     lt = _lt_of(plan, "gpu-v100")
     assert "networkInterfaces" not in lt.inputs
@@ -303,12 +326,24 @@ def test_gpu_groups_update_without_extra_nodes_and_repair_faulty_ones(dev_plan):
         deps = {(d["type"], d["name"]) for d in ng.depends_on}
         assert ("eks:index:Cluster", "cluster-eks") in deps
         assert {d for d in deps if d[0] == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"}
-    (agent,) = [r for r in dev_plan.of_type("aws:eks/addon:Addon") if r.inputs["addonName"] == "eks-node-monitoring-agent"]
+    (agent,) = [
+        r for r in dev_plan.of_type("aws:eks/addon:Addon") if r.inputs["addonName"] == "eks-node-monitoring-agent"
+    ]
     assert agent.inputs["addonVersion"] == versions.NODE_MONITORING_AGENT_ADDON["1.36"]
 
 
 def test_existing_placement_group_is_used_by_name():
-    plan = run_stack(minimal_values(gpuNodeGroups=[{"name": "p4d", "instanceType": "p4d.24xlarge", "placementGroup": {"mode": "existing", "name": "team-pg"}}]))
+    plan = run_stack(
+        minimal_values(
+            gpuNodeGroups=[
+                {
+                    "name": "p4d",
+                    "instanceType": "p4d.24xlarge",
+                    "placementGroup": {"mode": "existing", "name": "team-pg"},
+                }
+            ]
+        )
+    )
     assert not plan.of_type(PG)
     assert _lt_of(plan, "gpu-p4d").inputs["placement"]["groupName"] == "team-pg"
 
@@ -365,7 +400,11 @@ def test_stack_outputs(dev_plan):
     assert out["clusterName"] == "gpu-training-dev"
     assert out["kubeconfig"] == "[secret]"
     assert out["vpcId"].startswith("vpc-")
-    assert out["nodeGroupNames"] == {"system": "gpu-training-dev-system", "p4d": "gpu-training-dev-gpu-p4d", "p3dn": "gpu-training-dev-gpu-p3dn"}
+    assert out["nodeGroupNames"] == {
+        "system": "gpu-training-dev-system",
+        "p4d": "gpu-training-dev-gpu-p4d",
+        "p3dn": "gpu-training-dev-gpu-p3dn",
+    }
 
 
 def test_gpu_az_auto_picks_the_first_az_offering_every_gpu_type():
@@ -379,7 +418,14 @@ def test_gpu_az_auto_picks_the_first_az_offering_every_gpu_type():
         )
     )
     assert plan.outputs["gpuAvailabilityZone"] == "us-west-2b"
-    plan2 = run_stack(minimal_values(gpuNodeGroups=[{"name": "a", "instanceType": "p3dn.24xlarge"}, {"name": "b", "instanceType": "p5e.48xlarge"}]))
+    plan2 = run_stack(
+        minimal_values(
+            gpuNodeGroups=[
+                {"name": "a", "instanceType": "p3dn.24xlarge"},
+                {"name": "b", "instanceType": "p5e.48xlarge"},
+            ]
+        )
+    )
     assert plan2.outputs["gpuAvailabilityZone"] == "us-west-2c"
 
 
@@ -387,11 +433,22 @@ def test_explicit_gpu_az_that_does_not_offer_the_type_fails_before_anything_is_c
     import pulumi
 
     with pytest.raises(pulumi.RunError, match=r"us-west-2a.*does not offer p3dn.24xlarge.*us-west-2b, us-west-2c"):
-        run_stack(minimal_values(gpuAvailabilityZone="us-west-2a", gpuNodeGroups=[{"name": "a", "instanceType": "p3dn.24xlarge"}]))
+        run_stack(
+            minimal_values(
+                gpuAvailabilityZone="us-west-2a", gpuNodeGroups=[{"name": "a", "instanceType": "p3dn.24xlarge"}]
+            )
+        )
 
 
 def test_auto_with_no_common_az_explains_where_each_type_is_offered():
     import pulumi
 
     with pytest.raises(pulumi.RunError, match=r"no single AZ.*p5e.48xlarge: us-west-2c"):
-        run_stack(minimal_values(gpuNodeGroups=[{"name": "a", "instanceType": "p5e.48xlarge"}, {"name": "b", "instanceType": "p3.2xlarge"}]))
+        run_stack(
+            minimal_values(
+                gpuNodeGroups=[
+                    {"name": "a", "instanceType": "p5e.48xlarge"},
+                    {"name": "b", "instanceType": "p3.2xlarge"},
+                ]
+            )
+        )

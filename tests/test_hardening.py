@@ -35,8 +35,14 @@ def test_scratch_fsx_has_no_backup_settings(dev_plan):
     [
         ({"deploymentType": "SCRATCH_2", "backupRetentionDays": 7}, "backupRetentionDays"),
         ({"deploymentType": "SCRATCH_2", "finalBackup": True}, "finalBackup"),
-        ({"deploymentType": "PERSISTENT_2", "perUnitStorageThroughput": 125, "backupRetentionDays": 91}, "backupRetentionDays"),
-        ({"deploymentType": "PERSISTENT_2", "perUnitStorageThroughput": 125, "backupStartTime": "25:00"}, "backupStartTime"),
+        (
+            {"deploymentType": "PERSISTENT_2", "perUnitStorageThroughput": 125, "backupRetentionDays": 91},
+            "backupRetentionDays",
+        ),
+        (
+            {"deploymentType": "PERSISTENT_2", "perUnitStorageThroughput": 125, "backupStartTime": "25:00"},
+            "backupStartTime",
+        ),
     ],
 )
 def test_backup_settings_aws_refuses_are_refused_first(fsx, key):

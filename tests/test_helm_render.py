@@ -32,7 +32,9 @@ from tests.scheduling import kubernetes_taints, node_groups, schedulable
 HELM = TOOLS_BIN / "helm"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 
-pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")
+pytestmark = pytest.mark.skipif(
+    not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)"
+)
 # Every vendored chart package: those the stack installs and the node monitoring agent's (tests only).
 VENDORED_CHARTS = (*versions.CHARTS, *versions.NODE_MONITORING_AGENT_CHART.values())
 
@@ -43,11 +45,20 @@ GROUPS = [
         "name": "p4d",
         "instanceType": "p4d.24xlarge",
         "maxSize": 2,
-        "taints": [{"key": "team", "value": "vision", "effect": "NoSchedule"}, {"key": "dedicated", "value": "training", "effect": "NoExecute"}],
+        "taints": [
+            {"key": "team", "value": "vision", "effect": "NoSchedule"},
+            {"key": "dedicated", "value": "training", "effect": "NoExecute"},
+        ],
         "labels": {"team": "vision"},
     },
     {"name": "p5", "instanceType": "p5.48xlarge", "maxSize": 2},
-    {"name": "p3dn", "instanceType": "p3dn.24xlarge", "maxSize": 2, "efa": False, "taints": [{"key": "legacy", "value": "v100", "effect": "PreferNoSchedule"}]},
+    {
+        "name": "p3dn",
+        "instanceType": "p3dn.24xlarge",
+        "maxSize": 2,
+        "efa": False,
+        "taints": [{"key": "legacy", "value": "v100", "effect": "PreferNoSchedule"}],
+    },
 ]
 
 
@@ -90,7 +101,9 @@ def test_each_vendored_chart_is_its_pinned_package(chart: versions.Chart):
     assert hashlib.sha256(data).hexdigest() == chart.sha256
     assert chart.file.startswith("manifests/vendor/charts/") and chart.version in chart.file
     sources = (ROOT / "manifests" / "vendor" / "SOURCES.md").read_text()
-    (row,) = [line for line in sources.splitlines() if line.startswith(f"| {chart.file.removeprefix('manifests/vendor/')} ")]
+    (row,) = [
+        line for line in sources.splitlines() if line.startswith(f"| {chart.file.removeprefix('manifests/vendor/')} ")
+    ]
     assert chart.sha256 in row
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         member = tar.extractfile(f"{chart.name}/Chart.yaml")
@@ -131,7 +144,13 @@ def test_the_efa_plugin_lands_on_every_efa_group_whatever_its_taints_and_only_th
 def test_the_scheduling_check_can_fail():
     """A plugin that tolerates only the GPU taint stays off a group with a taint of its own."""
     pod = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
-    node = {"labels": {}, "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}, {"key": "team", "value": "a", "effect": "NoSchedule"}]}
+    node = {
+        "labels": {},
+        "taints": [
+            {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
+            {"key": "team", "value": "a", "effect": "NoSchedule"},
+        ],
+    }
     assert not schedulable(pod, node)
     assert schedulable({"tolerations": [{"operator": "Exists"}]}, node)
     assert not schedulable({"nodeSelector": {"x": "1"}, "tolerations": [{"operator": "Exists"}]}, node)
@@ -152,7 +171,11 @@ def test_the_plan_command_writes_what_the_releases_install(dev_plan_command):
     assert "Helm release nvidia-device-plugin installs" in out and "DaemonSet/aws-efa-k8s-device-plugin" in out
     import yaml
 
-    docs = list(yaml.load_all((dev_plan_command.out / "releases.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+    docs = list(
+        yaml.load_all(
+            (dev_plan_command.out / "releases.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        )
+    )
     assert {d["kind"] for d in docs} >= {"DaemonSet", "ServiceAccount", "ClusterRole"}
 
 
@@ -182,7 +205,14 @@ def _helm_template(release, values: dict[str, Any], tmp_path) -> list[dict[str, 
 
     path = tmp_path / "values.json"
     path.write_text(json.dumps(values))
-    cmd = [str(HELM), "template", release.inputs["name"], str(ROOT / release.inputs["chart"]), "--namespace", release.inputs["namespace"]]
+    cmd = [
+        str(HELM),
+        "template",
+        release.inputs["name"],
+        str(ROOT / release.inputs["chart"]),
+        "--namespace",
+        release.inputs["namespace"],
+    ]
     cmd += ["--kube-version", f"{versions.KUBERNETES_DEFAULT}.0", "-f", str(path)]
     text = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
     return [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if isinstance(d, dict)]
@@ -202,7 +232,9 @@ def test_the_autoscaler_runs_the_configured_expander_and_no_priority_configmap(r
     objects = rendered["cluster-autoscaler"]
     assert "--expander=least-waste" in _autoscaler_args(objects)
     assert _priority_configmaps(objects) == []
-    release = _autoscaler_release(run_stack(minimal_values(gpuNodeGroups=GROUPS, autoscaling={"expander": "most-pods"})))
+    release = _autoscaler_release(
+        run_stack(minimal_values(gpuNodeGroups=GROUPS, autoscaling={"expander": "most-pods"}))
+    )
     assert "--expander=most-pods" in _autoscaler_args(_helm_template(release, release.inputs["values"], tmp_path))
 
 

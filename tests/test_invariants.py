@@ -51,7 +51,9 @@ def _broken(plan, change: Callable[[list[Any]], None]) -> _Plan:
 
 
 def _object(records: list[Any], kind: str, name: str | None = None) -> Any:
-    return next(r for r in records if r.inputs.get("kind") == kind and (name is None or r.inputs["metadata"]["name"] == name))
+    return next(
+        r for r in records if r.inputs.get("kind") == kind and (name is None or r.inputs["metadata"]["name"] == name)
+    )
 
 
 def _raise_quota(records: list[Any]) -> None:

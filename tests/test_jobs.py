@@ -22,7 +22,7 @@ import pulumi_kubernetes as k8s
 import pytest
 
 import jobs as J
-from components.jobs import TrainingJobs, TrainingJobsArgs
+from components.training_jobs import TrainingJobs, TrainingJobsArgs
 from facts import catalog, versions
 from facts.kube import GPU_TAINT, NODE_GROUP_LABEL
 from infra import offline
@@ -54,7 +54,12 @@ def pod_specs(manifest: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def gpu_containers(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    found = [c for _, pod in pod_specs(manifest) for c in pod["containers"] if "nvidia.com/gpu" in c.get("resources", {}).get("limits", {})]
+    found = [
+        c
+        for _, pod in pod_specs(manifest)
+        for c in pod["containers"]
+        if "nvidia.com/gpu" in c.get("resources", {}).get("limits", {})
+    ]
     assert found, f"{manifest['kind']} has no GPU container"
     return found
 
@@ -75,8 +80,14 @@ all_groups = pytest.mark.parametrize("group", TEST_GROUPS)
 
 def test_targets_carry_the_catalog_numbers_and_the_group_placement():
     targets = job_targets(GROUPS, AZ)
-    p4d, p3, p3dn, p3dn_efa = (catalog.get(t) for t in ("p4d.24xlarge", "p3.16xlarge", "p3dn.24xlarge", "p3dn.24xlarge"))
-    assert (targets["p4d"].gpus, targets["p4d"].efa_interfaces, targets["p4d"].efa_rdma) == (p4d.gpus, p4d.efa_interfaces, True)
+    p4d, p3, p3dn, p3dn_efa = (
+        catalog.get(t) for t in ("p4d.24xlarge", "p3.16xlarge", "p3dn.24xlarge", "p3dn.24xlarge")
+    )
+    assert (targets["p4d"].gpus, targets["p4d"].efa_interfaces, targets["p4d"].efa_rdma) == (
+        p4d.gpus,
+        p4d.efa_interfaces,
+        True,
+    )
     assert (targets["p3"].gpus, targets["p3"].efa_interfaces, targets["p3"].efa_rdma) == (p3.gpus, 0, False)
     # EFA switched off on the group: no EFA even though the type has it.
     assert (targets["p3dn"].efa_interfaces, targets["p3dn"].efa_rdma) == (0, False)
@@ -190,7 +201,11 @@ def test_volumes_mount_the_stacks_claims(kind, group):
             assert mounts[v.name]["mountPath"] == v.mount_path
             assert mounts[v.name].get("readOnly", False) == v.read_only
     for role, pod in pod_specs(cr):
-        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod.get("volumes", []) if "persistentVolumeClaim" in v}
+        claims = {
+            v["name"]: v["persistentVolumeClaim"]["claimName"]
+            for v in pod.get("volumes", [])
+            if "persistentVolumeClaim" in v
+        }
         if role != "Launcher":
             assert claims == {v.name: CLAIMS[v.name] for v in job.volumes}, role
 
@@ -335,9 +350,15 @@ def test_pytorchjob_workers_and_elastic_policy_on_etcd(group):
 
 
 def test_pytorch_rendezvous_follows_the_etcd_endpoint_and_backend():
-    (cr,) = built("pytorch-elastic", ctx=make_ctx(etcd_endpoint="etcd-client.rdzv.svc.cluster.local:32379"), rendezvous="etcd-v2")
+    (cr,) = built(
+        "pytorch-elastic", ctx=make_ctx(etcd_endpoint="etcd-client.rdzv.svc.cluster.local:32379"), rendezvous="etcd-v2"
+    )
     policy = cr["spec"]["elasticPolicy"]
-    assert (policy["rdzvBackend"], policy["rdzvHost"], policy["rdzvPort"]) == ("etcd-v2", "etcd-client.rdzv.svc.cluster.local", 32379)
+    assert (policy["rdzvBackend"], policy["rdzvHost"], policy["rdzvPort"]) == (
+        "etcd-v2",
+        "etcd-client.rdzv.svc.cluster.local",
+        32379,
+    )
     (cr,) = built("pytorch-elastic", ctx=make_ctx(etcd_endpoint=None), rendezvous="c10d")
     assert cr["spec"]["elasticPolicy"]["rdzvBackend"] == "c10d"
     assert "rdzvHost" not in cr["spec"]["elasticPolicy"] and "rdzvPort" not in cr["spec"]["elasticPolicy"]
@@ -347,13 +368,28 @@ def test_pytorch_rendezvous_follows_the_etcd_endpoint_and_backend():
 
 def test_pytorch_min_max_default_to_nodes():
     job = J.PyTorchElasticSpec.model_validate(
-        {"name": "fixed", "kind": "pytorch-elastic", "nodeGroup": "p4d", "nodes": 3, "image": TRAIN_IMAGE, "command": ["torchrun", "x.py"]}
+        {
+            "name": "fixed",
+            "kind": "pytorch-elastic",
+            "nodeGroup": "p4d",
+            "nodes": 3,
+            "image": TRAIN_IMAGE,
+            "command": ["torchrun", "x.py"],
+        }
     )
     (cr,) = J.build_manifests(job, make_ctx())
     policy = cr["spec"]["elasticPolicy"]
     assert (policy["minReplicas"], policy["maxReplicas"], replicas(cr)["Worker"]["replicas"]) == (3, 3, 3)
     job = J.PyTorchElasticSpec.model_validate(
-        {"name": "e", "kind": "pytorch-elastic", "nodeGroup": "p4d", "minNodes": 2, "maxNodes": 4, "image": TRAIN_IMAGE, "command": ["t"]}
+        {
+            "name": "e",
+            "kind": "pytorch-elastic",
+            "nodeGroup": "p4d",
+            "minNodes": 2,
+            "maxNodes": 4,
+            "image": TRAIN_IMAGE,
+            "command": ["t"],
+        }
     )
     assert (job.nodes, job.elastic_min, job.elastic_max) == (2, 2, 4)
 
@@ -447,10 +483,18 @@ def test_data_stage_policy_reads_only_the_bucket_prefix():
     assert statements["ListPrefix"]["Action"] == "s3:ListBucket"
     assert statements["ListPrefix"]["Resource"] == "arn:aws:s3:::ml-datasets"
     assert statements["ListPrefix"]["Condition"] == {"StringLike": {"s3:prefix": ["coco/2017/", "coco/2017/*"]}}
-    assert statements["ReadPrefix"] == {"Sid": "ReadPrefix", "Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::ml-datasets/coco/2017/*"}
+    assert statements["ReadPrefix"] == {
+        "Sid": "ReadPrefix",
+        "Effect": "Allow",
+        "Action": "s3:GetObject",
+        "Resource": "arn:aws:s3:::ml-datasets/coco/2017/*",
+    }
     assert "*" not in json.dumps([s["Action"] for s in policy["Statement"]])
     whole = spec("data-stage", source="s3://ml-datasets").pod_identity_policy("aws-us-gov")
-    assert [s["Resource"] for s in whole["Statement"]] == ["arn:aws-us-gov:s3:::ml-datasets", "arn:aws-us-gov:s3:::ml-datasets/*"]
+    assert [s["Resource"] for s in whole["Statement"]] == [
+        "arn:aws-us-gov:s3:::ml-datasets",
+        "arn:aws-us-gov:s3:::ml-datasets/*",
+    ]
     assert "Condition" not in whole["Statement"][0]
 
 
@@ -499,7 +543,13 @@ def every_manifest() -> list[tuple[str, dict[str, Any]]]:
                 variants.append({"expose": True})
             for over in variants:
                 for m in built(kind, group, **over):
-                    out.append((f"{kind}-{group}-{m['kind']}" + ("-" + "-".join(f"{k}={v}" for k, v in over.items()) if over else ""), m))
+                    out.append(
+                        (
+                            f"{kind}-{group}-{m['kind']}"
+                            + ("-" + "-".join(f"{k}={v}" for k, v in over.items()) if over else ""),
+                            m,
+                        )
+                    )
     return out
 
 
@@ -553,7 +603,10 @@ def test_crd_validation_catches_what_it_should(validator):
     renamed["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "trainer"
     assert any("name 'pytorch'" in e for e in validator(renamed))
     masters = copy.deepcopy(torch)
-    masters["spec"]["pytorchReplicaSpecs"]["Master"] = {**copy.deepcopy(masters["spec"]["pytorchReplicaSpecs"]["Worker"]), "replicas": 2}
+    masters["spec"]["pytorchReplicaSpecs"]["Master"] = {
+        **copy.deepcopy(masters["spec"]["pytorchReplicaSpecs"]["Worker"]),
+        "replicas": 2,
+    }
     assert any("[Master].replicas: Forbidden" in e for e in validator(masters))
     (paddle,) = built("paddle")
     trainer = copy.deepcopy(paddle)
@@ -626,7 +679,9 @@ def component_plan():
 
     def program() -> dict[str, Any]:
         provider = k8s.Provider("k8s", kubeconfig="{}", opts=pulumi.ResourceOptions())
-        namespace = k8s.core.v1.Namespace("training", metadata={"name": "training"}, opts=pulumi.ResourceOptions(provider=provider))
+        namespace = k8s.core.v1.Namespace(
+            "training", metadata={"name": "training"}, opts=pulumi.ResourceOptions(provider=provider)
+        )
         component = TrainingJobs(
             "jobs",
             TrainingJobsArgs(jobs=jobs, context=ctx, tags={"env": "test"}, depends_on=[namespace]),
@@ -649,7 +704,9 @@ def test_component_registers_every_enabled_job_and_nothing_for_disabled_ones(com
     # What is registered is exactly what the builders produce (camelCase keys intact).
     expected = [m for j in jobs for m in J.build_manifests(j, ctx)]
     key = lambda m: (m["kind"], m["metadata"]["name"])  # noqa: E731
-    assert sorted(map(json.dumps, map(_sorted, sorted(objects, key=key)))) == sorted(map(json.dumps, map(_sorted, sorted(expected, key=key))))
+    assert sorted(map(json.dumps, map(_sorted, sorted(objects, key=key)))) == sorted(
+        map(json.dumps, map(_sorted, sorted(expected, key=key)))
+    )
     assert plan.outputs["jobs"] == [j.name for j in jobs if j.enabled]
 
 
@@ -679,8 +736,15 @@ def test_component_children_are_parented_and_use_the_given_provider(component_pl
         ASSOCIATION,
     }
     others = [r for r in plan.records if r not in children and r.type != COMPONENT]
-    assert {r.type for r in others} == {"pulumi:providers:kubernetes", "kubernetes:core/v1:Namespace"}, "no provider of its own"
-    k8s_children = [res for created in seen["component"].resources.values() for res in created if res.pulumi_resource_type.startswith("kubernetes:")]
+    assert {r.type for r in others} == {"pulumi:providers:kubernetes", "kubernetes:core/v1:Namespace"}, (
+        "no provider of its own"
+    )
+    k8s_children = [
+        res
+        for created in seen["component"].resources.values()
+        for res in created
+        if res.pulumi_resource_type.startswith("kubernetes:")
+    ]
     assert k8s_children and all(res._provider is seen["provider"] for res in k8s_children)
     for r in children:
         if r.type.startswith("kubernetes:"):
@@ -711,12 +775,18 @@ def test_data_stage_service_account_is_bound_through_a_pod_identity_association(
     assert association.inputs["namespace"] == "training"
     assert association.inputs["serviceAccount"] == "stage-coco"
     # The mocks name the role's ARN after the role resource: the association binds that role.
-    assert re.fullmatch(rf"arn:aws:iam::{offline.ACCOUNT_ID}:role/{re.escape(role.name)}-[0-9a-f]+", association.inputs["roleArn"])
+    assert re.fullmatch(
+        rf"arn:aws:iam::{offline.ACCOUNT_ID}:role/{re.escape(role.name)}-[0-9a-f]+", association.inputs["roleArn"]
+    )
     sa = plan.named("kubernetes:core/v1:ServiceAccount", "jobs-stage-coco-serviceaccount")
     assert sa.inputs["metadata"]["name"] == association.inputs["serviceAccount"]
     job = plan.named("kubernetes:batch/v1:Job", "jobs-stage-coco-job")
     deps = {(d["type"], d["name"]) for d in job.depends_on}
-    assert {(ASSOCIATION, association.name), (ROLE_POLICY, policy_name(plan)), ("kubernetes:core/v1:ServiceAccount", sa.name)} <= deps
+    assert {
+        (ASSOCIATION, association.name),
+        (ROLE_POLICY, policy_name(plan)),
+        ("kubernetes:core/v1:ServiceAccount", sa.name),
+    } <= deps
     assert job.inputs["spec"]["template"]["spec"]["serviceAccountName"] == "stage-coco"
 
 
@@ -730,13 +800,19 @@ def test_component_without_data_stage_creates_no_aws_resources():
 
     def program() -> dict[str, Any]:
         provider = k8s.Provider("k8s", kubeconfig="{}")
-        TrainingJobs("jobs", TrainingJobsArgs(jobs=jobs, context=make_ctx()), opts=pulumi.ResourceOptions(provider=provider))
+        TrainingJobs(
+            "jobs", TrainingJobsArgs(jobs=jobs, context=make_ctx()), opts=pulumi.ResourceOptions(provider=provider)
+        )
         return {}
 
     plan = offline.run(program, {"aws:region": "us-west-2"}, project="gpu-training", stack="test")
     assert not [r for r in plan.records if r.type.startswith("aws:")]
     assert sorted(o["kind"] for o in plan.kubernetes_objects()) == ["Deployment", "MPIJob", "Service"]
-    assert all(r.parent == {"type": COMPONENT, "name": "jobs"} for r in plan.records if r.type.startswith("kubernetes:") and not r.type.startswith("pulumi:"))
+    assert all(
+        r.parent == {"type": COMPONENT, "name": "jobs"}
+        for r in plan.records
+        if r.type.startswith("kubernetes:") and not r.type.startswith("pulumi:")
+    )
 
 
 def test_a_changed_training_job_is_replaced_not_patched(monkeypatch):
@@ -753,7 +829,11 @@ def test_a_changed_training_job_is_replaced_not_patched(monkeypatch):
 
     def program() -> dict[str, Any]:
         provider = k8s.Provider("k8s", kubeconfig="{}")
-        TrainingJobs("jobs", TrainingJobsArgs(jobs=[spec("mpi"), spec("pytorch-elastic")], context=make_ctx()), opts=pulumi.ResourceOptions(provider=provider))
+        TrainingJobs(
+            "jobs",
+            TrainingJobsArgs(jobs=[spec("mpi"), spec("pytorch-elastic")], context=make_ctx()),
+            opts=pulumi.ResourceOptions(provider=provider),
+        )
         return {}
 
     offline.run(program, {"aws:region": "us-west-2"}, project="gpu-training", stack="test")

@@ -17,15 +17,37 @@ from tests.helpers import parse_job_list as parse
 
 
 def mpi(**over: Any) -> dict[str, Any]:
-    return {"name": "maskrcnn", "kind": "mpi", "nodeGroup": "p4d", "nodes": 2, "image": TRAIN_IMAGE, "command": ["python", "train.py"], **over}
+    return {
+        "name": "maskrcnn",
+        "kind": "mpi",
+        "nodeGroup": "p4d",
+        "nodes": 2,
+        "image": TRAIN_IMAGE,
+        "command": ["python", "train.py"],
+        **over,
+    }
 
 
 def paddle(**over: Any) -> dict[str, Any]:
-    return {"name": "ctr", "kind": "paddle", "nodeGroup": "p4d", "image": TRAIN_IMAGE, "command": ["python", "train.py"], **over}
+    return {
+        "name": "ctr",
+        "kind": "paddle",
+        "nodeGroup": "p4d",
+        "image": TRAIN_IMAGE,
+        "command": ["python", "train.py"],
+        **over,
+    }
 
 
 def stage(**over: Any) -> dict[str, Any]:
-    return {"name": "stage-coco", "kind": "data-stage", "source": "s3://ml-datasets/coco", "volume": "fsx", "path": "coco", **over}
+    return {
+        "name": "stage-coco",
+        "kind": "data-stage",
+        "source": "s3://ml-datasets/coco",
+        "volume": "fsx",
+        "path": "coco",
+        **over,
+    }
 
 
 def tensorboard(**over: Any) -> dict[str, Any]:
@@ -44,7 +66,14 @@ def nccl(**over: Any) -> dict[str, Any]:
 def test_a_few_lines_per_kind_parse_with_defaults():
     specs, problems = parse([mpi(), nccl(), elastic(minNodes=1, maxNodes=2), paddle(), stage(), tensorboard()])
     assert problems == []
-    assert [type(s) for s in specs] == [J.MpiJobSpec, J.NcclTestSpec, J.PyTorchElasticSpec, J.PaddleSpec, J.DataStageSpec, J.TensorboardSpec]
+    assert [type(s) for s in specs] == [
+        J.MpiJobSpec,
+        J.NcclTestSpec,
+        J.PyTorchElasticSpec,
+        J.PaddleSpec,
+        J.DataStageSpec,
+        J.TensorboardSpec,
+    ]
     m, n, e, p, d, t = specs
     assert (n.image, n.nodes, n.command) == (J.NCCL_TESTS_IMAGE, 2, [J.NCCL_ALL_REDUCE_PERF])
     assert (e.rendezvous, e.nodes, e.elastic_min, e.elastic_max, e.max_restarts) == ("etcd", 1, 1, 2, 3)
@@ -255,11 +284,17 @@ def test_system_kinds_need_no_operator():
 
 def test_unknown_volume_name():
     p = one([mpi(volumes=[{"name": "lustre", "mountPath": "/data"}])])
-    assert p.key == f"{KEY}[0].volumes[0].name" and "'lustre' is not allowed" in p.message and "'fsx' or 'efs'" in p.message
+    assert (
+        p.key == f"{KEY}[0].volumes[0].name"
+        and "'lustre' is not allowed" in p.message
+        and "'fsx' or 'efs'" in p.message
+    )
 
 
 def test_volume_whose_store_is_disabled():
-    p = one([mpi(volumes=[{"name": "efs", "mountPath": "/efs"}, {"name": "fsx", "mountPath": "/fsx"}])], volumes={"efs"})
+    p = one(
+        [mpi(volumes=[{"name": "efs", "mountPath": "/efs"}, {"name": "fsx", "mountPath": "/fsx"}])], volumes={"efs"}
+    )
     assert p.key == f"{KEY}[0].volumes[1].name"
     assert p.message == "'fsx' is not available: its store is not enabled in this stack (enabled stores: efs)"
     p = one([stage()], volumes=set())
@@ -323,7 +358,9 @@ def test_env_names_and_derived_env():
     assert parse([mpi(env={"NCCL_DEBUG": "INFO", "EPOCHS": 3, "AMP": True})])[1] == []
 
 
-@pytest.mark.parametrize("image", ["nvcr.io/nvidia/pytorch", "pytorch/pytorch:latest", "localhost:5000/train", "two words:1"])
+@pytest.mark.parametrize(
+    "image", ["nvcr.io/nvidia/pytorch", "pytorch/pytorch:latest", "localhost:5000/train", "two words:1"]
+)
 def test_images_must_be_pinned(image):
     p = one([mpi(image=image)])
     assert p.key == f"{KEY}[0].image" and repr(image) in p.message

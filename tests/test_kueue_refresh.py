@@ -1,7 +1,7 @@
 """What Kueue writes into a job does not become drift on the next refreshed `pulumi up`.
 
 Every `preview` and `up` refreshes first (Pulumi.yaml: `options: refresh: always`), and a job's
-`spec` is replace-on-change with delete-before-replace (components/jobs.py): a diff in a running
+`spec` is replace-on-change with delete-before-replace (components/training_jobs.py): a diff in a running
 job's spec would delete it and start the training again. Kueue edits the jobs it manages:
 
 - its webhook suspends a job when it is created (`runPolicy.suspend`, or `spec.suspend` for a
@@ -79,7 +79,11 @@ def kueue_merge(template: dict[str, Any], info: dict[str, Any]) -> None:
     """Kueue's podset.Merge of a PodSetInfo into a pod template, in place: labels, annotations and
     nodeSelector merged, the info's tolerations appended unless an equal one is there."""
     meta, spec = template.setdefault("metadata", {}), template.setdefault("spec", {})
-    for where, key, what in ((meta, "labels", "labels"), (meta, "annotations", "annotations"), (spec, "nodeSelector", "nodeSelector")):
+    for where, key, what in (
+        (meta, "labels", "labels"),
+        (meta, "annotations", "annotations"),
+        (spec, "nodeSelector", "nodeSelector"),
+    ):
         merged = _merge_map(where.get(key) or {}, info.get(what) or {}, what)
         if merged:
             where[key] = merged
@@ -99,7 +103,11 @@ def podset_info(flavor: dict[str, Any], podset: str, local_queue: str, cluster_q
     return {
         "nodeSelector": dict(flavor.get("nodeLabels") or {}),
         "tolerations": list(flavor.get("tolerations") or []),
-        "labels": {"kueue.x-k8s.io/podset": podset, "kueue.x-k8s.io/local-queue-name": local_queue, "kueue.x-k8s.io/cluster-queue-name": cluster_queue},
+        "labels": {
+            "kueue.x-k8s.io/podset": podset,
+            "kueue.x-k8s.io/local-queue-name": local_queue,
+            "kueue.x-k8s.io/cluster-queue-name": cluster_queue,
+        },
         "annotations": {
             "autoscaling.x-k8s.io/consume-provisioning-request": f"{podset}-provreq",
             "autoscaling.x-k8s.io/provisioning-class-name": "check-capacity.autoscaling.x-k8s.io",
@@ -161,7 +169,14 @@ def gpu_pods(template: dict[str, Any]) -> bool:
     return any(GPU_RESOURCE in (c.get("resources") or {}).get("limits", {}) for c in template["spec"]["containers"])
 
 
-PADDLE = {"name": "ctr", "kind": "paddle", "nodeGroup": "p4d", "image": "nvcr.io/x/y:1", "command": ["python", "train.py"], "mode": "ps"}
+PADDLE = {
+    "name": "ctr",
+    "kind": "paddle",
+    "nodeGroup": "p4d",
+    "image": "nvcr.io/x/y:1",
+    "command": ["python", "train.py"],
+    "mode": "ps",
+}
 
 
 @pytest.fixture(scope="module")
@@ -189,13 +204,19 @@ def test_the_program_never_sets_a_managed_jobs_suspend_flag(objects):
     replace the waiting job."""
     jobs = managed_jobs(objects)
     assert jobs
-    assert {j["metadata"]["name"]: lookup(j, suspend_path(j)) for j in jobs} == {j["metadata"]["name"]: None for j in jobs}
+    assert {j["metadata"]["name"]: lookup(j, suspend_path(j)) for j in jobs} == {
+        j["metadata"]["name"]: None for j in jobs
+    }
 
 
 def test_every_pod_template_is_admitted_on_its_groups_flavor_without_drift(objects):
     jobs, by_name = managed_jobs(objects), flavors(objects)
     assert jobs and by_name
-    cluster_queue = {(o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]["clusterQueue"] for o in objects if o["kind"] == "LocalQueue"}
+    cluster_queue = {
+        (o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]["clusterQueue"]
+        for o in objects
+        if o["kind"] == "LocalQueue"
+    }
     for job in jobs:
         local_queue = job["metadata"]["labels"][QUEUE_LABEL]
         queues = (local_queue, cluster_queue[(job["metadata"]["namespace"], local_queue)])
@@ -209,12 +230,16 @@ def test_every_pod_template_is_admitted_on_its_groups_flavor_without_drift(objec
                 waiting = suspended(job, True)  # created: the webhook suspended it
                 assert prune(waiting, job) == job, job["metadata"]["name"]
                 admitted = suspended(job, False)  # admitted on this flavor
-                kueue_merge(list(templates(admitted))[i][1], podset_info(by_name[name], podset, *queues))  # Conflict: never admitted
+                kueue_merge(
+                    list(templates(admitted))[i][1], podset_info(by_name[name], podset, *queues)
+                )  # Conflict: never admitted
                 assert prune(admitted, job) == job, (job["metadata"]["name"], name)
 
 
 def test_the_kinds_kueue_manages_are_all_covered(dev_plan, team_objects, paddle_objects):
-    kinds = {j["kind"] for objs in (dev_plan.kubernetes_objects(), team_objects, paddle_objects) for j in managed_jobs(objs)}
+    kinds = {
+        j["kind"] for objs in (dev_plan.kubernetes_objects(), team_objects, paddle_objects) for j in managed_jobs(objs)
+    }
     assert kinds == {"MPIJob", "PyTorchJob", "PaddleJob"}
     # The stack's batch Jobs (data staging) carry no queue name: Kueue leaves them alone (its
     # manageJobsWithoutQueueName is off), so it never suspends them.
@@ -230,12 +255,29 @@ def test_the_kinds_kueue_manages_are_all_covered(dev_plan, team_objects, paddle_
 def test_the_rules_see_drift_where_there_is_some():
     job = {
         "kind": "Job",
-        "spec": {"suspend": False, "template": {"spec": {"nodeSelector": {"g": "a"}, "tolerations": [{"key": "x", "operator": "Exists"}], "containers": []}}},
+        "spec": {
+            "suspend": False,
+            "template": {
+                "spec": {
+                    "nodeSelector": {"g": "a"},
+                    "tolerations": [{"key": "x", "operator": "Exists"}],
+                    "containers": [],
+                }
+            },
+        },
     }
-    flavor = {"nodeLabels": {"g": "a", "accel": "v100"}, "tolerations": [{"key": "y", "operator": "Exists"}, {"key": "x", "operator": "Exists"}]}
+    flavor = {
+        "nodeLabels": {"g": "a", "accel": "v100"},
+        "tolerations": [{"key": "y", "operator": "Exists"}, {"key": "x", "operator": "Exists"}],
+    }
     live = copy.deepcopy(job)
     kueue_merge(
-        live["spec"]["template"], {"nodeSelector": flavor["nodeLabels"], "tolerations": flavor["tolerations"], "labels": {"kueue.x-k8s.io/podset": "main"}}
+        live["spec"]["template"],
+        {
+            "nodeSelector": flavor["nodeLabels"],
+            "tolerations": flavor["tolerations"],
+            "labels": {"kueue.x-k8s.io/podset": "main"},
+        },
     )
     assert live["spec"]["template"]["metadata"]["labels"] == {"kueue.x-k8s.io/podset": "main"}
     assert live["spec"]["template"]["spec"]["nodeSelector"] == {"g": "a", "accel": "v100"}

@@ -25,7 +25,9 @@ from stacks import queues
 from stacks.config import load
 from tests.helpers import HELM, dev_values, render_kueue, run_stack, team_values
 
-pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")
+pytestmark = pytest.mark.skipif(
+    not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)"
+)
 
 NAME_LABEL = "kubernetes.io/metadata.name"
 SYSTEM = ("kube-system", "kube-public", "kube-node-lease", "default")
@@ -35,7 +37,15 @@ SERVICES = ("mpi-operator", "kubeflow", "amazon-cloudwatch", queues.KUEUE_NAMESP
 ADDONS = {
     "kube-system": [
         ("apps/v1", "DaemonSet", n)
-        for n in ("aws-node", "kube-proxy", "eks-pod-identity-agent", "efs-csi-node", "fsx-csi-node", "eks-node-monitoring-agent", "dcgm-server")
+        for n in (
+            "aws-node",
+            "kube-proxy",
+            "eks-pod-identity-agent",
+            "efs-csi-node",
+            "fsx-csi-node",
+            "eks-node-monitoring-agent",
+            "dcgm-server",
+        )
     ]
     + [("apps/v1", "Deployment", n) for n in ("coredns", "efs-csi-controller", "fsx-csi-controller")],
     "amazon-cloudwatch": [("apps/v1", "DaemonSet", n) for n in ("cloudwatch-agent", "fluent-bit", "dcgm-exporter")]
@@ -79,7 +89,9 @@ def intercepts(hook: dict[str, Any], namespace: str | None, group: str, resource
     for rule in hook.get("rules", []):
         if not ({"CREATE", "*"} & set(rule.get("operations", []))):
             continue
-        if (group in rule["apiGroups"] or "*" in rule["apiGroups"]) and (resource in rule["resources"] or "*" in rule["resources"]):
+        if (group in rule["apiGroups"] or "*" in rule["apiGroups"]) and (
+            resource in rule["resources"] or "*" in rule["resources"]
+        ):
             return True
     return False
 
@@ -88,7 +100,9 @@ def intercepts(hook: dict[str, Any], namespace: str | None, group: str, resource
 def stack(request) -> dict[str, Any]:
     """A plan, its rendered releases, and every namespaced object the stack creates with its pods."""
     values, name = (dev_values(), "dev") if request.param == "dev" else (team_values(), "test")
-    plan = request.getfixturevalue("dev_plan") if name == "dev" else run_stack(values, stack=name)  # (dev: shared, read only)
+    plan = (
+        request.getfixturevalue("dev_plan") if name == "dev" else run_stack(values, stack=name)
+    )  # (dev: shared, read only)
     queue_plan = queues.plan_for(load(values, "gpu-training", name))
     rendered = releases.render(plan, versions.KUBERNETES_DEFAULT)
     assert rendered.note is None
@@ -100,7 +114,9 @@ def stack(request) -> dict[str, Any]:
         for _ in names:
             o = next(it)
             cluster_scoped = (
-                o["kind"] in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "APIService", "PriorityClass") or "Webhook" in o["kind"]
+                o["kind"]
+                in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "APIService", "PriorityClass")
+                or "Webhook" in o["kind"]
             )
             ns = None if cluster_scoped else o["metadata"].get("namespace") or release_ns[name]
             objects.append((ns, o["apiVersion"], o["kind"], o["metadata"]["name"]))
@@ -108,13 +124,19 @@ def stack(request) -> dict[str, Any]:
         objects.append((o["metadata"].get("namespace"), o["apiVersion"], o["kind"], o["metadata"]["name"]))
     for ns, items in ADDONS.items():
         objects += [(ns, api, kind, name) for api, kind, name in items]
-    objects += [(ns, "v1", "Pod", f"{name}-pod") for ns, _, kind, name in list(objects) if kind in WORKLOADS and ns is not None]
+    objects += [
+        (ns, "v1", "Pod", f"{name}-pod") for ns, _, kind, name in list(objects) if kind in WORKLOADS and ns is not None
+    ]
     config = yaml.safe_load(kueue.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])
     return {"plan": plan, "rendered": rendered.objects, "objects": objects, "config": config, "queues": queue_plan}
 
 
 def namespaces_seen(hooks: list[dict[str, Any]], universe: list[str]) -> dict[str, set[str]]:
-    return {h["name"]: {ns for ns in universe if selects(h.get("namespaceSelector"), {NAME_LABEL: ns})} for h in hooks if "namespaceSelector" in h}
+    return {
+        h["name"]: {ns for ns in universe if selects(h.get("namespaceSelector"), {NAME_LABEL: ns})}
+        for h in hooks
+        if "namespaceSelector" in h
+    }
 
 
 def test_every_job_webhook_sees_exactly_the_job_namespaces(stack):
@@ -128,7 +150,9 @@ def test_every_job_webhook_sees_exactly_the_job_namespaces(stack):
     for h in hooks:
         if "namespaceSelector" not in h:
             assert {g for r in h["rules"] for g in r["apiGroups"]} == {"kueue.x-k8s.io"}, h["name"]
-    assert stack["config"]["managedJobsNamespaceSelector"]["matchExpressions"][0]["values"] == list(stack["queues"].managed_namespaces)
+    assert stack["config"]["managedJobsNamespaceSelector"]["matchExpressions"][0]["values"] == list(
+        stack["queues"].managed_namespaces
+    )
 
 
 def test_the_stacks_own_services_are_untouched(stack):
@@ -153,7 +177,11 @@ def test_the_stacks_own_services_are_untouched(stack):
         checked.add(kind)
         for h in meeting:
             if kind in queued:
-                assert INTEGRATION_OF[resource] in integrations and h["failurePolicy"] == "Fail", (kind, name, h["name"])
+                assert INTEGRATION_OF[resource] in integrations and h["failurePolicy"] == "Fail", (
+                    kind,
+                    name,
+                    h["name"],
+                )
             elif resource == "jobs":
                 assert h["failurePolicy"] == "Fail"  # the chart's Job webhooks, whatever the integrations
             else:
@@ -200,8 +228,17 @@ def test_the_package_names_the_promoted_images():
 
 
 def test_kueue_runs_on_the_system_nodes_with_the_stacks_config(stack):
-    (dep,) = [o for o in stack["rendered"] if o["kind"] == "Deployment" and o["metadata"]["name"] == "kueue-controller-manager"]
+    (dep,) = [
+        o
+        for o in stack["rendered"]
+        if o["kind"] == "Deployment" and o["metadata"]["name"] == "kueue-controller-manager"
+    ]
     spec = dep["spec"]["template"]["spec"]
     assert spec["nodeSelector"] == {"gputraining/node-group": "system"}
-    (cm,) = [o for o in stack["rendered"] if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "kueue-manager-config"]
-    assert yaml.safe_load(cm["data"]["controller_manager_config.yaml"])["managedJobsNamespaceSelector"] == stack["config"]["managedJobsNamespaceSelector"]
+    (cm,) = [
+        o for o in stack["rendered"] if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "kueue-manager-config"
+    ]
+    assert (
+        yaml.safe_load(cm["data"]["controller_manager_config.yaml"])["managedJobsNamespaceSelector"]
+        == stack["config"]["managedJobsNamespaceSelector"]
+    )

@@ -38,19 +38,19 @@ FORBIDDEN_EXTERNAL = {
 # one after it, nor the package itself (its __init__ re-exports them all). Imports under
 # `if TYPE_CHECKING:` are for annotations only: they do not run, and do not count.
 PACKAGES = {
-    "jobs.sagemaker": ["limits", "options", "entry_point", "training_job", "checks", "portable"],
-    "stacks.queues": ["resources", "cluster_queues", "admission", "plan", "checks"],
+    "jobs.sagemaker": ["limits", "options", "entry_point", "training_job", "sagemaker_checks", "portable"],
+    "stacks.queues": ["resources", "cluster_queues", "admission", "plan", "queue_checks"],
     "infra.preflight": ["results", "placement", "quotas", "capacity", "eks"],
     "infra.invariants": ["view", "rules"],
     "infra.offline": ["region", "deployed", "mocks", "monitor", "engine"],
 }
 # Packages whose modules import none after them even for annotations: no circle under
 # `if TYPE_CHECKING:` either (a module that needs the shape of one above it says what it reads, as
-# jobs/sagemaker/checks.py's SageMakerSpec does).
+# jobs/sagemaker/sagemaker_checks.py's SageMakerSpec does).
 NO_ANNOTATION_CIRCLES = {"jobs.sagemaker", "infra.offline"}
 # What the SageMaker runtime (the base of the kinds with two runtimes) may import of the jobs layer:
 # the pieces every kind shares. The kinds import it, so it never imports a kind or the registry.
-SAGEMAKER_RUNTIME_USES = {"jobs.base", "jobs.checks", "jobs.pod"}
+SAGEMAKER_RUNTIME_USES = {"jobs.base", "jobs.spec_checks", "jobs.pod"}
 
 
 def imports_of(source: str) -> list[tuple[int, str]]:
@@ -96,15 +96,25 @@ def test_every_layer_exists_and_has_modules():
     assert len(layer_modules()) > 20
 
 
-@pytest.mark.parametrize("layer,path", layer_modules(), ids=lambda v: str(v.relative_to(ROOT)) if isinstance(v, Path) else v)
+@pytest.mark.parametrize(
+    "layer,path", layer_modules(), ids=lambda v: str(v.relative_to(ROOT)) if isinstance(v, Path) else v
+)
 def test_imports_point_down(layer: str, path: Path):
     assert violations(layer, path.read_text(), str(path.relative_to(ROOT))) == []
 
 
 def test_the_checker_catches_upward_and_forbidden_imports():
-    source = "import pulumi\nfrom stacks.config import load\n\ndef f():\n    from infra import offline\n    import boto3\n"
+    source = (
+        "import pulumi\nfrom stacks.config import load\n\ndef f():\n    from infra import offline\n    import boto3\n"
+    )
     found = violations("components", source, "x.py")
-    assert [f.split(" imports ")[1].split(" ")[0] for f in found] == ["stacks.config", "stacks.config.load", "infra", "infra.offline", "boto3"]
+    assert [f.split(" imports ")[1].split(" ")[0] for f in found] == [
+        "stacks.config",
+        "stacks.config.load",
+        "infra",
+        "infra.offline",
+        "boto3",
+    ]
     assert violations("facts", "import pydantic\n", "y.py") and violations("jobs", "import pulumi_aws as aws\n", "z.py")
     assert violations("infra", "from stacks import environment\nfrom facts import catalog\n", "w.py") == []
 
@@ -121,7 +131,9 @@ def test_the_pulumi_program_does_not_load_the_offline_engine():
         " or m in ('moto', 'boto3', 'stacks.config.stackfile') or m.split('.')[0] == 'ruamel');"
         "print(','.join(bad))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
     assert out.stdout.strip() == ""
 
 
@@ -139,8 +151,14 @@ def package_violations(package: str, module: str, source: str) -> list[str]:
                 found.append(f"{package}.{module}:{line} imports {name} (the package itself)")
             elif order.index(inside) >= order.index(module):
                 found.append(f"{package}.{module}:{line} imports {name} ({inside} is not below {module})")
-        elif package == "jobs.sagemaker" and name.startswith("jobs.") and ".".join(name.split(".")[:2]) not in SAGEMAKER_RUNTIME_USES:
-            found.append(f"{package}.{module}:{line} imports {name} (the runtime uses only {', '.join(sorted(SAGEMAKER_RUNTIME_USES))})")
+        elif (
+            package == "jobs.sagemaker"
+            and name.startswith("jobs.")
+            and ".".join(name.split(".")[:2]) not in SAGEMAKER_RUNTIME_USES
+        ):
+            found.append(
+                f"{package}.{module}:{line} imports {name} (the runtime uses only {', '.join(sorted(SAGEMAKER_RUNTIME_USES))})"
+            )
     return found
 
 
@@ -154,16 +172,30 @@ def test_split_packages_import_from_the_bottom_up(package: str):
 
 
 def test_the_package_checker_catches_upward_imports_and_kinds():
-    up = "from typing import TYPE_CHECKING\nfrom stacks.queues.plan import QueuePlan\nif TYPE_CHECKING:\n    from stacks.queues.checks import x\n"
-    assert package_violations("stacks.queues", "admission", up) == ["stacks.queues.admission:2 imports stacks.queues.plan (plan is not below admission)"]
-    assert package_violations("stacks.queues", "checks", up) == []
+    up = "from typing import TYPE_CHECKING\nfrom stacks.queues.plan import QueuePlan\nif TYPE_CHECKING:\n    from stacks.queues.queue_checks import x\n"
+    assert package_violations("stacks.queues", "admission", up) == [
+        "stacks.queues.admission:2 imports stacks.queues.plan (plan is not below admission)"
+    ]
+    assert package_violations("stacks.queues", "queue_checks", up) == []
     assert package_violations(
-        "jobs.sagemaker", "checks", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jobs.sagemaker.portable import PortableJob\n"
+        "jobs.sagemaker",
+        "sagemaker_checks",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jobs.sagemaker.portable import PortableJob\n",
     )
-    assert package_violations("infra.preflight", "eks", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from infra.preflight import _Context\n") == []
+    assert (
+        package_violations(
+            "infra.preflight",
+            "eks",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from infra.preflight import _Context\n",
+        )
+        == []
+    )
     assert package_violations("infra.preflight", "eks", "from infra.preflight import _Context\n")
     assert package_violations("jobs.sagemaker", "portable", "from jobs.mpi import MpiBase\n")
-    assert package_violations("jobs.sagemaker", "portable", "from jobs import checks\nfrom jobs.base import GpuJob\n") == []
+    assert (
+        package_violations("jobs.sagemaker", "portable", "from jobs import spec_checks\nfrom jobs.base import GpuJob\n")
+        == []
+    )
 
 
 def test_test_modules_import_no_other_test_module():
@@ -221,14 +253,27 @@ def circles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
 def test_the_packages_of_a_layer_import_one_way(layer: str):
     graph = unit_imports(layer)
     found = circles(graph)
-    where = [f"{a} -> {b}: {', '.join(dict.fromkeys(graph[a][b]))}" for circle in found for a in circle for b in graph.get(a, {}) if b in circle]
+    where = [
+        f"{a} -> {b}: {', '.join(dict.fromkeys(graph[a][b]))}"
+        for circle in found
+        for a in circle
+        for b in graph.get(a, {})
+        if b in circle
+    ]
     assert found == [], "\n".join(where)
 
 
 def test_the_circle_checker_finds_a_circle_through_a_function_level_import():
-    graph = {"config": {"queues": ["stacks/config/checks.py:92"]}, "queues": {"config": ["stacks/queues/plan.py:73"]}, "cost": {"config": ["x"]}}
+    graph = {
+        "config": {"queues": ["stacks/config/cross_checks.py:92"]},
+        "queues": {"config": ["stacks/queues/plan.py:73"]},
+        "cost": {"config": ["x"]},
+    }
     assert circles(graph) == [["config", "queues"]]
     assert circles({"a": {"b": ["x"]}, "b": {"c": ["y"]}, "c": {"a": ["z"]}, "d": {"a": ["w"]}}) == [["a", "b", "c"]]
     assert circles({"config": {"queues": ["x"]}, "cost": {"config": ["y"]}}) == []
-    source = "def plan_context():\n    from stacks.config.jobs import job_targets\n"
-    assert runtime_imports_of(source) == [(2, "stacks.config.jobs"), (2, "stacks.config.jobs.job_targets")]
+    source = "def plan_context():\n    from stacks.config.job_entries import job_targets\n"
+    assert runtime_imports_of(source) == [
+        (2, "stacks.config.job_entries"),
+        (2, "stacks.config.job_entries.job_targets"),
+    ]

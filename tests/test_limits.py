@@ -132,7 +132,9 @@ def test_a_volume_above_the_types_nvme_is_refused(ml_type):
 def test_the_nvme_limit_follows_the_ml_type_not_the_node_group():
     # The p3 group's ml.p3.16xlarge has no instance storage: EBS of any size up to SageMaker's 16384.
     assert problems_of(mpi(nodeGroup="p3", nodes=1, sagemaker=sm(volumeSizeGiB=16384))) == []
-    problem = the_problem(mpi(nodeGroup="p3", nodes=1, sagemaker=sm(volumeSizeGiB=9000, instanceType="ml.p4d.24xlarge")))
+    problem = the_problem(
+        mpi(nodeGroup="p3", nodes=1, sagemaker=sm(volumeSizeGiB=9000, instanceType="ml.p4d.24xlarge"))
+    )
     assert problem.key == f"{JOBS_KEY}[0].sagemaker.volumeSizeGiB" and "ml.p4d.24xlarge" in problem.message
     # On EKS the SageMaker settings are not read.
     assert problems_of(mpi(runtime="eks", volumes=[], sagemaker=sm(volumeSizeGiB=9000))) == []
@@ -179,8 +181,13 @@ def test_an_input_uri_over_1024_characters_is_refused():
 
 def test_at_most_40_public_endpoint_cidrs():
     cidrs = [f"8.8.{i}.0/24" for i in range(41)]
-    assert _loads(minimal_values(cluster={"endpointPublicAccessCidrs": cidrs[:40]})).cluster.endpoint_public_access_cidrs == cidrs[:40]
-    message = _only(minimal_values(cluster={"endpointPublicAccessCidrs": cidrs}), f"{NS}:cluster.endpointPublicAccessCidrs")
+    assert (
+        _loads(minimal_values(cluster={"endpointPublicAccessCidrs": cidrs[:40]})).cluster.endpoint_public_access_cidrs
+        == cidrs[:40]
+    )
+    message = _only(
+        minimal_values(cluster={"endpointPublicAccessCidrs": cidrs}), f"{NS}:cluster.endpointPublicAccessCidrs"
+    )
     assert "41 blocks" in message and "at most 40" in message and "cannot be raised" in message
 
 
@@ -203,7 +210,10 @@ def test_at_most_40_public_endpoint_cidrs():
     ],
 )
 def test_a_public_endpoint_cidr_must_be_a_public_ipv4_block(cidr, words):
-    message = _only(minimal_values(cluster={"endpointPublicAccessCidrs": ["0.0.0.0/0", cidr]}), f"{NS}:cluster.endpointPublicAccessCidrs[1]")
+    message = _only(
+        minimal_values(cluster={"endpointPublicAccessCidrs": ["0.0.0.0/0", cidr]}),
+        f"{NS}:cluster.endpointPublicAccessCidrs[1]",
+    )
     assert repr(cidr) in message
     for w in words:
         assert w in message, message
@@ -213,7 +223,9 @@ def test_a_public_endpoint_cidr_must_be_a_public_ipv4_block(cidr, words):
 def test_public_blocks_and_blocks_around_private_ones_are_taken(cidr):
     # 10.0.0.0/7 holds private and public addresses; the documentation range is a placeholder (below).
     assert aws_names.public_access_cidr_problem(cidr) is None
-    assert _loads(minimal_values(cluster={"endpointPublicAccessCidrs": [cidr]})).cluster.endpoint_public_access_cidrs == [cidr]
+    assert _loads(
+        minimal_values(cluster={"endpointPublicAccessCidrs": [cidr]})
+    ).cluster.endpoint_public_access_cidrs == [cidr]
 
 
 def _group(**fields: Any) -> dict[str, Any]:
@@ -237,7 +249,11 @@ def test_at_most_49_extra_taints_on_a_gpu_group():
 
 
 def test_one_taint_per_key_and_effect():
-    taints = [{"key": "team", "value": "a"}, {"key": "team", "value": "b", "effect": "NoExecute"}, {"key": "team", "value": "c"}]
+    taints = [
+        {"key": "team", "value": "a"},
+        {"key": "team", "value": "b", "effect": "NoExecute"},
+        {"key": "team", "value": "c"},
+    ]
     message = _only(minimal_values(gpuNodeGroups=[_group(taints=taints)]), f"{NS}:gpuNodeGroups[0].taints[2]")
     assert "'team'" in message and "NoSchedule" in message and "taints[0]" in message
 
@@ -255,10 +271,29 @@ INT32_FIELDS = [
 ]
 _BASE_JOBS = {
     "mpi": {"name": "m", "kind": "mpi", "nodeGroup": "p4d", "image": "nvcr.io/x/y:1", "command": ["a"]},
-    "pytorch-elastic": {"name": "e", "kind": "pytorch-elastic", "nodeGroup": "p4d", "image": "nvcr.io/x/y:1", "command": ["a"]},
-    "paddle": {"name": "pd", "kind": "paddle", "nodeGroup": "p4d", "image": "nvcr.io/x/y:1", "command": ["a"], "mode": "ps"},
+    "pytorch-elastic": {
+        "name": "e",
+        "kind": "pytorch-elastic",
+        "nodeGroup": "p4d",
+        "image": "nvcr.io/x/y:1",
+        "command": ["a"],
+    },
+    "paddle": {
+        "name": "pd",
+        "kind": "paddle",
+        "nodeGroup": "p4d",
+        "image": "nvcr.io/x/y:1",
+        "command": ["a"],
+        "mode": "ps",
+    },
     "nccl-test": {"name": "n", "kind": "nccl-test", "nodeGroup": "p4d"},
-    "data-stage": {"name": "d", "kind": "data-stage", "source": "s3://my-datasets/coco", "volume": "fsx", "path": "coco"},
+    "data-stage": {
+        "name": "d",
+        "kind": "data-stage",
+        "source": "s3://my-datasets/coco",
+        "volume": "fsx",
+        "path": "coco",
+    },
 }
 
 
@@ -267,7 +302,11 @@ def test_kubernetes_int32_fields_are_bounded(kind, field):
     job = {**_BASE_JOBS[kind], field: 2**31}
     problems = [p for p in _problems(minimal_values(jobs=[job])) if p.key == f"{JOBS_KEY}[0].{field}"]
     assert problems, field
-    assert "2147483648" in problems[0].message and "at most 2147483647" in problems[0].message and "32-bit" in problems[0].message
+    assert (
+        "2147483648" in problems[0].message
+        and "at most 2147483647" in problems[0].message
+        and "32-bit" in problems[0].message
+    )
 
 
 def test_every_integer_field_of_a_job_that_reaches_kubernetes_is_bounded():
@@ -284,7 +323,9 @@ def test_every_integer_field_of_a_job_that_reaches_kubernetes_is_bounded():
                 else [hints[name]]
             )
             plain_int = args == [int]
-            bounded = len(args) == 1 and typing.get_origin(args[0]) is typing.Annotated and typing.get_args(args[0])[0] is int
+            bounded = (
+                len(args) == 1 and typing.get_origin(args[0]) is typing.Annotated and typing.get_args(args[0])[0] is int
+            )
             if name in not_kubernetes:
                 continue
             assert not plain_int, f"{model.__name__}.{name} is an unbounded int"
@@ -315,7 +356,11 @@ def test_an_int64_deadline_is_bounded():
     ],
 )
 def test_an_image_that_is_no_valid_reference_is_refused(image, words):
-    problems = [p for p in _problems(minimal_values(jobs=[{**_BASE_JOBS["mpi"], "image": image}])) if p.key == f"{JOBS_KEY}[0].image"]
+    problems = [
+        p
+        for p in _problems(minimal_values(jobs=[{**_BASE_JOBS["mpi"], "image": image}]))
+        if p.key == f"{JOBS_KEY}[0].image"
+    ]
     assert len(problems) == 1, problems
     assert "not a valid image reference" in problems[0].message or "not an image reference" in problems[0].message
     for w in words:
@@ -349,11 +394,23 @@ def test_valid_references_are_taken(image):
 
 
 def test_the_issues_examples():
-    message = _only(minimal_values(jobs=[{**_BASE_JOBS["mpi"], "ttlSecondsAfterFinished": False}]), f"{JOBS_KEY}[0].ttlSecondsAfterFinished")
-    assert message.startswith("false is not allowed") and "a boolean is not a number" in message and "leave the key out" in message
-    assert "true is not allowed" in _only(minimal_values(jobs=[{**_BASE_JOBS["mpi"], "nodes": True}]), f"{JOBS_KEY}[0].nodes")
+    message = _only(
+        minimal_values(jobs=[{**_BASE_JOBS["mpi"], "ttlSecondsAfterFinished": False}]),
+        f"{JOBS_KEY}[0].ttlSecondsAfterFinished",
+    )
+    assert (
+        message.startswith("false is not allowed")
+        and "a boolean is not a number" in message
+        and "leave the key out" in message
+    )
+    assert "true is not allowed" in _only(
+        minimal_values(jobs=[{**_BASE_JOBS["mpi"], "nodes": True}]), f"{JOBS_KEY}[0].nodes"
+    )
     for inf in (float("inf"), float("-inf"), float("nan")):
-        message = _only(minimal_values(jobs=[{**_BASE_JOBS["nccl-test"], "minBusBandwidthGBps": inf}]), f"{JOBS_KEY}[0].minBusBandwidthGBps")
+        message = _only(
+            minimal_values(jobs=[{**_BASE_JOBS["nccl-test"], "minBusBandwidthGBps": inf}]),
+            f"{JOBS_KEY}[0].minBusBandwidthGBps",
+        )
         assert "finite number" in message
 
 
@@ -398,7 +455,13 @@ def _set(values: dict[str, Any], section: str, path: str, value: Any) -> dict[st
 
 def test_every_numeric_and_flag_field_of_the_stack_config_is_found():
     paths = {f"{s}.{p}" for s, p, _ in SECTION_FIELDS}
-    assert {"network.availabilityZoneCount", "storage.fsx.storageCapacityGiB", "gpuNodeGroups.maxSize", "monitoring.dashboard", "storage.efs.enabled"} <= paths
+    assert {
+        "network.availabilityZoneCount",
+        "storage.fsx.storageCapacityGiB",
+        "gpuNodeGroups.maxSize",
+        "monitoring.dashboard",
+        "storage.efs.enabled",
+    } <= paths
 
 
 @pytest.mark.parametrize("section, path, kind", SECTION_FIELDS, ids=[f"{s}.{p}" for s, p, _ in SECTION_FIELDS])
@@ -432,7 +495,10 @@ def test_text_from_pulumi_config_set_is_still_read():
     """`pulumi config set` writes scalars as text: "3" and "true" stay a number and a flag."""
     cfg = _loads(minimal_values(gpuNodeGroups=[_group(minSize="1", maxSize="3")], monitoring={"dashboard": "false"}))
     assert (cfg.gpu_node_groups[0].max_size, cfg.monitoring.dashboard) == (3, False)
-    assert "finite number" in _only(minimal_values(jobs=[{**_BASE_JOBS["nccl-test"], "minBusBandwidthGBps": "inf"}]), f"{JOBS_KEY}[0].minBusBandwidthGBps")
+    assert "finite number" in _only(
+        minimal_values(jobs=[{**_BASE_JOBS["nccl-test"], "minBusBandwidthGBps": "inf"}]),
+        f"{JOBS_KEY}[0].minBusBandwidthGBps",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -560,10 +626,18 @@ def test_the_autoscalers_durations_take_go_durations(value):
 
 
 @pytest.mark.parametrize(
-    "value, words", [("10", ["missing unit"]), ("1d", ["unknown unit 'd'"]), ("-5m", ["negative"]), ("ten minutes", ["not a Go duration"])]
+    "value, words",
+    [
+        ("10", ["missing unit"]),
+        ("1d", ["unknown unit 'd'"]),
+        ("-5m", ["negative"]),
+        ("ten minutes", ["not a Go duration"]),
+    ],
 )
 def test_the_autoscalers_durations_refuse_the_rest(value, words):
-    message = _only(minimal_values(autoscaling={"scaleDownUnneededTime": value}), f"{NS}:autoscaling.scaleDownUnneededTime")
+    message = _only(
+        minimal_values(autoscaling={"scaleDownUnneededTime": value}), f"{NS}:autoscaling.scaleDownUnneededTime"
+    )
     for w in [repr(value), *words]:
         assert w in message, message
 
@@ -594,7 +668,13 @@ def _tag_resources(plan: offline.PlanResult) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def colliding_labels_plans():
     one = run_stack(minimal_values(gpuNodeGroups=[_group(labels={"team.name": "vision", "zone-tier": "a"})]))
-    both = run_stack(minimal_values(gpuNodeGroups=[_group(labels={"team.name": "vision", "zone-tier": "a", "team-name": "vision", "zone.tier": "b"})]))
+    both = run_stack(
+        minimal_values(
+            gpuNodeGroups=[
+                _group(labels={"team.name": "vision", "zone-tier": "a", "team-name": "vision", "zone.tier": "b"})
+            ]
+        )
+    )
     return one, both
 
 
@@ -602,7 +682,11 @@ def test_labels_that_differ_in_punctuation_plan_with_a_tag_resource_each(collidi
     one, both = colliding_labels_plans
     tags = _tag_resources(both)
     keys = sorted(tags.values())
-    assert len(keys) == len(set(keys)) and any(k.endswith("/label/team-name") for k in keys) and any(k.endswith("/label/team.name") for k in keys)
+    assert (
+        len(keys) == len(set(keys))
+        and any(k.endswith("/label/team-name") for k in keys)
+        and any(k.endswith("/label/team.name") for k in keys)
+    )
     # The resources of the existing labels keep their names: adding the colliding ones replaces nothing.
     assert _tag_resources(one).items() <= tags.items()
 
@@ -616,7 +700,10 @@ def test_the_offline_engine_refuses_a_duplicate_urn_in_the_engines_words():
 
     with pytest.raises(offline.DuplicateURNError) as err:
         offline.run(lambda: {"c": Component("c").urn}, {"aws:region": "us-west-2"}, project="p", stack="s")
-    assert str(err.value) == "Duplicate resource URN 'urn:pulumi:s::p::test:index:Component$aws:s3/bucket:Bucket::bucket'; try giving it a unique name"
+    assert (
+        str(err.value)
+        == "Duplicate resource URN 'urn:pulumi:s::p::test:index:Component$aws:s3/bucket:Bucket::bucket'; try giving it a unique name"
+    )
 
     def top_level() -> dict[str, Any]:
         aws.s3.Bucket("b")
@@ -638,12 +725,17 @@ def test_the_offline_engine_refuses_a_duplicate_urn_in_the_engines_words():
 
 def test_a_duplicate_urn_is_an_error_line_not_a_traceback(monkeypatch):
     def duplicate(stack: str) -> Any:
-        raise offline.DuplicateURNError("Duplicate resource URN 'urn:pulumi:dev::gpu-training::x:y:Z::a'; try giving it a unique name")
+        raise offline.DuplicateURNError(
+            "Duplicate resource URN 'urn:pulumi:dev::gpu-training::x:y:Z::a'; try giving it a unique name"
+        )
 
     monkeypatch.setattr(plan_mod, "plan", duplicate)
     out, err = io.StringIO(), io.StringIO()
     assert plan_mod.run_cli("dev", None, stdout=out, stderr=err) == plan_mod.EXIT_FAILED
-    assert err.getvalue() == "error: stack 'dev': Duplicate resource URN 'urn:pulumi:dev::gpu-training::x:y:Z::a'; try giving it a unique name\n"
+    assert (
+        err.getvalue()
+        == "error: stack 'dev': Duplicate resource URN 'urn:pulumi:dev::gpu-training::x:y:Z::a'; try giving it a unique name\n"
+    )
     assert out.getvalue() == ""
 
 
@@ -656,7 +748,10 @@ def test_the_prod_examples_placeholders_are_found():
     cfg = plan_mod.load_config("prod")
     found = {p.key: p.message for p in placeholders(cfg)}
     assert set(found) == {f"{NS}:cluster.endpointPublicAccessCidrs[0]", f"{NS}:cluster.adminPrincipals[0]"}
-    assert "203.0.113.0/24" in found[f"{NS}:cluster.endpointPublicAccessCidrs[0]"] and "RFC 5737" in found[f"{NS}:cluster.endpointPublicAccessCidrs[0]"]
+    assert (
+        "203.0.113.0/24" in found[f"{NS}:cluster.endpointPublicAccessCidrs[0]"]
+        and "RFC 5737" in found[f"{NS}:cluster.endpointPublicAccessCidrs[0]"]
+    )
     assert "111122223333" in found[f"{NS}:cluster.adminPrincipals[0]"]
     assert placeholders(plan_mod.load_config("dev")) == []
 
@@ -664,13 +759,23 @@ def test_the_prod_examples_placeholders_are_found():
 @pytest.mark.parametrize(
     "section, expected",
     [
-        ({"cluster": {"endpointPublicAccessCidrs": ["8.8.8.8/32", "198.51.100.7/32"]}}, "cluster.endpointPublicAccessCidrs[1]"),
+        (
+            {"cluster": {"endpointPublicAccessCidrs": ["8.8.8.8/32", "198.51.100.7/32"]}},
+            "cluster.endpointPublicAccessCidrs[1]",
+        ),
         ({"cluster": {"endpointPublicAccessCidrs": ["192.0.2.128/25"]}}, "cluster.endpointPublicAccessCidrs[0]"),
         ({"cluster": {"adminPrincipals": ["arn:aws:iam::123456789012:role/Admin"]}}, "cluster.adminPrincipals[0]"),
         ({"cluster": {"adminPrincipals": ["arn:aws:iam::111122223333:user/path/alice"]}}, "cluster.adminPrincipals[0]"),
-        ({"jobs": [{**_BASE_JOBS["mpi"], "image": "111122223333.dkr.ecr.us-west-2.amazonaws.com/train:1"}]}, "jobs[0].image"),
         (
-            {"queues": {"teams": [{"name": "a"}, {"name": "vision", "roleArn": "arn:aws:iam::111122223333:role/VisionTeam"}]}},
+            {"jobs": [{**_BASE_JOBS["mpi"], "image": "111122223333.dkr.ecr.us-west-2.amazonaws.com/train:1"}]},
+            "jobs[0].image",
+        ),
+        (
+            {
+                "queues": {
+                    "teams": [{"name": "a"}, {"name": "vision", "roleArn": "arn:aws:iam::111122223333:role/VisionTeam"}]
+                }
+            },
             "queues.teams[1].roleArn",
         ),
     ],
@@ -687,7 +792,11 @@ def test_each_kind_of_placeholder_is_found(section, expected):
         {"cluster": {"endpointPublicAccessCidrs": ["203.0.113.0/24"], "endpointPublicAccess": False}},  # not used
         {"cluster": {"adminPrincipals": ["arn:aws:iam::123456789013:role/Admin"]}},
         {"queues": {"teams": [{"name": "vision", "roleArn": "arn:aws:iam::123456789013:role/VisionTeam"}]}},
-        {"jobs": [{**_BASE_JOBS["mpi"], "image": "111122223333.dkr.ecr.us-west-2.amazonaws.com/train:1", "enabled": False}]},
+        {
+            "jobs": [
+                {**_BASE_JOBS["mpi"], "image": "111122223333.dkr.ecr.us-west-2.amazonaws.com/train:1", "enabled": False}
+            ]
+        },
     ],
 )
 def test_what_is_no_placeholder_is_left_alone(section):
@@ -704,7 +813,9 @@ def test_the_plan_warns_about_placeholders(monkeypatch):
     lines = out.getvalue().splitlines()
     assert lines[0] == "(summary)"
     assert lines[1].startswith(f"warning: {NS}:cluster.endpointPublicAccessCidrs[0]: '203.0.113.0/24'")
-    assert lines[2].startswith(f"warning: {NS}:cluster.adminPrincipals[0]: 'arn:aws:iam::111122223333:role/PlatformAdmin'")
+    assert lines[2].startswith(
+        f"warning: {NS}:cluster.adminPrincipals[0]: 'arn:aws:iam::111122223333:role/PlatformAdmin'"
+    )
 
 
 def test_preflight_fails_on_placeholders_before_asking_aws():

@@ -56,7 +56,9 @@ def test_the_vendored_manifest_is_upstreams_with_only_the_image_tag_pinned():
 def test_the_operator_image_is_the_exact_release_not_a_floating_tag():
     (deployment,) = [
         d
-        for d in operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file, versions.MPI_OPERATOR_MANIFEST.sha256)
+        for d in operators.load_manifest(
+            PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file, versions.MPI_OPERATOR_MANIFEST.sha256
+        )
         if d["kind"] == "Deployment"
     ]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
@@ -69,7 +71,9 @@ def test_the_operator_image_is_the_exact_release_not_a_floating_tag():
 
 
 def _vendored_crd() -> dict:
-    docs = operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file, versions.MPI_OPERATOR_MANIFEST.sha256)
+    docs = operators.load_manifest(
+        PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file, versions.MPI_OPERATOR_MANIFEST.sha256
+    )
     (crd,) = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
     return crd
 
@@ -83,7 +87,9 @@ def test_the_installed_mpijob_crd_is_the_one_the_job_tests_validate_against():
 def test_the_stacks_mpijobs_validate_against_the_installed_crd(dev_plan):
     crd = _vendored_crd()
     assert crd["metadata"]["name"] == "mpijobs.kubeflow.org"
-    mpijobs = [o for o in dev_plan.kubernetes_objects() if o["apiVersion"] == "kubeflow.org/v2beta1" and o["kind"] == "MPIJob"]
+    mpijobs = [
+        o for o in dev_plan.kubernetes_objects() if o["apiVersion"] == "kubeflow.org/v2beta1" and o["kind"] == "MPIJob"
+    ]
     assert mpijobs, "the dev stack emits an MPIJob (its nccl-test job)"
     for job in mpijobs:
         assert crd_validation.errors(job, crd) == [], job["metadata"]["name"]

@@ -32,7 +32,15 @@ V100_NCCL_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/nccl-tests:sm70-
 
 # Two plans cover every EFA type of the catalog: us-west-2b offers all but p5e and p5en (2c).
 STACKS = {
-    "us-west-2b": ["p5.4xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge", "p3dn.24xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"],
+    "us-west-2b": [
+        "p5.4xlarge",
+        "p6-b200.48xlarge",
+        "p6-b300.48xlarge",
+        "p3dn.24xlarge",
+        "p4d.24xlarge",
+        "p4de.24xlarge",
+        "p5.48xlarge",
+    ],
     "us-west-2c": ["p5e.48xlarge", "p5en.48xlarge"],
 }
 
@@ -54,7 +62,12 @@ def _plan(az: str, types: list[str]):
     groups = [{"name": _group_name(t), "instanceType": t, "maxSize": 2} for t in types]
     jobs = []
     for t in types:
-        job: dict[str, Any] = {"name": f"nccl-{_group_name(t)}", "kind": "nccl-test", "nodeGroup": _group_name(t), "nodes": 2}
+        job: dict[str, Any] = {
+            "name": f"nccl-{_group_name(t)}",
+            "kind": "nccl-test",
+            "nodeGroup": _group_name(t),
+            "nodes": 2,
+        }
         if catalog.BUILTIN[t].gpu_model == "V100":
             job["image"] = V100_NCCL_IMAGE
         jobs.append(job)
@@ -84,7 +97,9 @@ def test_launch_templates_match_the_recorded_cards(planned):
         assert (nics[0]["networkCardIndex"], nics[0]["deviceIndex"]) == (0, 0)
         assert nics[0]["interfaceType"] in ("interface", "efa") and nics[0]["associatePublicIpAddress"] == "false"
         assert sum(n["interfaceType"] in ("efa", "efa-only") for n in nics) == want["efa"], t
-        efa_cards = {i for i, c in want["cards"].items() if "efa-only" in c["InterfaceTypes"] or "efa" in c["InterfaceTypes"]}
+        efa_cards = {
+            i for i, c in want["cards"].items() if "efa-only" in c["InterfaceTypes"] or "efa" in c["InterfaceTypes"]
+        }
         assert {n["networkCardIndex"] for n in nics if n["interfaceType"] != "interface"} <= efa_cards
         assert len({(n["networkCardIndex"], n["deviceIndex"]) for n in nics}) == len(nics)
         description = plan.named(LT, f"gpu-{_group_name(t)}-lt").inputs["description"]
@@ -100,7 +115,9 @@ def planned_2b():
 def test_p6_b300_primary_is_plain_ena_and_its_efa_sits_on_cards_1_to_16(planned_2b):
     plan = planned_2b
     nics = plan.named(LT, "gpu-p6-b300-48xlarge-lt").inputs["networkInterfaces"]
-    assert [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nics] == [(0, 0, "interface")] + [(c, 1, "efa-only") for c in range(1, 17)]
+    assert [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nics] == [(0, 0, "interface")] + [
+        (c, 1, "efa-only") for c in range(1, 17)
+    ]
     assert recorded()["p6-b300.48xlarge"]["NetworkInfo"]["NetworkCards"][0]["InterfaceTypes"] == ["interface"]
     p5 = plan.named(LT, "gpu-p5-4xlarge-lt").inputs["networkInterfaces"]
     assert [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in p5] == [(0, 0, "efa")]
@@ -111,7 +128,11 @@ def test_node_template_tags_match_the_recorded_data(planned):
     for t in types:
         want = _recorded_expectations(t)
         group = _group_name(t)
-        tags = {r.inputs["tag"]["key"]: r.inputs["tag"]["value"] for r in plan.of_type(TAG) if r.name.startswith(f"gpu-{group}-asg-")}
+        tags = {
+            r.inputs["tag"]["key"]: r.inputs["tag"]["value"]
+            for r in plan.of_type(TAG)
+            if r.name.startswith(f"gpu-{group}-asg-")
+        }
         assert tags[f"{NODE_TEMPLATE}/resources/nvidia.com/gpu"] == str(want["gpus"]), t
         assert tags[f"{NODE_TEMPLATE}/resources/vpc.amazonaws.com/efa"] == str(want["efa"]), t
         assert tags[f"{NODE_TEMPLATE}/resources/hugepages-2Mi"] == f"{EFA_HUGEPAGES_2MI_PAGES * 2}Mi"
@@ -134,7 +155,9 @@ def test_job_requests_and_the_nccl_gate_match_the_recorded_data(planned):
             assert container["resources"][side]["vpc.amazonaws.com/efa"] == want["efa"], t
         assert worker["nodeSelector"][NODE_GROUP_LABEL] == group
         # The gate's default minimum: 35% of the peak bandwidth of the recorded cards that carry EFA.
-        efa_cards = {s.card for s in catalog.efa_layout(catalog.from_describe_instance_types(recorded()[t])) if s.is_efa}
+        efa_cards = {
+            s.card for s in catalog.efa_layout(catalog.from_describe_instance_types(recorded()[t])) if s.is_efa
+        }
         gbps = sum(c["PeakBandwidthInGbps"] for i, c in want["cards"].items() if i in efa_cards)
         launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
         command = launcher["command"]
@@ -146,7 +169,10 @@ def test_the_nccl_gate_default_per_type():
     its 8 cards of 200 Gbit/s as DescribeInstanceTypes reports them."""
     from jobs.nccl_test import default_min_bus_bandwidth
 
-    got = {n: default_min_bus_bandwidth(2, catalog.BUILTIN[n].efa_interfaces, catalog.BUILTIN[n].efa_gbps) for n in catalog.GPU_TYPES}
+    got = {
+        n: default_min_bus_bandwidth(2, catalog.BUILTIN[n].efa_interfaces, catalog.BUILTIN[n].efa_gbps)
+        for n in catalog.GPU_TYPES
+    }
     assert got["p6-b300.48xlarge"] == 280.0
     assert got["p6-b200.48xlarge"] == 70.0
     assert got["p5.4xlarge"] == 4.38
@@ -182,7 +208,9 @@ def test_every_recorded_efa_gpu_type_gets_its_cards_tags_and_requests(name):
     assert tags[f"{NODE_TEMPLATE}/resources/nvidia.com/gpu"] == str(want["gpus"])
     assert tags[f"{NODE_TEMPLATE}/resources/vpc.amazonaws.com/efa"] == str(want["efa"])
     # A worker's requests, as the job builders make them for a group of the type.
-    target = J.JobTarget.from_instance("g", it, efa_interfaces=it.efa_interfaces, max_nodes=2, availability_zone="us-west-2b")
+    target = J.JobTarget.from_instance(
+        "g", it, efa_interfaces=it.efa_interfaces, max_nodes=2, availability_zone="us-west-2b"
+    )
     ctx = J.JobsContext(
         namespace="training",
         targets={"g": target},
@@ -212,9 +240,19 @@ def _problems(values: dict[str, Any]) -> str:
 
 
 def test_p6e_gb200_is_refused_and_says_why_and_what_it_would_take():
-    text = _problems(minimal_values(gpuNodeGroups=[{"name": "gb200", "instanceType": "p6e-gb200.36xlarge", "maxSize": 9}]))
+    text = _problems(
+        minimal_values(gpuNodeGroups=[{"name": "gb200", "instanceType": "p6e-gb200.36xlarge", "maxSize": 9}])
+    )
     assert f"{NS}:gpuNodeGroups[0].instanceType" in text
-    for words in ("UltraServer", "only through Capacity Blocks for ML", "Grace (arm64)", "AL2023_ARM_64_NVIDIA", "IMEX", "DRA driver", "It would take"):
+    for words in (
+        "UltraServer",
+        "only through Capacity Blocks for ML",
+        "Grace (arm64)",
+        "AL2023_ARM_64_NVIDIA",
+        "IMEX",
+        "DRA driver",
+        "It would take",
+    ):
         assert words in text, words
 
 
@@ -237,7 +275,7 @@ def test_capacity_blocks_of_p3dn_are_refused_offline():
 
 
 def test_a_sagemaker_job_on_a_p6_b300_group_is_not_refused():
-    from stacks.config.jobs import sagemaker_jobs
+    from stacks.config.job_entries import sagemaker_jobs
 
     values = minimal_values(
         gpuAvailabilityZone="us-west-2b",

@@ -38,7 +38,9 @@ from tests.scheduling import kubernetes_taints, node_groups, schedulable
 ADDON = "aws:eks/addon:Addon"
 DCGM = "dcgm-server"  # the chart's DaemonSet of the DCGM host engine (templates/dcgm-daemonset.yaml)
 
-pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")
+pytestmark = pytest.mark.skipif(
+    not HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)"
+)
 
 # A GPU group with taints of its own next to the GPU taint (one NoSchedule with a value, one
 # NoExecute without), and one with the GPU taint only.
@@ -47,7 +49,10 @@ GROUPS = [
         "name": "p4d",
         "instanceType": "p4d.24xlarge",
         "maxSize": 2,
-        "taints": [{"key": "team", "value": "vision", "effect": "NoSchedule"}, {"key": "dedicated", "value": "", "effect": "NoExecute"}],
+        "taints": [
+            {"key": "team", "value": "vision", "effect": "NoSchedule"},
+            {"key": "dedicated", "value": "", "effect": "NoExecute"},
+        ],
     },
     {"name": "p5", "instanceType": "p5.48xlarge", "maxSize": 2},
 ]
@@ -124,7 +129,14 @@ def nodes(plan) -> list[dict[str, Any]]:
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "arm64" if "ARM" in r.inputs["amiType"] else "amd64",
         }
-        out.append({"name": r.name, "labels": labels, "taints": kubernetes_taints(r), "gpu": r.inputs["amiType"] == versions.GPU_AMI_TYPE})
+        out.append(
+            {
+                "name": r.name,
+                "labels": labels,
+                "taints": kubernetes_taints(r),
+                "gpu": r.inputs["amiType"] == versions.GPU_AMI_TYPE,
+            }
+        )
     return out
 
 
@@ -137,7 +149,11 @@ def test_each_minor_has_its_chart_and_schema_listed_in_sources():
     sources = (ROOT / "manifests" / "vendor" / "SOURCES.md").read_text()
     for k8s in versions.KUBERNETES_SUPPORTED:
         for pinned in (versions.NODE_MONITORING_AGENT_CHART[k8s], versions.NODE_MONITORING_AGENT_SCHEMA[k8s]):
-            (row,) = [line for line in sources.splitlines() if line.startswith(f"| {pinned.file.removeprefix('manifests/vendor/')} ")]
+            (row,) = [
+                line
+                for line in sources.splitlines()
+                if line.startswith(f"| {pinned.file.removeprefix('manifests/vendor/')} ")
+            ]
             assert pinned.sha256 in row and f"tag v{_chart_version(k8s)} " in row
         # The package holds the chart of the build's tag.
         with tarfile.open(ROOT / versions.NODE_MONITORING_AGENT_CHART[k8s].file) as tar:
@@ -176,8 +192,18 @@ def test_the_values_fit_the_builds_configuration_schema(sent, schema):
 def test_shared_taints_are_tolerated_once_in_config_order():
     shared = {"key": "team", "value": "vision", "effect": "NoSchedule"}
     groups = [
-        {"name": "a", "instanceType": "p4d.24xlarge", "maxSize": 1, "taints": [shared, {"key": "x", "value": "1", "effect": "PreferNoSchedule"}]},
-        {"name": "b", "instanceType": "p5.48xlarge", "maxSize": 1, "taints": [{"key": "org", "value": "nlp", "effect": "NoSchedule"}, shared]},
+        {
+            "name": "a",
+            "instanceType": "p4d.24xlarge",
+            "maxSize": 1,
+            "taints": [shared, {"key": "x", "value": "1", "effect": "PreferNoSchedule"}],
+        },
+        {
+            "name": "b",
+            "instanceType": "p5.48xlarge",
+            "maxSize": 1,
+            "taints": [{"key": "org", "value": "nlp", "effect": "NoSchedule"}, shared],
+        },
     ]
     cfg = load(minimal_values(gpuNodeGroups=groups), "gpu-training", "t")
     (pin,) = [p for p in addon_pins(cfg) if p.name == AGENT]

@@ -34,7 +34,9 @@ def _id(op: ops.Operator) -> str:
 def test_the_operators_are_named_once_and_their_kinds_once():
     assert len(BY_NAME) == len(ops.OPERATORS)
     assert len({op.switch for op in ops.OPERATORS}) == len({op.component for op in ops.OPERATORS}) == len(ops.OPERATORS)
-    assert len({op.namespace for op in ops.OPERATORS}) == len({op.resource for op in ops.OPERATORS}) == len(ops.OPERATORS)
+    assert (
+        len({op.namespace for op in ops.OPERATORS}) == len({op.resource for op in ops.OPERATORS}) == len(ops.OPERATORS)
+    )
     kinds = [k.kind for k in ops.KINDS]
     assert len(kinds) == len(set(kinds)) and ops.REPLICA_SPECS == REPLICA_SPECS == team_policy.JOB_REPLICA_SPECS
     assert len({k.integration for k in ops.KINDS}) == len(kinds)
@@ -43,7 +45,13 @@ def test_the_operators_are_named_once_and_their_kinds_once():
 def test_the_two_operators_as_the_stack_has_always_known_them():
     """Their identities are in every stack's state (component type and name) and Kueue's names."""
     mpi, training = ops.MPI_OPERATOR, ops.TRAINING_OPERATOR
-    assert (mpi.name, mpi.switch, mpi.component, mpi.resource, mpi.namespace) == ("mpi", "mpiOperator", "MpiOperator", "mpi-operator", "mpi-operator")
+    assert (mpi.name, mpi.switch, mpi.component, mpi.resource, mpi.namespace) == (
+        "mpi",
+        "mpiOperator",
+        "MpiOperator",
+        "mpi-operator",
+        "mpi-operator",
+    )
     assert (training.name, training.switch, training.component, training.resource, training.namespace) == (
         "training",
         "trainingOperator",
@@ -86,7 +94,10 @@ def test_the_manifest_is_the_pinned_file_and_serves_the_kinds_the_jobs_write(op:
         assert crd["metadata"]["name"] == f"{k.plural}.{k.group}" and crd["spec"]["group"] == k.group
         served = [v["name"] for v in crd["spec"]["versions"] if v["served"]]
         assert k.api_version.split("/")[1] in served, (k.kind, served)
-        assert k.replica_specs in crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        assert (
+            k.replica_specs
+            in crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        )
 
 
 def test_every_job_kind_names_one_of_the_operators():
@@ -103,7 +114,9 @@ def without() -> dict[str, object]:
 
 def _frameworks(plan) -> list[str]:
     (kueue,) = [r for r in plan.of_type(RELEASE) if r.inputs["name"] == "kueue"]
-    return yaml.safe_load(kueue.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])["integrations"]["frameworks"]
+    return yaml.safe_load(kueue.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])["integrations"][
+        "frameworks"
+    ]
 
 
 def _installed(plan) -> list[str]:
@@ -116,7 +129,11 @@ def test_the_plan_installs_every_operator_named_as_in_the_state_with_its_integra
     for op in ops.OPERATORS:
         (component,) = [r for r in dev_plan.records if r.type == f"gputraining:components:{op.component}"]
         assert component.name == op.resource
-        crds = {r.inputs["spec"]["names"]["kind"] for r in dev_plan.of_type(CRD) if r.parent == {"type": component.type, "name": op.resource}}
+        crds = {
+            r.inputs["spec"]["names"]["kind"]
+            for r in dev_plan.of_type(CRD)
+            if r.parent == {"type": component.type, "name": op.resource}
+        }
         assert {k.kind for k in op.kinds} <= crds
     assert _frameworks(dev_plan) == [k.integration for k in ops.KINDS]
 
@@ -128,10 +145,14 @@ def test_its_switch_removes_the_operator_its_crds_and_its_integrations(op: ops.O
     kinds = {r.inputs["spec"]["names"]["kind"] for r in plan.of_type(CRD)}
     assert not kinds & {k.kind for k in op.kinds}
     assert _frameworks(plan) == [k.integration for o in ops.OPERATORS if o is not op for k in o.kinds]
-    assert not [o for o in plan.kubernetes_objects() if o["kind"] == "Namespace" and o["metadata"]["name"] == op.namespace]
+    assert not [
+        o for o in plan.kubernetes_objects() if o["kind"] == "Namespace" and o["metadata"]["name"] == op.namespace
+    ]
 
 
-@pytest.mark.parametrize("op", [op for op in ops.OPERATORS if any(cls.OPERATOR is op for cls in JOB_KINDS.values())], ids=_id)
+@pytest.mark.parametrize(
+    "op", [op for op in ops.OPERATORS if any(cls.OPERATOR is op for cls in JOB_KINDS.values())], ids=_id
+)
 def test_a_job_whose_operator_is_off_is_refused_naming_it(op: ops.Operator):
     kind = next(kind for kind, cls in JOB_KINDS.items() if cls.OPERATOR is op)
     job = {"kind": kind, "name": "j", "image": "repo/image:1", "nodeGroup": "p4d", "command": ["torchrun", "train.py"]}

@@ -45,7 +45,9 @@ def dev_with(**sections: Any) -> dict[str, Any]:
 
 
 def gpu_subnet(result: offline.PlanResult) -> offline.Record:
-    (found,) = [r for r in result.of_type("aws:ec2/subnet:Subnet") if r.inputs["tags"].get("gputraining/gpu-az") == "true"]
+    (found,) = [
+        r for r in result.of_type("aws:ec2/subnet:Subnet") if r.inputs["tags"].get("gputraining/gpu-az") == "true"
+    ]
     return found
 
 
@@ -72,8 +74,13 @@ def test_adding_a_type_the_deployed_az_lacks_is_refused_not_a_move(dev_plan):
     with pytest.raises(pulumi.RunError) as err:
         plan(dev_with(gpuNodeGroups=[*dev_values()[f"{NS}:gpuNodeGroups"], P5EN]), deployed)
     message = str(err.value)
-    assert message.startswith(f"{KEY}: 'auto' keeps us-west-2b, where this stack already has its GPU subnet ({subnet_id})")
-    assert "us-west-2b does not offer p5en.48xlarge (p5en.48xlarge is offered in us-west-2a, us-west-2c, us-west-2d)" in message
+    assert message.startswith(
+        f"{KEY}: 'auto' keeps us-west-2b, where this stack already has its GPU subnet ({subnet_id})"
+    )
+    assert (
+        "us-west-2b does not offer p5en.48xlarge (p5en.48xlarge is offered in us-west-2a, us-west-2c, us-west-2d)"
+        in message
+    )
     # What to do: a type the AZ offers, or a deliberate move, with what that replaces.
     assert f"set {KEY}: us-west-2c" in message
     assert "replaces every GPU node group" in message and "FSx for Lustre" in message
@@ -85,7 +92,9 @@ def test_auto_keeps_the_deployed_az_where_a_new_stack_would_go_elsewhere(dev_in_
     assert result.outputs["gpuAvailabilityZone"] == "us-west-2c"
     assert result.outputs["gpuSubnetId"] == gpu_subnet(dev_in_2c).id
     # Nothing moves: the same resources with the same inputs as the deployed stack's.
-    assert [(r.type, r.name, r.inputs) for r in result.records] == [(r.type, r.name, r.inputs) for r in dev_in_2c.records]
+    assert [(r.type, r.name, r.inputs) for r in result.records] == [
+        (r.type, r.name, r.inputs) for r in dev_in_2c.records
+    ]
 
 
 def test_stacks_deployed_before_the_lookup_are_found_by_the_tags_they_always_had(dev_in_2c):
@@ -121,9 +130,12 @@ def test_auto_without_gpu_groups_keeps_the_deployed_az(dev_in_2c):
 
 
 def test_gpu_subnets_in_two_azs_are_refused_with_auto(dev_plan, dev_in_2c):
-    both = Deployed((*Deployed.from_records(dev_plan.records).subnets, *Deployed.from_records(dev_in_2c.records).subnets))
+    both = Deployed(
+        (*Deployed.from_records(dev_plan.records).subnets, *Deployed.from_records(dev_in_2c.records).subnets)
+    )
     with pytest.raises(
-        pulumi.RunError, match=rf"{KEY}: 'auto' keeps the AZ of this stack's GPU subnet, but it has GPU subnets in us-west-2b \(subnet-\w+\) and us-west-2c"
+        pulumi.RunError,
+        match=rf"{KEY}: 'auto' keeps the AZ of this stack's GPU subnet, but it has GPU subnets in us-west-2b \(subnet-\w+\) and us-west-2c",
     ):
         plan(dev_values(), both)
 
@@ -169,7 +181,9 @@ def test_the_plan_summary_says_kept_or_moves(dev_plan, dev_in_2c):
     moved = plan(dev_with(gpuAvailabilityZone="us-west-2c"), deployed_2b)
     lines = plan_cli.summary(cfg, moved).splitlines()
     assert lines[1] == "GPU availability zone: us-west-2c (from config); subnet AZs: us-west-2a, us-west-2c"
-    assert lines[2].startswith("MOVE: the GPU AZ MOVES from us-west-2b (where this stack's GPU subnet is) to us-west-2c")
+    assert lines[2].startswith(
+        "MOVE: the GPU AZ MOVES from us-west-2b (where this stack's GPU subnet is) to us-west-2c"
+    )
     # A new stack: as before.
     assert "(chosen automatically)" in plan_cli.summary(plan_cli.load_config("dev"), dev_plan)
 
@@ -208,16 +222,29 @@ def test_choose_gpu_az_refuses_a_type_the_kept_az_lacks_and_says_when_no_az_has_
 
 def test_the_lookup_asks_for_this_stacks_gpu_subnet():
     cfg = stack_config.load(minimal_values(tags={"team": "ml"}), "gpu-training", "stage")
-    assert gpu_subnet_tags(cfg) == {"gputraining/project": "gpu-training", "gputraining/stack": "stage", "gputraining/gpu-az": "true"}
+    assert gpu_subnet_tags(cfg) == {
+        "gputraining/project": "gpu-training",
+        "gputraining/stack": "stage",
+        "gputraining/gpu-az": "true",
+    }
 
 
 def test_the_offline_engine_answers_subnet_lookups_like_aws(dev_plan):
     deployed = Deployed.from_records(dev_plan.records)
     found = deployed.answer("aws:ec2/getSubnets:getSubnets", {"tags": {"gputraining/gpu-az": "true"}}, "us-west-2")
     assert found["ids"] == [gpu_subnet(dev_plan).id]
-    by_az = deployed.answer("aws:ec2/getSubnets:getSubnets", {"filters": [{"name": "availability-zone", "values": ["us-west-2a"]}]}, "us-west-2")
+    by_az = deployed.answer(
+        "aws:ec2/getSubnets:getSubnets",
+        {"filters": [{"name": "availability-zone", "values": ["us-west-2a"]}]},
+        "us-west-2",
+    )
     assert len(by_az["ids"]) == 2  # the private and the public subnet of us-west-2a
-    assert deployed.answer("aws:ec2/getSubnet:getSubnet", {"id": found["ids"][0]}, "us-west-2")["availabilityZone"] == "us-west-2b"
+    assert (
+        deployed.answer("aws:ec2/getSubnet:getSubnet", {"id": found["ids"][0]}, "us-west-2")["availabilityZone"]
+        == "us-west-2b"
+    )
     assert Deployed().answer("aws:ec2/getSubnets:getSubnets", {"tags": {"a": "b"}}, "us-west-2")["ids"] == []
     with pytest.raises(NotImplementedError, match="cannot filter subnets by 'state'"):
-        deployed.answer("aws:ec2/getSubnets:getSubnets", {"filters": [{"name": "state", "values": ["available"]}]}, "us-west-2")
+        deployed.answer(
+            "aws:ec2/getSubnets:getSubnets", {"filters": [{"name": "state", "values": ["available"]}]}, "us-west-2"
+        )

@@ -253,7 +253,14 @@ def test_a_cache_that_cannot_be_written_is_left_alone(dev_plan, helm, tmp_path):
 
 
 KEY = dict(
-    chart_sha256="a" * 64, values={"a": 1, "b": [1, 2]}, name="n", namespace="ns", kubernetes_version="1.36", helm="v4", args=["--include-crds"], reader="r"
+    chart_sha256="a" * 64,
+    values={"a": 1, "b": [1, 2]},
+    name="n",
+    namespace="ns",
+    kubernetes_version="1.36",
+    helm="v4",
+    args=["--include-crds"],
+    reader="r",
 )
 
 

@@ -119,7 +119,12 @@ def test_ids_are_null_exactly_for_components(resources):
         else:
             assert isinstance(r["id"], str) and r["id"], (r["type"], r["name"])
     types = {r["type"] for r in resources}
-    assert {"gputraining:components:Network", "gputraining:components:Cluster", "eks:index:Cluster", "eks:index:ManagedNodeGroup"} <= types
+    assert {
+        "gputraining:components:Network",
+        "gputraining:components:Cluster",
+        "eks:index:Cluster",
+        "eks:index:ManagedNodeGroup",
+    } <= types
     assert any(r["id"] is not None and r["type"] == "aws:ec2/vpc:Vpc" for r in resources)
 
 
@@ -171,7 +176,9 @@ def test_two_runs_give_byte_identical_files(dev_runs):
     assert _written(dev_runs["a"]) == _written(dev_runs["b"])
     for f in _written(dev_runs["a"]):  # releases.yaml too, where helm renders it
         assert (dev_runs["a"]["dir"] / f).read_bytes() == (dev_runs["b"]["dir"] / f).read_bytes(), f
-    assert dev_runs["a"]["stdout"].replace(str(dev_runs["a"]["dir"]), "OUT") == dev_runs["b"]["stdout"].replace(str(dev_runs["b"]["dir"]), "OUT")
+    assert dev_runs["a"]["stdout"].replace(str(dev_runs["a"]["dir"]), "OUT") == dev_runs["b"]["stdout"].replace(
+        str(dev_runs["b"]["dir"]), "OUT"
+    )
 
 
 def test_subprocess_with_another_hash_seed_gives_byte_identical_files(dev_runs):
@@ -180,7 +187,9 @@ def test_subprocess_with_another_hash_seed_gives_byte_identical_files(dev_runs):
     assert _written(sub) == _written(dev_runs["a"])
     for f in _written(sub):
         assert (sub["dir"] / f).read_bytes() == (dev_runs["a"]["dir"] / f).read_bytes(), f
-    assert sub["stdout"].replace(str(sub["dir"]), "OUT") == dev_runs["a"]["stdout"].replace(str(dev_runs["a"]["dir"]), "OUT")
+    assert sub["stdout"].replace(str(sub["dir"]), "OUT") == dev_runs["a"]["stdout"].replace(
+        str(dev_runs["a"]["dir"]), "OUT"
+    )
 
 
 def test_summary_names_the_gpu_az_and_each_gpu_group(dev_runs, outputs):
@@ -377,7 +386,9 @@ def test_a_stack_file_elsewhere_plans_as_the_same_file_in_the_project_root(dev_r
     elsewhere.parent.mkdir()
     shutil.copy(ROOT / "Pulumi.dev.yaml", elsewhere)
     out = tmp_path / "out"
-    rc, stdout, stderr = _run_main(["plan", "--stack", "dev", "--out", str(out), "--config-file", str(elsewhere)], monkeypatch)
+    rc, stdout, stderr = _run_main(
+        ["plan", "--stack", "dev", "--out", str(out), "--config-file", str(elsewhere)], monkeypatch
+    )
     assert (rc, stderr) == (0, "")
     same = dev_runs["a"]
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in same["dir"].iterdir())
@@ -389,12 +400,16 @@ def test_a_stack_file_elsewhere_plans_as_the_same_file_in_the_project_root(dev_r
 def test_config_file_that_is_missing_or_invalid_exits_2_and_writes_nothing(tmp_path, monkeypatch):
     out = tmp_path / "out"
     missing = tmp_path / "Pulumi.nope.yaml"
-    rc, stdout, stderr = _run_main(["plan", "--stack", "nope", "--out", str(out), "--config-file", str(missing)], monkeypatch)
+    rc, stdout, stderr = _run_main(
+        ["plan", "--stack", "nope", "--out", str(out), "--config-file", str(missing)], monkeypatch
+    )
     assert (rc, stdout) == (2, "")
     assert stderr == f"error: no stack file {missing}\n"
     bad = tmp_path / "bad.yaml"
     bad.write_text(BAD_STACK)
-    rc, stdout, stderr = _run_main(["plan", "--stack", "bad", "--out", str(out), "--config-file", str(bad)], monkeypatch)
+    rc, stdout, stderr = _run_main(
+        ["plan", "--stack", "bad", "--out", str(out), "--config-file", str(bad)], monkeypatch
+    )
     assert (rc, stdout) == (2, "")
     for key in BAD_KEYS:
         assert f"  - {key}: " in stderr, key

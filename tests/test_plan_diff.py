@@ -46,18 +46,32 @@ BASE_RESOURCES = [
     _resource("aws:ec2/vpc:Vpc", "network-vpc", {"cidrBlock": "10.0.0.0/16"}, NET),
     _resource("aws:ec2/subnet:Subnet", "network-private-a", {"cidrBlock": "10.0.0.0/19", "tags": {"a": "1"}}, NET),
     _resource("aws:ec2/eip:Eip", "network-nat-b", {"domain": "vpc"}, NET),
-    _resource("aws:eks/nodeGroup:NodeGroup", "gpu", {"scalingConfig": {"maxSize": 2, "minSize": 0}, "labels": ["x", "y"]}),
+    _resource(
+        "aws:eks/nodeGroup:NodeGroup", "gpu", {"scalingConfig": {"maxSize": 2, "minSize": 0}, "labels": ["x", "y"]}
+    ),
 ]
 BASE_MANIFESTS = [
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "training"}},
-    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "training"}, "data": {"k": "1", "same": "s"}},
-    {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "old", "namespace": "training"}, "spec": {"ports": [{"port": 80}]}},
+    {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": "training"},
+        "data": {"k": "1", "same": "s"},
+    },
+    {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "old", "namespace": "training"},
+        "spec": {"ports": [{"port": 80}]},
+    },
 ]
 
 
 @pytest.fixture
 def synthetic(tmp_path: Path) -> tuple[Path, Path]:
-    base = write_plan(tmp_path / "base", BASE_RESOURCES, BASE_MANIFESTS, {"gpuAvailabilityZone": "us-west-2b", "vpcId": "vpc-1"})
+    base = write_plan(
+        tmp_path / "base", BASE_RESOURCES, BASE_MANIFESTS, {"gpuAvailabilityZone": "us-west-2b", "vpcId": "vpc-1"}
+    )
     head_resources = copy.deepcopy(BASE_RESOURCES)
     head_resources[2]["inputs"]["cidrBlock"] = "10.0.32.0/19"  # changed
     head_resources[2]["inputs"]["tags"]["b"] = "2"  # key added
@@ -69,8 +83,17 @@ def synthetic(tmp_path: Path) -> tuple[Path, Path]:
     head_manifests = copy.deepcopy(BASE_MANIFESTS)
     head_manifests[1]["data"]["k"] = "2"
     del head_manifests[2]
-    head_manifests.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "new", "namespace": "training"}, "spec": {}})
-    head = write_plan(tmp_path / "head", head_resources, head_manifests, {"gpuAvailabilityZone": "us-west-2c", "vpcId": "vpc-1"})
+    head_manifests.append(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "new", "namespace": "training"},
+            "spec": {},
+        }
+    )
+    head = write_plan(
+        tmp_path / "head", head_resources, head_manifests, {"gpuAvailabilityZone": "us-west-2c", "vpcId": "vpc-1"}
+    )
     return base, head
 
 
@@ -85,17 +108,29 @@ def test_synthetic_plans(synthetic):
     assert "| `aws:ec2/eip:Eip` | `network-nat-b` |" in sections["Resources removed"]
     changed = sections["Resources changed"]
     assert "| `aws:ec2/subnet:Subnet` | `network-private-a` | `inputs.cidrBlock`, `inputs.tags.b` |" in changed
-    assert "| `aws:eks/nodeGroup:NodeGroup` | `gpu` | `inputs.labels[1]`, `inputs.scalingConfig.maxSize`, `dependsOn` |" in changed
+    assert (
+        "| `aws:eks/nodeGroup:NodeGroup` | `gpu` | `inputs.labels[1]`, `inputs.scalingConfig.maxSize`, `dependsOn` |"
+        in changed
+    )
     assert "network-vpc" not in changed and "minSize" not in changed  # unchanged things stay out
     assert "| `Deployment (apps/v1)` | `training/new` |" in sections["Kubernetes objects added"]
     assert "| `Service (v1)` | `training/old` |" in sections["Kubernetes objects removed"]
     assert "| `ConfigMap (v1)` | `training/cfg` | `data.k` |" in sections["Kubernetes objects changed"]
     assert "Namespace" not in md
-    assert "`gpuAvailabilityZone`" in sections["Stack outputs changed"] and "vpcId" not in sections["Stack outputs changed"]
+    assert (
+        "`gpuAvailabilityZone`" in sections["Stack outputs changed"]
+        and "vpcId" not in sections["Stack outputs changed"]
+    )
     # The GPU AZ moves (us-west-2b -> us-west-2c): said in words, before anything else.
     first = md.split("\n")[3]
-    assert first.startswith("**This change MOVES the GPU AZ** from `us-west-2b` to `us-west-2c` (stack output `gpuAvailabilityZone`)")
-    assert "replaces every GPU node group" in first and "FSx for Lustre" in first and "`gpuAvailabilityZone: auto`" in first
+    assert first.startswith(
+        "**This change MOVES the GPU AZ** from `us-west-2b` to `us-west-2c` (stack output `gpuAvailabilityZone`)"
+    )
+    assert (
+        "replaces every GPU node group" in first
+        and "FSx for Lustre" in first
+        and "`gpuAvailabilityZone: auto`" in first
+    )
 
 
 def test_identical_plans_say_so(synthetic):
@@ -123,7 +158,9 @@ def test_failed_base_plan_is_noted(synthetic):
 def test_failed_head_plan_shows_its_output(synthetic, tmp_path):
     base, head = synthetic
     log = tmp_path / "head.log"
-    log.write_text("error: stack 'dev': invalid stack config (1 problem(s)):\n  - gpu-training:gpuNodeGroups[0].maxSize: 0 is not allowed\n")
+    log.write_text(
+        "error: stack 'dev': invalid stack config (1 problem(s)):\n  - gpu-training:gpuNodeGroups[0].maxSize: 0 is not allowed\n"
+    )
     md = run([base, head, "--head-status", "failed", "--head-log", log])
     assert "**The offline plan of this pull request failed**" in md
     assert "gpuNodeGroups[0].maxSize: 0 is not allowed" in md
@@ -132,7 +169,9 @@ def test_failed_head_plan_shows_its_output(synthetic, tmp_path):
 
 def test_long_tables_are_cut(tmp_path):
     base = write_plan(tmp_path / "base", [], [], {})
-    head = write_plan(tmp_path / "head", [_resource("aws:ec2/subnet:Subnet", f"s{i:02}", {}) for i in range(12)], [], {})
+    head = write_plan(
+        tmp_path / "head", [_resource("aws:ec2/subnet:Subnet", f"s{i:02}", {}) for i in range(12)], [], {}
+    )
     md = run([base, head, "--max-rows", "5"])
     assert "`s04`" in md and "`s05`" not in md and "_... and 7 more_" in md
 
@@ -160,7 +199,12 @@ def test_changed_paths():
 
 def test_runs_as_a_script(synthetic):
     base, head = synthetic
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "plan_diff.py"), str(base), str(head)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "plan_diff.py"), str(base), str(head)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert "**1 added, 1 removed, 2 changed**" in done.stdout
 
@@ -183,5 +227,8 @@ def test_real_plans_one_config_value_changed(dev_plan, tmp_path):
     rows = [line for line in md.splitlines() if line.startswith("| `") and "maxSize" in line]
     assert len(rows) == 1 and "`inputs.scalingConfig.maxSize`" in rows[0] and "p4d" in rows[0]
     assert "Kubernetes objects: **0 added, 0 removed, 1 changed**" in md
-    assert "| `ClusterQueue (kueue.x-k8s.io/v1beta2)` | `gpu` | " in md and "`spec.resourceGroups[0].flavors[0].resources[2].nominalQuota`" in md
+    assert (
+        "| `ClusterQueue (kueue.x-k8s.io/v1beta2)` | `gpu` | " in md
+        and "`spec.resourceGroups[0].flavors[0].resources[2].nominalQuota`" in md
+    )
     assert "Resources added" not in md and "Resources removed" not in md

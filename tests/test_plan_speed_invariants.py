@@ -79,9 +79,13 @@ def test_the_yaml_files_read_back_as_the_objects_written():
     manifests_yaml writes reads back as the same objects, in the same order."""
     rng = random.Random(20240611)
     for _ in range(300):
-        objects = [{"kind": "ConfigMap", "k" * rng.randint(1, 120): _generated(rng, odd=0.3)} for _ in range(rng.randint(1, 3))]
+        objects = [
+            {"kind": "ConfigMap", "k" * rng.randint(1, 120): _generated(rng, odd=0.3)} for _ in range(rng.randint(1, 3))
+        ]
         if rng.random() < 0.2:
-            objects = [{"a": [[o, [o.copy()]]], "": None, 3: "int key"} for o in objects]  # shared values become aliases
+            objects = [
+                {"a": [[o, [o.copy()]]], "": None, 3: "int key"} for o in objects
+            ]  # shared values become aliases
         text = plan_text.manifests_yaml(objects)
         assert text.startswith("---")
         read = list(yaml.load_all(text, Loader=yaml.SafeLoader))
@@ -101,7 +105,9 @@ def test_no_objects_give_an_empty_file():
 # Helm renders
 # ----------------------------------------------------------------------------------------------
 
-needs_helm = pytest.mark.skipif(not releases.HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")
+needs_helm = pytest.mark.skipif(
+    not releases.HELM.exists(), reason="no helm: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -116,9 +122,18 @@ def test_the_readers_give_what_reading_helms_output_here_gives(dev_plan, dev_ren
     objects = []
     for r in dev_plan.of_type(releases.RELEASE):
         inputs = r.inputs
-        cmd = [str(releases.HELM), "template", inputs["name"], str(PROJECT_ROOT / inputs["chart"]), "--namespace", inputs.get("namespace") or "default"]
+        cmd = [
+            str(releases.HELM),
+            "template",
+            inputs["name"],
+            str(PROJECT_ROOT / inputs["chart"]),
+            "--namespace",
+            inputs.get("namespace") or "default",
+        ]
         cmd += ["--kube-version", f"{versions.KUBERNETES_DEFAULT}.0", "--include-crds", "-f", "-"]
-        text = subprocess.run(cmd, input=json.dumps(inputs.get("values") or {}), capture_output=True, text=True, check=True).stdout
+        text = subprocess.run(
+            cmd, input=json.dumps(inputs.get("values") or {}), capture_output=True, text=True, check=True
+        ).stdout
         objects += [d for d in yaml.load_all(text, Loader=yaml.CSafeLoader) if isinstance(d, dict)]
     assert dev_rendered.note is None and len(dev_plan.of_type(releases.RELEASE)) >= 4
     assert dev_rendered.objects == objects
@@ -152,7 +167,9 @@ def test_releases_render_while_the_program_runs():
     (renderer,) = renderers
     try:
         assert sorted(seen) == sorted(r.urn for r in result.records)
-        assert set(renderer._running) == {r.urn for r in result.of_type(releases.RELEASE)} != set()  # started during the run
+        assert (
+            set(renderer._running) == {r.urn for r in result.of_type(releases.RELEASE)} != set()
+        )  # started during the run
         collected = renderer.collect(result)
     finally:
         renderer.close()
@@ -203,7 +220,9 @@ def test_a_kubernetes_object_reaches_the_mocks_as_its_identity_and_reads_back_it
     monkeypatch.setattr(offline.OfflineMocks, "new_resource", new_resource)
 
     def program():
-        cm = k8s.core.v1.ConfigMap("cm", metadata={"name": "cm", "namespace": "x", "labels": {"a": "b"}}, data={"key": "value"})
+        cm = k8s.core.v1.ConfigMap(
+            "cm", metadata={"name": "cm", "namespace": "x", "labels": {"a": "b"}}, data={"key": "value"}
+        )
         return {"data": cm.data, "name": cm.metadata.name, "labels": cm.metadata.labels}
 
     result = offline.run(program, {"aws:region": "us-west-2"}, project="p", stack="s")
@@ -219,7 +238,9 @@ def test_a_kubernetes_object_reaches_the_mocks_as_its_identity_and_reads_back_it
 
 
 def _mpi() -> list[dict]:
-    return operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file, versions.MPI_OPERATOR_MANIFEST.sha256)
+    return operators.load_manifest(
+        PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file, versions.MPI_OPERATOR_MANIFEST.sha256
+    )
 
 
 @pytest.mark.skipif(not LIBYAML, reason="PyYAML without libyaml")

@@ -67,7 +67,10 @@ def answer_addons(session: Any, published: dict[str, list[str]] | None = None) -
         query = request.get("query_string") or {}
         name = query.get("addonName")
         k8s = query.get("kubernetesVersion")
-        builds = [{"addonVersion": v, "compatibilities": [{"clusterVersion": k8s, "defaultVersion": i == 0}]} for i, v in enumerate(published.get(name, []))]
+        builds = [
+            {"addonVersion": v, "compatibilities": [{"clusterVersion": k8s, "defaultVersion": i == 0}]}
+            for i, v in enumerate(published.get(name, []))
+        ]
         return {"addons": [{"addonName": name, "addonVersions": builds}] if builds else []}
 
     answer(session, "eks", "DescribeAddonVersions", respond)
@@ -112,7 +115,14 @@ def statuses(results: list[preflight.CheckResult]) -> set[str]:
 
 
 def reserved_group(**overrides: Any) -> dict[str, Any]:
-    group = {"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 0, "desiredSize": 0, "maxSize": 2, "capacityReservationId": CR_ID}
+    group = {
+        "name": "p4d",
+        "instanceType": "p4d.24xlarge",
+        "minSize": 0,
+        "desiredSize": 0,
+        "maxSize": 2,
+        "capacityReservationId": CR_ID,
+    }
     group.update(overrides)
     return group
 
@@ -130,7 +140,13 @@ def test_dev_stack_passes_every_check(session):
 
     assert statuses(results) == {preflight.PASS}, "\n".join(r.line() for r in results)
     checks = [r.check for r in results]
-    for expected in ("c5.2xlarge (system nodes)", "p4d.24xlarge (GPU group p4d)", "p3dn.24xlarge (GPU group p3dn)", "GPU AZ", "subnet AZs"):
+    for expected in (
+        "c5.2xlarge (system nodes)",
+        "p4d.24xlarge (GPU group p4d)",
+        "p3dn.24xlarge (GPU group p3dn)",
+        "GPU AZ",
+        "subnet AZs",
+    ):
         assert expected in checks
     assert "the group wires 4" in by_check(results, "EFA for GPU group p4d").detail
     assert "the group wires 1" in by_check(results, "EFA for GPU group p3dn").detail
@@ -166,7 +182,10 @@ def test_auto_follows_the_offerings(session):
     assert by_check(results, "p5e.48xlarge").detail == "offered in us-west-2c"
     # The same choice as the function the program calls, fed from the same recorded data.
     offered = offline.az_offerings("us-west-2")
-    assert choose_gpu_az("auto", offline.region_azs("us-west-2"), offered, ["p3dn.24xlarge", "p5e.48xlarge"]) == "us-west-2c"
+    assert (
+        choose_gpu_az("auto", offline.region_azs("us-west-2"), offered, ["p3dn.24xlarge", "p5e.48xlarge"])
+        == "us-west-2c"
+    )
 
 
 def test_explicit_az_that_does_not_offer_a_type_fails_naming_where_it_is_offered(session):
@@ -202,7 +221,9 @@ def test_too_many_subnet_azs_fail(session):
 
 
 def test_efa_check_compares_the_catalog_with_what_ec2_reports(session):
-    real = session.client("ec2").describe_instance_types(InstanceTypes=["p3dn.24xlarge", "p4d.24xlarge"])["InstanceTypes"]
+    real = session.client("ec2").describe_instance_types(InstanceTypes=["p3dn.24xlarge", "p4d.24xlarge"])[
+        "InstanceTypes"
+    ]
     items = {i["InstanceType"]: i for i in real}
     items["p4d.24xlarge"]["NetworkInfo"]["EfaInfo"]["MaximumEfaInterfaces"] = 2
     items["p3dn.24xlarge"]["NetworkInfo"]["EfaSupported"] = False
@@ -214,7 +235,10 @@ def test_efa_check_compares_the_catalog_with_what_ec2_reports(session):
     answer(session, "ec2", "DescribeInstanceTypes", respond)
     results = preflight.run_checks(dev_cfg(), session)
     p4d = by_check(results, "EFA for GPU group p4d")
-    assert p4d.status == preflight.FAIL and "the group wires 4 EFA interfaces (instance catalog) but EC2 reports at most 2" in p4d.detail
+    assert (
+        p4d.status == preflight.FAIL
+        and "the group wires 4 EFA interfaces (instance catalog) but EC2 reports at most 2" in p4d.detail
+    )
     p3dn = by_check(results, "EFA for GPU group p3dn")
     assert p3dn.status == preflight.FAIL and "set efa: false for group p3dn" in p3dn.fix
 
@@ -223,9 +247,16 @@ def deploy_gpu_subnet(session: Any, az: str, stack: str = "dev") -> str:
     """A GPU subnet as `pulumi up` of ``stack`` leaves it (the tags the program looks it up by)."""
     ec2 = session.client("ec2")
     vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
-    tags = {"gputraining/project": "gpu-training", "gputraining/stack": stack, "gputraining/gpu-az": "true", "Name": f"gpu-training-{stack}-private-{az}"}
+    tags = {
+        "gputraining/project": "gpu-training",
+        "gputraining/stack": stack,
+        "gputraining/gpu-az": "true",
+        "Name": f"gpu-training-{stack}-private-{az}",
+    }
     spec = [{"ResourceType": "subnet", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
-    return ec2.create_subnet(VpcId=vpc, CidrBlock="10.20.32.0/19", AvailabilityZone=az, TagSpecifications=spec)["Subnet"]["SubnetId"]
+    return ec2.create_subnet(VpcId=vpc, CidrBlock="10.20.32.0/19", AvailabilityZone=az, TagSpecifications=spec)[
+        "Subnet"
+    ]["SubnetId"]
 
 
 def test_auto_keeps_the_az_of_the_deployed_gpu_subnet(session):
@@ -233,7 +264,9 @@ def test_auto_keeps_the_az_of_the_deployed_gpu_subnet(session):
     results = preflight.run_checks(dev_cfg(), session)
     az = by_check(results, "GPU AZ")
     assert az.status == preflight.PASS
-    assert az.detail.startswith(f"'auto' keeps us-west-2c, where this stack already has its GPU subnet ({subnet}), and it offers p3dn.24xlarge, p4d.24xlarge")
+    assert az.detail.startswith(
+        f"'auto' keeps us-west-2c, where this stack already has its GPU subnet ({subnet}), and it offers p3dn.24xlarge, p4d.24xlarge"
+    )
     assert "private subnets in us-west-2a, us-west-2c" in by_check(results, "subnet AZs").detail
     # Another stack's GPU subnet does not count.
     deploy_gpu_subnet(session, "us-west-2d", stack="prod")
@@ -246,7 +279,10 @@ def test_auto_refuses_a_type_the_deployed_az_lacks(session):
     results = preflight.run_checks(dev_cfg(gpuNodeGroups=groups), session)
     az = by_check(results, "GPU AZ")
     assert az.status == preflight.FAIL
-    assert f"'auto' keeps us-west-2b, where this stack already has its GPU subnet ({subnet}), and us-west-2b does not offer p5en.48xlarge" in az.detail
+    assert (
+        f"'auto' keeps us-west-2b, where this stack already has its GPU subnet ({subnet}), and us-west-2b does not offer p5en.48xlarge"
+        in az.detail
+    )
     assert "p5en.48xlarge is offered in us-west-2a, us-west-2c, us-west-2d" in az.detail
     assert az.fix == (
         f"choose GPU types us-west-2b offers, or move the GPU AZ on purpose: set {NS}:gpuAvailabilityZone to one of us-west-2c in Pulumi.dev.yaml "
@@ -262,7 +298,11 @@ def test_an_explicit_move_of_a_deployed_stack_is_a_warning(session):
     assert move.status == preflight.WARN
     assert move.detail.startswith("the GPU AZ MOVES from us-west-2b (where this stack's GPU subnet is) to us-west-2c")
     assert "private subnets in us-west-2a, us-west-2c" in move.detail
-    assert not [r for r in preflight.run_checks(dev_cfg(gpuAvailabilityZone="us-west-2b"), session) if r.check == "move of the GPU AZ"]
+    assert not [
+        r
+        for r in preflight.run_checks(dev_cfg(gpuAvailabilityZone="us-west-2b"), session)
+        if r.check == "move of the GPU AZ"
+    ]
 
 
 def test_a_refused_subnet_lookup_is_its_own_line(session):
@@ -308,7 +348,13 @@ def test_on_demand_quota_sums_groups_and_leaves_capacity_blocks_out(session):
     groups = [
         {"name": "a100", "instanceType": "p4d.24xlarge", "maxSize": 3},
         {"name": "a100b", "instanceType": "p4de.24xlarge", "maxSize": 1},
-        {"name": "h100", "instanceType": "p5.48xlarge", "maxSize": 4, "capacityType": "capacity-block", "capacityReservationId": CR_ID},
+        {
+            "name": "h100",
+            "instanceType": "p5.48xlarge",
+            "maxSize": 4,
+            "capacityType": "capacity-block",
+            "capacityReservationId": CR_ID,
+        },
     ]
     answer_quotas(session, {"L-417A185B": 384})
     results = preflight.run_checks(cfg_of(minimal_values(gpuNodeGroups=groups)), session)
@@ -332,7 +378,10 @@ def test_unreadable_quota_is_a_skip_not_a_failure(session):
 def test_default_quota_is_used_when_no_applied_value(session):
     answer_quotas(session, {})
     answer(
-        session, "service-quotas", "GetAWSDefaultServiceQuota", lambda request: {"Quota": {"QuotaCode": json.loads(request["body"])["QuotaCode"], "Value": 0.0}}
+        session,
+        "service-quotas",
+        "GetAWSDefaultServiceQuota",
+        lambda request: {"Quota": {"QuotaCode": json.loads(request["body"])["QuotaCode"], "Value": 0.0}},
     )
     quota = by_check(preflight.run_checks(dev_cfg(), session), "on-demand vCPU quota")
     assert quota.status == preflight.FAIL and "0 vCPUs (AWS default)" in quota.detail and "short by 192" in quota.detail
@@ -383,7 +432,12 @@ def test_reservation_mismatches_fail(session, reservation, group, message):
 
 
 def test_missing_reservation_fails(session):
-    answer(session, "ec2", "DescribeCapacityReservations", lambda _b: Error("InvalidCapacityReservationId.NotFound", f"{CR_ID} not found"))
+    answer(
+        session,
+        "ec2",
+        "DescribeCapacityReservations",
+        lambda _b: Error("InvalidCapacityReservationId.NotFound", f"{CR_ID} not found"),
+    )
     results = preflight.run_checks(cfg_of(minimal_values(gpuNodeGroups=[reserved_group()])), session)
     cr = by_check(results, f"capacity reservation {CR_ID}")
     assert cr.status == preflight.FAIL and "does not exist in us-west-2" in cr.detail
@@ -432,7 +486,10 @@ def test_server_error_pages_become_one_skip_line(session):
     answer(session, "service-quotas", "GetServiceQuota", lambda _r: Error("InternalFailure", "try again", status=500))
     results = preflight.run_checks(dev_cfg(), session)
     k8s = by_check(results, "Kubernetes 1.36")
-    assert k8s.status == preflight.SKIP and "server error (500: 500 Internal Server Error Internal Server Error)" in k8s.detail
+    assert (
+        k8s.status == preflight.SKIP
+        and "server error (500: 500 Internal Server Error Internal Server Error)" in k8s.detail
+    )
     assert by_check(results, "on-demand vCPU quota").status == preflight.SKIP
     assert all("\n" not in r.line() and "<" not in r.line() for r in results)
 
@@ -480,17 +537,24 @@ def test_a_warning_does_not_block_and_is_counted(session):
 def test_the_date_eks_reports_wins_over_the_pinned_one(session):
     # AWS moved the date (as it can): its answer counts, and the stale pin is named.
     answer_eks_versions(session, {"1.36": "standard-support"}, ends={"1.36": "2027-06-15T00:00:00Z"})
-    result = by_check(preflight.run_checks(dev_cfg(), session, today=datetime.date(2027, 5, 1)), "EKS standard support of Kubernetes 1.36")
+    result = by_check(
+        preflight.run_checks(dev_cfg(), session, today=datetime.date(2027, 5, 1)),
+        "EKS standard support of Kubernetes 1.36",
+    )
     assert result.status == preflight.WARN
     assert "ends 2027-06-15, in 45 days (EKS reports; facts/versions.py pins 2027-08-02: update it)" in result.detail
 
 
 def test_the_support_window_is_checked_from_the_pin_when_eks_does_not_answer(session):
     # No DescribeClusterVersions (the emulator lacks it): the version check skips, the window does not.
-    results = preflight.run_checks(dev_cfg(cluster={"kubernetesVersion": "1.35"}), session, today=datetime.date(2027, 3, 1))
+    results = preflight.run_checks(
+        dev_cfg(cluster={"kubernetesVersion": "1.35"}), session, today=datetime.date(2027, 3, 1)
+    )
     assert by_check(results, "Kubernetes 1.35").status == preflight.SKIP
     window = by_check(results, "EKS standard support of Kubernetes 1.35")
-    assert window.status == preflight.WARN and "ends 2027-03-27, in 26 days (pinned in facts/versions.py)" in window.detail
+    assert (
+        window.status == preflight.WARN and "ends 2027-03-27, in 26 days (pinned in facts/versions.py)" in window.detail
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -513,7 +577,10 @@ def test_cli_exit_0_for_dev(aws, capsys, monkeypatch):
     assert main(["preflight", "--stack", "dev"]) == 0
     out = capsys.readouterr().out
     # The region is the stack's (us-west-2), not AWS_DEFAULT_REGION (eu-central-1).
-    assert out.splitlines()[0] == "Preflight of gpu-training/dev: account 123456789012 as arn:aws:sts::123456789012:user/moto, region us-west-2"
+    assert (
+        out.splitlines()[0]
+        == "Preflight of gpu-training/dev: account 123456789012 as arn:aws:sts::123456789012:user/moto, region us-west-2"
+    )
     assert "PASS  GPU AZ: 'auto' picked us-west-2b" in out
     assert "FAIL" not in out
     assert out.splitlines()[-1].startswith("Ready:")
@@ -566,7 +633,14 @@ def test_every_pinned_addon_build_is_checked_for_the_kubernetes_version(session)
     answer_addons(session)
     results = preflight.run_checks(dev_cfg(), session)
     pins = addon_pins(dev_cfg())
-    assert {p.name for p in pins} >= {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", "aws-efs-csi-driver", "aws-fsx-csi-driver"}
+    assert {p.name for p in pins} >= {
+        "vpc-cni",
+        "coredns",
+        "kube-proxy",
+        "eks-pod-identity-agent",
+        "aws-efs-csi-driver",
+        "aws-fsx-csi-driver",
+    }
     for pin in pins:
         line = by_check(results, f"add-on {pin.name} {pin.version}")
         assert line.status == preflight.PASS and "published for Kubernetes 1.36" in line.detail, line.line()
@@ -596,10 +670,19 @@ def test_configuration_values_are_checked_against_the_build_schema(session, monk
     pin = addons.AddonPin("aws-fsx-csi-driver", "v1.9.0-eksbuild.1", {"node": {"tolerateAllTaints": "yes"}})
     schema = {
         "type": "object",
-        "properties": {"node": {"type": "object", "properties": {"tolerateAllTaints": {"type": "boolean"}}, "additionalProperties": False}},
+        "properties": {
+            "node": {
+                "type": "object",
+                "properties": {"tolerateAllTaints": {"type": "boolean"}},
+                "additionalProperties": False,
+            }
+        },
     }
     answer(
-        session, "eks", "DescribeAddonConfiguration", lambda _r: {"addonName": pin.name, "addonVersion": pin.version, "configurationSchema": json.dumps(schema)}
+        session,
+        "eks",
+        "DescribeAddonConfiguration",
+        lambda _r: {"addonName": pin.name, "addonVersion": pin.version, "configurationSchema": json.dumps(schema)},
     )
     eks = session.client("eks", region_name="us-west-2")
     (bad,) = preflight._addon_configuration_line(eks, pin, "values")
@@ -615,7 +698,10 @@ def test_node_monitoring_agent_values_pass_the_builds_real_schema(session, k8s):
     from facts import versions
 
     answer_addons(session, {"eks-node-monitoring-agent": [versions.NODE_MONITORING_AGENT_ADDON[k8s]]})
-    taints = [{"key": "team", "value": "vision", "effect": "NoSchedule"}, {"key": "dedicated", "value": "", "effect": "NoExecute"}]
+    taints = [
+        {"key": "team", "value": "vision", "effect": "NoSchedule"},
+        {"key": "dedicated", "value": "", "effect": "NoExecute"},
+    ]
     groups = [{"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 2, "taints": taints}]
     cfg = cfg_of(minimal_values(cluster={"kubernetesVersion": k8s}, gpuNodeGroups=groups))
     line = by_check(preflight.run_checks(cfg, session), "add-on eks-node-monitoring-agent configuration")
@@ -626,7 +712,9 @@ def test_node_monitoring_agent_values_with_a_wrong_key_fail_against_the_real_sch
     from stacks import addons
 
     answer_addons(session)
-    monkeypatch.setattr(addons, "node_monitoring_agent_values", lambda cfg: {"dcgmAgent": {"toleration": [{"operator": "Exists"}]}})
+    monkeypatch.setattr(
+        addons, "node_monitoring_agent_values", lambda cfg: {"dcgmAgent": {"toleration": [{"operator": "Exists"}]}}
+    )
     line = by_check(preflight.run_checks(dev_cfg(), session), "add-on eks-node-monitoring-agent configuration")
     assert line.status == preflight.FAIL and "dcgmAgent" in line.detail and "toleration" in line.detail, line.line()
 
@@ -658,7 +746,15 @@ def answer_sagemaker_quotas(session: Any, applied: dict[str, float], defaults: d
         def respond(request: dict):
             assert json.loads(request["body"])["ServiceCode"] == "sagemaker"
             return {
-                "Quotas": [{"QuotaName": n, "QuotaCode": f"L-{abs(hash(n)) % 10**8:08d}", "Value": v, "ServiceCode": "sagemaker"} for n, v in values.items()]
+                "Quotas": [
+                    {
+                        "QuotaName": n,
+                        "QuotaCode": f"L-{abs(hash(n)) % 10**8:08d}",
+                        "Value": v,
+                        "ServiceCode": "sagemaker",
+                    }
+                    for n, v in values.items()
+                ]
             }
 
         return respond
@@ -668,12 +764,22 @@ def answer_sagemaker_quotas(session: Any, applied: dict[str, float], defaults: d
 
 
 def test_sagemaker_quotas_sum_the_jobs_of_each_type_and_capacity(session):
-    jobs = [sagemaker_job("a", 2), sagemaker_job("b", 1), sagemaker_job("c", 2, sagemaker={"spot": True, "checkpointS3Uri": "s3://my-training-output/c/ckpt/"})]
+    jobs = [
+        sagemaker_job("a", 2),
+        sagemaker_job("b", 1),
+        sagemaker_job("c", 2, sagemaker={"spot": True, "checkpointS3Uri": "s3://my-training-output/c/ckpt/"}),
+    ]
     cfg = dev_cfg(jobs=jobs)
-    answer_sagemaker_quotas(session, {"ml.p4d.24xlarge for training job usage": 3}, {"ml.p4d.24xlarge for spot training job usage": 1})
+    answer_sagemaker_quotas(
+        session, {"ml.p4d.24xlarge for training job usage": 3}, {"ml.p4d.24xlarge for spot training job usage": 1}
+    )
     results = preflight.run_checks(cfg, session)
     on_demand = by_check(results, "SageMaker quota 'ml.p4d.24xlarge for training job usage'")
-    assert on_demand.status == preflight.PASS and "covers the 3 instances" in on_demand.detail and "a: 2, b: 1" in on_demand.detail
+    assert (
+        on_demand.status == preflight.PASS
+        and "covers the 3 instances" in on_demand.detail
+        and "a: 2, b: 1" in on_demand.detail
+    )
     spot = by_check(results, "SageMaker quota 'ml.p4d.24xlarge for spot training job usage'")
     assert spot.status == preflight.FAIL and "short by 1" in spot.detail
     assert "--service-code sagemaker" in spot.fix and "--desired-value 2" in spot.fix
@@ -682,7 +788,11 @@ def test_sagemaker_quotas_sum_the_jobs_of_each_type_and_capacity(session):
 def test_sagemaker_quota_missing_from_the_listing_is_a_skip(session):
     answer_sagemaker_quotas(session, {})
     check = by_check(preflight.run_checks(dev_cfg(jobs=[sagemaker_job("a", 2)]), session), "SageMaker quota")
-    assert check.status == preflight.SKIP and "2 instances needed" in check.detail and "list-service-quotas" in check.detail
+    assert (
+        check.status == preflight.SKIP
+        and "2 instances needed" in check.detail
+        and "list-service-quotas" in check.detail
+    )
 
 
 def test_no_sagemaker_quota_lines_without_enabled_sagemaker_jobs(session):

@@ -22,7 +22,10 @@ def session(aws):
 def test_the_node_group_quota_is_read_from_service_quotas(session):
     answer_quotas(session, {"L-BD136A63": 450})
     check = by_check(preflight.run_checks(dev_cfg(), session), "EKS quota L-BD136A63 (Nodes per managed node group)")
-    assert check.status == preflight.PASS and check.detail == "450 nodes (applied) hold every group's maxSize (the largest: 3)"
+    assert (
+        check.status == preflight.PASS
+        and check.detail == "450 nodes (applied) hold every group's maxSize (the largest: 3)"
+    )
 
 
 def test_a_group_above_the_accounts_quota_fails_with_how_to_raise_it(session):
@@ -37,18 +40,29 @@ def test_a_group_above_the_accounts_quota_fails_with_how_to_raise_it(session):
         ),
     )
     # 500 x p3.2xlarge (30 addresses each) fit /18 subnets: the plan only warns (stacks/config/quota_warnings.py).
-    groups = [{"name": "p3", "instanceType": "p3.2xlarge", "maxSize": 500}, {"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 2}]
+    groups = [
+        {"name": "p3", "instanceType": "p3.2xlarge", "maxSize": 500},
+        {"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 2},
+    ]
     cfg = cfg_of(minimal_values(gpuNodeGroups=groups, network={"privateSubnetPrefix": 18}))
     check = by_check(preflight.run_checks(cfg, session), "EKS quota L-BD136A63")
     assert check.status == preflight.FAIL, check.line()
     assert check.detail == "450 nodes (applied) per node group, but p3: maxSize 500: EKS refuses the group"
-    assert "--service-code eks --quota-code L-BD136A63 --desired-value 500" in check.fix and "lower maxSize in Pulumi.dev.yaml" in check.fix
+    assert (
+        "--service-code eks --quota-code L-BD136A63 --desired-value 500" in check.fix
+        and "lower maxSize in Pulumi.dev.yaml" in check.fix
+    )
     assert {"ServiceCode": "eks", "QuotaCode": "L-BD136A63"} in [json.loads(r["body"]) for r in seen]
 
 
 def test_an_account_with_a_raised_quota_passes(session):
     answer_quotas(session, {"L-BD136A63": 1000})
-    cfg = cfg_of(minimal_values(gpuNodeGroups=[{"name": "p3", "instanceType": "p3.2xlarge", "maxSize": 520}], network={"privateSubnetPrefix": 18}))
+    cfg = cfg_of(
+        minimal_values(
+            gpuNodeGroups=[{"name": "p3", "instanceType": "p3.2xlarge", "maxSize": 520}],
+            network={"privateSubnetPrefix": 18},
+        )
+    )
     assert by_check(preflight.run_checks(cfg, session), "EKS quota L-BD136A63").status == preflight.PASS
 
 

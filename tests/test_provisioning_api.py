@@ -34,7 +34,9 @@ def _pr_crd(plan):
 
 
 def _annotation(plan) -> str:
-    return _release(plan, "kueue").inputs["values"]["controllerManager"]["manager"]["podAnnotations"][APIS_AT_START_ANNOTATION]
+    return _release(plan, "kueue").inputs["values"]["controllerManager"]["manager"]["podAnnotations"][
+        APIS_AT_START_ANNOTATION
+    ]
 
 
 def _with_provisioning(on: bool) -> dict[str, Any]:
@@ -61,7 +63,10 @@ def test_toggling_provisioning_requests_changes_the_autoscaler_and_the_queues_no
     off, on = toggled[False], toggled[True]
     assert _release(off, "kueue").inputs == _release(on, "kueue").inputs  # no restart needed, either way
     assert _pr_crd(off).inputs == _pr_crd(on).inputs  # the API stays when the option goes off
-    flags = [_release(p, "cluster-autoscaler").inputs["values"]["extraArgs"].get("enable-provisioning-requests") for p in (off, on)]
+    flags = [
+        _release(p, "cluster-autoscaler").inputs["values"]["extraArgs"].get("enable-provisioning-requests")
+        for p in (off, on)
+    ]
     assert flags == [None, "true"]
     checks = [[o for o in p.kubernetes_objects() if o["kind"] == "AdmissionCheck"] for p in (off, on)]
     assert [len(c) for c in checks] == [0, 1]
@@ -69,7 +74,18 @@ def test_toggling_provisioning_requests_changes_the_autoscaler_and_the_queues_no
 
 def test_when_the_api_comes_or_goes_kueue_restarts():
     # All groups fixed: no autoscaler, no ProvisioningRequest API; one autoscaled group brings both.
-    fixed = minimal_values(gpuNodeGroups=[{"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 1, "desiredSize": 1, "maxSize": 1, "autoscale": False}])
+    fixed = minimal_values(
+        gpuNodeGroups=[
+            {
+                "name": "p4d",
+                "instanceType": "p4d.24xlarge",
+                "minSize": 1,
+                "desiredSize": 1,
+                "maxSize": 1,
+                "autoscale": False,
+            }
+        ]
+    )
     scaled = minimal_values()
     before, after = run_stack(fixed), run_stack(scaled)
     assert _pr_crd(before) is None and _annotation(before) == "none"
@@ -81,4 +97,6 @@ def test_the_annotation_is_on_the_pod_template_the_chart_renders(toggled):
     makes Kubernetes roll the controller."""
     docs = render_kueue(_release(toggled[True], "kueue").inputs["values"])
     (dep,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "kueue-controller-manager"]
-    assert dep["spec"]["template"]["metadata"]["annotations"][APIS_AT_START_ANNOTATION] == queues.PROVISIONING_REQUEST_API
+    assert (
+        dep["spec"]["template"]["metadata"]["annotations"][APIS_AT_START_ANNOTATION] == queues.PROVISIONING_REQUEST_API
+    )

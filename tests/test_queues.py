@@ -70,14 +70,21 @@ def test_dev_and_prod_carry_kueue_and_the_queue_objects(stack, dev_plan, prod_pl
     (kueue,) = [r for r in plan.of_type(RELEASE) if r.inputs["name"] == "kueue"]
     assert kueue.inputs["chart"] == versions.KUEUE_CHART.file and kueue.inputs["namespace"] == queues.KUEUE_NAMESPACE
     image = kueue.inputs["values"]["controllerManager"]["manager"]["image"]
-    assert image == {"repository": "registry.k8s.io/kueue/kueue", "tag": versions.KUEUE_VERSION, "pullPolicy": "IfNotPresent"}
+    assert image == {
+        "repository": "registry.k8s.io/kueue/kueue",
+        "tag": versions.KUEUE_VERSION,
+        "pullPolicy": "IfNotPresent",
+    }
     assert kueue.inputs["values"]["controllerManager"]["nodeSelector"] == {NODE_GROUP_LABEL: "system"}
     flavors = objects_of(plan, "ResourceFlavor")
     assert sorted(f["metadata"]["name"] for f in flavors) == sorted(g.name for g in cfg.gpu_node_groups)
     (cq,) = objects_of(plan, "ClusterQueue")
     assert cq["metadata"]["name"] == queues.SHARED_QUEUE and cq["spec"]["cohortName"] == queues.COHORT
     (lq,) = objects_of(plan, "LocalQueue")
-    assert lq["metadata"]["namespace"] == cfg.services.training_namespace and lq["spec"]["clusterQueue"] == queues.SHARED_QUEUE
+    assert (
+        lq["metadata"]["namespace"] == cfg.services.training_namespace
+        and lq["spec"]["clusterQueue"] == queues.SHARED_QUEUE
+    )
     assert {o["metadata"]["name"]: o["value"] for o in objects_of(plan, "WorkloadPriorityClass")} == dict(PRIORITIES)
     for o in plan.kubernetes_objects():
         if o["kind"] in ("MPIJob", "PyTorchJob", "PaddleJob"):
@@ -92,7 +99,14 @@ def test_every_kueue_object_validates_against_the_vendored_crds(dev_plan, prod_p
         for o in kueue_crds.kueue_objects(plan.kubernetes_objects()):
             assert kueue_crds.errors(o) == [], f"{o['kind']}/{o['metadata']['name']}"
             kinds.add(o["kind"])
-    assert kinds == {"WorkloadPriorityClass", "ResourceFlavor", "ClusterQueue", "LocalQueue", "AdmissionCheck", "ProvisioningRequestConfig"}
+    assert kinds == {
+        "WorkloadPriorityClass",
+        "ResourceFlavor",
+        "ClusterQueue",
+        "LocalQueue",
+        "AdmissionCheck",
+        "ProvisioningRequestConfig",
+    }
 
 
 def test_the_crd_validation_is_not_vacuous(team_plan):
@@ -126,7 +140,11 @@ def test_the_vendored_crds_are_the_ones_the_chart_installs(dev_plan):
 
     rendered = releases.render(dev_plan, versions.KUBERNETES_DEFAULT)
     assert rendered.note is None
-    installed = {o["spec"]["names"]["kind"]: o for o in rendered.objects if o["kind"] == "CustomResourceDefinition" and o["spec"]["group"] == "kueue.x-k8s.io"}
+    installed = {
+        o["spec"]["names"]["kind"]: o
+        for o in rendered.objects
+        if o["kind"] == "CustomResourceDefinition" and o["spec"]["group"] == "kueue.x-k8s.io"
+    }
     for kind, crd in kueue_crds.crds().items():
         mine = {v["name"]: v["schema"] for v in crd["spec"]["versions"]}
         theirs = {v["name"]: v["schema"] for v in installed[kind]["spec"]["versions"]}
@@ -137,13 +155,18 @@ def test_the_vendored_files_have_their_pinned_checksums():
     import hashlib
 
     sources = (ROOT / "manifests/vendor/SOURCES.md").read_text()
-    files = [versions.KUEUE_CHART.file, versions.PROVISIONING_REQUEST_CRD.file] + [str(p.relative_to(ROOT)) for p in sorted(kueue_crds.CRD_DIR.glob("*.yaml"))]
+    files = [versions.KUEUE_CHART.file, versions.PROVISIONING_REQUEST_CRD.file] + [
+        str(p.relative_to(ROOT)) for p in sorted(kueue_crds.CRD_DIR.glob("*.yaml"))
+    ]
     assert len(files) == 8
     for f in files:
         digest = hashlib.sha256((ROOT / f).read_bytes()).hexdigest()
         assert digest in sources, f
     assert hashlib.sha256((ROOT / versions.KUEUE_CHART.file).read_bytes()).hexdigest() == versions.KUEUE_CHART.sha256
-    assert hashlib.sha256((ROOT / versions.PROVISIONING_REQUEST_CRD.file).read_bytes()).hexdigest() == versions.PROVISIONING_REQUEST_CRD.sha256
+    assert (
+        hashlib.sha256((ROOT / versions.PROVISIONING_REQUEST_CRD.file).read_bytes()).hexdigest()
+        == versions.PROVISIONING_REQUEST_CRD.sha256
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,7 +226,10 @@ def test_the_daemonset_requests_match_the_vendored_charts(dev_plan):
         pod = queues.pod_requests(ds["spec"]["template"]["spec"])
         return pod["cpu"], pod["memory"]
 
-    assert requests(rendered.objects, "aws-efa-k8s-device-plugin") == (allocatable.EFA_DEVICE_PLUGIN.cpu_m, allocatable.EFA_DEVICE_PLUGIN.memory_mib)
+    assert requests(rendered.objects, "aws-efa-k8s-device-plugin") == (
+        allocatable.EFA_DEVICE_PLUGIN.cpu_m,
+        allocatable.EFA_DEVICE_PLUGIN.memory_mib,
+    )
     assert requests(rendered.objects, "nvidia-device-plugin") == (0, 0)
     (agent,) = [d for d in allocatable.ALWAYS if d.name == "eks-node-monitoring-agent"]
     for k8s in versions.KUBERNETES_SUPPORTED:
@@ -216,7 +242,9 @@ def test_a_group_that_is_not_autoscaled_contributes_its_fixed_size(team_plan):
     cq = one(team_plan, "ClusterQueue", queues.SHARED_QUEUE)
     assert quota(cq, "fixed")["nvidia.com/gpu"]["nominalQuota"] == "8"  # desiredSize 1 x 8, not maxSize 3
     off = run_stack(minimal_values(autoscaling={"enabled": False}))
-    assert quota(one(off, "ClusterQueue", queues.SHARED_QUEUE), "p4d")["nvidia.com/gpu"]["nominalQuota"] == "8"  # desiredSize 1
+    assert (
+        quota(one(off, "ClusterQueue", queues.SHARED_QUEUE), "p4d")["nvidia.com/gpu"]["nominalQuota"] == "8"
+    )  # desiredSize 1
 
 
 # A capacity-block group that follows its block's window: the scheduled action scales it to maxSize
@@ -246,12 +274,24 @@ def test_a_capacity_block_with_a_window_supplies_its_max_size_to_every_queue():
     assert shared["nvidia.com/gpu"]["nominalQuota"] == "8"  # maxSize 2 less the team's node, not 0
     # Without the window the group is sized by desiredSize (0 here): a two-node job is refused.
     unwindowed = {**WINDOWED_BLOCK, "capacity": None}
-    (problem,) = problems_of(minimal_values(gpuAvailabilityZone="us-west-2b", gpuNodeGroups=[unwindowed], queues={}, jobs=[job("block-nccl", 2, group="h100")]))
+    (problem,) = problems_of(
+        minimal_values(
+            gpuAvailabilityZone="us-west-2b",
+            gpuNodeGroups=[unwindowed],
+            queues={},
+            jobs=[job("block-nccl", 2, group="h100")],
+        )
+    )
     assert "can never be admitted" in problem and "fixed size 0" in problem
 
 
 def test_the_plan_says_a_windowed_group_supplies_max_size_during_its_window():
-    values = minimal_values(gpuAvailabilityZone="us-west-2b", gpuNodeGroups=[WINDOWED_BLOCK], queues={}, jobs=[job("block-nccl", 2, group="h100")])
+    values = minimal_values(
+        gpuAvailabilityZone="us-west-2b",
+        gpuNodeGroups=[WINDOWED_BLOCK],
+        queues={},
+        jobs=[job("block-nccl", 2, group="h100")],
+    )
     plan = queues.plan_for(load(values, "gpu-training", "test"))
     assert plan is not None
     text = queues.describe(plan, "v0")
@@ -264,7 +304,11 @@ def test_flavors_carry_the_groups_labels_and_taints_as_tolerations(team_plan):
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in p4d["tolerations"]
     assert {"key": "team", "operator": "Equal", "value": "ml", "effect": "NoSchedule"} in p4d["tolerations"]
     # The flavor's labels are labels the group's nodes have.
-    ng = next(r for r in team_plan.records if r.type == "aws:eks/nodeGroup:NodeGroup" and r.inputs["labels"].get(NODE_GROUP_LABEL) == "p4d")
+    ng = next(
+        r
+        for r in team_plan.records
+        if r.type == "aws:eks/nodeGroup:NodeGroup" and r.inputs["labels"].get(NODE_GROUP_LABEL) == "p4d"
+    )
     assert p4d["nodeLabels"].items() <= ng.inputs["labels"].items()
 
 
@@ -309,7 +353,9 @@ def test_the_dev_p4d_jobs_each_fit_alone_but_are_never_admitted_together(dev_pla
     demands = []
     for obj in (mpi, torch):
         d = _job_demand(obj)
-        assert set(d) <= set(queue_resources := [r for r in nominal]), f"every requested resource is covered: {set(d) - set(queue_resources)}"
+        assert set(d) <= set(queue_resources := [r for r in nominal]), (
+            f"every requested resource is covered: {set(d) - set(queue_resources)}"
+        )
         assert all(v <= nominal[r] for r, v in d.items()), (obj["metadata"]["name"], d, nominal)
         demands.append(d)
     assert demands[0]["cpu"] == 500  # the launcher, counted
@@ -341,7 +387,9 @@ def test_the_queue_table_is_in_the_plan_output(dev_plan_command):
 
 
 def test_a_job_that_can_never_be_admitted_names_the_job_the_resource_and_both_numbers():
-    values = minimal_values(queues={"teams": [{"name": "vision", "quotas": [{"nodeGroup": "p4d", "nodes": 1, "borrowingLimit": 0}]}]})
+    values = minimal_values(
+        queues={"teams": [{"name": "vision", "quotas": [{"nodeGroup": "p4d", "nodes": 1, "borrowingLimit": 0}]}]}
+    )
     values[f"{NS}:jobs"] = [job("big", 2, team="vision")]
     (p,) = problems_of(values)
     assert p.startswith(f"{NS}:jobs[0].nodes: job 'big' can never be admitted")
@@ -367,23 +415,42 @@ def test_team_checks():
 
     assert any(
         "add up to 3, and the group has maxSize 2" in p
-        for p in with_teams([TEAMS[1], {**TEAMS[1], "name": "x", "namespace": "x", "quotas": [{"nodeGroup": "p4d", "nodes": 2}]}])
+        for p in with_teams(
+            [TEAMS[1], {**TEAMS[1], "name": "x", "namespace": "x", "quotas": [{"nodeGroup": "p4d", "nodes": 2}]}]
+        )
     )
-    assert any("queues.teams[0].quotas[0].nodeGroup: 'p9'" in p for p in with_teams([{"name": "a", "quotas": [{"nodeGroup": "p9", "nodes": 1}]}]))
-    assert any("lendingLimit: 2 is more than" in p for p in with_teams([{"name": "a", "quotas": [{"nodeGroup": "p4d", "nodes": 1, "lendingLimit": 2}]}]))
+    assert any(
+        "queues.teams[0].quotas[0].nodeGroup: 'p9'" in p
+        for p in with_teams([{"name": "a", "quotas": [{"nodeGroup": "p9", "nodes": 1}]}])
+    )
+    assert any(
+        "lendingLimit: 2 is more than" in p
+        for p in with_teams([{"name": "a", "quotas": [{"nodeGroup": "p4d", "nodes": 1, "lendingLimit": 2}]}])
+    )
     assert any("'gpu' is not allowed" in p for p in with_teams([{"name": "gpu"}]))
     assert any("is the training namespace" in p for p in with_teams([{"name": "a", "namespace": "training"}]))
     assert any("kube-system" in p for p in with_teams([{"name": "a", "namespace": "kube-system"}]))
-    assert any("STS session" in p for p in with_teams([{"name": "a", "roleArn": "arn:aws:sts::111122223333:assumed-role/Team/me"}]))
-    assert any("adminPrincipals too" in p for p in with_teams([{"name": "a", "roleArn": ROLE_ARN}], cluster={"adminPrincipals": [ROLE_ARN]}))
-    assert any("teams need queues" in p for p in problems_of(minimal_values(queues={"enabled": False, "teams": [{"name": "a"}]})))
+    assert any(
+        "STS session" in p
+        for p in with_teams([{"name": "a", "roleArn": "arn:aws:sts::111122223333:assumed-role/Team/me"}])
+    )
+    assert any(
+        "adminPrincipals too" in p
+        for p in with_teams([{"name": "a", "roleArn": ROLE_ARN}], cluster={"adminPrincipals": [ROLE_ARN]})
+    )
+    assert any(
+        "teams need queues" in p
+        for p in problems_of(minimal_values(queues={"enabled": False, "teams": [{"name": "a"}]}))
+    )
     unknown = minimal_values(jobs=[job("j", team="nobody")])
     assert any("jobs[0].team: 'nobody' is not a team of this stack" in p for p in problems_of(unknown))
     assert any("podsReadyTimeout" in p for p in problems_of(minimal_values(queues={"podsReadyTimeout": "soon"})))
 
 
 def test_provisioning_requests_need_queues_and_the_autoscaler():
-    ps = problems_of(minimal_values(queues={"enabled": False}, autoscaling={"provisioningRequests": True, "enabled": False}))
+    ps = problems_of(
+        minimal_values(queues={"enabled": False}, autoscaling={"provisioningRequests": True, "enabled": False})
+    )
     assert any("needs queues.enabled" in p for p in ps) and any("needs autoscaling.enabled" in p for p in ps)
 
 
@@ -405,9 +472,15 @@ def test_teams_get_their_queue_in_one_cohort_with_limits_and_weights(team_plan):
     # The shared queue keeps what the teams do not own: p4d 4 - 2 - 1 = 1 node, p5 2 - 1.
     assert quota(shared, "p4d")["nvidia.com/gpu"]["nominalQuota"] == "8"
     assert quota(shared, "p5")["nvidia.com/gpu"]["nominalQuota"] == "8"
-    namespaces = {cq["metadata"]["name"]: cq["spec"]["namespaceSelector"]["matchExpressions"][0]["values"] for cq in (vision, nlp, shared)}
+    namespaces = {
+        cq["metadata"]["name"]: cq["spec"]["namespaceSelector"]["matchExpressions"][0]["values"]
+        for cq in (vision, nlp, shared)
+    }
     assert namespaces == {"vision": ["vision", "training"], "nlp": ["team-nlp", "training"], "gpu": ["training"]}
-    lqs = {(q["metadata"]["namespace"], q["metadata"]["name"]): q["spec"]["clusterQueue"] for q in objects_of(team_plan, "LocalQueue")}
+    lqs = {
+        (q["metadata"]["namespace"], q["metadata"]["name"]): q["spec"]["clusterQueue"]
+        for q in objects_of(team_plan, "LocalQueue")
+    }
     assert lqs == {
         ("training", "gpu"): "gpu",
         ("training", "vision"): "vision",
@@ -428,13 +501,21 @@ def test_teams_get_their_queue_in_one_cohort_with_limits_and_weights(team_plan):
 def test_team_access_entry_and_role_bindings(team_plan):
     (entry,) = team_plan.of_type(ACCESS_ENTRY)
     group = "gputraining:team:vision"
-    assert entry.inputs["principalArn"] == ROLE_ARN and entry.inputs["kubernetesGroups"] == [group] and entry.inputs["type"] == "STANDARD"
+    assert (
+        entry.inputs["principalArn"] == ROLE_ARN
+        and entry.inputs["kubernetesGroups"] == [group]
+        and entry.inputs["type"] == "STANDARD"
+    )
     bindings = [r.inputs for r in team_plan.of_type(ROLE_BINDING) if r.inputs["metadata"]["namespace"] == "vision"]
     refs = {b["roleRef"]["name"] for b in bindings}
     assert refs == {component.BATCH_USER_ROLE, "gputraining-team-reader"}
     for b in bindings:
         assert b["subjects"] == [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}]
-    assert not [r for r in team_plan.of_type(ROLE_BINDING) if r.inputs["metadata"]["namespace"] == "training" and "team" in r.inputs["metadata"]["name"]]
+    assert not [
+        r
+        for r in team_plan.of_type(ROLE_BINDING)
+        if r.inputs["metadata"]["namespace"] == "training" and "team" in r.inputs["metadata"]["name"]
+    ]
 
 
 def test_the_batch_user_role_lets_a_team_create_its_jobs_and_nothing_else(team_plan):
@@ -448,17 +529,39 @@ def test_the_batch_user_role_lets_a_team_create_its_jobs_and_nothing_else(team_p
     roles = [o for o in rendered.objects if o["kind"] == "ClusterRole"]
     (user,) = [r for r in roles if r["metadata"]["name"] == component.BATCH_USER_ROLE]
     selectors = [s["matchLabels"] for s in user["aggregationRule"]["clusterRoleSelectors"]]
-    rules = [rule for r in roles if any(sel.items() <= (r["metadata"].get("labels") or {}).items() for sel in selectors) for rule in r.get("rules", [])]
+    rules = [
+        rule
+        for r in roles
+        if any(sel.items() <= (r["metadata"].get("labels") or {}).items() for sel in selectors)
+        for rule in r.get("rules", [])
+    ]
 
     def allowed(group: str, resource: str, verb: str) -> bool:
-        return any(group in rule.get("apiGroups", []) and resource in rule.get("resources", []) and verb in rule.get("verbs", []) for rule in rules)
+        return any(
+            group in rule.get("apiGroups", [])
+            and resource in rule.get("resources", [])
+            and verb in rule.get("verbs", [])
+            for rule in rules
+        )
 
-    for group, resource in (("kubeflow.org", "mpijobs"), ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "paddlejobs"), ("batch", "jobs")):
+    for group, resource in (
+        ("kubeflow.org", "mpijobs"),
+        ("kubeflow.org", "pytorchjobs"),
+        ("kubeflow.org", "paddlejobs"),
+        ("batch", "jobs"),
+    ):
         assert allowed(group, resource, "create"), resource
     assert allowed("kueue.x-k8s.io", "localqueues", "list") and allowed("kueue.x-k8s.io", "workloads", "get")
-    for group, resource in (("", "pods"), ("apps", "deployments"), ("kueue.x-k8s.io", "localqueues"), ("kueue.x-k8s.io", "clusterqueues")):
+    for group, resource in (
+        ("", "pods"),
+        ("apps", "deployments"),
+        ("kueue.x-k8s.io", "localqueues"),
+        ("kueue.x-k8s.io", "clusterqueues"),
+    ):
         assert not allowed(group, resource, "create"), resource
-    cfg = next(o for o in rendered.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "kueue-manager-config")
+    cfg = next(
+        o for o in rendered.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "kueue-manager-config"
+    )
     frameworks = yaml.safe_load(cfg["data"]["controller_manager_config.yaml"])["integrations"]["frameworks"]
     assert "batch/job" in frameworks
 
@@ -486,7 +589,11 @@ def test_without_queues_nothing_of_kueue_and_no_labels():
 def test_provisioning_requests_on_the_autoscaled_flavors(team_plan):
     check = one(team_plan, "AdmissionCheck", queues.PROVISIONING_CHECK)
     assert check["spec"]["controllerName"] == "kueue.x-k8s.io/provisioning-request"
-    assert check["spec"]["parameters"] == {"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig", "name": queues.PROVISIONING_CHECK}
+    assert check["spec"]["parameters"] == {
+        "apiGroup": "kueue.x-k8s.io",
+        "kind": "ProvisioningRequestConfig",
+        "name": queues.PROVISIONING_CHECK,
+    }
     config = one(team_plan, "ProvisioningRequestConfig", queues.PROVISIONING_CHECK)
     assert config["spec"]["provisioningClassName"] == "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
     for cq in objects_of(team_plan, "ClusterQueue"):
@@ -511,9 +618,15 @@ def test_waiting_for_pods_and_requeueing_in_the_kueue_config(dev_plan):
     (kueue,) = [r for r in dev_plan.of_type(RELEASE) if r.inputs["name"] == "kueue"]
     config = yaml.safe_load(kueue.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])
     wait = config["waitForPodsReady"]
-    assert wait["timeout"] == "20m" and wait["requeuingStrategy"]["backoffBaseSeconds"] == 60 and wait["requeuingStrategy"]["backoffMaxSeconds"] == 3600
+    assert (
+        wait["timeout"] == "20m"
+        and wait["requeuingStrategy"]["backoffBaseSeconds"] == 60
+        and wait["requeuingStrategy"]["backoffMaxSeconds"] == 3600
+    )
     assert "backoffLimitCount" not in wait["requeuingStrategy"]
-    assert config["integrations"]["frameworks"] == [k.integration for k in operators.KINDS]  # every operator runs in the dev stack
+    assert config["integrations"]["frameworks"] == [
+        k.integration for k in operators.KINDS
+    ]  # every operator runs in the dev stack
     assert config["manageJobsWithoutQueueName"] is False and "fairSharing" not in config
     limited = run_stack(minimal_values(queues={"requeueLimit": 5, "podsReadyTimeout": "45m"}))
     (kueue,) = [r for r in limited.of_type(RELEASE) if r.inputs["name"] == "kueue"]

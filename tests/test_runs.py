@@ -80,7 +80,9 @@ def test_rendezvous_etcd_or_c10d():
 
 def run_policy(manifests: list[dict[str, Any]]) -> dict[str, Any]:
     (job,) = [m for m in manifests if m["kind"] in ("MPIJob", "PyTorchJob", "PaddleJob", "Job")]
-    return job["spec"]["runPolicy"] if job["kind"] != "Job" else {k: v for k, v in job["spec"].items() if k != "template"}
+    return (
+        job["spec"]["runPolicy"] if job["kind"] != "Job" else {k: v for k, v in job["spec"].items() if k != "template"}
+    )
 
 
 @pytest.mark.parametrize("kind", RUN_KINDS)
@@ -93,7 +95,11 @@ def test_every_run_kind_has_bounded_retries_by_default(kind):
 @pytest.mark.parametrize("kind", RUN_KINDS)
 def test_retries_deadline_and_ttl_come_from_config(kind):
     policy = run_policy(built(kind, backoffLimit=0, activeDeadlineSeconds=7200, ttlSecondsAfterFinished=86400))
-    assert (policy["backoffLimit"], policy["activeDeadlineSeconds"], policy["ttlSecondsAfterFinished"]) == (0, 7200, 86400)
+    assert (policy["backoffLimit"], policy["activeDeadlineSeconds"], policy["ttlSecondsAfterFinished"]) == (
+        0,
+        7200,
+        86400,
+    )
 
 
 @pytest.mark.parametrize("kind", ["pytorch-elastic", "paddle", "mpi"])
@@ -130,7 +136,9 @@ def test_mpirun_is_called_by_absolute_path(kind):
 
 @pytest.mark.parametrize("bad", ["mpirun", "/opt/mpi/bin/", "/opt/my mpi/mpirun"])
 def test_mpirun_must_be_an_absolute_path(bad):
-    values = minimal_values(jobs=[{"name": "m", "kind": "mpi", "nodeGroup": "p4d", "image": "x/y:1", "command": ["a"], "mpirun": bad}])
+    values = minimal_values(
+        jobs=[{"name": "m", "kind": "mpi", "nodeGroup": "p4d", "image": "x/y:1", "command": ["a"], "mpirun": bad}]
+    )
     with pytest.raises(ConfigError) as info:
         run_stack(values)
     assert [p.key for p in info.value.problems] == ["gpu-training:jobs[0].mpirun"]
@@ -214,7 +222,9 @@ def test_the_logs_are_the_ones_their_sources_name():
     assert PUBLISHED_LOG.name in dict(rows)
 
 
-needs_bash = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("awk") is None, reason="needs bash and awk")
+needs_bash = pytest.mark.skipif(
+    shutil.which("bash") is None or shutil.which("awk") is None, reason="needs bash and awk"
+)
 
 
 def gate(*args: str) -> subprocess.CompletedProcess[str]:
@@ -301,13 +311,23 @@ def test_the_emitted_launcher_command_runs_the_gate(fixture, code):
 
 @needs_bash
 def test_a_failing_test_fails_the_job_with_its_own_status():
-    out = subprocess.run(["bash", str(GATE), "run", "1", "25", "--", "bash", "-c", "echo boom; exit 3"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        ["bash", str(GATE), "run", "1", "25", "--", "bash", "-c", "echo boom; exit 3"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 3 and "exited with status 3" in out.stdout
 
 
 @pytest.mark.parametrize(
     "over,expected",
-    [({}, ("1", "17.5")), ({"efa": False}, ("0", "0")), ({"nodes": 1}, ("0", "0")), ({"minBusBandwidthGBps": 30.5}, ("1", "30.5"))],
+    [
+        ({}, ("1", "17.5")),
+        ({"efa": False}, ("0", "0")),
+        ({"nodes": 1}, ("0", "0")),
+        ({"minBusBandwidthGBps": 30.5}, ("1", "30.5")),
+    ],
 )
 def test_the_gate_arguments_follow_the_group_and_the_config(over, expected):
     (cr,) = built("nccl-test", **over)

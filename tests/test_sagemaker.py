@@ -42,22 +42,51 @@ def test_valid_sagemaker_jobs_have_no_problems():
     assert problems_of(elastic()) == []
     # SageMaker needs none of the cluster's operators, etcd or node groups (with instanceType).
     assert problems_of(elastic(rendezvous="etcd"), etcd=False, operators=set()) == []
-    assert problems_of(mpi(nodeGroup=None, sagemaker={"outputPath": "s3://b-1/o", "instanceType": "ml.p5.48xlarge"}), groups={}) == []
+    assert (
+        problems_of(
+            mpi(nodeGroup=None, sagemaker={"outputPath": "s3://b-1/o", "instanceType": "ml.p5.48xlarge"}), groups={}
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize(
     "raw,key,words",
     [
-        (mpi(sagemaker=sm(instanceType="ml.p9.48xlarge")), "sagemaker.instanceType", ["'ml.p9.48xlarge'", "ml.p4d.24xlarge"]),
-        (mpi(sagemaker=sm(instanceType="p4d.24xlarge")), "sagemaker.instanceType", ["'p4d.24xlarge'", "not a SageMaker GPU training type"]),
+        (
+            mpi(sagemaker=sm(instanceType="ml.p9.48xlarge")),
+            "sagemaker.instanceType",
+            ["'ml.p9.48xlarge'", "ml.p4d.24xlarge"],
+        ),
+        (
+            mpi(sagemaker=sm(instanceType="p4d.24xlarge")),
+            "sagemaker.instanceType",
+            ["'p4d.24xlarge'", "not a SageMaker GPU training type"],
+        ),
         (mpi(volumes=[{**FSX, "subPath": "../etc"}]), "volumes[0].subPath", ["'../etc'", "mount name"]),
         (mpi(volumes=[{**FSX, "subPath": "/coco"}]), "volumes[0].subPath", ["'/coco'", "relative"]),
-        (mpi(sagemaker={"outputPath": "my-training-output/x"}), "sagemaker.outputPath", ["'my-training-output/x'", "s3://"]),
+        (
+            mpi(sagemaker={"outputPath": "my-training-output/x"}),
+            "sagemaker.outputPath",
+            ["'my-training-output/x'", "s3://"],
+        ),
         (mpi(sagemaker={"outputPath": "s3://My_Bucket/x"}), "sagemaker.outputPath", ["'s3://My_Bucket/x'", "bucket"]),
         (mpi(sagemaker=sm(checkpointS3Uri="https://x/y")), "sagemaker.checkpointS3Uri", ["'https://x/y'"]),
-        (mpi(sagemaker=sm(inputs=[{"channel": "train", "s3Uri": "s3:/broken"}])), "sagemaker.inputs[0].s3Uri", ["'s3:/broken'"]),
-        (mpi(sagemaker=sm(inputs=[{"channel": "fsx", "s3Uri": "s3://b-1/x"}])), "sagemaker.inputs[0].channel", ["'fsx'", "volumes[0]"]),
-        (mpi(sagemaker=sm(inputs=[{"channel": "a b", "s3Uri": "s3://b-1/x"}])), "sagemaker.inputs[0].channel", ["'a b'", "1-64"]),
+        (
+            mpi(sagemaker=sm(inputs=[{"channel": "train", "s3Uri": "s3:/broken"}])),
+            "sagemaker.inputs[0].s3Uri",
+            ["'s3:/broken'"],
+        ),
+        (
+            mpi(sagemaker=sm(inputs=[{"channel": "fsx", "s3Uri": "s3://b-1/x"}])),
+            "sagemaker.inputs[0].channel",
+            ["'fsx'", "volumes[0]"],
+        ),
+        (
+            mpi(sagemaker=sm(inputs=[{"channel": "a b", "s3Uri": "s3://b-1/x"}])),
+            "sagemaker.inputs[0].channel",
+            ["'a b'", "1-64"],
+        ),
         (mpi(activeDeadlineSeconds=3_000_000), "activeDeadlineSeconds", ["3000000", "28 days"]),
         (mpi(sagemaker={}), "sagemaker.outputPath", ["is required"]),
         (mpi(sagemaker=None), "sagemaker.outputPath", ["is required"]),
@@ -71,14 +100,30 @@ def test_valid_sagemaker_jobs_have_no_problems():
         (mpi(args=["--extra=--fp16"]), "args", ["'--fp16'", "negative number"]),
         (mpi(args=["--suffix", "-x"]), "args", ["'-x'", "option"]),
         (mpi(args=["--default_user_module_name", "x"]), "args", ["SageMaker's own"]),
-        (mpi(command=["python", f"{SAGEMAKER_DATA_ROOT}/efs/code/my train.py"]), "command", ["'my train.py'", "refuses"]),
-        (mpi(sagemaker=sm(sourceDir="/opt/ml/input/data/efs/code", entryPoint="maskrcnn/./train.py")), "sagemaker.entryPoint", ["'maskrcnn/./train.py'"]),
+        (
+            mpi(command=["python", f"{SAGEMAKER_DATA_ROOT}/efs/code/my train.py"]),
+            "command",
+            ["'my train.py'", "refuses"],
+        ),
+        (
+            mpi(sagemaker=sm(sourceDir="/opt/ml/input/data/efs/code", entryPoint="maskrcnn/./train.py")),
+            "sagemaker.entryPoint",
+            ["'maskrcnn/./train.py'"],
+        ),
         (mpi(env={"NCCL_DEBUG": "INFO WARN"}), "env.NCCL_DEBUG", ["one word"]),
         (mpi(command=["python", f"{SAGEMAKER_DATA_ROOT}/efs/code/run.sh"], args=[]), "command", ["/bin/sh"]),
         (mpi(env={f"V{i}": "1" for i in range(98)}), "env", ["98 variables", "at most 97"]),
         (mpi(env={"CONFIG": "x" * 600}), "env.CONFIG", ["600 characters", "512"]),
-        (mpi(command=["python", f"{SAGEMAKER_DATA_ROOT}/efs/train.py"]), "command", ["/opt/ml/input/data/efs", "root of a volume"]),
-        (mpi(sagemaker=sm(sourceDir=f"{SAGEMAKER_DATA_ROOT}/fsx", entryPoint="train.py")), "sagemaker.sourceDir", ["root of a volume"]),
+        (
+            mpi(command=["python", f"{SAGEMAKER_DATA_ROOT}/efs/train.py"]),
+            "command",
+            ["/opt/ml/input/data/efs", "root of a volume"],
+        ),
+        (
+            mpi(sagemaker=sm(sourceDir=f"{SAGEMAKER_DATA_ROOT}/fsx", entryPoint="train.py")),
+            "sagemaker.sourceDir",
+            ["root of a volume"],
+        ),
         (mpi(mpirunArgs=["-x", "A" * 2600]), "mpirunArgs", ["2500"]),
         (mpi(volumes=[{**FSX, "mountPath": "/fsx"}]), "volumes[0].mountPath", ["'/fsx'", "/opt/ml/input/data/fsx"]),
         (mpi(sagemaker=sm(spot=True)), "sagemaker.spot", ["checkpointS3Uri"]),
@@ -90,7 +135,11 @@ def test_valid_sagemaker_jobs_have_no_problems():
         ),
         (mpi(command=["torchrun", "/opt/ml/code/train.py"]), "command", ['["torchrun"]', "python"]),
         (elastic(command=["python"]), "command", ['["python"]', "torchrun"]),
-        (elastic(command=["torchrun", "--nproc-per-node=8"], args=["/opt/ml/code/main.py"]), "command", ["--nproc-per-node=8"]),
+        (
+            elastic(command=["torchrun", "--nproc-per-node=8"], args=["/opt/ml/code/main.py"]),
+            "command",
+            ["--nproc-per-node=8"],
+        ),
         (mpi(command=["/opt/ml/code/run"], args=[]), "command", ["no .py/.sh entry script"]),
         (mpi(command=["python", "train.py"]), "sagemaker.sourceDir", ["relative", "train.py"]),
         (mpi(sagemaker=sm(sourceDir="s3://b-1/code.zip")), "sagemaker.sourceDir", ["'s3://b-1/code.zip'", ".tar.gz"]),
@@ -123,7 +172,12 @@ def test_a_bad_sagemaker_job_is_one_problem_naming_its_key(raw, key, words):
 def test_negative_numbers_and_a_dot_slash_script_are_fine():
     assert problems_of(mpi(args=["--lr", "-0.5", "--shift=-3"])) == []
     spec = J.JOB_KINDS["pytorch-elastic"].model_validate(
-        elastic(command=["torchrun", "./train.py"], args=[], volumes=[], sagemaker=sm(sourceDir="s3://code-b/x/sourcedir.tar.gz"))
+        elastic(
+            command=["torchrun", "./train.py"],
+            args=[],
+            volumes=[],
+            sagemaker=sm(sourceDir="s3://code-b/x/sourcedir.tar.gz"),
+        )
     )
     assert problems_of(spec.model_dump(by_alias=True, exclude_none=True)) == []
     job = spec.sagemaker_job(catalog.get_sagemaker("ml.p4d.24xlarge"), "us-west-2", "s")
@@ -136,7 +190,10 @@ def test_nccl_debug_goes_to_the_launchers_own_option():
     options = json.loads(job.hyperparameters["sagemaker_mpi_custom_mpi_options"]).split()
     assert "--NCCL_DEBUG" in options and options[options.index("--NCCL_DEBUG") + 1] == "WARN"
     assert "NCCL_DEBUG" not in [options[i + 1] for i, o in enumerate(options) if o == "-x"]
-    assert options[options.index("OMP_NUM_THREADS") - 1 : options.index("OMP_NUM_THREADS") + 1] == ["-x", "OMP_NUM_THREADS"]
+    assert options[options.index("OMP_NUM_THREADS") - 1 : options.index("OMP_NUM_THREADS") + 1] == [
+        "-x",
+        "OMP_NUM_THREADS",
+    ]
 
 
 def test_instance_count_is_checked_by_type():
@@ -151,7 +208,8 @@ def test_a_disabled_sagemaker_job_is_still_checked_on_its_own():
 
 def test_a_bad_job_stops_the_stack_before_anything_is_created():
     values = minimal_values(
-        gpuNodeGroups=[{"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 2}], jobs=[mpi(sagemaker=sm(instanceType="ml.p9.48xlarge"))]
+        gpuNodeGroups=[{"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 2}],
+        jobs=[mpi(sagemaker=sm(instanceType="ml.p9.48xlarge"))],
     )
     with pytest.raises(ConfigError) as err:
         run_stack(values)
@@ -162,7 +220,10 @@ def test_a_bad_job_stops_the_stack_before_anything_is_created():
 # One spec, two runtimes: the flip through the real program
 # ---------------------------------------------------------------------------------------------
 
-PLAN_GROUPS = [{"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 2}, {"name": "p3dn", "instanceType": "p3dn.24xlarge", "maxSize": 2}]
+PLAN_GROUPS = [
+    {"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 2},
+    {"name": "p3dn", "instanceType": "p3dn.24xlarge", "maxSize": 2},
+]
 # p3.16xlarge (no EFA) is not offered in the offline region data: the no-EFA job names its ml. type.
 NO_EFA = {"instanceType": "ml.p3.16xlarge", "outputPath": "s3://my-training-output/plain/"}
 
@@ -180,7 +241,11 @@ def both_runtimes() -> tuple[Any, Any]:
 
 
 def request_of(plan: Any, job: str) -> dict[str, Any]:
-    found = [r.inputs["request"] for r in plan.of_type(DYNAMIC) if r.inputs["request"]["TrainingJobName"].startswith(f"{job}-1-")]
+    found = [
+        r.inputs["request"]
+        for r in plan.of_type(DYNAMIC)
+        if r.inputs["request"]["TrainingJobName"].startswith(f"{job}-1-")
+    ]
     assert len(found) == 1, job
     return found[0]
 
@@ -214,7 +279,9 @@ def test_the_flip_keeps_image_entry_point_arguments_data_and_gpus_of_mpi(both_ru
     (launcher,) = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"]
 
     # Image.
-    assert launcher["image"] == container["image"] == request["AlgorithmSpecification"]["TrainingImage"] == spec["image"]
+    assert (
+        launcher["image"] == container["image"] == request["AlgorithmSpecification"]["TrainingImage"] == spec["image"]
+    )
     # Entry point: what mpirun runs on EKS ends with the script and its arguments; on SageMaker the
     # script is sagemaker_program inside sagemaker_submit_directory, the arguments hyperparameters.
     script = spec["command"][-1]
@@ -222,7 +289,11 @@ def test_the_flip_keeps_image_entry_point_arguments_data_and_gpus_of_mpi(both_ru
     assert launcher["command"][at - 1] == "python" and launcher["command"][at + 1 :] == spec["args"]
     assert posixpath.join(hyper["sagemaker_submit_directory"], hyper["sagemaker_program"]) == script
     user = {k: v for k, v in hyper.items() if not k.startswith("sagemaker_")}
-    assert user == script_args(launcher["command"][at + 1 :]) == {"data_dir": f"{SAGEMAKER_DATA_ROOT}/fsx", "images_per_gpu": "4", "lr": "0.01", "amp": "true"}
+    assert (
+        user
+        == script_args(launcher["command"][at + 1 :])
+        == {"data_dir": f"{SAGEMAKER_DATA_ROOT}/fsx", "images_per_gpu": "4", "lr": "0.01", "amp": "true"}
+    )
     # MPI: one process per GPU, the same extra mpirun options and the env forwarded.
     assert hyper["sagemaker_mpi_enabled"] is True
     assert hyper["sagemaker_mpi_num_of_processes_per_host"] == mpijob["spec"]["slotsPerWorker"] == 8
@@ -241,7 +312,11 @@ def test_the_flip_keeps_image_entry_point_arguments_data_and_gpus_of_mpi(both_ru
         assert mount["mountPath"] == f"{SAGEMAKER_DATA_ROOT}/{name}"
         assert (channels[name]["FileSystemAccessMode"] == "ro") == bool(mount.get("readOnly"))
     assert mounts["fsx"]["subPath"] == "coco" and channels["fsx"]["DirectoryPath"].endswith("/coco")
-    assert channels["fsx"]["FileSystemType"] == "FSxLustre" and channels["efs"] == {**channels["efs"], "FileSystemType": "EFS", "DirectoryPath": "/"}
+    assert channels["fsx"]["FileSystemType"] == "FSxLustre" and channels["efs"] == {
+        **channels["efs"],
+        "FileSystemType": "EFS",
+        "DirectoryPath": "/",
+    }
     # Total GPUs.
     eks_gpus = worker["replicas"] * container["resources"]["limits"]["nvidia.com/gpu"]
     rc = request["ResourceConfig"]
@@ -259,12 +334,22 @@ def test_the_flip_keeps_image_entry_point_arguments_data_and_gpus_of_pytorch(bot
     hyper = decoded(request)
 
     assert container["image"] == request["AlgorithmSpecification"]["TrainingImage"] == spec["image"]
-    assert container["command"] == spec["command"] == ["torchrun"] and hyper["sagemaker_torch_distributed_enabled"] is True
+    assert (
+        container["command"] == spec["command"] == ["torchrun"] and hyper["sagemaker_torch_distributed_enabled"] is True
+    )
     assert posixpath.join(hyper["sagemaker_submit_directory"], hyper["sagemaker_program"]) == container["args"][0]
-    assert {k: v for k, v in hyper.items() if not k.startswith("sagemaker_")} == script_args(container["args"][1:]) == {"arch": "resnet50", "epochs": "90"}
-    assert [c["ChannelName"] for c in request["InputDataConfig"]] == [m["name"] for m in container["volumeMounts"] if m["name"] == "efs"]
+    assert (
+        {k: v for k, v in hyper.items() if not k.startswith("sagemaker_")}
+        == script_args(container["args"][1:])
+        == {"arch": "resnet50", "epochs": "90"}
+    )
+    assert [c["ChannelName"] for c in request["InputDataConfig"]] == [
+        m["name"] for m in container["volumeMounts"] if m["name"] == "efs"
+    ]
     # EKS starts maxNodes workers; SageMaker runs that many instances.
-    assert worker["replicas"] * int(job["spec"]["nprocPerNode"]) == request["ResourceConfig"]["InstanceCount"] * 8 == 2 * 8
+    assert (
+        worker["replicas"] * int(job["spec"]["nprocPerNode"]) == request["ResourceConfig"]["InstanceCount"] * 8 == 2 * 8
+    )
 
 
 def test_sagemaker_jobs_are_no_kubernetes_objects_and_eks_jobs_start_no_training_job(both_runtimes):
@@ -298,8 +383,15 @@ def test_the_training_job_name_is_per_stack_run_spec_and_type():
     assert spec.training_job_name("gpu-training-prod", p4d) != name
     # The node group's type changed (same spec): a new job, under a new name.
     assert spec.training_job_name("gpu-training-dev", "ml.p5.48xlarge") != name
-    assert J.JOB_KINDS["mpi"].model_validate(mpi(run=2)).training_job_name("gpu-training-dev", p4d).startswith("maskrcnn-2-")
-    assert J.JOB_KINDS["mpi"].model_validate(mpi(args=["--lr", "0.02"])).training_job_name("gpu-training-dev", p4d) != name
+    assert (
+        J.JOB_KINDS["mpi"]
+        .model_validate(mpi(run=2))
+        .training_job_name("gpu-training-dev", p4d)
+        .startswith("maskrcnn-2-")
+    )
+    assert (
+        J.JOB_KINDS["mpi"].model_validate(mpi(args=["--lr", "0.02"])).training_job_name("gpu-training-dev", p4d) != name
+    )
     assert spec.sagemaker_job(catalog.get_sagemaker(p4d), "us-west-2", "gpu-training-dev").training_job_name == name
 
 
@@ -315,17 +407,27 @@ def test_fsx_paths_start_with_the_mount_name():
     spec = J.JOB_KINDS["mpi"].model_validate(mpi())
     job = spec.sagemaker_job(catalog.get_sagemaker("ml.p4d.24xlarge"), "us-west-2", "s")
     request = job.create_request(
-        "arn:aws:iam::1:role/r", ["sg-1"], ["subnet-1"], {"fsx": FileSystemTarget("FSxLustre", "fs-1", "abcdefgh"), "efs": FileSystemTarget("EFS", "fs-2")}
+        "arn:aws:iam::1:role/r",
+        ["sg-1"],
+        ["subnet-1"],
+        {"fsx": FileSystemTarget("FSxLustre", "fs-1", "abcdefgh"), "efs": FileSystemTarget("EFS", "fs-2")},
     )
-    paths = {c["ChannelName"]: c["DataSource"]["FileSystemDataSource"]["DirectoryPath"] for c in request["InputDataConfig"]}
+    paths = {
+        c["ChannelName"]: c["DataSource"]["FileSystemDataSource"]["DirectoryPath"] for c in request["InputDataConfig"]
+    }
     assert paths == {"fsx": "/abcdefgh/coco", "efs": "/"}
 
 
 def test_spot_jobs_wait_at_least_their_runtime_and_keep_checkpoints():
-    spec = J.JOB_KINDS["mpi"].model_validate(mpi(activeDeadlineSeconds=36000, sagemaker=sm(spot=True, checkpointS3Uri="s3://b-1/ckpt/")))
+    spec = J.JOB_KINDS["mpi"].model_validate(
+        mpi(activeDeadlineSeconds=36000, sagemaker=sm(spot=True, checkpointS3Uri="s3://b-1/ckpt/"))
+    )
     job = spec.sagemaker_job(catalog.get_sagemaker("ml.p4d.24xlarge"), "us-west-2", "s")
     request = job.create_request(
-        "arn:aws:iam::1:role/r", ["sg-1"], ["subnet-1"], {"fsx": FileSystemTarget("FSxLustre", "fs-1", "m"), "efs": FileSystemTarget("EFS", "fs-2")}
+        "arn:aws:iam::1:role/r",
+        ["sg-1"],
+        ["subnet-1"],
+        {"fsx": FileSystemTarget("FSxLustre", "fs-1", "m"), "efs": FileSystemTarget("EFS", "fs-2")},
     )
     assert request["EnableManagedSpotTraining"] is True
     assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 36000, "MaxWaitTimeInSeconds": 72000}
@@ -343,7 +445,9 @@ def children(plan: Any, typ: str, job: str) -> list[Any]:
 
 def test_each_job_has_its_own_security_group_with_the_rules_it_needs(both_runtimes):
     _, plan = both_runtimes
-    groups = {job: children(plan, "aws:ec2/securityGroup:SecurityGroup", job) for job in ("maskrcnn", "resnet", "plain")}
+    groups = {
+        job: children(plan, "aws:ec2/securityGroup:SecurityGroup", job) for job in ("maskrcnn", "resnet", "plain")
+    }
     assert all(len(g) == 1 for g in groups.values())
     ids = {job: g[0].id for job, g in groups.items()}
     assert len(set(ids.values())) == 3
@@ -351,7 +455,9 @@ def test_each_job_has_its_own_security_group_with_the_rules_it_needs(both_runtim
     efs_sg = plan.named("aws:ec2/securityGroup:SecurityGroup", "efs-nfs").id
 
     def rules(job: str, direction: str) -> list[dict[str, Any]]:
-        return [r.inputs for r in children(plan, f"aws:vpc/securityGroup{direction}Rule:SecurityGroup{direction}Rule", job)]
+        return [
+            r.inputs for r in children(plan, f"aws:vpc/securityGroup{direction}Rule:SecurityGroup{direction}Rule", job)
+        ]
 
     for job, sg in ids.items():
         ingress, egress = rules(job, "Ingress"), rules(job, "Egress")
@@ -362,13 +468,25 @@ def test_each_job_has_its_own_security_group_with_the_rules_it_needs(both_runtim
         to_self = [r for r in egress if r.get("referencedSecurityGroupId") == sg]
         # EFA needs all traffic to itself too; the ml.p3.16xlarge job has no EFA.
         assert len(to_self) == (0 if job == "plain" else 1)
-    lustre = [(r["fromPort"], r["toPort"], r["securityGroupId"], r["referencedSecurityGroupId"]) for r in rules("maskrcnn", "Ingress") if r.get("fromPort")]
+    lustre = [
+        (r["fromPort"], r["toPort"], r["securityGroupId"], r["referencedSecurityGroupId"])
+        for r in rules("maskrcnn", "Ingress")
+        if r.get("fromPort")
+    ]
     sg = ids["maskrcnn"]
     assert sorted(lustre) == sorted(
-        [(988, 988, fsx_sg, sg), (1018, 1023, fsx_sg, sg), (988, 988, sg, fsx_sg), (1018, 1023, sg, fsx_sg), (2049, 2049, efs_sg, sg)]
+        [
+            (988, 988, fsx_sg, sg),
+            (1018, 1023, fsx_sg, sg),
+            (988, 988, sg, fsx_sg),
+            (1018, 1023, sg, fsx_sg),
+            (2049, 2049, efs_sg, sg),
+        ]
     )
     # The pytorch job reads EFS only: no Lustre rules.
-    assert [(r["fromPort"], r["securityGroupId"]) for r in rules("resnet", "Ingress") if r.get("fromPort")] == [(2049, efs_sg)]
+    assert [(r["fromPort"], r["securityGroupId"]) for r in rules("resnet", "Ingress") if r.get("fromPort")] == [
+        (2049, efs_sg)
+    ]
 
 
 def test_jobs_reading_fsx_run_in_the_gpu_subnet_others_in_the_private_subnets(both_runtimes):
@@ -401,7 +519,11 @@ def test_the_execution_role_is_sagemakers_with_least_privilege(both_runtimes):
     assert by_sid["Metrics"]["Condition"] == {"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}
     assert "ReadInputs" not in by_sid  # no S3 inputs, code on EFS
     # No managed policies at all (so no *FullAccess).
-    assert not [r for r in plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") if r.name.startswith("sagemaker-jobs-")]
+    assert not [
+        r
+        for r in plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if r.name.startswith("sagemaker-jobs-")
+    ]
 
 
 def test_s3_inputs_and_sources_are_readable_and_nothing_else():
@@ -410,17 +532,34 @@ def test_s3_inputs_and_sources_are_readable_and_nothing_else():
             volumes=[],
             command=["torchrun", "train.py"],
             args=[],
-            sagemaker=sm(sourceDir="s3://code-b/bert/sourcedir.tar.gz", inputs=[{"channel": "train", "s3Uri": "s3://data-b/wiki/", "mode": "FastFile"}]),
+            sagemaker=sm(
+                sourceDir="s3://code-b/bert/sourcedir.tar.gz",
+                inputs=[{"channel": "train", "s3Uri": "s3://data-b/wiki/", "mode": "FastFile"}],
+            ),
         )
     )
     job = spec.sagemaker_job(catalog.get_sagemaker("ml.p4d.24xlarge"), "us-west-2", "s")
     doc = job.execution_policy("aws", "us-west-2", "123456789012")
     by_sid = {s["Sid"]: s for s in doc["Statement"]}
-    assert sorted(by_sid["ReadInputs"]["Resource"]) == ["arn:aws:s3:::code-b/bert/sourcedir.tar.gz*", "arn:aws:s3:::data-b/wiki/*"]
-    listing = {s["Resource"]: s["Condition"]["StringLike"]["s3:prefix"] for s in doc["Statement"] if s["Sid"].startswith("ListBucket")}
-    assert listing == {"arn:aws:s3:::code-b": ["bert/sourcedir.tar.gz*"], "arn:aws:s3:::data-b": ["wiki/*"], "arn:aws:s3:::my-training-output": ["x/*"]}
+    assert sorted(by_sid["ReadInputs"]["Resource"]) == [
+        "arn:aws:s3:::code-b/bert/sourcedir.tar.gz*",
+        "arn:aws:s3:::data-b/wiki/*",
+    ]
+    listing = {
+        s["Resource"]: s["Condition"]["StringLike"]["s3:prefix"]
+        for s in doc["Statement"]
+        if s["Sid"].startswith("ListBucket")
+    }
+    assert listing == {
+        "arn:aws:s3:::code-b": ["bert/sourcedir.tar.gz*"],
+        "arn:aws:s3:::data-b": ["wiki/*"],
+        "arn:aws:s3:::my-training-output": ["x/*"],
+    }
     hyper = {k: json.loads(v) for k, v in job.hyperparameters.items()}
-    assert hyper["sagemaker_program"] == "train.py" and hyper["sagemaker_submit_directory"] == "s3://code-b/bert/sourcedir.tar.gz"
+    assert (
+        hyper["sagemaker_program"] == "train.py"
+        and hyper["sagemaker_submit_directory"] == "s3://code-b/bert/sourcedir.tar.gz"
+    )
 
 
 def test_the_job_waits_for_its_role_rules_and_mount_targets_and_is_replaced_delete_first(both_runtimes):
@@ -428,7 +567,10 @@ def test_the_job_waits_for_its_role_rules_and_mount_targets_and_is_replaced_dele
     (job,) = [r for r in plan.of_type(DYNAMIC) if r.name == "sagemaker-jobs-maskrcnn"]
     deps = {(d["type"], d["name"]) for d in job.depends_on}
     assert ("aws:iam/rolePolicy:RolePolicy", "sagemaker-jobs-maskrcnn-execution") in deps
-    assert ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "sagemaker-jobs-maskrcnn-lustre-988-988-in-fsx") in deps
+    assert (
+        "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+        "sagemaker-jobs-maskrcnn-lustre-988-988-in-fsx",
+    ) in deps
     assert any(t == "aws:efs/mountTarget:MountTarget" for t, _ in deps)
     assert job.options.get("deleteBeforeReplace") is True
     assert job.inputs["region"] == "us-west-2" and job.inputs["stopTimeoutSeconds"] >= 1800
@@ -437,7 +579,9 @@ def test_the_job_waits_for_its_role_rules_and_mount_targets_and_is_replaced_dele
 def test_the_dev_stack_carries_disabled_sagemaker_examples(dev_plan):
     raw = load_yaml((ROOT / "Pulumi.dev.yaml").read_text())["config"]["gpu-training:jobs"]
     examples = [j for j in raw if j.get("runtime") == "sagemaker"]
-    assert {j["kind"] for j in examples} == {"mpi", "pytorch-elastic"} and not any(j.get("enabled", True) for j in examples)
+    assert {j["kind"] for j in examples} == {"mpi", "pytorch-elastic"} and not any(
+        j.get("enabled", True) for j in examples
+    )
     assert dev_plan.of_type(DYNAMIC) == []
     # Switched on, they plan (the stack file's groups and stores).
     values = {**dev_values(), "gpu-training:jobs": [{**j, "enabled": True} for j in examples]}
@@ -448,16 +592,22 @@ def test_the_dev_stack_carries_disabled_sagemaker_examples(dev_plan):
 # The training-job names of the dev stack's two SageMaker examples as d996fa2 (the version before the
 # queues) named them. A running SageMaker job whose name changes is replaced: a new full training run.
 # A field added to the job spec must leave these names alone unless it changes what SageMaker runs.
-DEV_EXAMPLE_NAMES = {"maskrcnn-sagemaker": "maskrcnn-sagemaker-1-1b50eaa0", "resnet50-hybrid": "resnet50-hybrid-1-a92d3d2a"}
+DEV_EXAMPLE_NAMES = {
+    "maskrcnn-sagemaker": "maskrcnn-sagemaker-1-1b50eaa0",
+    "resnet50-hybrid": "resnet50-hybrid-1-a92d3d2a",
+}
 
 
 def _dev_example_names(change=None) -> dict[str, str]:
-    from stacks.config.jobs import sagemaker_jobs
+    from stacks.config.job_entries import sagemaker_jobs
 
     raw = load_yaml((ROOT / "Pulumi.dev.yaml").read_text())["config"]["gpu-training:jobs"]
     examples = [{**j, "enabled": True, **(change or {})} for j in raw if j.get("runtime") == "sagemaker"]
     cfg = stack_config.load({**dev_values(), "gpu-training:jobs": examples}, "gpu-training", "dev")
-    return {d.job: d.training_job_name for d in sagemaker_jobs(cfg.jobs, cfg.gpu_node_groups, cfg.region, cfg.cluster_name, {})}
+    return {
+        d.job: d.training_job_name
+        for d in sagemaker_jobs(cfg.jobs, cfg.gpu_node_groups, cfg.region, cfg.cluster_name, {})
+    }
 
 
 def test_new_spec_fields_do_not_rename_existing_sagemaker_jobs():
@@ -488,7 +638,9 @@ def test_the_provider_pulumi_serializes_loads_where_pulumi_runs_it(tmp_path):
         "print(type(p).__module__, type(p).__name__, d.replaces, d.delete_before_replace)"
     )
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", code, str(blob)], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(blob)], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    ).stdout
     assert out.split() == ["providers.sagemaker_training_job", "TrainingJobProvider", "['request']", "True"]
 
 

@@ -63,25 +63,33 @@ class Network:
         self.other_sg = self._group("cluster-nodes")
 
     def _subnet(self, cidr: str) -> str:
-        return self.ec2.create_subnet(VpcId=self.vpc, CidrBlock=cidr, AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
+        return self.ec2.create_subnet(VpcId=self.vpc, CidrBlock=cidr, AvailabilityZone=f"{REGION}a")["Subnet"][
+            "SubnetId"
+        ]
 
     def _group(self, name: str) -> str:
         return self.ec2.create_security_group(GroupName=name, Description=name, VpcId=self.vpc)["GroupId"]
 
     def interface(self, subnet: str, groups: list[str]) -> str:
-        return self.ec2.create_network_interface(SubnetId=subnet, Groups=groups)["NetworkInterface"]["NetworkInterfaceId"]
+        return self.ec2.create_network_interface(SubnetId=subnet, Groups=groups)["NetworkInterface"][
+            "NetworkInterfaceId"
+        ]
 
     def attached_interface(self, subnet: str, groups: list[str]) -> tuple[str, str, str]:
         """An interface attached to an instance as its second one: (interface, attachment, instance)."""
         eni = self.interface(subnet, groups)
-        instance = self.ec2.run_instances(ImageId="ami-12345678", InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1, SubnetId=subnet)["Instances"][0][
-            "InstanceId"
+        instance = self.ec2.run_instances(
+            ImageId="ami-12345678", InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1, SubnetId=subnet
+        )["Instances"][0]["InstanceId"]
+        attachment = self.ec2.attach_network_interface(NetworkInterfaceId=eni, InstanceId=instance, DeviceIndex=1)[
+            "AttachmentId"
         ]
-        attachment = self.ec2.attach_network_interface(NetworkInterfaceId=eni, InstanceId=instance, DeviceIndex=1)["AttachmentId"]
         return eni, attachment, instance
 
     def interface_ids(self) -> set[str]:
-        found = self.ec2.describe_network_interfaces(Filters=[{"Name": "vpc-id", "Values": [self.vpc]}])["NetworkInterfaces"]
+        found = self.ec2.describe_network_interfaces(Filters=[{"Name": "vpc-id", "Values": [self.vpc]}])[
+            "NetworkInterfaces"
+        ]
         return {e["NetworkInterfaceId"] for e in found}
 
 
@@ -113,7 +121,11 @@ class FakeSageMaker:
         self.calls.append(("describe", status if isinstance(status, str) else "error"))
         if isinstance(status, Exception):
             raise status
-        return {"TrainingJobName": TrainingJobName, "TrainingJobArn": _arn(TrainingJobName), "TrainingJobStatus": status}
+        return {
+            "TrainingJobName": TrainingJobName,
+            "TrainingJobArn": _arn(TrainingJobName),
+            "TrainingJobStatus": status,
+        }
 
     def stop_training_job(self, TrainingJobName: str) -> dict[str, Any]:
         self.calls.append(("stop", TrainingJobName))
@@ -277,7 +289,10 @@ def test_create_job_retries_while_the_role_propagates(message, clock):
     "code, message",
     [
         ("ValidationException", "Instance type ml.p4d.24xlarge is not supported by algorithm tensorflow-training"),
-        ("ResourceLimitExceeded", "The account-level service limit 'ml.p4d.24xlarge for training job usage' is 0 Instances"),
+        (
+            "ResourceLimitExceeded",
+            "The account-level service limit 'ml.p4d.24xlarge for training job usage' is 0 Instances",
+        ),
     ],
 )
 def test_create_job_raises_other_errors_at_once(code, message, clock):
@@ -295,7 +310,9 @@ def test_create_job_raises_other_errors_at_once(code, message, clock):
 
 def test_create_job_waits_while_the_name_is_still_taken_by_a_job_being_deleted(clock):
     """A replacement deletes the old job first; its name is taken until the deletion is done."""
-    taken = _client_error("ResourceInUse", "Training job names must be unique within an AWS account and region", "CreateTrainingJob")
+    taken = _client_error(
+        "ResourceInUse", "Training job names must be unique within an AWS account and region", "CreateTrainingJob"
+    )
     gone = _client_error("ValidationException", NOT_FOUND_MESSAGE, "DescribeTrainingJob")
     sm = FakeSageMaker(statuses=["Deleting", gone], create_errors=[taken, taken])
     client, _ = factory(sm)
@@ -320,9 +337,17 @@ def test_create_job_hands_boto3_integers_where_pulumi_gives_floats(clock):
     from google.protobuf import json_format, struct_pb2
 
     struct = struct_pb2.Struct()
-    struct.update({"TrainingJobName": JOB_NAME, "ResourceConfig": {"InstanceCount": 2, "VolumeSizeInGB": 100}, "Tags": [{"Key": "run", "Value": "1"}]})
+    struct.update(
+        {
+            "TrainingJobName": JOB_NAME,
+            "ResourceConfig": {"InstanceCount": 2, "VolumeSizeInGB": 100},
+            "Tags": [{"Key": "run", "Value": "1"}],
+        }
+    )
     as_pulumi_gives_it = json_format.MessageToDict(struct)
-    assert as_pulumi_gives_it["ResourceConfig"]["InstanceCount"] == 2.0 and isinstance(as_pulumi_gives_it["ResourceConfig"]["InstanceCount"], float)
+    assert as_pulumi_gives_it["ResourceConfig"]["InstanceCount"] == 2.0 and isinstance(
+        as_pulumi_gives_it["ResourceConfig"]["InstanceCount"], float
+    )
     seen: list[dict[str, Any]] = []
 
     class Recording(FakeSageMaker):
@@ -458,7 +483,11 @@ def test_delete_job_tolerates_the_job_vanishing_before_its_delete(interfaces, cl
 
 
 def test_delete_job_raises_other_describe_errors(interfaces, clock):
-    error = _client_error("AccessDeniedException", "User is not authorized to perform: sagemaker:DescribeTrainingJob", "DescribeTrainingJob")
+    error = _client_error(
+        "AccessDeniedException",
+        "User is not authorized to perform: sagemaker:DescribeTrainingJob",
+        "DescribeTrainingJob",
+    )
     sm = FakeSageMaker(statuses=[error])
 
     with pytest.raises(ClientError) as raised:
@@ -522,7 +551,9 @@ class SlowDetach(Spy):
         def call(*args: Any, **kwargs: Any) -> Any:
             eni = kwargs.get("NetworkInterfaceId")
             if name == "delete_network_interface" and eni in self.detaching:
-                raise _client_error("InvalidNetworkInterface.InUse", f"Interface: [{eni}] in use.", "DeleteNetworkInterface")
+                raise _client_error(
+                    "InvalidNetworkInterface.InUse", f"Interface: [{eni}] in use.", "DeleteNetworkInterface"
+                )
             out = method(*args, **kwargs)
             if name == "detach_network_interface":
                 self.detaching.add(self.attached[kwargs["AttachmentId"]])
@@ -537,7 +568,9 @@ def test_delete_interfaces_waits_for_a_detachment_before_deleting(interfaces, cl
     client, _ = factory(None, ec2)
     warnings: list[str] = []
 
-    deleted = provider.delete_interfaces(REGION, [net.sg], [net.subnet], client=client, sleep=clock.sleep, warn=warnings.append)
+    deleted = provider.delete_interfaces(
+        REGION, [net.sg], [net.subnet], client=client, sleep=clock.sleep, warn=warnings.append
+    )
 
     assert sorted(deleted) == sorted(interfaces.job)
     assert net.interface_ids() == interfaces.before - interfaces.job
@@ -575,7 +608,9 @@ def test_delete_interfaces_ignores_an_interface_deleted_meanwhile(interfaces, cl
     client, _ = factory(None, RacingCleanup(net.ec2, gone=interfaces.detached))
     warnings: list[str] = []
 
-    deleted = provider.delete_interfaces(REGION, [net.sg], [net.subnet], client=client, sleep=clock.sleep, warn=warnings.append)
+    deleted = provider.delete_interfaces(
+        REGION, [net.sg], [net.subnet], client=client, sleep=clock.sleep, warn=warnings.append
+    )
 
     assert deleted == [interfaces.attached]
     assert net.interface_ids() == interfaces.before - interfaces.job
@@ -593,7 +628,10 @@ def _props(**changes: Any) -> dict[str, Any]:
             "TrainingJobName": JOB_NAME,
             "RoleArn": ROLE_ARN,
             "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100},
-            "VpcConfig": {"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"]},
+            "VpcConfig": {
+                "SecurityGroupIds": ["sg-0123456789abcdef0"],
+                "Subnets": ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"],
+            },
         },
         "region": REGION,
         "stopTimeoutSeconds": 3600,
@@ -613,7 +651,12 @@ def test_diff_of_identical_props_is_no_change():
 
 def test_diff_of_a_changed_request_replaces_the_job_deleting_the_old_one_first():
     olds = _props()
-    news = _props(request={**olds["request"], "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 4, "VolumeSizeInGB": 100}})
+    news = _props(
+        request={
+            **olds["request"],
+            "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 4, "VolumeSizeInGB": 100},
+        }
+    )
 
     result = provider.TrainingJobProvider().diff(JOB_NAME, olds, news)
 
@@ -638,7 +681,16 @@ def test_delete_reads_the_group_and_subnets_from_the_request(monkeypatch: pytest
     provider.TrainingJobProvider().delete(JOB_NAME, _props(stopTimeoutSeconds=5400.0))
 
     # An unconfigured provider (configure is Pulumi's) uses boto3's standard chain.
-    assert seen == [(JOB_NAME, REGION, ["sg-0123456789abcdef0"], ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"], 5400, {"client": provider._client})]
+    assert seen == [
+        (
+            JOB_NAME,
+            REGION,
+            ["sg-0123456789abcdef0"],
+            ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"],
+            5400,
+            {"client": provider._client},
+        )
+    ]
     assert isinstance(seen[0][4], int)
 
 
@@ -664,8 +716,15 @@ def test_create_and_read_against_moto(network):
     assert created.id == name
     assert created.outs is not None
     assert created.outs["arn"] == _arn(name)
-    assert created.outs["status"] == boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
-    assert {k: created.outs[k] for k in ("request", "region", "stopTimeoutSeconds")} == {k: props[k] for k in ("request", "region", "stopTimeoutSeconds")}
+    assert (
+        created.outs["status"]
+        == boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=name)[
+            "TrainingJobStatus"
+        ]
+    )
+    assert {k: created.outs[k] for k in ("request", "region", "stopTimeoutSeconds")} == {
+        k: props[k] for k in ("request", "region", "stopTimeoutSeconds")
+    }
 
     read = p.read(name, {**props, "status": "stale"})
 
@@ -690,7 +749,11 @@ def test_read_of_a_vanished_job_keeps_it_with_status_missing(monkeypatch: pytest
 
 
 def test_read_raises_on_other_errors_instead_of_calling_the_job_missing(monkeypatch: pytest.MonkeyPatch):
-    denied = _client_error("AccessDeniedException", "User is not authorized to perform: sagemaker:DescribeTrainingJob", "DescribeTrainingJob")
+    denied = _client_error(
+        "AccessDeniedException",
+        "User is not authorized to perform: sagemaker:DescribeTrainingJob",
+        "DescribeTrainingJob",
+    )
     monkeypatch.setattr(provider, "_client", lambda service, region: FakeSageMaker(statuses=[denied]))
 
     with pytest.raises(ClientError) as raised:
@@ -728,14 +791,25 @@ def test_diff_of_a_tag_change_alone_updates_in_place():
 def test_update_changes_the_tags_of_the_running_job(monkeypatch: pytest.MonkeyPatch):
     sm = FakeSageMaker(statuses=["InProgress"])
     monkeypatch.setattr(provider, "_client", lambda service, region: sm)
-    olds = _props(request={**_props()["request"], "Tags": [{"Key": "env", "Value": "dev"}, {"Key": "old", "Value": "x"}]})
-    news = _props(request={**olds["request"], "Tags": [{"Key": "env", "Value": "prod"}, {"Key": "team", "Value": "ml"}]})
+    olds = _props(
+        request={**_props()["request"], "Tags": [{"Key": "env", "Value": "dev"}, {"Key": "old", "Value": "x"}]}
+    )
+    news = _props(
+        request={**olds["request"], "Tags": [{"Key": "env", "Value": "prod"}, {"Key": "team", "Value": "ml"}]}
+    )
 
     result = provider.TrainingJobProvider().update(JOB_NAME, olds, news)
 
     arn = olds["arn"]
-    assert sm.calls == [("delete_tags", (arn, ["old"])), ("add_tags", (arn, [{"Key": "env", "Value": "prod"}, {"Key": "team", "Value": "ml"}]))]
-    assert result.outs["request"]["Tags"] == news["request"]["Tags"] and result.outs["arn"] == arn and result.outs["status"] == "InProgress"
+    assert sm.calls == [
+        ("delete_tags", (arn, ["old"])),
+        ("add_tags", (arn, [{"Key": "env", "Value": "prod"}, {"Key": "team", "Value": "ml"}])),
+    ]
+    assert (
+        result.outs["request"]["Tags"] == news["request"]["Tags"]
+        and result.outs["arn"] == arn
+        and result.outs["status"] == "InProgress"
+    )
 
 
 def test_diff_of_a_request_not_known_yet_is_a_replacement():
@@ -761,7 +835,12 @@ def test_the_job_is_created_from_the_request_as_pulumi_serializes_it(network):
     from pulumi.runtime import rpc
 
     request = maskrcnn_request([network.sg], [network.subnet])
-    props = {"__provider": serialize_provider(provider.TrainingJobProvider()), "request": request, "region": REGION, "stopTimeoutSeconds": 3600}
+    props = {
+        "__provider": serialize_provider(provider.TrainingJobProvider()),
+        "request": request,
+        "region": REGION,
+        "stopTimeoutSeconds": 3600,
+    }
     loop = asyncio.new_event_loop()
     try:
         struct = loop.run_until_complete(rpc.serialize_properties(props, {}))
@@ -774,7 +853,9 @@ def test_the_job_is_created_from_the_request_as_pulumi_serializes_it(network):
     result = host_provider.create(received)
 
     assert result.id == request["TrainingJobName"]
-    job = boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=request["TrainingJobName"])
+    job = boto3.client("sagemaker", region_name=REGION).describe_training_job(
+        TrainingJobName=request["TrainingJobName"]
+    )
     assert result.outs["status"] == job["TrainingJobStatus"] and result.outs["arn"] == job["TrainingJobArn"]
     assert job["ResourceConfig"]["InstanceCount"] == 2
     assert job["StoppingCondition"]["MaxRuntimeInSeconds"] == request["StoppingCondition"]["MaxRuntimeInSeconds"]
@@ -795,23 +876,39 @@ def _through_the_wire(props: dict[str, Any]) -> dict[str, Any]:
     return dict(rpc.deserialize_properties(struct))
 
 
-def test_a_job_gone_at_aws_is_kept_shown_as_a_replacement_and_destroyed_without_error(interfaces, monkeypatch: pytest.MonkeyPatch):
+def test_a_job_gone_at_aws_is_kept_shown_as_a_replacement_and_destroyed_without_error(
+    interfaces, monkeypatch: pytest.MonkeyPatch
+):
     """The whole life of a job deleted behind Pulumi's back: refresh keeps it (``Missing``), the next
     preview shows a replacement to approve instead of a quiet create, and a destroy succeeds."""
     net = interfaces.net
-    inputs = {"request": maskrcnn_request([net.sg], [net.subnet]), "region": REGION, "stopTimeoutSeconds": 3600, "arn": None, "status": None}
+    inputs = {
+        "request": maskrcnn_request([net.sg], [net.subnet]),
+        "region": REGION,
+        "stopTimeoutSeconds": 3600,
+        "arn": None,
+        "status": None,
+    }
     p = provider.TrainingJobProvider()
     created = p.create(_through_the_wire(inputs))  # on moto
     assert created.outs is not None
     state = _through_the_wire(created.outs)
     # Deleted in the console, say: SageMaker no longer knows the name.
     gone = FakeSageMaker(statuses=[_client_error("ValidationException", NOT_FOUND_MESSAGE, "DescribeTrainingJob")])
-    monkeypatch.setattr(provider, "_client", lambda service, region: gone if service == "sagemaker" else boto3.client(service, region_name=region))
+    monkeypatch.setattr(
+        provider,
+        "_client",
+        lambda service, region: gone if service == "sagemaker" else boto3.client(service, region_name=region),
+    )
 
     refreshed = p.read(created.id, state)  # `pulumi refresh`, or the refresh of `refresh: always`
     assert refreshed.id == created.id and refreshed.outs is not None
     state = _through_the_wire(refreshed.outs)
-    assert state["status"] == provider.MISSING and state["arn"] == created.outs["arn"] and state["request"] == _through_the_wire(inputs)["request"]
+    assert (
+        state["status"] == provider.MISSING
+        and state["arn"] == created.outs["arn"]
+        and state["request"] == _through_the_wire(inputs)["request"]
+    )
 
     preview = p.diff(created.id, state, _through_the_wire(inputs))  # the next `pulumi preview` / `up`
     assert preview.changes is True and preview.replaces == ["status"] and preview.delete_before_replace is True
@@ -831,7 +928,9 @@ ENI_FILTERS = [{"Name": "group-id", "Values": [SG]}, {"Name": "subnet-id", "Valu
 SAGEMAKER_REQUESTER = "AROAEXAMPLEROLEID0001:SageMaker"
 
 
-def _eni(eni_id: str, status: str = "available", managed: bool = False, attachment: dict[str, Any] | None = None) -> dict[str, Any]:
+def _eni(
+    eni_id: str, status: str = "available", managed: bool = False, attachment: dict[str, Any] | None = None
+) -> dict[str, Any]:
     eni: dict[str, Any] = {
         "NetworkInterfaceId": eni_id,
         "Status": status,
@@ -856,11 +955,17 @@ class StubbedEc2:
 
     def lists(self, *enis: dict[str, Any], token: str | None = None, after: str | None = None) -> None:
         expected: dict[str, Any] = {"Filters": ENI_FILTERS, **({"NextToken": after} if after else {})}
-        self.stub.add_response("describe_network_interfaces", {"NetworkInterfaces": list(enis), **({"NextToken": token} if token else {})}, expected)
+        self.stub.add_response(
+            "describe_network_interfaces",
+            {"NetworkInterfaces": list(enis), **({"NextToken": token} if token else {})},
+            expected,
+        )
 
     def deletes(self, eni_id: str, error: tuple[str, str] | None = None) -> None:
         if error:
-            self.stub.add_client_error("delete_network_interface", error[0], error[1], 400, expected_params={"NetworkInterfaceId": eni_id})
+            self.stub.add_client_error(
+                "delete_network_interface", error[0], error[1], 400, expected_params={"NetworkInterfaceId": eni_id}
+            )
         else:
             self.stub.add_response("delete_network_interface", {}, {"NetworkInterfaceId": eni_id})
 
@@ -869,7 +974,14 @@ class StubbedEc2:
         client, _ = factory(None, self.client)
         with self.stub:
             deleted = provider.delete_interfaces(
-                REGION, [SG], [SUBNET], client=client, sleep=clock.sleep, warn=warnings.append, job=JOB_NAME, timeout_seconds=timeout
+                REGION,
+                [SG],
+                [SUBNET],
+                client=client,
+                sleep=clock.sleep,
+                warn=warnings.append,
+                job=JOB_NAME,
+                timeout_seconds=timeout,
             )
             self.stub.assert_no_pending_responses()
         return deleted, warnings
@@ -879,11 +991,18 @@ def in_use(eni_id: str) -> tuple[str, str]:
     return "InvalidParameterValue", f"Network interface '{eni_id}' is currently in use."
 
 
-def test_delete_interfaces_leaves_sagemakers_own_attached_interface_to_sagemaker_and_deletes_it_once_released(aws, clock):
+def test_delete_interfaces_leaves_sagemakers_own_attached_interface_to_sagemaker_and_deletes_it_once_released(
+    aws, clock
+):
     """A requester-managed interface cannot be detached by the account (EC2 user guide,
     requester-managed-eni): no DetachNetworkInterface, only a look again until SageMaker has let go."""
     eni = "eni-0aaaaaaaaaaaaaaa1"
-    attached = {"AttachmentId": "ela-attach-0aaaaaaaaaaaaaaa1", "InstanceOwnerId": "amazon-aws", "Status": "attached", "DeviceIndex": 1}
+    attached = {
+        "AttachmentId": "ela-attach-0aaaaaaaaaaaaaaa1",
+        "InstanceOwnerId": "amazon-aws",
+        "Status": "attached",
+        "DeviceIndex": 1,
+    }
     ec2 = StubbedEc2()
     ec2.lists(_eni(eni, "in-use", managed=True, attachment=attached))
     ec2.lists(_eni(eni, "in-use", managed=True, attachment={**attached, "Status": "detaching"}))
@@ -981,7 +1100,12 @@ def test_delete_interfaces_warns_when_it_cannot_list_them(aws, clock):
 
 def test_delete_interfaces_deletes_an_interface_whose_attachment_is_already_gone(aws, clock):
     eni = "eni-0fffffffffffffff1"
-    attachment = {"AttachmentId": "eni-attach-0fffffffffffffff1", "InstanceOwnerId": ACCOUNT, "Status": "attached", "DeviceIndex": 1}
+    attachment = {
+        "AttachmentId": "eni-attach-0fffffffffffffff1",
+        "InstanceOwnerId": ACCOUNT,
+        "Status": "attached",
+        "DeviceIndex": 1,
+    }
     ec2 = StubbedEc2()
     ec2.lists(_eni(eni, "in-use", attachment=attachment))
     ec2.stub.add_client_error(
@@ -1017,7 +1141,9 @@ def test_delete_job_whose_interfaces_stay_still_succeeds(interfaces, clock):
     client, _ = factory(sm, Stuck(net.ec2))
     warnings: list[str] = []
 
-    deleted = provider.delete_job(JOB_NAME, REGION, [net.sg], [net.subnet], 3600, client=client, sleep=clock.sleep, warn=warnings.append)
+    deleted = provider.delete_job(
+        JOB_NAME, REGION, [net.sg], [net.subnet], 3600, client=client, sleep=clock.sleep, warn=warnings.append
+    )
 
     assert deleted == [interfaces.attached]
     assert net.interface_ids() == interfaces.before - {interfaces.attached}
@@ -1102,7 +1228,12 @@ def test_the_settings_follow_the_aws_providers_config_as_pulumi_passes_it():
         {"roleArn": DEPLOY_ROLE},
     ]
     # Objects and lists reach a provider as their JSON text (config.Value.Value in the engine).
-    config = {"aws:region": "us-west-2", "aws:profile": "ml", "aws:assumeRoles": json.dumps(roles), "aws:stsRegion": "us-east-1"}
+    config = {
+        "aws:region": "us-west-2",
+        "aws:profile": "ml",
+        "aws:assumeRoles": json.dumps(roles),
+        "aws:stsRegion": "us-east-1",
+    }
 
     settings = provider.AwsSettings.from_config(config.get)
 
@@ -1128,10 +1259,16 @@ def test_the_settings_follow_the_aws_providers_config_as_pulumi_passes_it():
 
 
 def test_keys_from_the_config_are_never_shown():
-    settings = provider.AwsSettings.from_config({"aws:accessKey": "AKIAEXAMPLEKEY000001", "aws:secretKey": "s3cr3t/value", "aws:token": "tok3n"}.get)
+    settings = provider.AwsSettings.from_config(
+        {"aws:accessKey": "AKIAEXAMPLEKEY000001", "aws:secretKey": "s3cr3t/value", "aws:token": "tok3n"}.get
+    )
 
     assert settings.access_key == "AKIAEXAMPLEKEY000001" and settings.secret_key == "s3cr3t/value"
-    assert "s3cr3t" not in repr(settings) and "AKIAEXAMPLEKEY000001" not in repr(settings) and "tok3n" not in repr(settings)
+    assert (
+        "s3cr3t" not in repr(settings)
+        and "AKIAEXAMPLEKEY000001" not in repr(settings)
+        and "tok3n" not in repr(settings)
+    )
 
 
 @pytest.mark.parametrize(
@@ -1157,21 +1294,57 @@ def test_durations_read_as_the_aws_provider_reads_them(text, seconds):
 @pytest.mark.parametrize(
     "config, key, words",
     [
-        ({"aws:assumeRole": '{"roleArn": "arn:aws:iam::222222222222:role/deploy"}'}, "aws:assumeRole", "aws:assumeRoles"),
-        ({"aws:assumeRoleWithWebIdentity": '{"roleArn": "arn:aws:iam::222222222222:role/ci"}'}, "aws:assumeRoleWithWebIdentity", "AWS_WEB_IDENTITY_TOKEN_FILE"),
+        (
+            {"aws:assumeRole": '{"roleArn": "arn:aws:iam::222222222222:role/deploy"}'},
+            "aws:assumeRole",
+            "aws:assumeRoles",
+        ),
+        (
+            {"aws:assumeRoleWithWebIdentity": '{"roleArn": "arn:aws:iam::222222222222:role/ci"}'},
+            "aws:assumeRoleWithWebIdentity",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+        ),
         ({"aws:sharedConfigFiles": '["/etc/aws/config"]'}, "aws:sharedConfigFiles", "AWS_CONFIG_FILE"),
-        ({"aws:sharedCredentialsFiles": '["/etc/aws/credentials"]'}, "aws:sharedCredentialsFiles", "AWS_SHARED_CREDENTIALS_FILE"),
+        (
+            {"aws:sharedCredentialsFiles": '["/etc/aws/credentials"]'},
+            "aws:sharedCredentialsFiles",
+            "AWS_SHARED_CREDENTIALS_FILE",
+        ),
         ({"aws:endpoints": '[{"sagemaker": "http://localhost:4566"}]'}, "aws:endpoints", "AWS_ENDPOINT_URL_SAGEMAKER"),
         ({"aws:accessKey": "AKIAEXAMPLEKEY000001"}, "aws:secretKey", "required with aws:accessKey"),
         ({"aws:profile": ""}, "aws:profile", "non-empty string"),
         ({"aws:assumeRoles": '{"roleArn": "arn:aws:iam::222222222222:role/deploy"}'}, "aws:assumeRoles", "not a list"),
-        ({"aws:assumeRoles": '[{"roleArn": "deploy"}]'}, "aws:assumeRoles[0].roleArn", "'deploy' is not an IAM role ARN"),
+        (
+            {"aws:assumeRoles": '[{"roleArn": "deploy"}]'},
+            "aws:assumeRoles[0].roleArn",
+            "'deploy' is not an IAM role ARN",
+        ),
         ({"aws:assumeRoles": '[{"sessionName": "ci"}]'}, "aws:assumeRoles[0].roleArn", "required"),
-        ({"aws:assumeRoles": '[{"roleArn": "arn:aws:iam::222222222222:role/d", "duration": "13h"}]'}, "aws:assumeRoles[0].duration", "15m to 12h"),
-        ({"aws:assumeRoles": '[{"roleArn": "arn:aws:iam::222222222222:role/d", "externalId": "x"}]'}, "aws:assumeRoles[0].externalId", "2-1224"),
-        ({"aws:assumeRoles": '[{"roleArn": "arn:aws:iam::222222222222:role/d", "sessionName": "a b"}]'}, "aws:assumeRoles[0].sessionName", "'a b'"),
-        ({"aws:assumeRoles": '[{"roleArn": "arn:aws:iam::222222222222:role/d", "rolearn": "x"}]'}, "aws:assumeRoles[0]", "unknown field(s) rolearn"),
-        ({"aws:assumeRoles": '[{"roleArn": "arn:aws:iam::222222222222:role/d", "tags": ["a"]}]'}, "aws:assumeRoles[0].tags", "map of strings"),
+        (
+            {"aws:assumeRoles": '[{"roleArn": "arn:aws:iam::222222222222:role/d", "duration": "13h"}]'},
+            "aws:assumeRoles[0].duration",
+            "15m to 12h",
+        ),
+        (
+            {"aws:assumeRoles": '[{"roleArn": "arn:aws:iam::222222222222:role/d", "externalId": "x"}]'},
+            "aws:assumeRoles[0].externalId",
+            "2-1224",
+        ),
+        (
+            {"aws:assumeRoles": '[{"roleArn": "arn:aws:iam::222222222222:role/d", "sessionName": "a b"}]'},
+            "aws:assumeRoles[0].sessionName",
+            "'a b'",
+        ),
+        (
+            {"aws:assumeRoles": '[{"roleArn": "arn:aws:iam::222222222222:role/d", "rolearn": "x"}]'},
+            "aws:assumeRoles[0]",
+            "unknown field(s) rolearn",
+        ),
+        (
+            {"aws:assumeRoles": '[{"roleArn": "arn:aws:iam::222222222222:role/d", "tags": ["a"]}]'},
+            "aws:assumeRoles[0].tags",
+            "map of strings",
+        ),
     ],
 )
 def test_settings_the_provider_cannot_follow_are_one_problem_naming_their_key(config, key, words):
@@ -1185,14 +1358,21 @@ def test_settings_the_provider_cannot_follow_are_one_problem_naming_their_key(co
 
 
 def test_endpoints_of_other_services_are_fine():
-    assert provider.AwsSettings.from_config({"aws:endpoints": '[{"s3": "http://localhost:4566"}]'}.get) == provider.AwsSettings()
+    assert (
+        provider.AwsSettings.from_config({"aws:endpoints": '[{"s3": "http://localhost:4566"}]'}.get)
+        == provider.AwsSettings()
+    )
 
 
-def test_the_profile_wins_over_environment_keys_as_in_the_aws_provider(aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_the_profile_wins_over_environment_keys_as_in_the_aws_provider(
+    aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     import os
 
     config = tmp_path / "aws-config"
-    config.write_text("[profile ml]\naws_access_key_id = AKIAPROFILEML0000001\naws_secret_access_key = from-the-profile\n")
+    config.write_text(
+        "[profile ml]\naws_access_key_id = AKIAPROFILEML0000001\naws_secret_access_key = from-the-profile\n"
+    )
     monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
 
     def access_key(settings: provider.AwsSettings) -> str:
@@ -1226,18 +1406,25 @@ class AssumeRoleSpy:
             out = original(client, operation, params)
             if operation == "AssumeRole":
                 signer = client._request_signer._credentials.get_frozen_credentials()
-                spy.calls.append({**params, "signed with": signer.access_key, "handed out": out["Credentials"]["AccessKeyId"]})
+                spy.calls.append(
+                    {**params, "signed with": signer.access_key, "handed out": out["Credentials"]["AccessKeyId"]}
+                )
             return out
 
         monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", make_api_call)
 
 
-def test_the_roles_are_assumed_in_turn_each_with_the_credentials_of_the_one_before(aws, monkeypatch: pytest.MonkeyPatch):
+def test_the_roles_are_assumed_in_turn_each_with_the_credentials_of_the_one_before(
+    aws, monkeypatch: pytest.MonkeyPatch
+):
     import os
 
     spy = AssumeRoleSpy(monkeypatch)
     settings = provider.AwsSettings(
-        assume_roles=(provider.AssumeRole(AUDIT_ROLE, external_id="ext-1234", duration_seconds=900), provider.AssumeRole(DEPLOY_ROLE))
+        assume_roles=(
+            provider.AssumeRole(AUDIT_ROLE, external_id="ext-1234", duration_seconds=900),
+            provider.AssumeRole(DEPLOY_ROLE),
+        )
     )
     clients = provider.Clients(settings)
 
@@ -1280,7 +1467,9 @@ def _secret(value: str) -> dict[str, str]:
     return {rpc._special_sig_key: rpc._special_secret_sig, "value": value}
 
 
-def test_a_configured_provider_starts_the_job_as_the_stacks_assumed_role_and_stores_none_of_it(network, monkeypatch: pytest.MonkeyPatch):
+def test_a_configured_provider_starts_the_job_as_the_stacks_assumed_role_and_stores_none_of_it(
+    network, monkeypatch: pytest.MonkeyPatch
+):
     spy = AssumeRoleSpy(monkeypatch)
     p = provider.TrainingJobProvider()
     _configure_as_the_provider_host_does(
@@ -1299,7 +1488,11 @@ def test_a_configured_provider_starts_the_job_as_the_stacks_assumed_role_and_sto
     created = p.create(props)
 
     (call,) = spy.calls
-    assert call["RoleArn"] == DEPLOY_ROLE and call["ExternalId"] == "ext-1234" and call["signed with"] == "AKIASTACKCONFIG00001"
+    assert (
+        call["RoleArn"] == DEPLOY_ROLE
+        and call["ExternalId"] == "ext-1234"
+        and call["signed with"] == "AKIASTACKCONFIG00001"
+    )
     assert created.id == request["TrainingJobName"] and created.outs is not None
     assert set(created.outs) == set(props)  # nothing of the identity goes into the state
     assert "stack-secret-key" not in json.dumps(created.outs) and "AKIASTACKCONFIG00001" not in json.dumps(created.outs)
@@ -1323,7 +1516,10 @@ def test_a_setting_the_provider_cannot_follow_stops_it_at_configure():
     from facts.problems import ConfigError
 
     with pytest.raises(ConfigError) as raised:
-        _configure_as_the_provider_host_does(provider.TrainingJobProvider(), {"aws:region": REGION, "aws:assumeRole": json.dumps({"roleArn": DEPLOY_ROLE})})
+        _configure_as_the_provider_host_does(
+            provider.TrainingJobProvider(),
+            {"aws:region": REGION, "aws:assumeRole": json.dumps({"roleArn": DEPLOY_ROLE})},
+        )
 
     assert [p.key for p in raised.value.problems] == ["aws:assumeRole"]
 
@@ -1352,7 +1548,9 @@ def test_create_job_records_a_started_job_even_when_describe_keeps_failing(clock
     client, _ = factory(sm)
     warnings: list[str] = []
 
-    out = provider.create_job({"TrainingJobName": JOB_NAME}, REGION, client=client, sleep=clock.sleep, warn=warnings.append)
+    out = provider.create_job(
+        {"TrainingJobName": JOB_NAME}, REGION, client=client, sleep=clock.sleep, warn=warnings.append
+    )
 
     assert out == {"arn": _arn(JOB_NAME), "status": provider.UNKNOWN}  # the ARN from CreateTrainingJob's answer
     assert sm.names() == ["create"] + ["describe"] * provider.DESCRIBE_TRIES
@@ -1386,12 +1584,17 @@ def _described(request: dict[str, Any], status: str, **changes: Any) -> dict[str
     job = {
         "TrainingJobName": request["TrainingJobName"],
         "TrainingJobArn": _arn(request["TrainingJobName"]),
-        "ModelArtifacts": {"S3ModelArtifacts": f"{request['OutputDataConfig']['S3OutputPath']}{request['TrainingJobName']}/output/model.tar.gz"},
+        "ModelArtifacts": {
+            "S3ModelArtifacts": f"{request['OutputDataConfig']['S3OutputPath']}{request['TrainingJobName']}/output/model.tar.gz"
+        },
         "TrainingJobStatus": status,
         "SecondaryStatus": "Training" if status == "InProgress" else status,
         "StoppingCondition": request["StoppingCondition"],
         "CreationTime": datetime.datetime(2026, 11, 2, 9, 30, tzinfo=datetime.UTC),
-        **{k: request[k] for k in ("RoleArn", "AlgorithmSpecification", "ResourceConfig", "VpcConfig", "OutputDataConfig")},
+        **{
+            k: request[k]
+            for k in ("RoleArn", "AlgorithmSpecification", "ResourceConfig", "VpcConfig", "OutputDataConfig")
+        },
     }
     job.update(changes)
     return job
@@ -1400,9 +1603,7 @@ def _described(request: dict[str, Any], status: str, **changes: Any) -> dict[str
 def _name_taken(request: dict[str, Any], described: dict[str, Any]) -> tuple[Any, Stubber]:
     sm = boto3.client("sagemaker", region_name=REGION)
     stub = Stubber(sm)
-    message = (
-        f"Training job names must be unique within an AWS account and region, and a training job with this name already exists ({described['TrainingJobArn']})"
-    )
+    message = f"Training job names must be unique within an AWS account and region, and a training job with this name already exists ({described['TrainingJobArn']})"
     stub.add_client_error("create_training_job", "ResourceInUse", message, 400, expected_params=request)
     stub.add_response("describe_training_job", described, {"TrainingJobName": request["TrainingJobName"]})
     return sm, stub
@@ -1435,7 +1636,12 @@ def test_create_job_refuses_a_job_of_its_name_running_another_request(aws, clock
         provider.create_job(request, REGION, client=factory(sm)[0], sleep=clock.sleep, warn=pytest.fail)
 
     message = str(raised.value)
-    assert request["TrainingJobName"] in message and "RoleArn" in message and "delete-training-job" in message and "`run`" in message
+    assert (
+        request["TrainingJobName"] in message
+        and "RoleArn" in message
+        and "delete-training-job" in message
+        and "`run`" in message
+    )
 
 
 def test_create_job_asks_again_when_it_cannot_tell_who_holds_its_name(aws, clock):
@@ -1444,9 +1650,17 @@ def test_create_job_asks_again_when_it_cannot_tell_who_holds_its_name(aws, clock
     stub = Stubber(sm)
     taken = "Training job names must be unique within an AWS account and region"
     stub.add_client_error("create_training_job", "ResourceInUse", taken, 400, expected_params=request)
-    stub.add_client_error("describe_training_job", "ThrottlingException", "Rate exceeded", 400, expected_params={"TrainingJobName": request["TrainingJobName"]})
+    stub.add_client_error(
+        "describe_training_job",
+        "ThrottlingException",
+        "Rate exceeded",
+        400,
+        expected_params={"TrainingJobName": request["TrainingJobName"]},
+    )
     stub.add_client_error("create_training_job", "ResourceInUse", taken, 400, expected_params=request)
-    stub.add_response("describe_training_job", _described(request, "InProgress"), {"TrainingJobName": request["TrainingJobName"]})
+    stub.add_response(
+        "describe_training_job", _described(request, "InProgress"), {"TrainingJobName": request["TrainingJobName"]}
+    )
     warnings: list[str] = []
 
     with stub:

@@ -70,7 +70,9 @@ EFA_PRESENT = {"vpc.amazonaws.com/efa.present": "true"}
 KUSTOMIZATION = PROJECT_ROOT / "manifests" / "training-operator" / "kustomization.yaml"
 # The CRDs the training operator v1.9 standalone overlay installs upstream (kubeflow/training-operator
 # manifests/base/crds): any of them the plan installs itself must be deleted from the overlay.
-TRAINING_OPERATOR_UPSTREAM_CRDS = {f"{kind}.kubeflow.org" for kind in ("tfjobs", "pytorchjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")}
+TRAINING_OPERATOR_UPSTREAM_CRDS = {
+    f"{kind}.kubeflow.org" for kind in ("tfjobs", "pytorchjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")
+}
 
 # ----------------------------------------------------------------------------------------------
 # Variant stacks (module-scoped: each full run costs ~0.6 s)
@@ -106,7 +108,10 @@ def _lean_values():
     """No EFA group, no EFS, scratch FSx linked to S3 on the file system, no etcd, no monitoring."""
     return minimal_values(
         gpuNodeGroups=[{"name": "p4d", "instanceType": "p4d.24xlarge", "efa": False, "maxSize": 2}],
-        storage={"efs": {"enabled": False}, "fsx": {"deploymentType": "SCRATCH_2", "storageCapacityGiB": 2400, "s3": {"bucket": SCRATCH_BUCKET}}},
+        storage={
+            "efs": {"enabled": False},
+            "fsx": {"deploymentType": "SCRATCH_2", "storageCapacityGiB": 2400, "s3": {"bucket": SCRATCH_BUCKET}},
+        },
         etcd={"enabled": False},
         monitoring={"enabled": False},
     )
@@ -210,7 +215,9 @@ def _role_of_addon(plan, addon):
     role = plan.named(ROLE, roles[0]["name"])
     attachments = [a for a in plan.of_type(ATTACHMENT) if {"type": ROLE, "name": role.name} in a.depends_on]
     assert attachments, f"role {role.name} has no policy"
-    assert {a.inputs["role"] for a in attachments} == {assoc["roleArn"].split(":role/")[-1]}, "association must use this role"
+    assert {a.inputs["role"] for a in attachments} == {assoc["roleArn"].split(":role/")[-1]}, (
+        "association must use this role"
+    )
     trust = json.loads(role.inputs["assumeRolePolicy"])
     statements = trust["Statement"]
     assert statements
@@ -249,12 +256,19 @@ def _assert_mentions(message: str, *parts: str) -> None:
 
 
 def test_nvidia_device_plugin_release_is_pinned_and_runs_only_on_gpu_nodes(dev_plan):
-    assert len(dev_plan.of_type(RELEASE)) == len(versions.CHARTS)  # the device plugins, the Cluster Autoscaler and Kueue
+    assert len(dev_plan.of_type(RELEASE)) == len(
+        versions.CHARTS
+    )  # the device plugins, the Cluster Autoscaler and Kueue
     nv = _release(dev_plan, "nvidia-device-plugin")
     assert nv is not None and nv.parent["type"] == DEVICE_PLUGINS
-    assert _version(versions.NVIDIA_DEVICE_PLUGIN_CHART.version) >= (0, 19, 3), "0.19.0-0.19.2 clash with the EFA plugin"
+    assert _version(versions.NVIDIA_DEVICE_PLUGIN_CHART.version) >= (0, 19, 3), (
+        "0.19.0-0.19.2 clash with the EFA plugin"
+    )
     # Installed from the vendored package (no chart repository at `pulumi up`), named after its version.
-    assert nv.inputs["chart"] == versions.NVIDIA_DEVICE_PLUGIN_CHART.file and versions.NVIDIA_DEVICE_PLUGIN_CHART.version in nv.inputs["chart"]
+    assert (
+        nv.inputs["chart"] == versions.NVIDIA_DEVICE_PLUGIN_CHART.file
+        and versions.NVIDIA_DEVICE_PLUGIN_CHART.version in nv.inputs["chart"]
+    )
     assert "repositoryOpts" not in nv.inputs and (ROOT / nv.inputs["chart"]).is_file()
     values = nv.inputs["values"]
     assert _requires_labels(values["affinity"], GPU_PRESENT)
@@ -270,7 +284,10 @@ def test_efa_device_plugin_release_is_pinned_tolerates_gpu_taint_and_targets_efa
     efa = _release(dev_plan, "aws-efa-k8s-device-plugin")
     assert efa is not None and efa.parent["type"] == DEVICE_PLUGINS
     assert _version(versions.EFA_DEVICE_PLUGIN_CHART.version) >= (0, 5, 10)
-    assert efa.inputs["chart"] == versions.EFA_DEVICE_PLUGIN_CHART.file and versions.EFA_DEVICE_PLUGIN_CHART.version in efa.inputs["chart"]
+    assert (
+        efa.inputs["chart"] == versions.EFA_DEVICE_PLUGIN_CHART.file
+        and versions.EFA_DEVICE_PLUGIN_CHART.version in efa.inputs["chart"]
+    )
     assert "repositoryOpts" not in efa.inputs and (ROOT / efa.inputs["chart"]).is_file()
     values = efa.inputs["values"]
     for taint in _gpu_taints(dev_plan):
@@ -282,7 +299,11 @@ def test_efa_device_plugin_release_is_pinned_tolerates_gpu_taint_and_targets_efa
     assert values["supportedInstanceLabels"]["keys"] == ["node.kubernetes.io/instance-type"]
     assert values["supportedInstanceLabels"]["values"] == efa_types
     # Every EFA group labels its nodes with what the plugin selects on.
-    efa_groups = [r for r in node_groups(dev_plan) if r.name in {f"gpu-{g.name}-mng" for g in cfg.gpu_node_groups if g.efa_enabled}]
+    efa_groups = [
+        r
+        for r in node_groups(dev_plan)
+        if r.name in {f"gpu-{g.name}-mng" for g in cfg.gpu_node_groups if g.efa_enabled}
+    ]
     assert len(efa_groups) == 2 and all(r.inputs["labels"].items() >= EFA_PRESENT.items() for r in efa_groups)
 
 
@@ -444,7 +465,10 @@ def test_fsx_security_group_lustre_ports_from_nodes_and_itself_before_the_file_s
     assert "ingress" not in sg.inputs
     cluster_sg = _cluster_sg(plan)
     ingress = [r for r in plan.of_type(INGRESS) if r.inputs["securityGroupId"] == sg.id]
-    got = {(r.inputs["ipProtocol"], r.inputs["fromPort"], r.inputs["toPort"], r.inputs["referencedSecurityGroupId"]) for r in ingress}
+    got = {
+        (r.inputs["ipProtocol"], r.inputs["fromPort"], r.inputs["toPort"], r.inputs["referencedSecurityGroupId"])
+        for r in ingress
+    }
     assert got == {
         ("tcp", 988, 988, cluster_sg),
         ("tcp", 988, 988, sg.id),
@@ -556,7 +580,15 @@ def test_fsx_static_pv_and_claim(plans, variant, capacity):
 @pytest.mark.parametrize(
     "fsx,expect",
     [
-        ({"deploymentType": "PERSISTENT_1", "storageCapacityGiB": 4800, "perUnitStorageThroughput": 100, "s3": {"bucket": "p1-data"}}, "dra"),
+        (
+            {
+                "deploymentType": "PERSISTENT_1",
+                "storageCapacityGiB": 4800,
+                "perUnitStorageThroughput": 100,
+                "s3": {"bucket": "p1-data"},
+            },
+            "dra",
+        ),
         ({"deploymentType": "SCRATCH_1", "storageCapacityGiB": 3600}, None),
     ],
 )
@@ -579,7 +611,11 @@ def test_disabling_fsx_removes_every_fsx_resource(off_plan):
     assert off_plan.of_type(FSX_FS) == [] and off_plan.of_type(DRA) == []
     assert [r for r in off_plan.records if r.type == FSX_STORE or (r.parent or {}).get("type") == FSX_STORE] == []
     assert _addon(off_plan, "aws-fsx-csi-driver") is None
-    assert not [o for o in off_plan.kubernetes_objects() if o["kind"] == "PersistentVolume" and o["spec"]["csi"]["driver"] == "fsx.csi.aws.com"]
+    assert not [
+        o
+        for o in off_plan.kubernetes_objects()
+        if o["kind"] == "PersistentVolume" and o["spec"]["csi"]["driver"] == "fsx.csi.aws.com"
+    ]
     assert not {"fsxFileSystemId", "fsxDnsName", "fsxClaim"} & set(off_plan.outputs)
     # EFS is still there.
     assert len(off_plan.of_type(EFS_FS)) == 1
@@ -623,7 +659,9 @@ def test_dev_turns_deletion_protection_off(dev_plan):
 
 
 def _mpi_manifest():
-    return operators.load_manifest(PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file, versions.MPI_OPERATOR_MANIFEST.sha256)
+    return operators.load_manifest(
+        PROJECT_ROOT / versions.MPI_OPERATOR_MANIFEST.file, versions.MPI_OPERATOR_MANIFEST.sha256
+    )
 
 
 def test_mpi_operator_manifest_objects_are_registered_as_typed_resources(dev_plan):
@@ -631,7 +669,14 @@ def test_mpi_operator_manifest_objects_are_registered_as_typed_resources(dev_pla
     assert len(children) == 9
     assert all(r.type.startswith("kubernetes:") and r.custom for r in children)
     assert Counter(r.inputs["kind"] for r in children) == Counter(
-        {"Namespace": 1, "CustomResourceDefinition": 1, "ServiceAccount": 1, "ClusterRole": 4, "ClusterRoleBinding": 1, "Deployment": 1}
+        {
+            "Namespace": 1,
+            "CustomResourceDefinition": 1,
+            "ServiceAccount": 1,
+            "ClusterRole": 4,
+            "ClusterRoleBinding": 1,
+            "Deployment": 1,
+        }
     )
     # Registered unchanged: each object equals its document in the vendored manifest.
     docs = {(d["kind"], d["metadata"]["name"]): d for d in _mpi_manifest()}
@@ -657,7 +702,12 @@ def test_mpi_operator_deployment_image_and_ordering(dev_plan):
     assert container["image"] == f"mpioperator/mpi-operator:{versions.MPI_OPERATOR_VERSION.lstrip('v')}"
     (ns,) = [r for r in children if r.inputs["kind"] == "Namespace"]
     assert dep.inputs["metadata"]["namespace"] == ns.inputs["metadata"]["name"]
-    foundation = [r for r in children if r.inputs["kind"] in ("Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
+    foundation = [
+        r
+        for r in children
+        if r.inputs["kind"]
+        in ("Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+    ]
     assert len(foundation) == 8
     for r in foundation:
         assert {"type": r.type, "name": r.name} in dep.depends_on, r.name
@@ -695,13 +745,19 @@ def _kustomization() -> dict:
 
 
 def _patch(target_kind: str, target_name: str):
-    found = [p for p in _kustomization()["patches"] if p["target"].get("kind") == target_kind and p["target"].get("name") == target_name]
+    found = [
+        p
+        for p in _kustomization()["patches"]
+        if p["target"].get("kind") == target_kind and p["target"].get("name") == target_name
+    ]
     assert len(found) == 1, found
     return yaml.safe_load(found[0]["patch"])
 
 
 def _training_manifest():
-    return operators.load_manifest(PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST.file, versions.TRAINING_OPERATOR_MANIFEST.sha256)
+    return operators.load_manifest(
+        PROJECT_ROOT / versions.TRAINING_OPERATOR_MANIFEST.file, versions.TRAINING_OPERATOR_MANIFEST.sha256
+    )
 
 
 def _training_children(plan):
@@ -764,9 +820,18 @@ def test_training_operator_objects_are_ordered(dev_plan):
     assert {r.inputs["kind"] for r in roots} == {"Namespace", "CustomResourceDefinition"}
     root_refs = sorted(({"type": r.type, "name": r.name} for r in roots), key=lambda d: (d["type"], d["name"]))
     foundation = [r for r in children if r.inputs["kind"] in operators.ROOT_KINDS + operators.FOUNDATION_KINDS]
-    assert {r.inputs["kind"] for r in foundation} == {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret"}
+    assert {r.inputs["kind"] for r in foundation} == {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Secret",
+    }
     assert len(foundation) == 7
-    foundation_refs = sorted(({"type": r.type, "name": r.name} for r in foundation), key=lambda d: (d["type"], d["name"]))
+    foundation_refs = sorted(
+        ({"type": r.type, "name": r.name} for r in foundation), key=lambda d: (d["type"], d["name"])
+    )
     by_kind = {r.inputs["kind"]: r for r in children}
     for r in roots:
         assert r.depends_on == [], r.name
@@ -801,7 +866,10 @@ def test_training_operator_overlay_builds_on_the_vendored_release():
     assert target == (upstream / "manifests" / "overlays" / "standalone").resolve()
     assert (target / "kustomization.yaml").is_file()
     assert upstream.name == f"training-operator-{versions.TRAINING_OPERATOR_REF}"
-    assert Path(versions.TRAINING_OPERATOR_MANIFEST.file).name == f"training-operator-{versions.TRAINING_OPERATOR_REF}.yaml"
+    assert (
+        Path(versions.TRAINING_OPERATOR_MANIFEST.file).name
+        == f"training-operator-{versions.TRAINING_OPERATOR_REF}.yaml"
+    )
     assert (PROJECT_ROOT / versions.TRAINING_OPERATOR_KUSTOMIZATION).resolve() == KUSTOMIZATION.parent.resolve()
     assert _version(versions.TRAINING_OPERATOR_REF)[:2] == (1, 9)
 
@@ -838,10 +906,21 @@ def _deleted_crds() -> set[str]:
 def test_training_operator_installs_upstreams_crds_but_the_deleted_ones(dev_plan):
     crds = {r.inputs["metadata"]["name"] for r in _children(dev_plan, TRAINING_OPERATOR, CRD)}
     # mpijobs belongs to the MPI operator; tf/jax/xgboost are schemes the operator does not run.
-    assert _deleted_crds() == {"mpijobs.kubeflow.org", "tfjobs.kubeflow.org", "jaxjobs.kubeflow.org", "xgboostjobs.kubeflow.org"}
+    assert _deleted_crds() == {
+        "mpijobs.kubeflow.org",
+        "tfjobs.kubeflow.org",
+        "jaxjobs.kubeflow.org",
+        "xgboostjobs.kubeflow.org",
+    }
     assert crds == TRAINING_OPERATOR_UPSTREAM_CRDS - _deleted_crds()
-    (mpijobs,) = [o for o in dev_plan.kubernetes_objects() if o["kind"] == "CustomResourceDefinition" and o["metadata"]["name"] == "mpijobs.kubeflow.org"]
-    assert [v["name"] for v in mpijobs["spec"]["versions"]] == ["v2beta1"], "mpijobs.kubeflow.org must be the MPI operator's"
+    (mpijobs,) = [
+        o
+        for o in dev_plan.kubernetes_objects()
+        if o["kind"] == "CustomResourceDefinition" and o["metadata"]["name"] == "mpijobs.kubeflow.org"
+    ]
+    assert [v["name"] for v in mpijobs["spec"]["versions"]] == ["v2beta1"], (
+        "mpijobs.kubeflow.org must be the MPI operator's"
+    )
 
 
 @pytest.mark.parametrize("variant", ["dev", "prod", "lean", "off"])
@@ -851,7 +930,11 @@ def test_no_crd_is_defined_twice(plans, variant):
     assert len(names) == len(set(names)), names
     if _training_children(plan):
         # The overlay installs upstream's CRDs: any the plan installs otherwise must be deleted from it.
-        others = {r.inputs["metadata"]["name"] for r in plan.of_type(CRD) if r.parent != {"type": TRAINING_OPERATOR, "name": "training-operator"}}
+        others = {
+            r.inputs["metadata"]["name"]
+            for r in plan.of_type(CRD)
+            if r.parent != {"type": TRAINING_OPERATOR, "name": "training-operator"}
+        }
         assert others & TRAINING_OPERATOR_UPSTREAM_CRDS <= _deleted_crds()
 
 
@@ -862,7 +945,11 @@ def test_disabling_the_operators_removes_them(off_plan):
     groups = {k.group for k in KINDS}
     assert [r.name for r in off_plan.of_type(CRD) if r.inputs["spec"]["group"] in groups] == []
     assert off_plan.of_type(WEBHOOK) == []
-    assert not [o for o in off_plan.kubernetes_objects() if o["metadata"].get("name") in {n for op in OPERATORS for n in (op.resource, op.namespace)}]
+    assert not [
+        o
+        for o in off_plan.kubernetes_objects()
+        if o["metadata"].get("name") in {n for op in OPERATORS for n in (op.resource, op.namespace)}
+    ]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -949,7 +1036,9 @@ def test_etcd_member_script_ships_with_every_module_it_imports(dev_plan):
     siblings = {f"{n}.py" for text in cm["data"].values() for n in _imports(text) if (scripts / f"{n}.py").is_file()}
     assert siblings == {"etcd_member_decisions.py"}
     assert cm["data"] == {f: (scripts / f).read_text() for f in {"etcd_member.py", *siblings}}
-    assert sts["spec"]["template"]["metadata"]["annotations"]["gputraining/member-script-sha256"] == etcd.scripts_sha256(cm["data"])
+    assert sts["spec"]["template"]["metadata"]["annotations"][
+        "gputraining/member-script-sha256"
+    ] == etcd.scripts_sha256(cm["data"])
 
 
 def _imports(source: str) -> list[str]:
@@ -1001,11 +1090,15 @@ def test_cloudwatch_addon_is_pinned_with_its_agent_role_and_sends_no_values_that
 def test_container_insights_log_groups_with_configured_retention(plans, variant, cluster, retention):
     plan = plans[variant]
     groups = _children(plan, MONITORING, LOG_GROUP)
-    assert {g.inputs["name"] for g in groups} == {f"/aws/containerinsights/{cluster}/{k}" for k in ("application", "dataplane", "host", "performance")}
+    assert {g.inputs["name"] for g in groups} == {
+        f"/aws/containerinsights/{cluster}/{k}" for k in ("application", "dataplane", "host", "performance")
+    }
     assert all(g.inputs["retentionInDays"] == retention for g in groups)
     addon = _addon(plan, "amazon-cloudwatch-observability")
     for g in groups:
-        assert {"type": LOG_GROUP, "name": g.name} in addon.depends_on, "log groups must exist before the agent writes to them"
+        assert {"type": LOG_GROUP, "name": g.name} in addon.depends_on, (
+            "log groups must exist before the agent writes to them"
+        )
 
 
 @pytest.mark.parametrize("variant,cluster", [("dev", "gpu-training-dev"), ("prod", PROD_CLUSTER)])
@@ -1014,11 +1107,19 @@ def test_dashboard_shows_gpu_and_efa_metrics_of_the_cluster(plans, variant, clus
     dash = _child(plan, MONITORING, DASHBOARD)
     assert plan.outputs["dashboardName"] == dash.inputs["dashboardName"]
     body = json.loads(dash.inputs["dashboardBody"])
-    expressions = [m["expression"] for w in body["widgets"] for row in w["properties"]["metrics"] for m in row if isinstance(m, dict) and "expression" in m]
+    expressions = [
+        m["expression"]
+        for w in body["widgets"]
+        for row in w["properties"]["metrics"]
+        for m in row
+        if isinstance(m, dict) and "expression" in m
+    ]
     for metric in ("node_gpu_utilization", "node_gpu_memory_utilization", "node_efa_rx_bytes", "node_efa_tx_bytes"):
         hits = [e for e in expressions if f'MetricName="{metric}"' in e]
         assert hits, metric
-        assert all(e.startswith("SEARCH(") and f'ClusterName="{cluster}"' in e and "ContainerInsights" in e for e in hits), hits
+        assert all(
+            e.startswith("SEARCH(") and f'ClusterName="{cluster}"' in e and "ContainerInsights" in e for e in hits
+        ), hits
     assert all(w["properties"]["region"] == "us-west-2" for w in body["widgets"])
 
 
@@ -1071,7 +1172,12 @@ def test_every_kubernetes_resource_belongs_to_a_service_component(dev_plan):
 def test_no_two_kubernetes_objects_share_an_identity(plans):
     for variant, plan in plans.items():
         ids = Counter(
-            (o["apiVersion"].split("/")[0] if "/" in o["apiVersion"] else "", o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+            (
+                o["apiVersion"].split("/")[0] if "/" in o["apiVersion"] else "",
+                o["kind"],
+                o["metadata"].get("namespace", ""),
+                o["metadata"]["name"],
+            )
             for o in plan.kubernetes_objects()
         )
         assert [k for k, n in ids.items() if n > 1] == [], variant
@@ -1179,7 +1285,10 @@ def test_fsx_capacity_on_the_step_is_accepted(deployment, capacity, throughput):
 
 @pytest.mark.parametrize("deployment", ["PERSISTENT_1", "PERSISTENT_2"])
 def test_fsx_persistent_without_throughput_lists_the_allowed_values(deployment):
-    msg = _only_problem(minimal_values(storage={"fsx": {"deploymentType": deployment, "storageCapacityGiB": 2400}}), f"{FSX_KEY}.perUnitStorageThroughput")
+    msg = _only_problem(
+        minimal_values(storage={"fsx": {"deploymentType": deployment, "storageCapacityGiB": 2400}}),
+        f"{FSX_KEY}.perUnitStorageThroughput",
+    )
     _assert_mentions(msg, deployment, *map(str, stack_config.FSX_THROUGHPUT[deployment]))
 
 
@@ -1204,7 +1313,9 @@ def test_fsx_bad_bucket_name(bucket):
 
 
 def test_fsx_s3_paths_are_checked():
-    problems = _problems(minimal_values(storage={"fsx": {"s3": {"bucket": "ok-bucket", "prefix": "/data", "fileSystemPath": "s3"}}}))
+    problems = _problems(
+        minimal_values(storage={"fsx": {"s3": {"bucket": "ok-bucket", "prefix": "/data", "fileSystemPath": "s3"}}})
+    )
     assert {p.key for p in problems} == {f"{FSX_KEY}.s3.prefix", f"{FSX_KEY}.s3.fileSystemPath"}
     by_key = {p.key: p.message for p in problems}
     _assert_mentions(by_key[f"{FSX_KEY}.s3.prefix"], "'/data'")
@@ -1217,7 +1328,9 @@ def test_fsx_checks_do_not_apply_when_fsx_is_off():
 
 
 def test_efs_max_io_with_elastic_throughput_is_rejected():
-    msg = _only_problem(minimal_values(storage={"efs": {"performanceMode": "maxIO"}}), f"{NS}:storage.efs.performanceMode")
+    msg = _only_problem(
+        minimal_values(storage={"efs": {"performanceMode": "maxIO"}}), f"{NS}:storage.efs.performanceMode"
+    )
     _assert_mentions(msg, "'maxIO'", "elastic")
 
 
@@ -1258,10 +1371,20 @@ def test_bad_training_namespace(namespace):
 @pytest.mark.parametrize(
     "section,raw,key,allowed",
     [
-        ("storage", {"fsx": {"sizeGiB": 1200}}, "storage.fsx.sizeGiB", ["deploymentType", "storageCapacityGiB", "perUnitStorageThroughput", "s3"]),
+        (
+            "storage",
+            {"fsx": {"sizeGiB": 1200}},
+            "storage.fsx.sizeGiB",
+            ["deploymentType", "storageCapacityGiB", "perUnitStorageThroughput", "s3"],
+        ),
         ("storage", {"efs": {"encrypted": False}}, "storage.efs.encrypted", ["throughputMode", "performanceMode"]),
         ("storage", {"deletionProtecton": False}, "storage.deletionProtecton", ["deletionProtection", "efs", "fsx"]),
-        ("storage", {"fsx": {"s3": {"bucket": "ok-bucket", "path": "/x"}}}, "storage.fsx.s3.path", ["bucket", "prefix", "fileSystemPath", "export"]),
+        (
+            "storage",
+            {"fsx": {"s3": {"bucket": "ok-bucket", "path": "/x"}}},
+            "storage.fsx.s3.path",
+            ["bucket", "prefix", "fileSystemPath", "export"],
+        ),
         ("etcd", {"replica": 3}, "etcd.replica", ["replicas", "cpu", "memory", "enabled"]),
         (
             "services",
@@ -1288,5 +1411,10 @@ def test_service_defaults_match_the_issue():
     assert cfg.storage.deletion_protection is True
     assert cfg.etcd.replicas == 1 and cfg.etcd.enabled
     sv = cfg.services
-    assert (sv.nvidia_device_plugin, sv.efa_device_plugin, sv.mpi_operator, sv.training_operator) == (True, True, True, True)
+    assert (sv.nvidia_device_plugin, sv.efa_device_plugin, sv.mpi_operator, sv.training_operator) == (
+        True,
+        True,
+        True,
+        True,
+    )
     assert cfg.monitoring.enabled and cfg.monitoring.dashboard

@@ -40,7 +40,7 @@ from facts import versions
 from facts.operators import KINDS
 from infra.invariants import selects
 from stacks import queues
-from stacks.config.checks import RESERVED_NAMESPACES
+from stacks.config.cross_checks import RESERVED_NAMESPACES
 from stacks.queues.admission import REPLICA_SPECS
 from tests.helpers import ALL_JOBS, TEAM_JOBS, TEAMS, run_stack, team_values, with_doc_jobs
 
@@ -62,7 +62,15 @@ MORE_TEAM_JOBS = [
         "command": ["python3", "train.py"],
         "volumes": [{"name": "fsx", "mountPath": "/fsx", "readOnly": True}, {"name": "efs", "mountPath": "/efs"}],
     },
-    {"name": "nlp-paddle", "kind": "paddle", "nodeGroup": "p4d", "nodes": 1, "team": "nlp", "image": IMAGE, "command": ["python", "train.py"]},
+    {
+        "name": "nlp-paddle",
+        "kind": "paddle",
+        "nodeGroup": "p4d",
+        "nodes": 1,
+        "team": "nlp",
+        "image": IMAGE,
+        "command": ["python", "train.py"],
+    },
     {"name": "nlp-sockets", "kind": "nccl-test", "nodeGroup": "p4d", "nodes": 1, "team": "nlp", "efa": False},
 ]
 # What the training operator (v1.9) adds to a PyTorchJob's worker pods: its default init container
@@ -115,7 +123,13 @@ def _cel(expression: str, activation: dict[str, Any]) -> Any:
     return _program(expression).evaluate(activation)
 
 
-API_VERSIONS = {"Pod": "v1", "Job": "batch/v1", "MPIJob": "kubeflow.org/v2beta1", "PyTorchJob": "kubeflow.org/v1", "PaddleJob": "kubeflow.org/v1"}
+API_VERSIONS = {
+    "Pod": "v1",
+    "Job": "batch/v1",
+    "MPIJob": "kubeflow.org/v2beta1",
+    "PyTorchJob": "kubeflow.org/v1",
+    "PaddleJob": "kubeflow.org/v1",
+}
 
 
 def _request(obj: dict[str, Any], operation: str, sub_resource: str = "") -> dict[str, Any]:
@@ -132,7 +146,11 @@ def _request(obj: dict[str, Any], operation: str, sub_resource: str = "") -> dic
 
 
 def admit(
-    policy: dict[str, Any], obj: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None, sub_resource: str = ""
+    policy: dict[str, Any],
+    obj: dict[str, Any],
+    operation: str = "CREATE",
+    old: dict[str, Any] | None = None,
+    sub_resource: str = "",
 ) -> list[str] | None:
     """What the policy says of a request: None when its match conditions leave it out, else the
     messages of the validations that refuse it ([] = admitted). A CEL error raises (the API server
@@ -150,14 +168,20 @@ def admit(
             return None
     variables: dict[Any, Any] = {}
     for v in spec.get("variables") or []:
-        variables[celtypes.StringType(v["name"])] = _cel(v["expression"], {**activation, "variables": celtypes.MapType(variables)})
+        variables[celtypes.StringType(v["name"])] = _cel(
+            v["expression"], {**activation, "variables": celtypes.MapType(variables)}
+        )
     activation["variables"] = celtypes.MapType(variables)
     refusals = []
     for validation in spec["validations"]:
         passed = _cel(validation["expression"], activation)
         assert isinstance(passed, celtypes.BoolType), (validation["message"], passed)
         if not passed:
-            message = _cel(validation["messageExpression"], activation) if "messageExpression" in validation else validation["message"]
+            message = (
+                _cel(validation["messageExpression"], activation)
+                if "messageExpression" in validation
+                else validation["message"]
+            )
             assert isinstance(message, str), (validation["message"], message)
             refusals.append(str(message))
     return refusals
@@ -225,7 +249,11 @@ def all_stack_objects(team_objects, docs_plan) -> list[dict[str, Any]]:
 def test_the_plans_have_pods_of_every_kind(all_stack_objects):
     kinds = {o["kind"] for o in with_pods(all_stack_objects)}
     assert kinds == {"MPIJob", "PyTorchJob", "PaddleJob", "Job", "Deployment"}
-    labels = {(t.get("metadata") or {}).get("labels", {}).get("gputraining/job-kind") for o in with_pods(all_stack_objects) for t in templates(o).values()}
+    labels = {
+        (t.get("metadata") or {}).get("labels", {}).get("gputraining/job-kind")
+        for o in with_pods(all_stack_objects)
+        for t in templates(o).values()
+    }
     assert labels == {"mpi", "pytorch-elastic", "nccl-test", "data-stage", "paddle", "tensorboard"}
 
 
@@ -312,17 +340,59 @@ REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str]] = [
     ("host-pid", lambda p: p["spec"].update(hostPID=True), "host-pid", "", "spec.hostPID"),
     ("host-ipc", lambda p: p["spec"].update(hostIPC=True), "host-ipc", "", "spec.hostIPC"),
     ("host-path", lambda p: volume(p, {"hostPath": {"path": "/"}}), "host-path", "node", "hostPath"),
-    ("git-repo", lambda p: volume(p, {"gitRepo": {"repository": "https://example.com/x.git"}}), "git-repo", "node", "gitRepo"),
+    (
+        "git-repo",
+        lambda p: volume(p, {"gitRepo": {"repository": "https://example.com/x.git"}}),
+        "git-repo",
+        "node",
+        "gitRepo",
+    ),
     ("sys-admin", lambda p: caps(p, "SYS_ADMIN"), "capabilities", "worker", "securityContext.capabilities.add"),
-    ("sys-admin-init", lambda p: init(p, {"capabilities": {"add": ["SYS_ADMIN"]}}), "capabilities", "setup", "securityContext.capabilities.add"),
+    (
+        "sys-admin-init",
+        lambda p: init(p, {"capabilities": {"add": ["SYS_ADMIN"]}}),
+        "capabilities",
+        "setup",
+        "securityContext.capabilities.add",
+    ),
     ("all-capabilities", lambda p: caps(p, "ALL"), "capabilities", "worker", "securityContext.capabilities.add"),
     ("net-raw", lambda p: caps(p, "NET_RAW"), "capabilities", "worker", "securityContext.capabilities.add"),
-    ("host-port", lambda p: p["spec"]["containers"][0].update(ports=[{"containerPort": 22, "hostPort": 2222}]), "host-ports", "worker", "hostPort"),
+    (
+        "host-port",
+        lambda p: p["spec"]["containers"][0].update(ports=[{"containerPort": 22, "hostPort": 2222}]),
+        "host-ports",
+        "worker",
+        "hostPort",
+    ),
     ("proc-mount", lambda p: sc(p).update(procMount="Unmasked"), "proc-mount", "worker", "securityContext.procMount"),
-    ("seccomp-pod", lambda p: pod_sc(p).update(seccompProfile={"type": "Unconfined"}), "pod-seccomp", "", "spec.securityContext.seccompProfile"),
-    ("seccomp", lambda p: sc(p).update(seccompProfile={"type": "Unconfined"}), "seccomp", "worker", "securityContext.seccompProfile"),
-    ("apparmor-pod", lambda p: pod_sc(p).update(appArmorProfile={"type": "Unconfined"}), "pod-apparmor", "", "spec.securityContext.appArmorProfile"),
-    ("apparmor", lambda p: sc(p).update(appArmorProfile={"type": "Unconfined"}), "apparmor", "worker", "securityContext.appArmorProfile"),
+    (
+        "seccomp-pod",
+        lambda p: pod_sc(p).update(seccompProfile={"type": "Unconfined"}),
+        "pod-seccomp",
+        "",
+        "spec.securityContext.seccompProfile",
+    ),
+    (
+        "seccomp",
+        lambda p: sc(p).update(seccompProfile={"type": "Unconfined"}),
+        "seccomp",
+        "worker",
+        "securityContext.seccompProfile",
+    ),
+    (
+        "apparmor-pod",
+        lambda p: pod_sc(p).update(appArmorProfile={"type": "Unconfined"}),
+        "pod-apparmor",
+        "",
+        "spec.securityContext.appArmorProfile",
+    ),
+    (
+        "apparmor",
+        lambda p: sc(p).update(appArmorProfile={"type": "Unconfined"}),
+        "apparmor",
+        "worker",
+        "securityContext.appArmorProfile",
+    ),
     (
         "apparmor-annotation",
         lambda p: p["metadata"].setdefault("annotations", {}).update({f"{tp.APPARMOR_ANNOTATION}worker": "unconfined"}),
@@ -330,21 +400,55 @@ REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str]] = [
         "",
         "container.apparmor.security.beta.kubernetes.io",
     ),
-    ("selinux-pod", lambda p: pod_sc(p).update(seLinuxOptions={"type": "spc_t"}), "pod-selinux", "", "spec.securityContext.seLinuxOptions"),
-    ("selinux-user", lambda p: sc(p).update(seLinuxOptions={"user": "system_u"}), "selinux", "worker", "securityContext.seLinuxOptions"),
-    ("sysctl", lambda p: pod_sc(p).update(sysctls=[{"name": "net.core.somaxconn", "value": "1024"}]), "sysctls", "", "spec.securityContext.sysctls"),
-    ("host-process-pod", lambda p: pod_sc(p).update(windowsOptions={"hostProcess": True}), "host-process", "", "windowsOptions.hostProcess"),
-    ("host-process", lambda p: sc(p).update(windowsOptions={"hostProcess": True}), "container-host-process", "worker", "windowsOptions.hostProcess"),
+    (
+        "selinux-pod",
+        lambda p: pod_sc(p).update(seLinuxOptions={"type": "spc_t"}),
+        "pod-selinux",
+        "",
+        "spec.securityContext.seLinuxOptions",
+    ),
+    (
+        "selinux-user",
+        lambda p: sc(p).update(seLinuxOptions={"user": "system_u"}),
+        "selinux",
+        "worker",
+        "securityContext.seLinuxOptions",
+    ),
+    (
+        "sysctl",
+        lambda p: pod_sc(p).update(sysctls=[{"name": "net.core.somaxconn", "value": "1024"}]),
+        "sysctls",
+        "",
+        "spec.securityContext.sysctls",
+    ),
+    (
+        "host-process-pod",
+        lambda p: pod_sc(p).update(windowsOptions={"hostProcess": True}),
+        "host-process",
+        "",
+        "windowsOptions.hostProcess",
+    ),
+    (
+        "host-process",
+        lambda p: sc(p).update(windowsOptions={"hostProcess": True}),
+        "container-host-process",
+        "worker",
+        "windowsOptions.hostProcess",
+    ),
     (
         "probe-host",
-        lambda p: p["spec"]["containers"][0].update(livenessProbe={"httpGet": {"host": "169.254.169.254", "path": "/", "port": 80}}),
+        lambda p: p["spec"]["containers"][0].update(
+            livenessProbe={"httpGet": {"host": "169.254.169.254", "path": "/", "port": 80}}
+        ),
         "probe-host",
         "worker",
         "httpGet.host",
     ),
     (
         "pre-stop-host",
-        lambda p: p["spec"]["containers"][0].update(lifecycle={"preStop": {"tcpSocket": {"host": "10.0.0.1", "port": 22}}}),
+        lambda p: p["spec"]["containers"][0].update(
+            lifecycle={"preStop": {"tcpSocket": {"host": "10.0.0.1", "port": 22}}}
+        ),
         "probe-host",
         "worker",
         "tcpSocket.host",
@@ -353,7 +457,9 @@ REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str]] = [
 
 
 @pytest.mark.parametrize("case, change, rule, item, field", REFUSED, ids=[c[0] for c in REFUSED])
-def test_a_pod_that_reaches_the_node_is_refused_by_the_rule_naming_the_field(policy, worker, case, change, rule, item, field):
+def test_a_pod_that_reaches_the_node_is_refused_by_the_rule_naming_the_field(
+    policy, worker, case, change, rule, item, field
+):
     pod = copy.deepcopy(worker)
     change(pod)
     assert admit(policy, pod) == [expected(rule, item)]
@@ -373,8 +479,16 @@ ALLOWED: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("host-port-0", lambda p: p["spec"]["containers"][0].update(ports=[{"containerPort": 22, "hostPort": 0}])),
     ("proc-mount-default", lambda p: sc(p).update(procMount="Default")),
     ("seccomp-runtime-default", lambda p: pod_sc(p).update(seccompProfile={"type": "RuntimeDefault"})),
-    ("apparmor-localhost", lambda p: sc(p).update(appArmorProfile={"type": "Localhost", "localhostProfile": "training"})),
-    ("apparmor-annotation", lambda p: p["metadata"].setdefault("annotations", {}).update({f"{tp.APPARMOR_ANNOTATION}worker": "runtime/default"})),
+    (
+        "apparmor-localhost",
+        lambda p: sc(p).update(appArmorProfile={"type": "Localhost", "localhostProfile": "training"}),
+    ),
+    (
+        "apparmor-annotation",
+        lambda p: (
+            p["metadata"].setdefault("annotations", {}).update({f"{tp.APPARMOR_ANNOTATION}worker": "runtime/default"})
+        ),
+    ),
     ("selinux-container-type", lambda p: sc(p).update(seLinuxOptions={"type": "container_t", "level": "s0:c1,c2"})),
     ("safe-sysctl", lambda p: pod_sc(p).update(sysctls=[{"name": "net.ipv4.ping_group_range", "value": "0 1000"}])),
     ("probe-without-host", lambda p: p["spec"]["containers"][0].update(readinessProbe={"tcpSocket": {"port": 22}})),
@@ -397,7 +511,9 @@ JOB_CASES = [c for c in REFUSED if c[0] in ("privileged", "host-network", "sys-a
 
 @pytest.mark.parametrize("kind", ["MPIJob", "PyTorchJob", "PaddleJob", "Job"])
 @pytest.mark.parametrize("case, change, rule, item, field", JOB_CASES, ids=[c[0] for c in JOB_CASES])
-def test_a_job_whose_template_reaches_the_node_is_refused_at_apply(policy, all_stack_objects, kind, case, change, rule, item, field):
+def test_a_job_whose_template_reaches_the_node_is_refused_at_apply(
+    policy, all_stack_objects, kind, case, change, rule, item, field
+):
     job = in_team_namespace(next(o for o in with_pods(all_stack_objects) if o["kind"] == kind))
     for role in templates(job):
         bad = copy.deepcopy(job)
@@ -429,13 +545,21 @@ def test_an_ephemeral_container_is_checked(policy, worker):
     new = copy.deepcopy(worker)
     new["spec"]["ephemeralContainers"] = [dict(debug)]
     assert admit(policy, new, "UPDATE", worker, "ephemeralcontainers") == []
-    new["spec"]["ephemeralContainers"][0]["securityContext"] = {"privileged": True, "capabilities": {"add": ["SYS_PTRACE"]}}
-    assert admit(policy, new, "UPDATE", worker, "ephemeralcontainers") == [expected("privileged", "debug"), expected("capabilities", "debug")]
+    new["spec"]["ephemeralContainers"][0]["securityContext"] = {
+        "privileged": True,
+        "capabilities": {"add": ["SYS_PTRACE"]},
+    }
+    assert admit(policy, new, "UPDATE", worker, "ephemeralcontainers") == [
+        expected("privileged", "debug"),
+        expected("capabilities", "debug"),
+    ]
 
 
 def test_kueue_admitting_a_team_job_is_an_update_that_passes(policy, team_objects):
     """Kueue unsuspends a job and adds its flavor's node labels to the templates."""
-    (job,) = [in_team_namespace(o) for o in team_objects if o["kind"] == "MPIJob" and o["metadata"]["name"] == "vision-nccl"]
+    (job,) = [
+        in_team_namespace(o) for o in team_objects if o["kind"] == "MPIJob" and o["metadata"]["name"] == "vision-nccl"
+    ]
     old = copy.deepcopy(job)
     old["spec"].setdefault("runPolicy", {})["suspend"] = True
     new = copy.deepcopy(job)
@@ -460,19 +584,26 @@ def test_the_binding_denies_in_every_team_namespace_and_nowhere_else(team_plan, 
     assert binding["spec"]["validationActions"] == ["Deny"]
     selector = binding["spec"]["matchResources"]["namespaceSelector"]
     created = [r.inputs for r in team_plan.of_type(NAMESPACE)]
-    teams = {queues.team_namespace(SimpleNamespace(name=t["name"], namespace=t.get("namespace"))) for t in cast(list[dict[str, Any]], TEAMS)}
+    teams = {
+        queues.team_namespace(SimpleNamespace(name=t["name"], namespace=t.get("namespace")))
+        for t in cast(list[dict[str, Any]], TEAMS)
+    }
     assert teams == {"vision", "team-nlp"}
     assert {ns["metadata"]["name"] for ns in created if selects(selector, namespace_labels(ns))} == teams
     others = [ns["metadata"]["name"] for ns in created if ns["metadata"]["name"] not in teams]
     assert "training" in others
     for name in [*others, *RESERVED_NAMESPACES]:  # the system namespaces the stack does not create: their name only
-        labels = namespace_labels(next((ns for ns in created if ns["metadata"]["name"] == name), {"metadata": {"name": name}}))
+        labels = namespace_labels(
+            next((ns for ns in created if ns["metadata"]["name"] == name), {"metadata": {"name": name}})
+        )
         assert not selects(selector, labels), name
 
 
 def test_the_policy_is_in_force_before_a_team_namespace_or_a_job_exists(team_plan):
     bound = {"type": BINDING, "name": "queues-team-pods-binding"}
-    team_namespaces = [r for r in team_plan.of_type(NAMESPACE) if tp.TEAM_LABEL in (r.inputs["metadata"].get("labels") or {})]
+    team_namespaces = [
+        r for r in team_plan.of_type(NAMESPACE) if tp.TEAM_LABEL in (r.inputs["metadata"].get("labels") or {})
+    ]
     assert len(team_namespaces) == 2
     for r in team_namespaces:
         assert bound in r.depends_on, r.name
@@ -485,10 +616,18 @@ def test_the_policy_is_in_force_before_a_team_namespace_or_a_job_exists(team_pla
 def test_the_policy_looks_at_pods_and_every_job_kind_a_team_may_create(policy, team_plan):
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
     resources = {(g, res) for r in rules for g in r["apiGroups"] for res in r["resources"]}
-    crds = {(r.inputs["spec"]["group"], r.inputs["spec"]["names"]["plural"]) for r in team_plan.records if r.inputs.get("kind") == "CustomResourceDefinition"}
+    crds = {
+        (r.inputs["spec"]["group"], r.inputs["spec"]["names"]["plural"])
+        for r in team_plan.records
+        if r.inputs.get("kind") == "CustomResourceDefinition"
+    }
     # Every CRD of the operators' groups the stack installs is one of their kinds (facts/operators.py).
     job_kinds = {c for c in crds if c[0] in {k.group for k in KINDS}}
-    assert job_kinds == {(k.group, k.plural) for k in KINDS} >= {("kubeflow.org", "mpijobs"), ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "paddlejobs")}
+    assert (
+        job_kinds
+        == {(k.group, k.plural) for k in KINDS}
+        >= {("kubeflow.org", "mpijobs"), ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "paddlejobs")}
+    )
     assert resources == {("", "pods"), ("", "pods/ephemeralcontainers"), ("batch", "jobs"), *job_kinds}
     assert all(r["operations"] == ["CREATE", "UPDATE"] for r in rules)
     assert tp.JOB_REPLICA_SPECS == REPLICA_SPECS
@@ -564,12 +703,21 @@ def cel_names(expression: str) -> tuple[set[str], set[str], set[str], list[list[
                 bound.add(_first_ident(args.children[0]) or "")
         elif st.data == "list_lit":
             elements = st.children[0].children if st.children else []
-            lists.append([next((t.type for t in e.scan_values(lambda v: isinstance(v, Token))), "") if _is_literal(e) else "expr" for e in elements])
+            lists.append(
+                [
+                    next((t.type for t in e.scan_values(lambda v: isinstance(v, Token))), "")
+                    if _is_literal(e)
+                    else "expr"
+                    for e in elements
+                ]
+            )
     return idents - bound, functions, methods, lists
 
 
 def _is_literal(expr: Tree) -> bool:
-    return any(st.data == "literal" for st in expr.iter_subtrees()) and not any(st.data in ("ident", "ident_arg", "member_dot") for st in expr.iter_subtrees())
+    return any(st.data == "literal" for st in expr.iter_subtrees()) and not any(
+        st.data in ("ident", "ident_arg", "member_dot") for st in expr.iter_subtrees()
+    )
 
 
 def test_every_expression_is_plain_cel_as_kubernetes_compiles_it(policy):

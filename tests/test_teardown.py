@@ -70,7 +70,10 @@ def test_file_systems_go_before_their_security_groups_and_subnets(dev_plan):
 
 
 def test_volumes_go_before_their_file_systems_and_csi_drivers(dev_plan):
-    for store, fs_type in (("efs", "aws:efs/fileSystem:FileSystem"), ("fsx", "aws:fsx/lustreFileSystem:LustreFileSystem")):
+    for store, fs_type in (
+        ("efs", "aws:efs/fileSystem:FileSystem"),
+        ("fsx", "aws:fsx/lustreFileSystem:LustreFileSystem"),
+    ):
         pv = dev_plan.named("kubernetes:core/v1:PersistentVolume", f"{store}-pv")
         assert _depends_transitively(dev_plan, pv, {"type": fs_type, "name": f"{store}-fs"})
         assert _depends_transitively(dev_plan, pv, {"type": "aws:eks/addon:Addon", "name": f"{store}-csi"})
@@ -92,7 +95,12 @@ def test_no_load_balancer_service_outside_the_graph(dev_plan):
 def protected_plan():
     values = dev_values()
     values["gpu-training:storage"] = {**values["gpu-training:storage"], "deletionProtection": True}
-    values["gpu-training:storage"]["fsx"] = {"enabled": True, "deploymentType": "PERSISTENT_2", "storageCapacityGiB": 2400, "perUnitStorageThroughput": 250}
+    values["gpu-training:storage"]["fsx"] = {
+        "enabled": True,
+        "deploymentType": "PERSISTENT_2",
+        "storageCapacityGiB": 2400,
+        "perUnitStorageThroughput": 250,
+    }
     return run_stack(values, stack="protected")
 
 

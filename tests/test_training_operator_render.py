@@ -82,20 +82,30 @@ def rendered() -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not KUBECTL.exists(), reason="no kubectl: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)")
+@pytest.mark.skipif(
+    not KUBECTL.exists(), reason="no kubectl: run `.venv/bin/python scripts/k8s_tools.py` (scripts/test.sh does)"
+)
 def test_rendering_the_overlay_again_gives_the_vendored_manifest():
-    out = subprocess.run([str(KUBECTL), "kustomize", str(OVERLAY)], capture_output=True, timeout=120, check=True, cwd=ROOT).stdout
+    out = subprocess.run(
+        [str(KUBECTL), "kustomize", str(OVERLAY)], capture_output=True, timeout=120, check=True, cwd=ROOT
+    ).stdout
     assert len(out) > 1_000_000
     assert hashlib.sha256(out).hexdigest() == versions.TRAINING_OPERATOR_MANIFEST.sha256
     # Byte for byte (the digest says so already; a difference shows where).
-    assert out == MANIFEST.read_bytes(), "render again: .tools/bin/kubectl kustomize manifests/training-operator > " + versions.TRAINING_OPERATOR_MANIFEST.file
+    assert out == MANIFEST.read_bytes(), (
+        "render again: .tools/bin/kubectl kustomize manifests/training-operator > "
+        + versions.TRAINING_OPERATOR_MANIFEST.file
+    )
 
 
 def test_the_manifest_pin_matches_the_file_and_sources():
     assert hashlib.sha256(MANIFEST.read_bytes()).hexdigest() == versions.TRAINING_OPERATOR_MANIFEST.sha256
     (row,) = [line for line in SOURCES.read_text().splitlines() if line.startswith(f"| {MANIFEST.name} ")]
     assert row.rstrip().endswith(f"| {versions.TRAINING_OPERATOR_MANIFEST.sha256} |")
-    assert f"kubectl kustomize {versions.TRAINING_OPERATOR_KUSTOMIZATION} > {versions.TRAINING_OPERATOR_MANIFEST.file}" in row
+    assert (
+        f"kubectl kustomize {versions.TRAINING_OPERATOR_KUSTOMIZATION} > {versions.TRAINING_OPERATOR_MANIFEST.file}"
+        in row
+    )
 
 
 def test_the_rendered_manifest_holds_the_expected_objects(rendered):
@@ -108,7 +118,9 @@ def test_the_rendered_manifest_holds_the_expected_objects(rendered):
     assert not [o for o in rendered if "mpijob" in o["metadata"]["name"]]
     # The webhook calls the Service of the operator, in its namespace.
     (webhook,) = [o for o in rendered if o["kind"] == "ValidatingWebhookConfiguration"]
-    services = {(w["clientConfig"]["service"]["namespace"], w["clientConfig"]["service"]["name"]) for w in webhook["webhooks"]}
+    services = {
+        (w["clientConfig"]["service"]["namespace"], w["clientConfig"]["service"]["name"]) for w in webhook["webhooks"]
+    }
     assert services == {("kubeflow", "training-operator")}
 
 
@@ -160,7 +172,9 @@ def test_the_upstream_mpijob_crd_is_vendored_and_deleted_by_our_overlay():
     (crd,) = _documents((UPSTREAM / "manifests" / "base" / "crds" / "kubeflow.org_mpijobs.yaml").read_bytes())
     assert crd["metadata"]["name"] == "mpijobs.kubeflow.org"
     ours = yaml.safe_load((OVERLAY / "kustomization.yaml").read_text())
-    deleted = [yaml.safe_load(p["patch"]) for p in ours["patches"] if p["target"].get("kind") == "CustomResourceDefinition"]
+    deleted = [
+        yaml.safe_load(p["patch"]) for p in ours["patches"] if p["target"].get("kind") == "CustomResourceDefinition"
+    ]
     # mpijobs (the MPI operator owns it), and the CRDs of the schemes the operator does not run.
     names = [d["metadata"]["name"] for d in deleted if d.get("$patch") == "delete"]
     assert names == ["mpijobs.kubeflow.org", "tfjobs.kubeflow.org", "jaxjobs.kubeflow.org", "xgboostjobs.kubeflow.org"]
@@ -212,7 +226,9 @@ def test_the_plan_registers_every_rendered_object_under_the_component(dev_plan, 
     children = dev_plan.children_of(TRAINING_OPERATOR, component.name)
     assert len(children) == len(rendered) == 10
     assert sorted(_identity(r.inputs) for r in children) == sorted(_identity(o) for o in rendered)
-    assert all(r.custom and r.type.startswith("kubernetes:") and r.type.endswith(":" + r.inputs["kind"]) for r in children)
+    assert all(
+        r.custom and r.type.startswith("kubernetes:") and r.type.endswith(":" + r.inputs["kind"]) for r in children
+    )
     by_identity = {_identity(o): o for o in rendered}
     for r in children:
         expected = dict(by_identity[_identity(r.inputs)])
@@ -230,11 +246,19 @@ def test_the_plan_has_no_kustomize_resource(dev_plan):
 
 def test_the_training_operator_brings_no_mpijob_crd(dev_plan):
     (component,) = dev_plan.of_type(TRAINING_OPERATOR)
-    crds = [r.inputs["metadata"]["name"] for r in dev_plan.children_of(TRAINING_OPERATOR, component.name) if r.inputs["kind"] == "CustomResourceDefinition"]
+    crds = [
+        r.inputs["metadata"]["name"]
+        for r in dev_plan.children_of(TRAINING_OPERATOR, component.name)
+        if r.inputs["kind"] == "CustomResourceDefinition"
+    ]
     # Only the CRDs of the schemes it runs (--enable-scheme=pytorchjob,paddlejob).
     assert sorted(crds) == ["paddlejobs.kubeflow.org", "pytorchjobs.kubeflow.org"]
     # The one mpijobs CRD of the plan is the MPI operator's v2beta1.
-    mpijobs = [r for r in dev_plan.records if r.inputs.get("kind") == "CustomResourceDefinition" and r.inputs["metadata"]["name"] == "mpijobs.kubeflow.org"]
+    mpijobs = [
+        r
+        for r in dev_plan.records
+        if r.inputs.get("kind") == "CustomResourceDefinition" and r.inputs["metadata"]["name"] == "mpijobs.kubeflow.org"
+    ]
     assert [r.parent["type"] for r in mpijobs] == ["gputraining:components:MpiOperator"]
 
 
@@ -260,9 +284,13 @@ def test_a_tampered_manifest_is_refused(tmp_path):
 
 
 def test_the_program_refuses_a_tampered_manifest(tmp_path, monkeypatch):
-    manifest = dataclasses.replace(ops.TRAINING_OPERATOR.manifest, file=str(_tampered(tmp_path)))  # the pinned checksum, another file
+    manifest = dataclasses.replace(
+        ops.TRAINING_OPERATOR.manifest, file=str(_tampered(tmp_path))
+    )  # the pinned checksum, another file
     tampered = dataclasses.replace(ops.TRAINING_OPERATOR, manifest=manifest)
-    monkeypatch.setattr(ops, "OPERATORS", tuple(tampered if op is ops.TRAINING_OPERATOR else op for op in ops.OPERATORS))
+    monkeypatch.setattr(
+        ops, "OPERATORS", tuple(tampered if op is ops.TRAINING_OPERATOR else op for op in ops.OPERATORS)
+    )
     with pytest.raises(operators.ManifestChecksumError):
         run_stack(dev_values(), stack="dev")
 
@@ -283,7 +311,10 @@ DIRECTORY_CHILD_NAMES = {
     ("Secret", "training-operator-webhook-cert"): "training-operator-kustomize:kubeflow/training-operator-webhook-cert",
     ("Service", "training-operator"): "training-operator-kustomize:kubeflow/training-operator",
     ("Deployment", "training-operator"): "training-operator-kustomize:kubeflow/training-operator",
-    ("ValidatingWebhookConfiguration", "validator.training-operator.kubeflow.org"): "training-operator-kustomize:validator.training-operator.kubeflow.org",
+    (
+        "ValidatingWebhookConfiguration",
+        "validator.training-operator.kubeflow.org",
+    ): "training-operator-kustomize:validator.training-operator.kubeflow.org",
 }
 
 

@@ -111,14 +111,27 @@ def test_every_action_is_pinned_to_a_commit_with_its_tag_in_a_comment(path):
 
 def test_pinned_pattern_rejects_tags_and_branches():
     assert PINNED.match("actions/checkout@" + "a" * 40)
-    for ref in ("pulumi/actions@v6", "pulumi/actions@v6.6.1", "pulumi/actions@main", "pulumi/actions", "./local-action", "pulumi/actions@latest"):
+    for ref in (
+        "pulumi/actions@v6",
+        "pulumi/actions@v6.6.1",
+        "pulumi/actions@main",
+        "pulumi/actions",
+        "./local-action",
+        "pulumi/actions@latest",
+    ):
         assert not PINNED.match(ref), ref
 
 
 def _zizmor(*paths: Path) -> list[dict[str, Any]]:
     """zizmor's findings (JSON) on ``paths``, offline, with its default (regular) persona."""
     exe = Path(sys.executable).parent / "zizmor"
-    done = subprocess.run([str(exe), "--offline", "--format", "json", *map(str, paths)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [str(exe), "--offline", "--format", "json", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert done.returncode in (0, 13, 14), done.stderr  # 13/14: findings of high severity (zizmor's exit codes)
     return json.loads(done.stdout)
 
@@ -209,7 +222,9 @@ def test_region_step_reads_the_stack_region(stack, tmp_path):
     step = next(s for s in steps(job) if s.get("id") == "stack")
     out = tmp_path / "github_output"
     env = {**os.environ, "STACK": stack, "GITHUB_OUTPUT": str(out)}
-    done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", "-e", "-c", step["run"]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     region = load_yaml((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]["aws:region"]
     assert out.read_text() == f"region={region}\n"

@@ -61,13 +61,16 @@ class Rule(NamedTuple):
     text: str  # a config value as written in a stack file (`project:x: <text>`)
     program_gets: Any  # what the program gets (after decode_config_values), or Refused
     source: str
-    ruamel: Any = None  # what plain ruamel.yaml 1.2 reads from `v: <text>` where it differs (a value, a type or an exception)
+    ruamel: Any = (
+        None  # what plain ruamel.yaml 1.2 reads from `v: <text>` where it differs (a value, a type or an exception)
+    )
 
 
 UNSUPPORTED = "json: unsupported value"  # the CLI writes config values as JSON: no infinity, no NaN
 # decode_test.go:953-962: nine levels of nine aliases, "document contains excessive aliasing"
 ALIAS_BOMB = "".join(
-    f"{name}: &{name} [{','.join(['*' + prev] * 9) if prev else ','.join(['00'] * 9)}]\n" for prev, name in zip(["", *"abcdefgh"], "abcdefghi", strict=True)
+    f"{name}: &{name} [{','.join(['*' + prev] * 9) if prev else ','.join(['00'] * 9)}]\n"
+    for prev, name in zip(["", *"abcdefgh"], "abcdefghi", strict=True)
 )
 
 RULES = [
@@ -86,7 +89,12 @@ RULES = [
     Rule("y", "y", "resolve.go:52-53"),
     Rule("tRUE", "tRUE", "resolve.go:52-53"),
     # ... an unquoted number is a number in any spelling, so quote a value meant as text.
-    Rule("0755", "493", "README; resolve.go:192, Go's strconv.ParseInt with base 0 (yaml.v3 keeps YAML 1.1's octal)", ruamel=755),
+    Rule(
+        "0755",
+        "493",
+        "README; resolve.go:192, Go's strconv.ParseInt with base 0 (yaml.v3 keeps YAML 1.1's octal)",
+        ruamel=755,
+    ),
     Rule("0o755", "493", "README; resolve.go:192"),
     Rule("0x1F", "31", "README; resolve.go:192"),
     Rule("0X1F", "31", "resolve.go:192: Go takes the prefix in either case", ruamel="0X1F"),
@@ -139,23 +147,69 @@ RULES = [
     Rule("{<<: {a: 1, b: 1}, b: 2}", {"a": 1, "b": 2}, "README; decode.go merge: keys written in the map win"),
     Rule("<<", "<<", "resolve.go:59; decode.go isMerge: a merge key only where a key is", ruamel=ConstructorError),
     Rule("'<<'", "<<", "quoted: text"),
-    Rule("{'<<': {a: 1, b: 1}, b: 2}", {"a": 1, "b": 2}, "yaml.v3 writes the text key '<<' back unquoted: the CLI's second read merges it"),
+    Rule(
+        "{'<<': {a: 1, b: 1}, b: 2}",
+        {"a": 1, "b": 2},
+        "yaml.v3 writes the text key '<<' back unquoted: the CLI's second read merges it",
+    ),
     Rule("{'<<': 1}", Refused("project:x.<<", "the key '<<' is a merge key"), "... and refuses it then"),
-    Rule("{<<: 1}", Refused("project:x", "map merge requires map or sequence of maps"), "decode.go merge (failWantMap)"),
+    Rule(
+        "{<<: 1}", Refused("project:x", "map merge requires map or sequence of maps"), "decode.go merge (failWantMap)"
+    ),
     Rule("{<<: [[a]]}", Refused("project:x", "map merge requires map or sequence of maps"), "decode.go merge"),
-    Rule("{<<: {a: 1}, a: 2, a: 3}", Refused("project:x.a", "the key 'a' is written twice in one map"), "decode.go d.uniqueKeys", ruamel={"a": 3}),
+    Rule(
+        "{<<: {a: 1}, a: 2, a: 3}",
+        Refused("project:x.a", "the key 'a' is written twice in one map"),
+        "decode.go d.uniqueKeys",
+        ruamel={"a": 3},
+    ),
     # A key written twice in one map, an alias inside its own anchor, more aliasing than the CLI allows,
     # a map key that is not text, and .inf/.nan are refused naming the key.
-    Rule("{a: 1, a: 2}", Refused("project:x.a", "the key 'a' is written twice in one map (lines 2 and 2); keep one"), "README; decode.go d.uniqueKeys"),
-    Rule("{a: 1, 'a': 2}", Refused("project:x.a", "written twice"), "decode.go: keys compared as written, not as values"),
-    Rule("&x {a: *x}", Refused("project:x.a", "the alias *x (line 2) is inside its own anchor &x"), "README; decode.go d.alias", ruamel=dict),
+    Rule(
+        "{a: 1, a: 2}",
+        Refused("project:x.a", "the key 'a' is written twice in one map (lines 2 and 2); keep one"),
+        "README; decode.go d.uniqueKeys",
+    ),
+    Rule(
+        "{a: 1, 'a': 2}", Refused("project:x.a", "written twice"), "decode.go: keys compared as written, not as values"
+    ),
+    Rule(
+        "&x {a: *x}",
+        Refused("project:x.a", "the alias *x (line 2) is inside its own anchor &x"),
+        "README; decode.go d.alias",
+        ruamel=dict,
+    ),
     Rule("&x [*x]", Refused("project:x[0]", "anchor 'x' value contains itself"), "decode.go d.alias", ruamel=list),
-    Rule("{a: *nowhere}", Refused("project:x.a", "the alias *nowhere (line 2) has no anchor &nowhere before it"), "decode.go parser.alias: unknown anchor"),
-    Rule(ALIAS_BOMB, Refused("project:x", "document contains excessive aliasing"), "README; decode_test.go:953, decode.go allowedAliasRatio", ruamel=dict),
-    Rule("{1: a}", Refused("project:x.1", "is a number in YAML, and Pulumi takes only text keys"), "README; loaders.go SimplifyMarshalledProject", ruamel=dict),
+    Rule(
+        "{a: *nowhere}",
+        Refused("project:x.a", "the alias *nowhere (line 2) has no anchor &nowhere before it"),
+        "decode.go parser.alias: unknown anchor",
+    ),
+    Rule(
+        ALIAS_BOMB,
+        Refused("project:x", "document contains excessive aliasing"),
+        "README; decode_test.go:953, decode.go allowedAliasRatio",
+        ruamel=dict,
+    ),
+    Rule(
+        "{1: a}",
+        Refused("project:x.1", "is a number in YAML, and Pulumi takes only text keys"),
+        "README; loaders.go SimplifyMarshalledProject",
+        ruamel=dict,
+    ),
     Rule("{~: a}", Refused("project:x.~", "is null in YAML"), "loaders.go SimplifyMarshalledProject", ruamel=dict),
-    Rule("{true: a}", Refused("project:x.true", "is a boolean in YAML"), "loaders.go SimplifyMarshalledProject", ruamel=dict),
-    Rule("{2024-01-01: a}", Refused("project:x.2024-01-01", "is a timestamp in YAML"), "loaders.go SimplifyMarshalledProject", ruamel=dict),
+    Rule(
+        "{true: a}",
+        Refused("project:x.true", "is a boolean in YAML"),
+        "loaders.go SimplifyMarshalledProject",
+        ruamel=dict,
+    ),
+    Rule(
+        "{2024-01-01: a}",
+        Refused("project:x.2024-01-01", "is a timestamp in YAML"),
+        "loaders.go SimplifyMarshalledProject",
+        ruamel=dict,
+    ),
     Rule(".inf", Refused("project:x", UNSUPPORTED), "README; resolve.go:57, then json.Marshal", ruamel=math.inf),
     Rule(".Inf", Refused("project:x", "infinity"), "decode_test.go:74"),
     Rule("-.Inf", Refused("project:x", UNSUPPORTED), "decode_test.go:77"),
@@ -163,17 +217,37 @@ RULES = [
     Rule(".nan", Refused("project:x", "not a number (NaN)"), "resolve.go:56"),
     Rule("[-.Inf]", Refused("project:x[0]", UNSUPPORTED), "json.Marshal"),
     Rule("{a: .nan}", Refused("project:x.a", UNSUPPORTED), "json.Marshal"),
-    Rule("{a: " * 40 + "b" + "}" * 40, Refused("project:x", f"nests maps and lists more than {MAX_DEPTH} levels deep"), "this project's config"),
+    Rule(
+        "{a: " * 40 + "b" + "}" * 40,
+        Refused("project:x", f"nests maps and lists more than {MAX_DEPTH} levels deep"),
+        "this project's config",
+    ),
     # Timestamps: time.Time, then its String() (object.go); the machine's zone is taken to be UTC.
-    Rule("2024-05-01", "2024-05-01 00:00:00 +0000 UTC", "decode_test.go:732; object.go", ruamel=datetime.date(2024, 5, 1)),
+    Rule(
+        "2024-05-01", "2024-05-01 00:00:00 +0000 UTC", "decode_test.go:732; object.go", ruamel=datetime.date(2024, 5, 1)
+    ),
     Rule("2015-02-24T18:19:39.12Z", "2015-02-24 18:19:39.12 +0000 UTC", "decode_test.go:675", ruamel=datetime.datetime),
-    Rule("2015-2-3T3:4:5Z", "2015-02-03 03:04:05 +0000 UTC", "decode_test.go:680: Go's layout takes 1-digit fields", ruamel="2015-2-3T3:4:5Z"),
+    Rule(
+        "2015-2-3T3:4:5Z",
+        "2015-02-03 03:04:05 +0000 UTC",
+        "decode_test.go:680: Go's layout takes 1-digit fields",
+        ruamel="2015-2-3T3:4:5Z",
+    ),
     Rule("2015-02-24t18:19:39Z", "2015-02-24 18:19:39 +0000 UTC", "decode_test.go:685"),
     Rule("2015-02-24 18:19:39", "2015-02-24 18:19:39 +0000 UTC", "decode_test.go:690"),
-    Rule("2001-12-14T21:59:43.10-05:00", "2001-12-14 21:59:43.1 -0500 -0500", "time.Time String(): a fixed zone without a name"),
+    Rule(
+        "2001-12-14T21:59:43.10-05:00",
+        "2001-12-14 21:59:43.1 -0500 -0500",
+        "time.Time String(): a fixed zone without a name",
+    ),
     Rule("2016-02-29", "2016-02-29 00:00:00 +0000 UTC", "a leap day"),
     Rule("2015-02-30", "2015-02-30", "time.Parse fails (day out of range), so text", ruamel=ValueError),
-    Rule("2015-01-01T00:00:00+25:00", "2015-01-01T00:00:00+25:00", "time.Parse fails (zone hour out of range), so text", ruamel=ValueError),
+    Rule(
+        "2015-01-01T00:00:00+25:00",
+        "2015-01-01T00:00:00+25:00",
+        "time.Parse fails (zone hour out of range), so text",
+        ruamel=ValueError,
+    ),
     Rule("!!str 2015-01-01", "2015-01-01", "decode_test.go:707"),
     Rule('"2015-01-01"', "2015-01-01", "decode_test.go:722"),
     Rule('!!timestamp "2015-01-01"', "2015-01-01 00:00:00 +0000 UTC", "decode_test.go:727"),
@@ -183,13 +257,31 @@ RULES = [
     Rule("!!null ''", "", "decode_test.go:470"),
     Rule("!!float '1.1'", "1.1", "decode_test.go:461"),
     Rule("!!float 'error'", Refused("project:x", "cannot decode `error` as a !!float"), "decode_test.go:936"),
-    Rule("!!binary gIGC", "\ufffd" * 3, "decode_test.go:635: the bytes 80 81 82, each U+FFFD in Go's JSON", ruamel=b"\x80\x81\x82"),
+    Rule(
+        "!!binary gIGC",
+        "\ufffd" * 3,
+        "decode_test.go:635: the bytes 80 81 82, each U+FFFD in Go's JSON",
+        ruamel=b"\x80\x81\x82",
+    ),
     Rule("!!binary aGVsbG8=", "hello", "decode.go: !!binary into interface{} is a string"),
     Rule("!!binary ==", Refused("project:x", "cannot decode `==` as a !!binary"), "decode_test.go:943"),
-    Rule("!unknown text", "text", "resolve.go: a tag yaml.v3 does not know is kept, the value read as it is", ruamel=ConstructorError),
+    Rule(
+        "!unknown text",
+        "text",
+        "resolve.go: a tag yaml.v3 does not know is kept, the value read as it is",
+        ruamel=ConstructorError,
+    ),
     # Maps and lists: their JSON (object.go), read back by decode_config_values.
-    Rule("[1.0, 2.5, 0x10, 1e21, 08]", [1, 2.5, 16, 1e21, 8], "MarshalString: JSON; floats without a point read back as ints"),
-    Rule("{b: 1, a: {d: 2024-05-01, c: yes}}", {"a": {"c": "yes", "d": "2024-05-01 00:00:00 +0000 UTC"}, "b": 1}, "object.go unmarshalObject"),
+    Rule(
+        "[1.0, 2.5, 0x10, 1e21, 08]",
+        [1, 2.5, 16, 1e21, 8],
+        "MarshalString: JSON; floats without a point read back as ints",
+    ),
+    Rule(
+        "{b: 1, a: {d: 2024-05-01, c: yes}}",
+        {"a": {"c": "yes", "d": "2024-05-01 00:00:00 +0000 UTC"}, "b": 1},
+        "object.go unmarshalObject",
+    ),
     Rule("{secure: v1:AAAA}", "[secret]", "the offline plan cannot decrypt"),
     Rule("{a: {secure: v1:AAAA}}", {"a": "[secret]"}, "object.go isSecureValue"),
     Rule("{secure: 1}", {"secure": 1}, "not a secret: isSecureValue wants text"),
@@ -219,7 +311,10 @@ def test_rules(rule: Rule):
     got = _program_gets(rule.text)
     if isinstance(rule.program_gets, Refused):
         problems = got.problems if isinstance(got, ConfigError) else []
-        assert any(p.key == rule.program_gets.key and rule.program_gets.says in p.message for p in problems), (rule, got)
+        assert any(p.key == rule.program_gets.key and rule.program_gets.says in p.message for p in problems), (
+            rule,
+            got,
+        )
     else:
         assert got == rule.program_gets and type(got) is type(rule.program_gets), (rule, got)
 
@@ -258,7 +353,11 @@ def test_the_file_is_read_as_the_cli_reads_it(tmp_path):
 
 def test_a_yaml_directive_changes_nothing(tmp_path):
     # yaml.v3 reads every file with its own rules; ruamel.yaml would switch to YAML 1.1 (yes: true, 1:20: 80).
-    _write(tmp_path, "v11", "%YAML 1.1\n---\nconfig:\n  aws:region: us-west-2\n  gpu-training:tags: {a: yes, b: 0755, c: 1:20}\n")
+    _write(
+        tmp_path,
+        "v11",
+        "%YAML 1.1\n---\nconfig:\n  aws:region: us-west-2\n  gpu-training:tags: {a: yes, b: 0755, c: 1:20}\n",
+    )
     assert read_stack_config("v11", tmp_path)[1][f"{NS}:tags"] == {"a": "yes", "b": 493, "c": "1:20"}
     assert YAML(typ="safe", pure=True).load("%YAML 1.1\n---\n{a: yes, c: 1:20}\n") == {"a": True, "c": 80}
 
@@ -268,7 +367,11 @@ def test_map_keys_reach_the_program_sorted():
 
 
 def test_the_engine_wire_form_is_text(tmp_path):
-    _write(tmp_path, "dev", "config:\n  aws:region: us-west-2\n  gpuAvailabilityZone: 0755\n  gpu-training:config:tags: {b: x, a: y}\n")
+    _write(
+        tmp_path,
+        "dev",
+        "config:\n  aws:region: us-west-2\n  gpuAvailabilityZone: 0755\n  gpu-training:config:tags: {b: x, a: y}\n",
+    )
     name, wire = engine_config("dev", tmp_path)
     assert name == "gpu-training"
     assert wire == {"aws:region": "us-west-2", f"{NS}:gpuAvailabilityZone": "493", f"{NS}:tags": '{"a":"y","b":"x"}'}
@@ -292,7 +395,11 @@ def test_the_committed_stacks_read_the_same_as_the_program_reads_their_wire_form
     [
         ("  etcd: {replicas: 1}\n  gpu-training:etcd: {replicas: 3}\n", f"{NS}:etcd", "is set twice"),
         ("  gpu-training:a:b: 1\n", "gpu-training:a:b", "is not a config key"),
-        ("  gpu-training:etcd:\n    cpu: '1'\n    cpu: '2'\n", f"{NS}:etcd.cpu", "written twice in one map (lines 4 and 5)"),
+        (
+            "  gpu-training:etcd:\n    cpu: '1'\n    cpu: '2'\n",
+            f"{NS}:etcd.cpu",
+            "written twice in one map (lines 4 and 5)",
+        ),
         ("  gpu-training:tags:\n    1: a\n", f"{NS}:tags.1", "Pulumi takes only text keys"),
         ("  gpu-training:tags: &x\n    a: *x\n", f"{NS}:tags.a", "inside its own anchor &x"),
     ],
@@ -435,7 +542,12 @@ def test_an_alias_bomb_stops_after_a_few_thousand_values():
 
 
 def test_a_stack_file_alias_bomb_is_refused_naming_the_key(tmp_path, monkeypatch):
-    _write(tmp_path, "bomb", "config:\n  aws:region: us-west-2\n  gpu-training:tags:\n" + "".join("    " + line + "\n" for line in ALIAS_BOMB.splitlines()))
+    _write(
+        tmp_path,
+        "bomb",
+        "config:\n  aws:region: us-west-2\n  gpu-training:tags:\n"
+        + "".join("    " + line + "\n" for line in ALIAS_BOMB.splitlines()),
+    )
     code, err = _plan(tmp_path, "bomb", monkeypatch)
     assert code == 2 and f"{NS}:tags: YAML aliases expand to too much" in err and "Traceback" not in err, err
 
@@ -515,7 +627,9 @@ def test_look_alikes_in_values_and_keys_are_named_in_the_plans_messages():
     with pytest.raises(ConfigError) as err:
         load(minimal_values(gpuNodeGroups=groups), "gpu-training", "x")
     text = str(err.value)
-    assert "unknown key 'mіnSize' (non-ASCII: U+0456 CYRILLIC SMALL LETTER BYELORUSSIAN-UKRAINIAN I at position 2)" in text
+    assert (
+        "unknown key 'mіnSize' (non-ASCII: U+0456 CYRILLIC SMALL LETTER BYELORUSSIAN-UKRAINIAN I at position 2)" in text
+    )
     with pytest.raises(ConfigError) as err:
         load({**minimal_values(), f"{NS}:gpuNоdeGroups": []}, "gpu-training", "x")
     assert "unknown key (non-ASCII: U+043E CYRILLIC SMALL LETTER O at position 5)" in str(err.value)
@@ -531,9 +645,18 @@ def test_look_alikes_in_values_and_keys_are_named_in_the_plans_messages():
     [
         ("  gpu-training:storage:\n    fsx:\n      backupStartTime: 22:30\n", None),  # text under YAML 1.2: plans
         ("  gpu-training:tags: {team: yes, shift: 22:30}\n", None),
-        ("  gpu-training:tags: {cost: 0755}\n", f"{NS}:tags.cost: 493 is not allowed: expected a string (YAML reads an unquoted number"),
-        ("  gpu-training:etcd:\n  gpu-training:tags:\n    # team: vision\n", None),  # no value: the CLI passes "", the defaults
-        ("  gpu-training:tags: " + "{a: " * 1000 + "b" + "}" * 1000 + "\n", f"{NS}:tags: nests maps and lists more than"),
+        (
+            "  gpu-training:tags: {cost: 0755}\n",
+            f"{NS}:tags.cost: 493 is not allowed: expected a string (YAML reads an unquoted number",
+        ),
+        (
+            "  gpu-training:etcd:\n  gpu-training:tags:\n    # team: vision\n",
+            None,
+        ),  # no value: the CLI passes "", the defaults
+        (
+            "  gpu-training:tags: " + "{a: " * 1000 + "b" + "}" * 1000 + "\n",
+            f"{NS}:tags: nests maps and lists more than",
+        ),
     ],
 )
 def test_the_plan_reads_the_stack_file_as_pulumi_does(tmp_path, monkeypatch, config, expect):

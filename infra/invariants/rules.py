@@ -54,7 +54,9 @@ def quota_within_supply(v: StackView) -> list[Violation]:
             continue
         nodes = v.supply(group)
         for r in queues.RESOURCES:
-            promised = sum(queues.parse_quantity(r, q[group][r]["nominalQuota"]) for q in cqs if group in q and r in q[group])
+            promised = sum(
+                queues.parse_quantity(r, q[group][r]["nominalQuota"]) for q in cqs if group in q and r in q[group]
+            )
             if promised > nodes * node.allocatable[r]:
                 out.append(
                     Violation(
@@ -88,7 +90,10 @@ def jobs_admissible(v: StackView) -> list[Violation]:
     """Every queued job fits whole in what its ClusterQueue can ever hold."""
     out = []
     cqs = {o["metadata"]["name"]: o for _, o in v.of_kind("ClusterQueue")}
-    local = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o["spec"]["clusterQueue"] for _, o in v.of_kind("LocalQueue")}
+    local = {
+        (o["metadata"].get("namespace"), o["metadata"]["name"]): o["spec"]["clusterQueue"]
+        for _, o in v.of_kind("LocalQueue")
+    }
     for _, o in v.objects:
         meta = o.get("metadata") or {}
         queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
@@ -97,7 +102,11 @@ def jobs_admissible(v: StackView) -> list[Violation]:
         job = f"{o['kind']} {meta.get('namespace')}/{meta['name']}"
         cq = local.get((meta.get("namespace"), queue))
         if cq is None or cq not in cqs:
-            out.append(Violation("jobs_admissible", f"{job}: queue {queue!r} is no LocalQueue of its namespace with a ClusterQueue"))
+            out.append(
+                Violation(
+                    "jobs_admissible", f"{job}: queue {queue!r} is no LocalQueue of its namespace with a ClusterQueue"
+                )
+            )
             continue
         total: dict[tuple[str, str], int] = {}
         for ps in pod_sets(o):
@@ -126,7 +135,9 @@ def _fit_problem(pod: PodTemplate, node: Node, flavor: Mapping[str, Any] | None)
         return f"its nodeSelector {missing} is not on the nodes of group {node.group!r}"
     if not required_affinity_matches(spec, labels):
         return f"its required node affinity matches no node of group {node.group!r}"
-    untolerated = [t for t in node.taints if t["effect"] in ("NoSchedule", "NoExecute") and not tolerates(tolerations, t)]
+    untolerated = [
+        t for t in node.taints if t["effect"] in ("NoSchedule", "NoExecute") and not tolerates(tolerations, t)
+    ]
     if untolerated:
         return f"it does not tolerate the taint(s) {untolerated} of group {node.group!r}"
     if node.allocatable is not None:
@@ -148,7 +159,11 @@ def pods_fit_their_nodes(v: StackView) -> list[Violation]:
             continue
         node = v.nodes.get(group)
         if node is None:
-            out.append(Violation("pods_fit_their_nodes", f"{pod.owner}: selects node group {group!r}, which the plan does not build"))
+            out.append(
+                Violation(
+                    "pods_fit_their_nodes", f"{pod.owner}: selects node group {group!r}, which the plan does not build"
+                )
+            )
             continue
         problem = _fit_problem(pod, node, flavors.get(group) if pod.queued else None)
         if problem:
@@ -169,12 +184,18 @@ def admission_checks_have_their_api(v: StackView) -> list[Violation]:
         if check["spec"].get("controllerName") != PROVISIONING_CONTROLLER:
             out.append(
                 Violation(
-                    "admission_checks_have_their_api", f"AdmissionCheck {name!r}: no controller of the stack runs {check['spec'].get('controllerName')!r}"
+                    "admission_checks_have_their_api",
+                    f"AdmissionCheck {name!r}: no controller of the stack runs {check['spec'].get('controllerName')!r}",
                 )
             )
             continue
         if not crds:
-            out.append(Violation("admission_checks_have_their_api", f"AdmissionCheck {name!r}: the plan installs no {queues.PROVISIONING_REQUEST_API} CRD"))
+            out.append(
+                Violation(
+                    "admission_checks_have_their_api",
+                    f"AdmissionCheck {name!r}: the plan installs no {queues.PROVISIONING_REQUEST_API} CRD",
+                )
+            )
         elif kueue is None or not v.waits_for(kueue, crds[0]):
             out.append(
                 Violation(
@@ -182,11 +203,25 @@ def admission_checks_have_their_api(v: StackView) -> list[Violation]:
                     f"AdmissionCheck {name!r}: Kueue is not created after the ProvisioningRequest CRD (it looks once, at start)",
                 )
             )
-        serving = autoscaler is not None and (autoscaler.inputs.get("values") or {}).get("extraArgs", {}).get("enable-provisioning-requests") == "true"
+        serving = (
+            autoscaler is not None
+            and (autoscaler.inputs.get("values") or {}).get("extraArgs", {}).get("enable-provisioning-requests")
+            == "true"
+        )
         if not serving:
-            out.append(Violation("admission_checks_have_their_api", f"AdmissionCheck {name!r}: the Cluster Autoscaler does not serve ProvisioningRequests"))
+            out.append(
+                Violation(
+                    "admission_checks_have_their_api",
+                    f"AdmissionCheck {name!r}: the Cluster Autoscaler does not serve ProvisioningRequests",
+                )
+            )
     scaled = {
-        g for g in v.nodes if any(r.type == ASG_TAG and (r.inputs.get("tag") or {}).get("key") == AUTOSCALE_TAG and v._group_of(r) == g for r in v.records)
+        g
+        for g in v.nodes
+        if any(
+            r.type == ASG_TAG and (r.inputs.get("tag") or {}).get("key") == AUTOSCALE_TAG and v._group_of(r) == g
+            for r in v.records
+        )
     }
     for _, cq in v.of_kind("ClusterQueue"):
         for ac in (cq["spec"].get("admissionChecksStrategy") or {}).get("admissionChecks") or []:
@@ -204,7 +239,9 @@ def admission_checks_have_their_api(v: StackView) -> list[Violation]:
 def team_namespaces_under_policy(v: StackView) -> list[Violation]:
     """Every team namespace is bound to a ValidatingAdmissionPolicy that denies."""
     policies = {o["metadata"]["name"] for _, o in v.of_kind("ValidatingAdmissionPolicy")}
-    bindings = [o["spec"] for _, o in v.of_kind("ValidatingAdmissionPolicyBinding") if o["spec"].get("policyName") in policies]
+    bindings = [
+        o["spec"] for _, o in v.of_kind("ValidatingAdmissionPolicyBinding") if o["spec"].get("policyName") in policies
+    ]
     out = []
     for _, ns in v.of_kind("Namespace"):
         labels = {**(ns["metadata"].get("labels") or {}), "kubernetes.io/metadata.name": ns["metadata"]["name"]}
@@ -213,10 +250,16 @@ def team_namespaces_under_policy(v: StackView) -> list[Violation]:
         bound = [
             b
             for b in bindings
-            if "Deny" in (b.get("validationActions") or []) and selects((b.get("matchResources") or {}).get("namespaceSelector") or {}, labels)
+            if "Deny" in (b.get("validationActions") or [])
+            and selects((b.get("matchResources") or {}).get("namespaceSelector") or {}, labels)
         ]
         if not bound:
-            out.append(Violation("team_namespaces_under_policy", f"team namespace {ns['metadata']['name']!r} is under no denying ValidatingAdmissionPolicy"))
+            out.append(
+                Violation(
+                    "team_namespaces_under_policy",
+                    f"team namespace {ns['metadata']['name']!r} is under no denying ValidatingAdmissionPolicy",
+                )
+            )
     return out
 
 

@@ -30,7 +30,16 @@ AUTOSCALER_RELEASE = autoscaler.RELEASE
 # API groups whose CRDs a Helm release of the stack ships (its chart's crds/), by release name.
 RELEASE_API_GROUPS = {KUEUE_RELEASE: (queues_component.KUEUE_API.split("/")[0],)}
 # Kinds built into Kubernetes (the stack's custom kinds are everything else).
-BUILT_IN_GROUPS = ("", "apps", "batch", "rbac.authorization.k8s.io", "storage.k8s.io", "admissionregistration.k8s.io", "policy", "apiextensions.k8s.io")
+BUILT_IN_GROUPS = (
+    "",
+    "apps",
+    "batch",
+    "rbac.authorization.k8s.io",
+    "storage.k8s.io",
+    "admissionregistration.k8s.io",
+    "policy",
+    "apiextensions.k8s.io",
+)
 # Labels every EKS node has besides its node group's own (EKS and the kubelet set them).
 CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
 POD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job")
@@ -92,7 +101,12 @@ class StackView:
         """Every Kubernetes object with its record."""
         out = []
         for r in self.records:
-            if r.type.startswith("kubernetes:") and not r.type.startswith("kubernetes:helm.sh/") and "kind" in r.inputs and "apiVersion" in r.inputs:
+            if (
+                r.type.startswith("kubernetes:")
+                and not r.type.startswith("kubernetes:helm.sh/")
+                and "kind" in r.inputs
+                and "apiVersion" in r.inputs
+            ):
                 out.append((r, r.inputs))
         return out
 
@@ -143,7 +157,9 @@ class StackView:
         """group -> one of its nodes: the GPU groups from their EKS node groups, the system group."""
         out: dict[str, Node] = {}
         flavors = {f.name: f for f in self.queue_plan.flavors} if self.queue_plan else {}
-        per_node = {g.name: queues.node_allocatable(g, queues.node_services(self.cfg)) for g in self.cfg.gpu_node_groups}
+        per_node = {
+            g.name: queues.node_allocatable(g, queues.node_services(self.cfg)) for g in self.cfg.gpu_node_groups
+        }
         for r in self.records:
             if r.type not in (EKS_NODE_GROUP, SYSTEM_NODE_GROUP):
                 continue
@@ -156,14 +172,21 @@ class StackView:
             labels.setdefault(CAPACITY_TYPE_LABEL, r.inputs.get("capacityType") or "ON_DEMAND")
             if group != SYSTEM_GROUP:
                 labels.setdefault(ZONE_LABEL, self.gpu_az)
-            taints = [{"key": t["key"], "value": t.get("value") or "", "effect": EFFECTS[t["effect"]]} for t in r.inputs.get("taints") or []]
+            taints = [
+                {"key": t["key"], "value": t.get("value") or "", "effect": EFFECTS[t["effect"]]}
+                for t in r.inputs.get("taints") or []
+            ]
             allocatable = flavors[group].per_node if group in flavors else per_node.get(group)
             out[group] = Node(group, labels, taints, allocatable)
         return out
 
     def supply(self, group: str) -> int:
         """The nodes group ``group`` can have, from the AWS side of the plan."""
-        ng = [r for r in self.records if r.type == EKS_NODE_GROUP and (r.inputs.get("labels") or {}).get(NODE_GROUP_LABEL) == group]
+        ng = [
+            r
+            for r in self.records
+            if r.type == EKS_NODE_GROUP and (r.inputs.get("labels") or {}).get(NODE_GROUP_LABEL) == group
+        ]
         if not ng:
             return 0
         scaling = ng[0].inputs.get("scalingConfig") or {}
@@ -233,6 +256,8 @@ def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
 
 
 def required_affinity_matches(pod: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    required = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    required = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     terms = required.get("nodeSelectorTerms") or []
     return not terms or any(all(_expression(e, labels) for e in term.get("matchExpressions") or []) for term in terms)

@@ -41,14 +41,27 @@ class Subnet:
     def _value(self, name: str) -> str | None:
         if name.startswith("tag:"):
             return self.tags.get(name.removeprefix("tag:"))
-        fields = {"availability-zone": self.availability_zone, "subnet-id": self.id, "vpc-id": self.vpc_id, "cidr-block": self.cidr_block}
+        fields = {
+            "availability-zone": self.availability_zone,
+            "subnet-id": self.id,
+            "vpc-id": self.vpc_id,
+            "cidr-block": self.cidr_block,
+        }
         if name not in fields:
-            raise NotImplementedError(f"the offline engine cannot filter subnets by {name!r} (it knows tag:<key>, {', '.join(fields)})")
+            raise NotImplementedError(
+                f"the offline engine cannot filter subnets by {name!r} (it knows tag:<key>, {', '.join(fields)})"
+            )
         return fields[name]
 
     def as_result(self) -> dict[str, Any]:
         """What ``aws.ec2.get_subnet`` returns of it."""
-        return {"id": self.id, "availabilityZone": self.availability_zone, "tags": dict(self.tags), "vpcId": self.vpc_id, "cidrBlock": self.cidr_block}
+        return {
+            "id": self.id,
+            "availabilityZone": self.availability_zone,
+            "tags": dict(self.tags),
+            "vpcId": self.vpc_id,
+            "cidrBlock": self.cidr_block,
+        }
 
 
 @dataclass(frozen=True)
@@ -62,7 +75,13 @@ class Deployed:
         """The subnets of a plan's records (``offline.Record``), as a `pulumi up` of that plan left them."""
         return cls(
             tuple(
-                Subnet(r.id, r.inputs["availabilityZone"], dict(r.inputs.get("tags") or {}), str(r.inputs.get("vpcId", "")), str(r.inputs.get("cidrBlock", "")))
+                Subnet(
+                    r.id,
+                    r.inputs["availabilityZone"],
+                    dict(r.inputs.get("tags") or {}),
+                    str(r.inputs.get("vpcId", "")),
+                    str(r.inputs.get("cidrBlock", "")),
+                )
                 for r in records
                 if r.type == SUBNET_TYPE
             )
@@ -80,4 +99,6 @@ class Deployed:
         for s in self.subnets:
             if s.id == wanted:
                 return s.as_result()
-        raise UnknownSubnetError(f"no matching EC2 Subnet found (id {wanted!r}; the simulated deployed stack has {len(self.subnets)} subnets)")
+        raise UnknownSubnetError(
+            f"no matching EC2 Subnet found (id {wanted!r}; the simulated deployed stack has {len(self.subnets)} subnets)"
+        )

@@ -50,7 +50,11 @@ class PlanResult:
         """Every Kubernetes object registered, as its manifest."""
         out = []
         for r in self.records:
-            if not r.type.startswith("kubernetes:") or r.type.startswith("kubernetes:helm.sh/") or r.type.startswith("pulumi:providers"):
+            if (
+                not r.type.startswith("kubernetes:")
+                or r.type.startswith("kubernetes:helm.sh/")
+                or r.type.startswith("pulumi:providers")
+            ):
                 continue
             if "apiVersion" in r.inputs and "kind" in r.inputs:
                 out.append(r.inputs)

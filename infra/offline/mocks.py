@@ -103,7 +103,11 @@ class OfflineMocks(pulumi_mocks.Mocks):
     def _extra_outputs(self, typ: str, name: str, inputs: dict, rid: str) -> dict[str, Any]:
         if typ == "aws:iam/role:Role":
             role_name = inputs.get("name") or f"{name}-{_digest(typ, name, n=7)}"
-            return {"arn": f"arn:aws:iam::{ACCOUNT_ID}:role/{role_name}", "name": role_name, "uniqueId": "AROA" + _digest(name).upper()}
+            return {
+                "arn": f"arn:aws:iam::{ACCOUNT_ID}:role/{role_name}",
+                "name": role_name,
+                "uniqueId": "AROA" + _digest(name).upper(),
+            }
         if typ == "aws:kms/key:Key":
             key_id = f"{_digest(name, n=8)}-{_digest(name, 'a', n=4)}-{_digest(name, 'b', n=4)}-{_digest(name, 'c', n=4)}-{_digest(name, 'd', n=12)}"
             return {"keyId": key_id, "arn": f"arn:aws:kms:{self.region}:{ACCOUNT_ID}:key/{key_id}"}
@@ -120,7 +124,14 @@ class OfflineMocks(pulumi_mocks.Mocks):
         if typ == "aws:eks/nodeGroup:NodeGroup":
             # EKS makes one Auto Scaling group per managed node group, named eks-<group>-<uuid>.
             group = inputs.get("nodeGroupName") or name
-            return {"resources": [{"autoscalingGroups": [{"name": f"eks-{group}-{_digest('asg', group, n=8)}"}], "remoteAccessSecurityGroupId": ""}]}
+            return {
+                "resources": [
+                    {
+                        "autoscalingGroups": [{"name": f"eks-{group}-{_digest('asg', group, n=8)}"}],
+                        "remoteAccessSecurityGroupId": "",
+                    }
+                ]
+            }
         if typ == "aws:efs/fileSystem:FileSystem":
             return {"dnsName": f"{rid}.efs.{self.region}.amazonaws.com"}
         if typ == "eks:index:Cluster":
@@ -144,12 +155,26 @@ class OfflineMocks(pulumi_mocks.Mocks):
         if token == "aws:index/getPartition:getPartition":
             return {"id": "aws", "partition": "aws", "dnsSuffix": "amazonaws.com", "reverseDnsPrefix": "com.amazonaws"}
         if token == "aws:index/getRegion:getRegion":
-            return {"id": self.region, "name": self.region, "region": self.region, "endpoint": f"ec2.{self.region}.amazonaws.com"}
+            return {
+                "id": self.region,
+                "name": self.region,
+                "region": self.region,
+                "endpoint": f"ec2.{self.region}.amazonaws.com",
+            }
         if token == "aws:index/getCallerIdentity:getCallerIdentity":
-            return {"id": ACCOUNT_ID, "accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/offline", "userId": "AIDAOFFLINE"}
+            return {
+                "id": ACCOUNT_ID,
+                "accountId": ACCOUNT_ID,
+                "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/offline",
+                "userId": "AIDAOFFLINE",
+            }
         if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
             names = region_azs(self.region)
-            return {"id": self.region, "names": names, "zoneIds": [f"{self.region[:2]}{self.region.split('-')[-1]}-az{i + 1}" for i in range(len(names))]}
+            return {
+                "id": self.region,
+                "names": names,
+                "zoneIds": [f"{self.region[:2]}{self.region.split('-')[-1]}-az{i + 1}" for i in range(len(names))],
+            }
         if token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
             wanted: set[str] | None = None
             for f in a.get("filters") or []:
@@ -162,7 +187,12 @@ class OfflineMocks(pulumi_mocks.Mocks):
                 for az in sorted(azs):
                     types.append(t)
                     locs.append(az)
-            return {"id": self.region, "instanceTypes": types, "locations": locs, "locationTypes": ["availability-zone"] * len(types)}
+            return {
+                "id": self.region,
+                "instanceTypes": types,
+                "locations": locs,
+                "locationTypes": ["availability-zone"] * len(types),
+            }
         if token in TOKENS:  # what the stack has already made (its GPU subnet)
             return self.deployed.answer(token, a, self.region)
         raise NotImplementedError(f"the offline engine has no answer for invoke {token}")

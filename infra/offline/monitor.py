@@ -174,7 +174,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             sanitized = type(request)()
             sanitized.CopyFrom(request)
             sanitized.object.Clear()
-            sanitized.object.update(_without_references({k: raw[k] for k in IDENTITY if k in raw} if only_identity else raw))
+            sanitized.object.update(
+                _without_references({k: raw[k] for k in IDENTITY if k in raw} if only_identity else raw)
+            )
         response = super().RegisterResource(sanitized)
         parent = None
         if request.parent and _urn_parts(request.parent)[0] != "pulumi:pulumi:Stack":

@@ -30,7 +30,14 @@ def az_offerings(region: str) -> dict[str, set[str]]:
     base = _moto_resources()
     path = base / "instance_type_offerings" / "availability-zone" / f"{region}.json.gz" if base else None
     if path is None or not path.exists():
-        recorded = sorted(p.name.removesuffix(".json.gz") for p in (base / "instance_type_offerings" / "availability-zone").glob("*.json.gz")) if base else []
+        recorded = (
+            sorted(
+                p.name.removesuffix(".json.gz")
+                for p in (base / "instance_type_offerings" / "availability-zone").glob("*.json.gz")
+            )
+            if base
+            else []
+        )
         raise OfflineDataError(
             f"the offline plan has no recorded AWS offering data for region {region!r} (it has: {', '.join(recorded) or 'none; install the dev requirements'}); "
             "plan a stack in one of those regions offline, or run `pulumi preview` against AWS"

@@ -53,10 +53,22 @@ from typing import Any, TextIO
 
 from facts.paths import PROJECT_ROOT
 from infra.preflight.capacity import MAX_OFFERINGS_SHOWN, _check_reservations
-from infra.preflight.eks import SUPPORT_WARNING_DAYS, _check_addons, _check_kubernetes, _check_support_window, support_window
+from infra.preflight.eks import (
+    SUPPORT_WARNING_DAYS,
+    _check_addons,
+    _check_kubernetes,
+    _check_support_window,
+    support_window,
+)
 from infra.preflight.eks import _addon_configuration_line as _addon_configuration_line  # the tests call it here
 from infra.preflight.placement import _check_efa, _check_placement, _region_facts
-from infra.preflight.quotas import QUOTAS, _check_node_group_sizes, _check_quotas, _check_sagemaker_quotas, sagemaker_quota_name
+from infra.preflight.quotas import (
+    QUOTAS,
+    _check_node_group_sizes,
+    _check_quotas,
+    _check_sagemaker_quotas,
+    sagemaker_quota_name,
+)
 from infra.preflight.results import FAIL, PASS, SKIP, WARN, CheckResult, _error_code, _guard, _n, _one_line
 from stacks import config as stack_config
 from stacks.config.placeholders import placeholders
@@ -120,7 +132,9 @@ def _check_placeholders(cfg: stack_config.StackConfig, stack_file: str) -> list[
     return [CheckResult(FAIL, check, f"{p.key}: {p.message}", f"replace it in {stack_file}") for p in found]
 
 
-def run_checks(cfg: stack_config.StackConfig, session: Any, stack_file: str | None = None, today: datetime.date | None = None) -> list[CheckResult]:
+def run_checks(
+    cfg: stack_config.StackConfig, session: Any, stack_file: str | None = None, today: datetime.date | None = None
+) -> list[CheckResult]:
     """Run every check against the account and region ``session`` reaches; one result per line.
     ``today``: the date the support window is measured from (default: today).
 
@@ -214,14 +228,18 @@ def run_cli(
     try:
         session = session_factory(cfg.region)
         identity = session.client("sts", region_name=cfg.region).get_caller_identity()
-        stdout.write(f"Preflight of {cfg.project}/{cfg.stack}: account {identity.get('Account')} as {identity.get('Arn')}, region {cfg.region}\n")
+        stdout.write(
+            f"Preflight of {cfg.project}/{cfg.stack}: account {identity.get('Account')} as {identity.get('Arn')}, region {cfg.region}\n"
+        )
         results = run_checks(cfg, session, f"Pulumi.{stack}.yaml")
     except NoCredentialsError:
         print(_NO_CREDENTIALS, file=stderr)
         return EXIT_FAILED
     except ClientError as err:  # the credentials were refused (expired, invalid)
         code, message = _error_code(err)
-        print(f"error: AWS refused the credentials ({code}: {message}); refresh them and run preflight again", file=stderr)
+        print(
+            f"error: AWS refused the credentials ({code}: {message}); refresh them and run preflight again", file=stderr
+        )
         return EXIT_FAILED
     except BotoCoreError as err:  # partial credentials, unknown profile, endpoint unreachable...
         print(f"error: cannot reach AWS: {_one_line(err, 300)}", file=stderr)

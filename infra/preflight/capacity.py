@@ -13,14 +13,32 @@ from typing import TYPE_CHECKING, Any
 
 from components import node_scaling
 from facts.catalog import CAPACITY_BLOCK_DRAIN_TEXT
-from infra.preflight.results import FAIL, PASS, WARN, CheckResult, _error_code, _guard, _is_client_error, _paginate, _unanswered
+from infra.preflight.results import (
+    FAIL,
+    PASS,
+    WARN,
+    CheckResult,
+    _error_code,
+    _guard,
+    _is_client_error,
+    _paginate,
+    _unanswered,
+)
 from stacks import config as stack_config
 
 if TYPE_CHECKING:
     from infra.preflight import _Context
 
 # Capacity reservation states in which the reservation is gone or can never be used.
-_DEAD_RESERVATION_STATES = {"expired", "cancelled", "cancelling", "failed", "payment-failed", "unsupported", "unavailable"}
+_DEAD_RESERVATION_STATES = {
+    "expired",
+    "cancelled",
+    "cancelling",
+    "failed",
+    "payment-failed",
+    "unsupported",
+    "unavailable",
+}
 
 
 def _check_reservations(ctx: _Context) -> list[CheckResult]:
@@ -30,7 +48,12 @@ def _check_reservations(ctx: _Context) -> list[CheckResult]:
             continue
         check = f"capacity reservation {g.capacity_reservation_id} (GPU group {g.name})"
         results.extend(
-            _guard(check, "ec2 DescribeCapacityReservations", "ec2:DescribeCapacityReservations", functools.partial(_reservation_line, ctx, g, check))
+            _guard(
+                check,
+                "ec2 DescribeCapacityReservations",
+                "ec2:DescribeCapacityReservations",
+                functools.partial(_reservation_line, ctx, g, check),
+            )
         )
     results += _check_capacity_offerings(ctx)
     results += _check_windows(ctx)
@@ -65,7 +88,11 @@ def _describe_reservation(ctx: _Context, rid: str) -> dict[str, Any] | None:
     from botocore.exceptions import ClientError
 
     try:
-        found = ctx.client("ec2").describe_capacity_reservations(CapacityReservationIds=[rid]).get("CapacityReservations", [])
+        found = (
+            ctx.client("ec2")
+            .describe_capacity_reservations(CapacityReservationIds=[rid])
+            .get("CapacityReservations", [])
+        )
     except ClientError as err:
         code, _ = _error_code(err)
         if not code.startswith("InvalidCapacityReservationId"):
@@ -74,7 +101,9 @@ def _describe_reservation(ctx: _Context, rid: str) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
-def _reservation_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: str, cr: dict[str, Any] | None = None) -> list[CheckResult]:
+def _reservation_line(
+    ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: str, cr: dict[str, Any] | None = None
+) -> list[CheckResult]:
     rid = g.capacity_reservation_id
     if cr is None:
         cr = _describe_reservation(ctx, rid or "")
@@ -99,7 +128,9 @@ def _reservation_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: 
     elif az != ctx.gpu_az:
         how = "'auto' picked" if ctx.cfg.gpu_availability_zone == "auto" else "config sets"
         problems.append(f"it is in {az} but the GPU AZ is {ctx.gpu_az} ({how})")
-        fixes.append(f"set {stack_config.NAMESPACE}:gpuAvailabilityZone: {az} in {ctx.stack_file} or use a reservation in {ctx.gpu_az}")
+        fixes.append(
+            f"set {stack_config.NAMESPACE}:gpuAvailabilityZone: {az} in {ctx.stack_file} or use a reservation in {ctx.gpu_az}"
+        )
     if state in _DEAD_RESERVATION_STATES:
         problems.append(f"its state is {state}")
         fixes.append("use a reservation that is active or scheduled")
@@ -114,7 +145,9 @@ def _reservation_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: 
     if problems:
         return [CheckResult(FAIL, check, "; ".join(problems), "; ".join(fixes))]
     count = cr.get("TotalInstanceCount")
-    return [CheckResult(PASS, check, f"{kind} reservation of {count} x {typ} in {az}, {state} (group maxSize {g.max_size})")]
+    return [
+        CheckResult(PASS, check, f"{kind} reservation of {count} x {typ} in {az}, {state} (group maxSize {g.max_size})")
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,14 +179,23 @@ def _capacity_block(ctx: _Context, block_id: str) -> dict[str, Any] | None:
     try:
         blocks = _paginate(ctx.client("ec2"), "describe_capacity_blocks", "CapacityBlocks", CapacityBlockIds=[block_id])
     except Exception as err:
-        if isinstance(err, NotImplementedError) or _unanswered(err) or (_is_client_error(err) and "NotFound" in _error_code(err)[0]):
+        if (
+            isinstance(err, NotImplementedError)
+            or _unanswered(err)
+            or (_is_client_error(err) and "NotFound" in _error_code(err)[0])
+        ):
             return None
         raise
     return next((b for b in blocks if b.get("CapacityBlockId") == block_id), None)
 
 
 def _capacity_block_lines(
-    ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: str, cr: dict[str, Any], problems: list[str], fixes: list[str]
+    ctx: _Context,
+    g: stack_config.GpuNodeGroupConfig,
+    check: str,
+    cr: dict[str, Any],
+    problems: list[str],
+    fixes: list[str],
 ) -> list[CheckResult]:
     """A capacity-block group's block: its type, AZ and state (checked by the caller), its instance
     count against maxSize, and its window against capacity.start/end."""
@@ -162,15 +204,23 @@ def _capacity_block_lines(
     source = block or cr
     start, end = _utc(source.get("StartDate")), _utc(source.get("EndDate"))
     count = int(cr.get("TotalInstanceCount") or 0)
-    if block is not None and block.get("State") in _DEAD_RESERVATION_STATES and f"its state is {block.get('State')}" not in problems:
+    if (
+        block is not None
+        and block.get("State") in _DEAD_RESERVATION_STATES
+        and f"its state is {block.get('State')}" not in problems
+    ):
         problems.append(f"its capacity block {block_id} is {block.get('State')}")
         fixes.append("use a capacity block that is active or scheduled")
     warnings = []
     if count < g.max_size:
-        problems.append(f"it holds {count} instances but the group scales to maxSize {g.max_size} in its window: the launches beyond {count} fail")
+        problems.append(
+            f"it holds {count} instances but the group scales to maxSize {g.max_size} in its window: the launches beyond {count} fail"
+        )
         fixes.append(f"set maxSize: {count} for group {g.name}")
     elif count > g.max_size:
-        warnings.append(f"it holds {count} instances and the group uses at most {g.max_size}: {count - g.max_size} paid for and left idle")
+        warnings.append(
+            f"it holds {count} instances and the group uses at most {g.max_size}: {count - g.max_size} paid for and left idle"
+        )
     window = g.capacity_block_window
     where = f"capacity.start: {_when(start)} and capacity.end: {_when(end)}"
     if window is not None:
@@ -185,7 +235,14 @@ def _capacity_block_lines(
     if problems:
         return [CheckResult(FAIL, check, f"{detail}: " + "; ".join(problems), "; ".join(fixes))]
     if warnings:
-        return [CheckResult(WARN, check, f"{detail}: " + "; ".join(warnings), f"set maxSize: {count} for group {g.name} to use all of it")]
+        return [
+            CheckResult(
+                WARN,
+                check,
+                f"{detail}: " + "; ".join(warnings),
+                f"set maxSize: {count} for group {g.name} to use all of it",
+            )
+        ]
     if window is None:
         return [
             CheckResult(
@@ -265,7 +322,9 @@ def _offerings(ctx: _Context, g: stack_config.GpuNodeGroupConfig) -> list[dict[s
         except ValueError:
             return 0.0
 
-    return sorted(found, key=lambda i: (_utc(i.get("StartDate")) or datetime.datetime.max.replace(tzinfo=datetime.UTC), fee(i)))
+    return sorted(
+        found, key=lambda i: (_utc(i.get("StartDate")) or datetime.datetime.max.replace(tzinfo=datetime.UTC), fee(i))
+    )
 
 
 def _offerings_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: str) -> list[CheckResult]:
@@ -275,7 +334,14 @@ def _offerings_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: st
     assert o is not None
     asked = f"{g.max_size} x {g.instance_type} for {o.duration_hours} h from {_when(_utc(o.earliest_start))}"
     if not found:
-        return [CheckResult(WARN, check, f"EC2 has no offering of {asked}", "try other dates or another duration (capacity.offering)")]
+        return [
+            CheckResult(
+                WARN,
+                check,
+                f"EC2 has no offering of {asked}",
+                "try other dates or another duration (capacity.offering)",
+            )
+        ]
     if not usable:
         azs = sorted({str(x.get("AvailabilityZone")) for x in found})
         return [
@@ -329,7 +395,9 @@ def _purchase_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: str
     problems, fixes = [], []
     if ctx.gpu_az is not None and match.get("AvailabilityZone") != ctx.gpu_az:
         problems.append(f"it is in {match.get('AvailabilityZone')} but the GPU AZ is {ctx.gpu_az}")
-        fixes.append(f"set {stack_config.NAMESPACE}:gpuAvailabilityZone: {match.get('AvailabilityZone')} or choose an offering in {ctx.gpu_az}")
+        fixes.append(
+            f"set {stack_config.NAMESPACE}:gpuAvailabilityZone: {match.get('AvailabilityZone')} or choose an offering in {ctx.gpu_az}"
+        )
     window = g.capacity_block_window
     start, end = _utc(match.get("StartDate")), _utc(match.get("EndDate"))
     if window is not None and tuple(_utc(w) for w in window) != (start, end):

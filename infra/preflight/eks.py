@@ -31,7 +31,9 @@ def _check_kubernetes(ctx: _Context) -> list[CheckResult]:
         items = _paginate(eks, "describe_cluster_versions", "clusterVersions", clusterVersions=[version])
         match = [i for i in items if i.get("clusterVersion") == version]
         if not match:
-            offered = sorted({i.get("clusterVersion", "?") for i in _paginate(eks, "describe_cluster_versions", "clusterVersions")})
+            offered = sorted(
+                {i.get("clusterVersion", "?") for i in _paginate(eks, "describe_cluster_versions", "clusterVersions")}
+            )
             return [
                 CheckResult(
                     FAIL,
@@ -45,11 +47,18 @@ def _check_kubernetes(ctx: _Context) -> list[CheckResult]:
         if status == "unsupported":
             return [
                 CheckResult(
-                    FAIL, check, f"EKS lists {version} as unsupported", f"set cluster.kubernetesVersion in {ctx.stack_file} to a version in standard support"
+                    FAIL,
+                    check,
+                    f"EKS lists {version} as unsupported",
+                    f"set cluster.kubernetesVersion in {ctx.stack_file} to a version in standard support",
                 )
             ]
         if status == "extended-support":
-            return [CheckResult(PASS, check, "offered, in extended support (billed extra per cluster hour); plan an upgrade")]
+            return [
+                CheckResult(
+                    PASS, check, "offered, in extended support (billed extra per cluster hour); plan an upgrade"
+                )
+            ]
         return [CheckResult(PASS, check, f"offered ({status or 'status not reported'})")]
 
     return _guard(check, "eks DescribeClusterVersions", "eks:DescribeClusterVersions", run)
@@ -69,7 +78,9 @@ def _as_date(value: Any) -> datetime.date | None:
     return None
 
 
-def support_window(version: str, today: datetime.date, ends: datetime.date | None = None, stack_file: str = "Pulumi.<stack>.yaml") -> CheckResult:
+def support_window(
+    version: str, today: datetime.date, ends: datetime.date | None = None, stack_file: str = "Pulumi.<stack>.yaml"
+) -> CheckResult:
     """How far the end of ``version``'s EKS standard support is: PASS when more than
     ``SUPPORT_WARNING_DAYS`` away, WARN within them, FAIL once it has come. ``ends``: the date EKS
     reports, else the one pinned in facts/versions.py."""
@@ -79,7 +90,11 @@ def support_window(version: str, today: datetime.date, ends: datetime.date | Non
     pinned = versions.KUBERNETES_STANDARD_SUPPORT_ENDS.get(version)
     end = ends or pinned
     if end is None:
-        return CheckResult(SKIP, check, "no end date known (not in facts/versions.py KUBERNETES_STANDARD_SUPPORT_ENDS, and EKS did not say)")
+        return CheckResult(
+            SKIP,
+            check,
+            "no end date known (not in facts/versions.py KUBERNETES_STANDARD_SUPPORT_ENDS, and EKS did not say)",
+        )
     source = "EKS reports" if ends is not None else "pinned in facts/versions.py"
     if ends is not None and pinned is not None and ends != pinned:
         source += f"; facts/versions.py pins {pinned.isoformat()}: update it"
@@ -119,11 +134,19 @@ def _check_addons(ctx: _Context) -> list[CheckResult]:
     results: list[CheckResult] = []
     for pin in addon_pins(ctx.cfg):
         check = f"add-on {pin.name} {pin.version}"
-        results += _guard(check, "eks DescribeAddonVersions", "eks:DescribeAddonVersions", functools.partial(_addon_line, eks, pin, version, check))
+        results += _guard(
+            check,
+            "eks DescribeAddonVersions",
+            "eks:DescribeAddonVersions",
+            functools.partial(_addon_line, eks, pin, version, check),
+        )
         if pin.configuration_values is not None:
             check = f"add-on {pin.name} configuration values"
             results += _guard(
-                check, "eks DescribeAddonConfiguration", "eks:DescribeAddonConfiguration", functools.partial(_addon_configuration_line, eks, pin, check)
+                check,
+                "eks DescribeAddonConfiguration",
+                "eks:DescribeAddonConfiguration",
+                functools.partial(_addon_configuration_line, eks, pin, check),
             )
     return results
 
@@ -132,9 +155,17 @@ def _addon_line(eks: Any, pin: Any, k8s_version: str, check: str) -> list[CheckR
     addons = _paginate(eks, "describe_addon_versions", "addons", addonName=pin.name, kubernetesVersion=k8s_version)
     builds = [v for a in addons if a.get("addonName") == pin.name for v in a.get("addonVersions") or []]
     names = [b.get("addonVersion", "") for b in builds]
-    default = next((b.get("addonVersion") for b in builds for c in b.get("compatibilities") or [] if c.get("defaultVersion")), None)
+    default = next(
+        (b.get("addonVersion") for b in builds for c in b.get("compatibilities") or [] if c.get("defaultVersion")), None
+    )
     if pin.version in names:
-        return [CheckResult(PASS, check, f"published for Kubernetes {k8s_version}" + (f" (EKS's default: {default})" if default else ""))]
+        return [
+            CheckResult(
+                PASS,
+                check,
+                f"published for Kubernetes {k8s_version}" + (f" (EKS's default: {default})" if default else ""),
+            )
+        ]
     offered = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "") if names else "none"
     return [
         CheckResult(
@@ -150,14 +181,32 @@ def _addon_configuration_line(eks: Any, pin: Any, check: str) -> list[CheckResul
     try:
         import jsonschema
     except ImportError:
-        return [CheckResult(SKIP, check, "not checked: the jsonschema package is not installed (it comes with the dev requirements)")]
+        return [
+            CheckResult(
+                SKIP, check, "not checked: the jsonschema package is not installed (it comes with the dev requirements)"
+            )
+        ]
     answer = eks.describe_addon_configuration(addonName=pin.name, addonVersion=pin.version)
     schema_text = answer.get("configurationSchema") or ""
     if not schema_text:
-        return [CheckResult(FAIL, check, f"{pin.name} {pin.version} takes no configuration values, but the stack sends some", "send none for this build")]
+        return [
+            CheckResult(
+                FAIL,
+                check,
+                f"{pin.name} {pin.version} takes no configuration values, but the stack sends some",
+                "send none for this build",
+            )
+        ]
     try:
         jsonschema.validate(pin.configuration_values, json.loads(schema_text))
     except jsonschema.ValidationError as err:
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
-        return [CheckResult(FAIL, check, f"refused by the build's schema at {where}: {_one_line(err.message, 120)}", "fix the values the component sends")]
+        return [
+            CheckResult(
+                FAIL,
+                check,
+                f"refused by the build's schema at {where}: {_one_line(err.message, 120)}",
+                "fix the values the component sends",
+            )
+        ]
     return [CheckResult(PASS, check, "valid for the build's configuration schema")]

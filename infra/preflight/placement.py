@@ -74,7 +74,13 @@ def _gpu_az_result(ctx: _Context, deployed: list[DeployedGpuSubnet], looked_up: 
 
     gpu_types = ctx.cfg.gpu_instance_types
     try:
-        ctx.gpu_az = choose_gpu_az(ctx.cfg.gpu_availability_zone, ctx.region_azs, {t: ctx.offered.get(t, set()) for t in gpu_types}, gpu_types, deployed)
+        ctx.gpu_az = choose_gpu_az(
+            ctx.cfg.gpu_availability_zone,
+            ctx.region_azs,
+            {t: ctx.offered.get(t, set()) for t in gpu_types},
+            gpu_types,
+            deployed,
+        )
     except PlacementError as err:
         ctx.gpu_az = None
         return CheckResult(FAIL, "GPU AZ", str(err), _gpu_az_fix(ctx, deployed))
@@ -92,8 +98,14 @@ def _gpu_az_detail(ctx: _Context, gpu_az: str, deployed: list[DeployedGpuSubnet]
         offers = f", and it offers {', '.join(gpu_types)}" if gpu_types else ""
         subnets = ", ".join(s.subnet_id for s in deployed)
         return f"'auto' keeps {gpu_az}, where this stack already has its GPU subnet ({subnets}){offers}; {pin}"
-    why = f"the first AZ by name that offers {', '.join(gpu_types)}" if gpu_types else "the first AZ by name (no GPU groups)"
-    unknown = "" if looked_up else " (as for a new stack: whether the stack already has a GPU subnet could not be looked up)"
+    why = (
+        f"the first AZ by name that offers {', '.join(gpu_types)}"
+        if gpu_types
+        else "the first AZ by name (no GPU groups)"
+    )
+    unknown = (
+        "" if looked_up else " (as for a new stack: whether the stack already has a GPU subnet could not be looked up)"
+    )
     return f"'auto' picked {gpu_az}, {why}{unknown}; {pin}"
 
 
@@ -123,7 +135,9 @@ def _move_warning(ctx: _Context, deployed: list[DeployedGpuSubnet]) -> list[Chec
     moved_from = sorted({s.availability_zone for s in deployed})
     if ctx.gpu_az is None or not moved_from or ctx.gpu_az in moved_from:
         return []
-    return [CheckResult(WARN, "move of the GPU AZ", az_move_warning(moved_from, ctx.gpu_az, ctx.subnet_azs or [ctx.gpu_az]))]
+    return [
+        CheckResult(WARN, "move of the GPU AZ", az_move_warning(moved_from, ctx.gpu_az, ctx.subnet_azs or [ctx.gpu_az]))
+    ]
 
 
 def _subnet_azs_result(ctx: _Context) -> CheckResult:
@@ -136,8 +150,17 @@ def _subnet_azs_result(ctx: _Context) -> CheckResult:
         ctx.subnet_azs = choose_subnet_azs(ctx.gpu_az, ctx.region_azs, ctx.cfg.network.availability_zone_count)
     except PlacementError as err:
         ctx.subnet_azs = None
-        return CheckResult(FAIL, "subnet AZs", str(err), f"lower network.availabilityZoneCount in {ctx.stack_file} to at most {len(ctx.region_azs)}")
-    return CheckResult(PASS, "subnet AZs", f"private subnets in {', '.join(ctx.subnet_azs)} (the GPU AZ {ctx.gpu_az} and {len(ctx.subnet_azs) - 1} more)")
+        return CheckResult(
+            FAIL,
+            "subnet AZs",
+            str(err),
+            f"lower network.availabilityZoneCount in {ctx.stack_file} to at most {len(ctx.region_azs)}",
+        )
+    return CheckResult(
+        PASS,
+        "subnet AZs",
+        f"private subnets in {', '.join(ctx.subnet_azs)} (the GPU AZ {ctx.gpu_az} and {len(ctx.subnet_azs) - 1} more)",
+    )
 
 
 def _type_results(ctx: _Context) -> list[CheckResult]:
@@ -152,9 +175,18 @@ def _type_results(ctx: _Context) -> list[CheckResult]:
         check = f"{t} ({', '.join(users[t])})"
         azs = ctx.offered.get(t, set())
         if not azs:
-            results.append(CheckResult(FAIL, check, f"no AZ of {region} offers {t}", f"choose another instance type or region in {ctx.stack_file}"))
+            results.append(
+                CheckResult(
+                    FAIL,
+                    check,
+                    f"no AZ of {region} offers {t}",
+                    f"choose another instance type or region in {ctx.stack_file}",
+                )
+            )
             continue
-        missing = [az for az in ctx.subnet_azs or [] if az not in azs] if t == cfg.system_node_group.instance_type else []
+        missing = (
+            [az for az in ctx.subnet_azs or [] if az not in azs] if t == cfg.system_node_group.instance_type else []
+        )
         if missing:
             results.append(
                 CheckResult(
@@ -183,7 +215,10 @@ def _check_efa(ctx: _Context) -> list[CheckResult]:
         if it is None:
             results.append(
                 CheckResult(
-                    FAIL, check, f"EC2 DescribeInstanceTypes does not know {g.instance_type} in {ctx.cfg.region}", f"choose a type offered in {ctx.cfg.region}"
+                    FAIL,
+                    check,
+                    f"EC2 DescribeInstanceTypes does not know {g.instance_type} in {ctx.cfg.region}",
+                    f"choose a type offered in {ctx.cfg.region}",
                 )
             )
         elif not it.efa_supported:
@@ -205,5 +240,11 @@ def _check_efa(ctx: _Context) -> list[CheckResult]:
                 )
             )
         else:
-            results.append(CheckResult(PASS, check, f"EfaSupported, up to {_n(it.efa_interfaces, 'interface')}; the group wires {g.efa_interfaces}"))
+            results.append(
+                CheckResult(
+                    PASS,
+                    check,
+                    f"EfaSupported, up to {_n(it.efa_interfaces, 'interface')}; the group wires {g.efa_interfaces}",
+                )
+            )
     return results

@@ -10,9 +10,19 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from facts import aws_names
-from infra.preflight.results import FAIL, PASS, SKIP, CheckResult, _error_code, _guard, _is_client_error, _paginate, _unanswered
+from infra.preflight.results import (
+    FAIL,
+    PASS,
+    SKIP,
+    CheckResult,
+    _error_code,
+    _guard,
+    _is_client_error,
+    _paginate,
+    _unanswered,
+)
 from stacks import config as stack_config
-from stacks.config.jobs import sagemaker_jobs
+from stacks.config.job_entries import sagemaker_jobs
 
 if TYPE_CHECKING:
     from infra.preflight import _Context
@@ -43,7 +53,9 @@ def _quota_value(sq: Any, code: str, service: str = "ec2") -> tuple[float, str]:
             raise
         first = "GetServiceQuota: {}: {}".format(*_error_code(err))
     try:
-        return float(sq.get_aws_default_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]["Value"]), "AWS default"
+        return float(
+            sq.get_aws_default_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]["Value"]
+        ), "AWS default"
     except Exception as err:
         why = _unanswered(err)
         if why or (_is_client_error(err) and _error_code(err)[0] == "NoSuchResourceException"):
@@ -84,11 +96,15 @@ def _check_quotas(ctx: _Context) -> list[CheckResult]:
     return results
 
 
-def _quota_line(ctx: _Context, capacity_type: str, code: str, name: str, groups: list, blocks: list[str]) -> list[CheckResult]:
+def _quota_line(
+    ctx: _Context, capacity_type: str, code: str, name: str, groups: list, blocks: list[str]
+) -> list[CheckResult]:
     check = f"{capacity_type} vCPU quota {code} ({name})"
     needed = sum(g.max_size * g.instance.vcpus for g in groups)
     parts = ", ".join(f"{g.name}: {g.max_size} x {g.instance.vcpus}" for g in groups)
-    note = f"; capacity-block groups {', '.join(blocks)} do not count" if blocks and capacity_type == "on-demand" else ""
+    note = (
+        f"; capacity-block groups {', '.join(blocks)} do not count" if blocks and capacity_type == "on-demand" else ""
+    )
     try:
         value, source = _quota_value(ctx.client("service-quotas"), code)
     except _QuotaUnreadable as err:
@@ -101,7 +117,11 @@ def _quota_line(ctx: _Context, capacity_type: str, code: str, name: str, groups:
             )
         ]
     if value >= needed:
-        return [CheckResult(PASS, check, f"{value:g} vCPUs ({source}) covers the {needed:g} needed at maxSize ({parts}){note}")]
+        return [
+            CheckResult(
+                PASS, check, f"{value:g} vCPUs ({source}) covers the {needed:g} needed at maxSize ({parts}){note}"
+            )
+        ]
     short = needed - value
     return [
         CheckResult(
@@ -118,7 +138,12 @@ def _check_node_group_sizes(ctx: _Context) -> list[CheckResult]:
     """EKS's nodes-per-managed-node-group quota (facts/aws_names.py) against every group's maxSize."""
     service, code, name = aws_names.EKS_NODES_PER_NODEGROUP
     check = f"EKS quota {code} ({name})"
-    return _guard(check, "service-quotas GetServiceQuota", "servicequotas:GetServiceQuota", functools.partial(_node_group_line, ctx, check))
+    return _guard(
+        check,
+        "service-quotas GetServiceQuota",
+        "servicequotas:GetServiceQuota",
+        functools.partial(_node_group_line, ctx, check),
+    )
 
 
 def _node_group_line(ctx: _Context, check: str) -> list[CheckResult]:
@@ -139,7 +164,9 @@ def _node_group_line(ctx: _Context, check: str) -> list[CheckResult]:
         ]
     over = [f"{group}: maxSize {size}" for group, size in sizes if size > value]
     if not over:
-        return [CheckResult(PASS, check, f"{value:g} nodes ({source}) hold every group's maxSize (the largest: {largest})")]
+        return [
+            CheckResult(PASS, check, f"{value:g} nodes ({source}) hold every group's maxSize (the largest: {largest})")
+        ]
     return [
         CheckResult(
             FAIL,
@@ -188,7 +215,9 @@ def _check_sagemaker_quotas(ctx: _Context) -> list[CheckResult]:
         quotas, source = _sagemaker_quotas(ctx.client("service-quotas"))
         return []
 
-    failed = _guard("SageMaker training quotas", "service-quotas ListServiceQuotas", "servicequotas:ListServiceQuotas", read)
+    failed = _guard(
+        "SageMaker training quotas", "service-quotas ListServiceQuotas", "servicequotas:ListServiceQuotas", read
+    )
     if failed:
         return failed
     results = []
@@ -209,7 +238,11 @@ def _check_sagemaker_quotas(ctx: _Context) -> list[CheckResult]:
             continue
         code, value = quotas[name]
         if value >= count:
-            results.append(CheckResult(PASS, check, f"{value:g} ({source}) covers the {count} instances the SageMaker jobs use ({parts})"))
+            results.append(
+                CheckResult(
+                    PASS, check, f"{value:g} ({source}) covers the {count} instances the SageMaker jobs use ({parts})"
+                )
+            )
         else:
             results.append(
                 CheckResult(

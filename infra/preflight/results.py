@@ -18,7 +18,13 @@ _ACCESS_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperatio
 # Error codes meaning "this endpoint does not implement the call" (emulators).
 _NOT_IMPLEMENTED = {"NotImplemented", "NotImplementedException", "InvalidAction", "UnknownOperationException", "404"}
 # Error codes of a server that failed to answer (after botocore's retries).
-_SERVER_ERRORS = {"InternalFailure", "InternalError", "InternalServerError", "ServiceUnavailable", "ServiceUnavailableException"}
+_SERVER_ERRORS = {
+    "InternalFailure",
+    "InternalError",
+    "InternalServerError",
+    "ServiceUnavailable",
+    "ServiceUnavailableException",
+}
 
 
 @dataclass(frozen=True)
@@ -92,8 +98,15 @@ def _api_failure(check: str, call: str, iam_action: str, err: Exception) -> Chec
         return CheckResult(SKIP, check, f"not checked: for {call}, the AWS endpoint {why}")
     code, message = _error_code(err)
     if code in _ACCESS_DENIED:
-        return CheckResult(FAIL, check, f"not allowed to call {call} ({code})", f"allow {iam_action} for this identity, or run preflight with one that has it")
-    return CheckResult(FAIL, check, f"{call} failed: {code}: {message}", "fix the AWS error above and run preflight again")
+        return CheckResult(
+            FAIL,
+            check,
+            f"not allowed to call {call} ({code})",
+            f"allow {iam_action} for this identity, or run preflight with one that has it",
+        )
+    return CheckResult(
+        FAIL, check, f"{call} failed: {code}: {message}", "fix the AWS error above and run preflight again"
+    )
 
 
 def _guard(check: str, call: str, iam_action: str, fn: Callable[[], list[CheckResult]]) -> list[CheckResult]:

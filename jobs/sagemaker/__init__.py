@@ -27,8 +27,12 @@ from ``jobs.sagemaker``.
 
 from __future__ import annotations
 
-from jobs.sagemaker.checks import check_sagemaker_runtime, training_job_suffix
-from jobs.sagemaker.entry_point import RESERVED_HYPERPARAMETER_PREFIX, RESERVED_HYPERPARAMETERS, EntryPoint, args_to_hyperparameters
+from jobs.sagemaker.entry_point import (
+    RESERVED_HYPERPARAMETER_PREFIX,
+    RESERVED_HYPERPARAMETERS,
+    EntryPoint,
+    args_to_hyperparameters,
+)
 from jobs.sagemaker.limits import (
     CHECKPOINT_LOCAL_PATH,
     DEFAULT_MAX_RUNTIME,
@@ -48,7 +52,15 @@ from jobs.sagemaker.limits import (
 )
 from jobs.sagemaker.options import S3Input, SageMakerOptions
 from jobs.sagemaker.portable import PortableJob
-from jobs.sagemaker.training_job import VPC_ACTIONS, FileSystemChannel, FileSystemTarget, S3Channel, SageMakerJob, execution_policy
+from jobs.sagemaker.sagemaker_checks import check_sagemaker_runtime, training_job_suffix
+from jobs.sagemaker.training_job import (
+    VPC_ACTIONS,
+    FileSystemChannel,
+    FileSystemTarget,
+    S3Channel,
+    SageMakerJob,
+    execution_policy,
+)
 
 __all__ = [
     "CHECKPOINT_LOCAL_PATH",

@@ -12,7 +12,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from jobs.sagemaker.limits import MAX_HYPERPARAMETER_KEY, MAX_HYPERPARAMETER_VALUE, MAX_HYPERPARAMETERS, STACK_HYPERPARAMETERS
+from jobs.sagemaker.limits import (
+    MAX_HYPERPARAMETER_KEY,
+    MAX_HYPERPARAMETER_VALUE,
+    MAX_HYPERPARAMETERS,
+    STACK_HYPERPARAMETERS,
+)
 
 _PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
 RESERVED_HYPERPARAMETER_PREFIX = "sagemaker_"

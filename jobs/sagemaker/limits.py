@@ -23,4 +23,6 @@ NAME_HASH_LENGTH = 8  # hex digits of the spec hash in a training job name
 STACK_HYPERPARAMETERS = 6
 MAX_ENVIRONMENT, MAX_ENVIRONMENT_VALUE = 100, 512  # CreateTrainingJob's Environment map
 # An ECR image: SageMaker pulls training images from ECR (AWS's Deep Learning Containers live there too).
-ECR_IMAGE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([a-z0-9][a-z0-9._/-]*)(?::[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$")
+ECR_IMAGE = re.compile(
+    r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([a-z0-9][a-z0-9._/-]*)(?::[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$"
+)

@@ -1,7 +1,7 @@
 """``PortableJob``: a GPU kind that runs either on EKS (the kind's Kubernetes job) or as a SageMaker
 training job, from one spec (``runtime``). The kinds give their launchers, entry line and
 distribution settings; this class checks the spec for the runtime it names (SageMaker's own
-checks are ``jobs/sagemaker/checks.py``), picks the ml. type and describes the training job.
+checks are ``jobs/sagemaker/sagemaker_checks.py``), picks the ml. type and describes the training job.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from facts import catalog
 from facts.aws_names import INSTANCE_NVME_STORAGE_GB
 from facts.catalog import InstanceType
 from facts.problems import Problem
-from jobs import checks
+from jobs import spec_checks
 from jobs.base import GpuJob, GroupFacts, JobEnvironment
 from jobs.pod import efa_env, env_text
-from jobs.sagemaker.checks import check_sagemaker_runtime
 from jobs.sagemaker.entry_point import EntryPoint, _launcher_matches, _program, args_to_hyperparameters
 from jobs.sagemaker.limits import DEFAULT_MAX_RUNTIME, MAX_RETRY_ATTEMPTS, MAX_RUNTIME_LIMIT, NAME_HASH_LENGTH
 from jobs.sagemaker.options import SageMakerOptions
+from jobs.sagemaker.sagemaker_checks import check_sagemaker_runtime
 from jobs.sagemaker.training_job import FileSystemChannel, S3Channel, SageMakerJob
 
 # Fields that only steer the job on EKS (its Kueue queue and priority): they leave the name of a
@@ -40,13 +40,16 @@ class PortableJob(GpuJob):
     SCRIPT_SUFFIXES: ClassVar[tuple[str, ...]] = (".py",)
 
     runtime: Literal["eks", "sagemaker"] = Field(
-        "eks", description="`eks`: the kind's Kubernetes job on the cluster; `sagemaker`: a SageMaker training job in the stack's VPC"
+        "eks",
+        description="`eks`: the kind's Kubernetes job on the cluster; `sagemaker`: a SageMaker training job in the stack's VPC",
     )
     node_group: str | None = Field(  # type: ignore[assignment]
         None,
         description="the GPU node group the job runs on (required with runtime eks; with sagemaker it picks the ml. type unless sagemaker.instanceType does)",
     )
-    sagemaker: SageMakerOptions | None = Field(None, description="SageMaker settings, read with runtime sagemaker (docs/jobs.md)")
+    sagemaker: SageMakerOptions | None = Field(
+        None, description="SageMaker settings, read with runtime sagemaker (docs/jobs.md)"
+    )
 
     @property
     def sm(self) -> SageMakerOptions:
@@ -89,13 +92,15 @@ class PortableJob(GpuJob):
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
         if self.runtime == "eks":
             if self.node_group is None:
-                problems.append(Problem(f"{key}.nodeGroup", "is required with runtime 'eks': the GPU node group the job runs on"))
+                problems.append(
+                    Problem(f"{key}.nodeGroup", "is required with runtime 'eks': the GPU node group the job runs on")
+                )
                 return
             super().check_environment(key, problems, env)
             return
         # SageMaker: no operator, node group or etcd of the cluster is involved.
         for j, v in enumerate(self.volumes):
-            checks.check_volume(v.name, env.volumes, f"{key}.volumes[{j}].name", problems)
+            spec_checks.check_volume(v.name, env.volumes, f"{key}.volumes[{j}].name", problems)
         instance = self.sagemaker_instance_or_problem(key, env, problems)
         if instance is None:
             return
@@ -112,7 +117,8 @@ class PortableJob(GpuJob):
         if self.efa is True and not instance.efa_supported:
             problems.append(
                 Problem(
-                    f"{key}.efa", f"true is not allowed: {instance.name} has no EFA; use an EFA type ({', '.join(catalog.SAGEMAKER_EFA_TYPES)}) or drop efa"
+                    f"{key}.efa",
+                    f"true is not allowed: {instance.name} has no EFA; use an EFA type ({', '.join(catalog.SAGEMAKER_EFA_TYPES)}) or drop efa",
                 )
             )
         elif self.efa is False and instance.efa_supported:
@@ -124,13 +130,20 @@ class PortableJob(GpuJob):
                 )
             )
 
-    def sagemaker_instance_or_problem(self, key: str, env: JobEnvironment, problems: list[Problem]) -> InstanceType | None:
+    def sagemaker_instance_or_problem(
+        self, key: str, env: JobEnvironment, problems: list[Problem]
+    ) -> InstanceType | None:
         """The ml. type: sagemaker.instanceType, else the ml. equivalent of the node group's type."""
         sm = self.sm
         if sm.instance_type is not None:
             return catalog.get_sagemaker(sm.instance_type)  # an unknown type is reported by check()
         if self.node_group is None:
-            problems.append(Problem(f"{key}.sagemaker.instanceType", "is required with runtime 'sagemaker' when the job names no nodeGroup"))
+            problems.append(
+                Problem(
+                    f"{key}.sagemaker.instanceType",
+                    "is required with runtime 'sagemaker' when the job names no nodeGroup",
+                )
+            )
             return None
         g: GroupFacts | None = env.groups.get(self.node_group)
         if g is None:
@@ -138,7 +151,7 @@ class PortableJob(GpuJob):
             problems.append(
                 Problem(
                     f"{key}.nodeGroup",
-                    f"{checks.fmt(self.node_group)} is not a GPU node group of this stack (known: {known}); with runtime 'sagemaker' set sagemaker.instanceType instead",
+                    f"{spec_checks.fmt(self.node_group)} is not a GPU node group of this stack (known: {known}); with runtime 'sagemaker' set sagemaker.instanceType instead",
                 )
             )
             return None
@@ -165,24 +178,29 @@ class PortableJob(GpuJob):
         line = self.entry_line()
         at = next((i for i, part in enumerate(line) if part.endswith(self.SCRIPT_SUFFIXES)), None)
         if at is None:
-            return Problem("command", f"{checks.fmt(line)} names no {'/'.join(self.SCRIPT_SUFFIXES)} entry script, which SageMaker needs as sagemaker_program")
+            return Problem(
+                "command",
+                f"{spec_checks.fmt(line)} names no {'/'.join(self.SCRIPT_SUFFIXES)} entry script, which SageMaker needs as sagemaker_program",
+            )
         launcher = tuple(line[:at])
         if not any(_launcher_matches(launcher, allowed) for allowed in self.LAUNCHERS):
             return Problem(
                 "command",
-                f"{checks.fmt(list(launcher))} before the entry script is not what SageMaker runs for a {self.kind!r} job; use {self.LAUNCHER_TEXT}",
+                f"{spec_checks.fmt(list(launcher))} before the entry script is not what SageMaker runs for a {self.kind!r} job; use {self.LAUNCHER_TEXT}",
             )
         if line[at].endswith(".sh") and launcher:
             return Problem(
                 "command",
-                f"{checks.fmt(list(launcher))} before the shell script {line[at]!r}: SageMaker runs a .sh entry script with /bin/sh, so give it alone",
+                f"{spec_checks.fmt(list(launcher))} before the shell script {line[at]!r}: SageMaker runs a .sh entry script with /bin/sh, so give it alone",
             )
         hyper = args_to_hyperparameters(line[at + 1 :])
         if isinstance(hyper, str):
             return Problem("args", hyper)
         return EntryPoint(launcher, line[at], hyper)
 
-    def sagemaker_job(self, instance: InstanceType, region: str, stack_id: str, tags: dict[str, str] | None = None) -> SageMakerJob:
+    def sagemaker_job(
+        self, instance: InstanceType, region: str, stack_id: str, tags: dict[str, str] | None = None
+    ) -> SageMakerJob:
         """The SageMaker training job of this spec (checked: call only when it has no problems)."""
         entry = self.entry_point_or_problem()
         if isinstance(entry, Problem):
@@ -219,7 +237,9 @@ class PortableJob(GpuJob):
             volume_size_gib=sm.volume_size_gib,
             hyperparameters=hyperparameters,
             environment=environment,
-            file_systems=[FileSystemChannel(v.name, v.name, (v.sub_path or "").strip("/"), v.read_only) for v in self.volumes],
+            file_systems=[
+                FileSystemChannel(v.name, v.name, (v.sub_path or "").strip("/"), v.read_only) for v in self.volumes
+            ],
             s3_inputs=[S3Channel(s.channel, s.s3_uri, s.mode, s.distribution) for s in sm.inputs],
             output_path=sm.output_path,
             max_runtime_seconds=self.max_runtime_seconds,

@@ -74,7 +74,11 @@ class SageMakerJob:
         return {f.volume for f in self.file_systems}
 
     def create_request(
-        self, role_arn: str, security_group_ids: Sequence[str], subnet_ids: Sequence[str], file_systems: dict[str, FileSystemTarget]
+        self,
+        role_arn: str,
+        security_group_ids: Sequence[str],
+        subnet_ids: Sequence[str],
+        file_systems: dict[str, FileSystemTarget],
     ) -> dict[str, Any]:
         """SageMaker's CreateTrainingJob request (boto3 names) once the stack's resources exist;
         ``file_systems`` maps each volume the job reads to its file system."""
@@ -91,7 +95,9 @@ class SageMakerJob:
                 "DirectoryPath": path,
             }
             # A file system is mounted: File is the only input mode SageMaker takes for one.
-            channels.append({"ChannelName": c.channel, "InputMode": "File", "DataSource": {"FileSystemDataSource": source}})
+            channels.append(
+                {"ChannelName": c.channel, "InputMode": "File", "DataSource": {"FileSystemDataSource": source}}
+            )
         for s in self.s3_inputs:
             source = {"S3DataType": "S3Prefix", "S3Uri": s.s3_uri, "S3DataDistributionType": s.distribution}
             channels.append({"ChannelName": s.channel, "InputMode": s.mode, "DataSource": {"S3DataSource": source}})
@@ -104,7 +110,11 @@ class SageMakerJob:
             "AlgorithmSpecification": {"TrainingImage": self.image, "TrainingInputMode": "File"},
             "HyperParameters": dict(self.hyperparameters),
             "OutputDataConfig": {"S3OutputPath": self.output_path},
-            "ResourceConfig": {"InstanceType": self.instance_type, "InstanceCount": self.instance_count, "VolumeSizeInGB": self.volume_size_gib},
+            "ResourceConfig": {
+                "InstanceType": self.instance_type,
+                "InstanceCount": self.instance_count,
+                "VolumeSizeInGB": self.volume_size_gib,
+            },
             "StoppingCondition": stopping,
             "VpcConfig": {"SecurityGroupIds": list(security_group_ids), "Subnets": list(subnet_ids)},
             "EnableManagedSpotTraining": self.spot,
@@ -118,7 +128,10 @@ class SageMakerJob:
         if self.checkpoint_s3_uri:
             request["CheckpointConfig"] = {"S3Uri": self.checkpoint_s3_uri, "LocalPath": CHECKPOINT_LOCAL_PATH}
         if self.tensorboard_s3_uri:
-            request["TensorBoardOutputConfig"] = {"S3OutputPath": self.tensorboard_s3_uri, "LocalPath": TENSORBOARD_LOCAL_PATH}
+            request["TensorBoardOutputConfig"] = {
+                "S3OutputPath": self.tensorboard_s3_uri,
+                "LocalPath": TENSORBOARD_LOCAL_PATH,
+            }
         if self.tags:
             request["Tags"] = [{"Key": k, "Value": v} for k, v in sorted(self.tags.items())]
         return request
@@ -180,8 +193,17 @@ def execution_policy(job: SageMakerJob, partition: str, region: str, account: st
             statement["Condition"] = {"StringLike": {"s3:prefix": sorted(set(prefixes))}}
         statements.append(statement)
     if read or both:
-        statements.append({"Sid": "ReadInputs", "Effect": "Allow", "Action": "s3:GetObject", "Resource": objects([*read, *both])})
-    statements.append({"Sid": "WriteOutputs", "Effect": "Allow", "Action": ["s3:PutObject", "s3:AbortMultipartUpload"], "Resource": objects([*write, *both])})
+        statements.append(
+            {"Sid": "ReadInputs", "Effect": "Allow", "Action": "s3:GetObject", "Resource": objects([*read, *both])}
+        )
+    statements.append(
+        {
+            "Sid": "WriteOutputs",
+            "Effect": "Allow",
+            "Action": ["s3:PutObject", "s3:AbortMultipartUpload"],
+            "Resource": objects([*write, *both]),
+        }
+    )
     statements.append({"Sid": "VpcNetworkInterfaces", "Effect": "Allow", "Action": list(VPC_ACTIONS), "Resource": "*"})
     log_groups = f"arn:{partition}:logs:{region}:{account}:log-group:/aws/sagemaker/TrainingJobs"
     statements.append(

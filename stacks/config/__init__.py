@@ -12,7 +12,14 @@ the bad value and what is allowed (``ConfigError``).
 """
 
 from facts.problems import ConfigError, Problem
-from stacks.config.checks import FSX_CAPACITY_STEP, FSX_THROUGHPUT, LOG_RETENTION_DAYS, RESERVED_NAMESPACES, fsx_capacity_allowed, known_regions
+from stacks.config.cross_checks import (
+    FSX_CAPACITY_STEP,
+    FSX_THROUGHPUT,
+    LOG_RETENTION_DAYS,
+    RESERVED_NAMESPACES,
+    fsx_capacity_allowed,
+    known_regions,
+)
 from stacks.config.loading import decode_config_values, load
 from stacks.config.models import (
     FOREIGN_NAMESPACES_ALLOWED,

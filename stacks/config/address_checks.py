@@ -1,5 +1,5 @@
 """The private subnets against the addresses their nodes take (``facts/addresses.py``), for
-``check_all`` (``stacks/config/checks.py``). Every private subnet has ``network.privateSubnetPrefix``;
+``check_all`` (``stacks/config/cross_checks.py``). Every private subnet has ``network.privateSubnetPrefix``;
 the GPU AZ's holds every GPU group at ``maxSize`` and its share of the system nodes, which EC2 Auto
 Scaling spreads evenly over the AZs ("Amazon EC2 Auto Scaling attempts to distribute instances evenly
 between the Availability Zones that are enabled for your Auto Scaling group", EC2 Auto Scaling User
@@ -48,9 +48,18 @@ def _smallest_prefix(need: int) -> int | None:
     return max(fitting) if fitting else None
 
 
-def check_subnet_addresses(n: NetworkConfig | None, s: SystemNodeGroupConfig | None, groups: list[GpuNodeGroupConfig | None], problems: list[Problem]) -> None:
+def check_subnet_addresses(
+    n: NetworkConfig | None,
+    s: SystemNodeGroupConfig | None,
+    groups: list[GpuNodeGroupConfig | None],
+    problems: list[Problem],
+) -> None:
     """The GPU subnet holds every GPU group at maxSize and its share of the system nodes."""
-    usable_groups = [g for g in groups if g is not None and g.instance_type in addresses.INTERFACES and catalog.get(g.instance_type) is not None]
+    usable_groups = [
+        g
+        for g in groups
+        if g is not None and g.instance_type in addresses.INTERFACES and catalog.get(g.instance_type) is not None
+    ]
     if n is None or s is None or s.instance_type not in addresses.INTERFACES:
         return
     parts: list[tuple[int, str]] = []
@@ -58,7 +67,12 @@ def check_subnet_addresses(n: NetworkConfig | None, s: SystemNodeGroupConfig | N
         per_node, how = gpu_node_addresses(g)
         parts.append((g.max_size * per_node, f"{g.name} {g.max_size} x {per_node} ({g.instance_type}: {how})"))
     share, per_system, how = _system_share(s, n.availability_zone_count)
-    parts.append((share * per_system, f"system {share} x {per_system} (ceil({s.max_size} nodes / {n.availability_zone_count} AZs); {how})"))
+    parts.append(
+        (
+            share * per_system,
+            f"system {share} x {per_system} (ceil({s.max_size} nodes / {n.availability_zone_count} AZs); {how})",
+        )
+    )
     need = sum(p[0] for p in parts)
     have = addresses.subnet_addresses(n.private_subnet_prefix)
     if need <= have:

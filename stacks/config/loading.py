@@ -13,10 +13,10 @@ from typing import Any
 
 from facts.problems import ConfigError, Problem, non_ascii_note
 from facts.problems import fmt as _fmt
-from stacks.config import checks
+from stacks.config import cross_checks
 from stacks.config.errors import parse as _parse
 from stacks.config.errors import yaml_hint
-from stacks.config.jobs import parse_job_section
+from stacks.config.job_entries import parse_job_section
 from stacks.config.models import (
     FOREIGN_NAMESPACES_ALLOWED,
     NAMESPACE,
@@ -125,7 +125,9 @@ def _project_values(flat: Mapping[str, Any], problems: list[Problem]) -> dict[st
                 continue
             values[key] = value
         elif ns not in FOREIGN_NAMESPACES_ALLOWED:
-            problems.append(Problem(full_key, f"unknown namespace {_fmt(ns)}; this project reads {NAMESPACE}:* and aws:region"))
+            problems.append(
+                Problem(full_key, f"unknown namespace {_fmt(ns)}; this project reads {NAMESPACE}:* and aws:region")
+            )
     return values
 
 
@@ -138,12 +140,22 @@ def _region(region: Any, problems: list[Problem]) -> str:
     if isinstance(region, dict) and set(region) == {"value"}:
         inner = region["value"]
         shown = inner if isinstance(inner, str) and len(inner) <= 40 and inner.isprintable() else _fmt(inner)
-        problems.append(Problem("aws:region", f"{_fmt(region)} is not allowed in a stack file: write the region itself, `aws:region: {shown}`"))
+        problems.append(
+            Problem(
+                "aws:region",
+                f"{_fmt(region)} is not allowed in a stack file: write the region itself, `aws:region: {shown}`",
+            )
+        )
     elif not isinstance(region, str) or not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region):
         problems.append(Problem("aws:region", f"{_fmt(region)} is not an AWS region name like 'us-west-2'"))
-    elif checks.known_regions() and region not in checks.known_regions():
-        known = ", ".join(sorted(checks.known_regions()))
-        problems.append(Problem("aws:region", f"{_fmt(region)} is not an AWS region known to this toolkit's AWS SDK (botocore); known: {known}"))
+    elif cross_checks.known_regions() and region not in cross_checks.known_regions():
+        known = ", ".join(sorted(cross_checks.known_regions()))
+        problems.append(
+            Problem(
+                "aws:region",
+                f"{_fmt(region)} is not an AWS region known to this toolkit's AWS SDK (botocore); known: {known}",
+            )
+        )
     return region if isinstance(region, str) else ""
 
 
@@ -164,7 +176,12 @@ def _parse_sections(values: dict[str, Any], problems: list[Problem]) -> dict[str
                 problems.append(Problem(key, f"{_fmt(raw)} is not allowed: expected a map of strings"))
             elif bad := [k for k, v in raw.items() if not isinstance(k, str) or not isinstance(v, str)]:
                 for k in bad:
-                    problems.append(Problem(f"{key}.{k}", f"{_fmt(raw[k])} is not allowed: expected a string{yaml_hint(raw[k]) or yaml_hint(k)}"))
+                    problems.append(
+                        Problem(
+                            f"{key}.{k}",
+                            f"{_fmt(raw[k])} is not allowed: expected a string{yaml_hint(raw[k]) or yaml_hint(k)}",
+                        )
+                    )
             else:
                 parsed[field] = raw
         elif model is list:
@@ -179,14 +196,16 @@ def _parse_sections(values: dict[str, Any], problems: list[Problem]) -> dict[str
     return parsed
 
 
-def _checked_sections(values: dict[str, Any], parsed: dict[str, Any], region: str, cluster_name: str, problems: list[Problem]) -> checks.Sections:
+def _checked_sections(
+    values: dict[str, Any], parsed: dict[str, Any], region: str, cluster_name: str, problems: list[Problem]
+) -> cross_checks.Sections:
     """Run the cross-field checks on every section that parsed (a section given but invalid is
     None and skipped), so one typo does not hide other problems."""
 
     def section(name: str, field: str, default: Any) -> Any:
         return parsed.get(field, None if name in values else default)
 
-    sections = checks.Sections(
+    sections = cross_checks.Sections(
         network=section("network", "network", NetworkConfig()),
         cluster=section("cluster", "cluster", ClusterConfig()),
         system=section("systemNodeGroup", "system_node_group", SystemNodeGroupConfig()),
@@ -198,7 +217,7 @@ def _checked_sections(values: dict[str, Any], parsed: dict[str, Any], region: st
         autoscaling=parsed.get("autoscaling"),
         queues=section("queues", "queues", QueuesConfig()),
     )
-    checks.check_all(parsed.get("gpu_availability_zone", "auto"), region, cluster_name, sections, problems)
+    cross_checks.check_all(parsed.get("gpu_availability_zone", "auto"), region, cluster_name, sections, problems)
     if "tags" in parsed:
-        checks.check_tags(parsed["tags"], problems)
+        cross_checks.check_tags(parsed["tags"], problems)
     return sections

@@ -2,7 +2,7 @@
 
 Each field carries a one-line description; the README's configuration reference is checked
 against these models (tests/test_docs.py), so a key is documented exactly where it is declared.
-Checks that need more than one field, or the catalog, live in ``stacks/config/checks.py``.
+Checks that need more than one field, or the catalog, live in ``stacks/config/cross_checks.py``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,9 @@ class NetworkConfig(ConfigModel):
     """The VPC: one private subnet per AZ, public subnets for NAT and load balancers."""
 
     vpc_cidr: str = Field("10.0.0.0/16", description="private IPv4 range, /16../28, big enough for the subnets")
-    availability_zone_count: int = Field(2, ge=2, le=6, description="AZs with a private node subnet (EKS needs 2); the GPU AZ is one of them")
+    availability_zone_count: int = Field(
+        2, ge=2, le=6, description="AZs with a private node subnet (EKS needs 2); the GPU AZ is one of them"
+    )
     private_subnet_prefix: int = Field(
         19,
         ge=16,
@@ -66,17 +68,22 @@ class NetworkConfig(ConfigModel):
         description="prefix length of each private subnet (8,187 addresses at /19); the GPU AZ's must hold every GPU group at maxSize with the "
         "addresses the VPC CNI gives each node (100 for a p4d) and its share of the system nodes",
     )
-    nat_gateways: Literal["single", "perAz"] = Field("single", description="`single` (cheap, dev) or `perAz` (no cross-AZ egress dependency, prod)")
+    nat_gateways: Literal["single", "perAz"] = Field(
+        "single", description="`single` (cheap, dev) or `perAz` (no cross-AZ egress dependency, prod)"
+    )
 
 
 class ClusterConfig(ConfigModel):
     """The EKS control plane."""
 
     name: str | None = Field(None, description="EKS cluster name (default `<project>-<stack>`)")
-    kubernetes_version: str = Field(versions.KUBERNETES_DEFAULT, description="`1.35` or `1.36` (EKS standard support; see `facts/versions.py`)")
+    kubernetes_version: str = Field(
+        versions.KUBERNETES_DEFAULT, description="`1.35` or `1.36` (EKS standard support; see `facts/versions.py`)"
+    )
     endpoint_public_access: bool = Field(True, description="public API endpoint")
     endpoint_public_access_cidrs: list[str] = Field(
-        default_factory=lambda: ["0.0.0.0/0"], description="who may reach the public endpoint: public IPv4 blocks, at most 40"
+        default_factory=lambda: ["0.0.0.0/0"],
+        description="who may reach the public endpoint: public IPv4 blocks, at most 40",
     )
     endpoint_private_access: bool = Field(True, description="private API endpoint inside the VPC")
     admin_principals: list[str] = Field(
@@ -145,11 +152,16 @@ class CapacityOfferingConfig(ConfigModel):
     Preflight looks offerings up and shows their upfront price; only `purchase: true` buys one."""
 
     duration_hours: int = Field(
-        ge=1, description="the block's length in hours, as EC2 sells them: 24-336 in steps of 24 (1-14 days), then 504-4368 in steps of 168 (to 26 weeks)"
+        ge=1,
+        description="the block's length in hours, as EC2 sells them: 24-336 in steps of 24 (1-14 days), then 504-4368 in steps of 168 (to 26 weeks)",
     )
-    earliest_start: Timestamp = Field(description="the earliest start, ISO 8601 with a time zone (`2026-10-01T00:00:00Z`)")
+    earliest_start: Timestamp = Field(
+        description="the earliest start, ISO 8601 with a time zone (`2026-10-01T00:00:00Z`)"
+    )
     latest_end: Timestamp | None = Field(None, description="the latest end, ISO 8601 with a time zone (default: any)")
-    offering_id: str | None = Field(None, description="the offering to buy, `cb-...` as preflight lists it; required with `purchase`")
+    offering_id: str | None = Field(
+        None, description="the offering to buy, `cb-...` as preflight lists it; required with `purchase`"
+    )
     purchase: bool = Field(
         False,
         description="buy the offering at `pulumi up`: an irreversible purchase, its upfront fee paid at once and never refunded. "
@@ -162,13 +174,16 @@ class CapacityConfig(ConfigModel):
     optionally an offering to find (and buy) one."""
 
     start: Timestamp | None = Field(
-        None, description="when the block starts, ISO 8601 with a time zone (as preflight shows it; quoted or not): the group scales to maxSize then"
+        None,
+        description="when the block starts, ISO 8601 with a time zone (as preflight shows it; quoted or not): the group scales to maxSize then",
     )
     end: Timestamp | None = Field(
-        None, description="when the block ends: the group scales to zero an hour before (EC2 terminates its instances from 30 minutes before)"
+        None,
+        description="when the block ends: the group scales to zero an hour before (EC2 terminates its instances from 30 minutes before)",
     )
     offering: CapacityOfferingConfig | None = Field(
-        None, description="`{durationHours, earliestStart, latestEnd, offeringId, purchase}`: a block to find, and with `purchase: true` buy"
+        None,
+        description="`{durationHours, earliestStart, latestEnd, offeringId, purchase}`: a block to find, and with `purchase: true` buy",
     )
 
 
@@ -183,18 +198,24 @@ class GpuNodeGroupConfig(ConfigModel):
     disk_size_gib: int = Field(500, ge=20, le=16384, alias="diskSizeGiB", description="encrypted gp3 root volume, GiB")
     capacity_type: CapacityType = Field("on-demand", description="`on-demand`, `spot` or `capacity-block`")
     capacity_reservation_id: str | None = Field(
-        None, description="`cr-...`; required for `capacity-block` unless `capacity.offering` buys one (`purchase: true`)"
+        None,
+        description="`cr-...`; required for `capacity-block` unless `capacity.offering` buys one (`purchase: true`)",
     )
     capacity: CapacityConfig | None = Field(
-        None, description="`capacity-block` groups: `{start, end, offering}`, the block's window (scheduled scaling) and an offering to find or buy"
+        None,
+        description="`capacity-block` groups: `{start, end, offering}`, the block's window (scheduled scaling) and an offering to find or buy",
     )
-    efa: bool | None = Field(None, description="EFA on (default where the type has it) or `false`; `true` on a type without EFA is an error")
+    efa: bool | None = Field(
+        None, description="EFA on (default where the type has it) or `false`; `true` on a type without EFA is an error"
+    )
     placement_group: PlacementGroupConfig | None = Field(
-        None, description="`{mode: create | existing | none, name}`; default `create` for EFA groups without a reservation or capacity block, else `none`"
+        None,
+        description="`{mode: create | existing | none, name}`; default `create` for EFA groups without a reservation or capacity block, else `none`",
     )
     labels: dict[str, str] = Field(default_factory=dict, description="extra node labels")
     taints: list[Taint] = Field(
-        default_factory=list, description="extra node taints `{key, value, effect}`, one per key and effect, at most 49 (the GPU taint is always there)"
+        default_factory=list,
+        description="extra node taints `{key, value, effect}`, one per key and effect, at most 49 (the GPU taint is always there)",
     )
     autoscale: bool | None = Field(
         None,
@@ -234,7 +255,11 @@ class GpuNodeGroupConfig(ConfigModel):
     def awaiting_capacity_block(self) -> bool:
         """A capacity-block group with no block yet (only an offering to look at): it is not built
         until it has a reservation id or buys its offering."""
-        return self.capacity_type == "capacity-block" and not self.capacity_reservation_id and not self.capacity_block_purchase
+        return (
+            self.capacity_type == "capacity-block"
+            and not self.capacity_reservation_id
+            and not self.capacity_block_purchase
+        )
 
     @property
     def efa_enabled(self) -> bool:
@@ -279,13 +304,25 @@ class FsxConfig(ConfigModel):
     """FSx for Lustre: fast training data in the GPU AZ."""
 
     enabled: bool = Field(True, description="FSx for Lustre + CSI driver + PV/PVC `fsx-claim`")
-    deployment_type: FsxDeploymentType = Field("SCRATCH_2", description="`SCRATCH_1`, `SCRATCH_2`, `PERSISTENT_1`, `PERSISTENT_2`")
-    storage_capacity_gib: int = Field(1200, alias="storageCapacityGiB", description="1200, 2400, then steps of 2400 (3600 for SCRATCH_1)")
-    per_unit_storage_throughput: int | None = Field(None, description="MB/s/TiB: PERSISTENT_1 50/100/200; PERSISTENT_2 125/250/500/1000")
-    s3: S3LinkConfig | None = Field(None, description="`{bucket, prefix, fileSystemPath: /s3, export: false}`: import (and export) an S3 prefix")
-    backup_retention_days: int = Field(0, ge=0, le=90, description="days of daily automatic backups, 0-90 (PERSISTENT types only; 0: none)")
+    deployment_type: FsxDeploymentType = Field(
+        "SCRATCH_2", description="`SCRATCH_1`, `SCRATCH_2`, `PERSISTENT_1`, `PERSISTENT_2`"
+    )
+    storage_capacity_gib: int = Field(
+        1200, alias="storageCapacityGiB", description="1200, 2400, then steps of 2400 (3600 for SCRATCH_1)"
+    )
+    per_unit_storage_throughput: int | None = Field(
+        None, description="MB/s/TiB: PERSISTENT_1 50/100/200; PERSISTENT_2 125/250/500/1000"
+    )
+    s3: S3LinkConfig | None = Field(
+        None, description="`{bucket, prefix, fileSystemPath: /s3, export: false}`: import (and export) an S3 prefix"
+    )
+    backup_retention_days: int = Field(
+        0, ge=0, le=90, description="days of daily automatic backups, 0-90 (PERSISTENT types only; 0: none)"
+    )
     backup_start_time: str = Field("03:00", description="UTC time `HH:MM` of the daily automatic backup")
-    final_backup: bool = Field(False, description="take a backup when the file system is deleted (PERSISTENT types only)")
+    final_backup: bool = Field(
+        False, description="take a backup when the file system is deleted (PERSISTENT types only)"
+    )
 
 
 class StorageConfig(ConfigModel):
@@ -327,8 +364,12 @@ class AutoscalingConfig(ConfigModel):
     """The Cluster Autoscaler: GPU groups grow from zero when a job waits, and shrink when idle."""
 
     enabled: bool = Field(True, description="run the Cluster Autoscaler for the GPU groups with `autoscale: true`")
-    scale_down_unneeded_time: str = Field("10m", description="how long an idle GPU node stays before it is removed (a Go duration: `10m`, `1h30m`, `90s`)")
-    scale_down_delay_after_add: str = Field("10m", description="no scale-down for this long after a scale-up (a Go duration like `10m`)")
+    scale_down_unneeded_time: str = Field(
+        "10m", description="how long an idle GPU node stays before it is removed (a Go duration: `10m`, `1h30m`, `90s`)"
+    )
+    scale_down_delay_after_add: str = Field(
+        "10m", description="no scale-down for this long after a scale-up (a Go duration like `10m`)"
+    )
     expander: Literal["least-waste", "most-pods", "random"] = Field(
         "least-waste", description="which group grows when several could: `least-waste`, `most-pods` or `random`"
     )
@@ -358,38 +399,63 @@ class TeamQuotaConfig(ConfigModel):
     """A team's share of one GPU node group, in whole nodes (the quotas follow from the nodes)."""
 
     node_group: str = Field(description="a GPU node group of the stack")
-    nodes: int = Field(ge=0, description="nominal quota: nodes of the group that are the team's (lent to others while idle)")
-    borrowing_limit: int | None = Field(None, ge=0, description="most nodes the team may borrow beyond its own from idle quota of others (default: no limit)")
-    lending_limit: int | None = Field(None, ge=0, description="most of its own nodes the team lends while idle, at most `nodes` (default: all of them)")
+    nodes: int = Field(
+        ge=0, description="nominal quota: nodes of the group that are the team's (lent to others while idle)"
+    )
+    borrowing_limit: int | None = Field(
+        None,
+        ge=0,
+        description="most nodes the team may borrow beyond its own from idle quota of others (default: no limit)",
+    )
+    lending_limit: int | None = Field(
+        None,
+        ge=0,
+        description="most of its own nodes the team lends while idle, at most `nodes` (default: all of them)",
+    )
 
 
 class TeamConfig(ConfigModel):
     """A team: its own namespace and queue, a share of the GPU groups, and the IAM role its people use."""
 
     name: str = Field(description="lower-case name (a DNS label); also its ClusterQueue, and jobs name it in `team`")
-    namespace: str | None = Field(None, description="the team's namespace, where it submits its own jobs (default: the team's name)")
+    namespace: str | None = Field(
+        None, description="the team's namespace, where it submits its own jobs (default: the team's name)"
+    )
     role_arn: str | None = Field(
         None,
         description="IAM role whose sessions may submit jobs (MPIJobs, PyTorchJobs, PaddleJobs, Jobs) to the team's queue, in its namespace only (an EKS access entry)",
     )
     quotas: list[TeamQuotaConfig] = Field(
-        default_factory=list, description="the team's nodes per GPU node group; groups not listed: none of its own, borrowing only"
+        default_factory=list,
+        description="the team's nodes per GPU node group; groups not listed: none of its own, borrowing only",
     )
-    fair_share_weight: float = Field(1, ge=0, description="the team's weight when idle quota is shared out (Kueue fair sharing): 2 gets twice the share of 1")
+    fair_share_weight: float = Field(
+        1,
+        ge=0,
+        description="the team's weight when idle quota is shared out (Kueue fair sharing): 2 gets twice the share of 1",
+    )
 
 
 class QueuesConfig(ConfigModel):
     """Kueue: GPU jobs wait whole in a queue until all their nodes are free, with priorities and teams."""
 
-    enabled: bool = Field(True, description="run Kueue: a GPU job is admitted only when its whole gang fits (no half-started jobs holding nodes)")
+    enabled: bool = Field(
+        True,
+        description="run Kueue: a GPU job is admitted only when its whole gang fits (no half-started jobs holding nodes)",
+    )
     pods_ready_timeout: str = Field(
         "20m",
         description="how long an admitted job may take until all its pods run (GPU node boot and image pull); then it gives its nodes back and queues again",
     )
     requeue_limit: int | None = Field(
-        None, ge=0, description="times a job that timed out queues again before it is deactivated (default: no limit; the waits double from 1 minute to 1 hour)"
+        None,
+        ge=0,
+        description="times a job that timed out queues again before it is deactivated (default: no limit; the waits double from 1 minute to 1 hour)",
     )
-    teams: list[TeamConfig] = Field(default_factory=list, description="teams with their own namespace, queue and share of the GPU groups, in one cohort")
+    teams: list[TeamConfig] = Field(
+        default_factory=list,
+        description="teams with their own namespace, queue and share of the GPU groups, in one cohort",
+    )
 
 
 class MonitoringConfig(ConfigModel):
@@ -424,7 +490,9 @@ class StackConfig(ConfigModel):
     monitoring: MonitoringConfig = Field(MonitoringConfig(), description="CloudWatch monitoring")
     autoscaling: AutoscalingConfig = Field(AutoscalingConfig(), description="the Cluster Autoscaler")
     queues: QueuesConfig = Field(QueuesConfig(), description="Kueue queues for the GPU jobs")
-    jobs: list[JobBase] = Field(default_factory=list, description="training jobs emitted by the same stack: see docs/jobs.md")
+    jobs: list[JobBase] = Field(
+        default_factory=list, description="training jobs emitted by the same stack: see docs/jobs.md"
+    )
     tags: dict[str, str] = Field(default_factory=dict, description="extra tags on every AWS resource")
 
     @property
@@ -440,7 +508,7 @@ class StackConfig(ConfigModel):
 
 
 # Top-level keys in the project namespace and the model each one parses into ("jobs": the job
-# section, parsed by stacks/config/jobs.py).
+# section, parsed by stacks/config/job_entries.py).
 SECTIONS: dict[str, tuple[str, Any]] = {
     "gpuAvailabilityZone": ("gpu_availability_zone", str),
     "network": ("network", NetworkConfig),

@@ -1,4 +1,4 @@
-"""The node groups' checks, for ``check_all`` (``stacks/config/checks.py``): the system group's
+"""The node groups' checks, for ``check_all`` (``stacks/config/cross_checks.py``): the system group's
 type and sizes; each GPU group's name, type, EFA and sizes, its capacity (reservations, Capacity
 Blocks with their window, offering and purchase, spot), its placement group, labels and taints.
 
@@ -15,7 +15,13 @@ from facts.catalog import CAPACITY_BLOCK_DRAIN, CAPACITY_BLOCK_DRAIN_TEXT
 from facts.kube import GPU_TAINT
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
-from stacks.config.models import NAMESPACE, CapacityConfig, CapacityOfferingConfig, GpuNodeGroupConfig, SystemNodeGroupConfig
+from stacks.config.models import (
+    NAMESPACE,
+    CapacityConfig,
+    CapacityOfferingConfig,
+    GpuNodeGroupConfig,
+    SystemNodeGroupConfig,
+)
 
 
 def _check_scaling(k: str, min_size: int, desired: int, max_size: int, problems: list[Problem]) -> None:
@@ -29,13 +35,26 @@ def _check_system(s: SystemNodeGroupConfig, problems: list[Problem]) -> None:
     k = f"{NAMESPACE}:systemNodeGroup"
     it = catalog.get(s.instance_type)
     if it is None:
-        problems.append(Problem(f"{k}.instanceType", f"{_fmt(s.instance_type)} is not in the instance catalog; use one of {', '.join(catalog.SYSTEM_TYPES)}"))
+        problems.append(
+            Problem(
+                f"{k}.instanceType",
+                f"{_fmt(s.instance_type)} is not in the instance catalog; use one of {', '.join(catalog.SYSTEM_TYPES)}",
+            )
+        )
     elif it.is_gpu:
-        problems.append(Problem(f"{k}.instanceType", f"{_fmt(s.instance_type)} is a GPU type; system nodes use one of {', '.join(catalog.SYSTEM_TYPES)}"))
+        problems.append(
+            Problem(
+                f"{k}.instanceType",
+                f"{_fmt(s.instance_type)} is a GPU type; system nodes use one of {', '.join(catalog.SYSTEM_TYPES)}",
+            )
+        )
     _check_scaling(k, s.min_size, s.desired_size, s.max_size, problems)
     if s.min_size < 1:
         problems.append(
-            Problem(f"{k}.minSize", f"{s.min_size} is not allowed: at least 1 (CoreDNS, the operators, etcd and the CSI controllers run on system nodes)")
+            Problem(
+                f"{k}.minSize",
+                f"{s.min_size} is not allowed: at least 1 (CoreDNS, the operators, etcd and the CSI controllers run on system nodes)",
+            )
         )
 
 
@@ -51,7 +70,12 @@ def _check_capacity(k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | No
     if c is None:
         return
     if not block:
-        problems.append(Problem(f"{k}.capacity", f"is only used with capacityType 'capacity-block' (capacityType is {g.capacity_type!r})"))
+        problems.append(
+            Problem(
+                f"{k}.capacity",
+                f"is only used with capacityType 'capacity-block' (capacityType is {g.capacity_type!r})",
+            )
+        )
         return
     _check_capacity_time_zones(k, c, problems)
     _check_capacity_window(k, g, c, problems)
@@ -63,7 +87,9 @@ def _check_capacity(k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | No
     _check_purchase(k, g, c, o, problems)
 
 
-def _check_block_type(k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | None, block: bool, problems: list[Problem]) -> None:
+def _check_block_type(
+    k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | None, block: bool, problems: list[Problem]
+) -> None:
     """A Capacity Block of a type EC2 sells them for."""
     if block and it is not None and it.is_gpu and not it.capacity_blocks:
         problems.append(
@@ -78,10 +104,18 @@ def _check_block_type(k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | 
 def _check_capacity_time_zones(k: str, c: CapacityConfig, problems: list[Problem]) -> None:
     """Every time of the `capacity` section carries its time zone."""
     o = c.offering
-    for key, when in (("start", c.start), ("end", c.end), ("offering.earliestStart", o and o.earliest_start), ("offering.latestEnd", o and o.latest_end)):
+    for key, when in (
+        ("start", c.start),
+        ("end", c.end),
+        ("offering.earliestStart", o and o.earliest_start),
+        ("offering.latestEnd", o and o.latest_end),
+    ):
         if when and not _aware(when):
             problems.append(
-                Problem(f"{k}.capacity.{key}", f"{when.isoformat()} has no time zone; write it in UTC like 2026-10-01T11:30:00Z, as preflight shows it")
+                Problem(
+                    f"{k}.capacity.{key}",
+                    f"{when.isoformat()} has no time zone; write it in UTC like 2026-10-01T11:30:00Z, as preflight shows it",
+                )
             )
 
 
@@ -89,7 +123,10 @@ def _check_capacity_window(k: str, g: GpuNodeGroupConfig, c: CapacityConfig, pro
     """The block's window: both ends, longer than the drain, and no fixed sizes beside it."""
     if (c.start is None) != (c.end is None):
         problems.append(
-            Problem(f"{k}.capacity.{'end' if c.end is None else 'start'}", "is required with capacity.start/end: the block's window needs both ends")
+            Problem(
+                f"{k}.capacity.{'end' if c.end is None else 'start'}",
+                "is required with capacity.start/end: the block's window needs both ends",
+            )
         )
     window = g.capacity_block_window
     if window is not None and _aware(window[0]) and _aware(window[1]):
@@ -116,13 +153,30 @@ def _check_capacity_window(k: str, g: GpuNodeGroupConfig, c: CapacityConfig, pro
 
 def _check_offering(k: str, o: CapacityOfferingConfig, problems: list[Problem]) -> None:
     """The offering searched for: a range that ends after it starts, and an offering id of EC2's form."""
-    if o.latest_end is not None and _aware(o.latest_end) and _aware(o.earliest_start) and o.latest_end <= o.earliest_start:
-        problems.append(Problem(f"{k}.capacity.offering.latestEnd", f"{o.latest_end.isoformat()} is not after earliestStart {o.earliest_start.isoformat()}"))
+    if (
+        o.latest_end is not None
+        and _aware(o.latest_end)
+        and _aware(o.earliest_start)
+        and o.latest_end <= o.earliest_start
+    ):
+        problems.append(
+            Problem(
+                f"{k}.capacity.offering.latestEnd",
+                f"{o.latest_end.isoformat()} is not after earliestStart {o.earliest_start.isoformat()}",
+            )
+        )
     if o.offering_id is not None and not re.fullmatch(r"cb-[0-9a-z]{8,32}", o.offering_id):
-        problems.append(Problem(f"{k}.capacity.offering.offeringId", f"{_fmt(o.offering_id)} is not a Capacity Block offering id like cb-0123456789abcdefg"))
+        problems.append(
+            Problem(
+                f"{k}.capacity.offering.offeringId",
+                f"{_fmt(o.offering_id)} is not a Capacity Block offering id like cb-0123456789abcdefg",
+            )
+        )
 
 
-def _check_purchase(k: str, g: GpuNodeGroupConfig, c: CapacityConfig, o: CapacityOfferingConfig, problems: list[Problem]) -> None:
+def _check_purchase(
+    k: str, g: GpuNodeGroupConfig, c: CapacityConfig, o: CapacityOfferingConfig, problems: list[Problem]
+) -> None:
     """A purchase names the offering it buys and its window, and buys no second block."""
     if not o.purchase:
         return
@@ -148,7 +202,11 @@ def _check_offering_size(k: str, g: GpuNodeGroupConfig, o: CapacityOfferingConfi
     """A block EC2 sells: its length (aws_names.CAPACITY_BLOCK_HOURS) and its instance count, the group's maxSize."""
     why = aws_names.capacity_block_duration_problem(o.duration_hours)
     if why:
-        problems.append(Problem(f"{k}.capacity.offering.durationHours", f"{o.duration_hours} hours is not a length EC2 sells: {why}"))
+        problems.append(
+            Problem(
+                f"{k}.capacity.offering.durationHours", f"{o.duration_hours} hours is not a length EC2 sells: {why}"
+            )
+        )
     if g.max_size > aws_names.CAPACITY_BLOCK_INSTANCES_MAX:
         problems.append(
             Problem(
@@ -204,7 +262,12 @@ def _check_group_name(k: str, i: int, g: GpuNodeGroupConfig, seen: dict[str, int
             )
         )
     if g.name in seen:
-        problems.append(Problem(f"{k}.name", f"{_fmt(g.name)} is used by gpuNodeGroups[{seen[g.name]}] too; node group names must be unique"))
+        problems.append(
+            Problem(
+                f"{k}.name",
+                f"{_fmt(g.name)} is used by gpuNodeGroups[{seen[g.name]}] too; node group names must be unique",
+            )
+        )
     else:
         seen[g.name] = i
 
@@ -217,16 +280,25 @@ def _check_group_type(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) ->
         problems.append(Problem(f"{k}.instanceType", refused))
     elif it is None or not it.is_gpu:
         problems.append(
-            Problem(f"{k}.instanceType", f"{_fmt(g.instance_type)} is not a GPU type in the instance catalog; use one of {', '.join(catalog.GPU_TYPES)}")
+            Problem(
+                f"{k}.instanceType",
+                f"{_fmt(g.instance_type)} is not a GPU type in the instance catalog; use one of {', '.join(catalog.GPU_TYPES)}",
+            )
         )
     elif g.efa and not it.efa_supported:
         efa_types = ", ".join(t for t in catalog.GPU_TYPES if catalog.BUILTIN[t].efa_supported)
-        problems.append(Problem(f"{k}.efa", f"true is not allowed: {g.instance_type} has no EFA; EFA types are {efa_types}"))
+        problems.append(
+            Problem(f"{k}.efa", f"true is not allowed: {g.instance_type} has no EFA; EFA types are {efa_types}")
+        )
     return it
 
 
 def _check_reservation_required(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
-    if g.capacity_type == "capacity-block" and not g.capacity_reservation_id and (g.capacity is None or g.capacity.offering is None):
+    if (
+        g.capacity_type == "capacity-block"
+        and not g.capacity_reservation_id
+        and (g.capacity is None or g.capacity.offering is None)
+    ):
         problems.append(
             Problem(
                 f"{k}.capacityReservationId",
@@ -237,7 +309,12 @@ def _check_reservation_required(k: str, g: GpuNodeGroupConfig, problems: list[Pr
 
 def _check_reservation_id(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
     if g.capacity_reservation_id and not re.fullmatch(r"cr-[0-9a-f]{8,17}", g.capacity_reservation_id):
-        problems.append(Problem(f"{k}.capacityReservationId", f"{_fmt(g.capacity_reservation_id)} is not a capacity reservation id like cr-0123456789abcdef0"))
+        problems.append(
+            Problem(
+                f"{k}.capacityReservationId",
+                f"{_fmt(g.capacity_reservation_id)} is not a capacity reservation id like cr-0123456789abcdef0",
+            )
+        )
 
 
 def _check_autoscale(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
@@ -265,7 +342,11 @@ def _check_placement_group(k: str, g: GpuNodeGroupConfig, problems: list[Problem
     if pg.mode == "existing" and not pg.name:
         problems.append(Problem(f"{k}.placementGroup.name", "is required with mode 'existing'"))
     if pg.mode != "existing" and pg.name:
-        problems.append(Problem(f"{k}.placementGroup.name", f"{_fmt(pg.name)} is only used with mode 'existing' (mode is {pg.mode!r})"))
+        problems.append(
+            Problem(
+                f"{k}.placementGroup.name", f"{_fmt(pg.name)} is only used with mode 'existing' (mode is {pg.mode!r})"
+            )
+        )
     if pg.mode == "create" and (g.capacity_reservation_id or g.capacity_type == "capacity-block"):
         problems.append(
             Problem(
@@ -302,7 +383,10 @@ def _check_taints(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> Non
     for j, t in enumerate(g.taints):
         if (t.key, t.effect) in taint_at:
             problems.append(
-                Problem(f"{k}.taints[{j}]", f"{t.key!r} with effect {t.effect} is taints[{taint_at[t.key, t.effect]}] already; a key has one taint per effect")
+                Problem(
+                    f"{k}.taints[{j}]",
+                    f"{t.key!r} with effect {t.effect} is taints[{taint_at[t.key, t.effect]}] already; a key has one taint per effect",
+                )
             )
         taint_at.setdefault((t.key, t.effect), j)
         if not _LABEL_KEY.match(t.key) or _reserved_label(t.key):
@@ -313,6 +397,16 @@ def _check_taints(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> Non
                 )
             )
         if not _LABEL_VALUE.match(t.value):
-            problems.append(Problem(f"{k}.taints[{j}].value", f"{_fmt(t.value)} is not a valid taint value (up to 63 letters, digits, '-', '_', '.')"))
+            problems.append(
+                Problem(
+                    f"{k}.taints[{j}].value",
+                    f"{_fmt(t.value)} is not a valid taint value (up to 63 letters, digits, '-', '_', '.')",
+                )
+            )
         if t.key == GPU_TAINT["key"]:
-            problems.append(Problem(f"{k}.taints[{j}].key", f"{GPU_TAINT['key']!r} is set on every GPU group already; list only extra taints"))
+            problems.append(
+                Problem(
+                    f"{k}.taints[{j}].key",
+                    f"{GPU_TAINT['key']!r} is set on every GPU group already; list only extra taints",
+                )
+            )

@@ -69,10 +69,22 @@ def _table(rows: list[tuple[str, str, str]]) -> list[str]:
 def markdown() -> str:
     """The generated part of the README's configuration reference."""
     stack_rows = [("aws:region", "required", "AWS region, e.g. `us-west-2`")] + list(_rows(StackConfig, ""))
-    lines = [BEGIN, *_table(stack_rows), "", "A GPU node group (one entry of `gpuNodeGroups`):", "", *_table(list(_rows(GpuNodeGroupConfig, ""))), END]
+    lines = [
+        BEGIN,
+        *_table(stack_rows),
+        "",
+        "A GPU node group (one entry of `gpuNodeGroups`):",
+        "",
+        *_table(list(_rows(GpuNodeGroupConfig, ""))),
+        END,
+    ]
     return "\n".join(lines)
 
 
 def keys() -> list[str]:
     """Every documented key (for tests)."""
-    return ["aws:region"] + [k for k, _, _ in _rows(StackConfig, "")] + [f"gpuNodeGroups[].{k}" for k, _, _ in _rows(GpuNodeGroupConfig, "")]
+    return (
+        ["aws:region"]
+        + [k for k, _, _ in _rows(StackConfig, "")]
+        + [f"gpuNodeGroups[].{k}" for k, _, _ in _rows(GpuNodeGroupConfig, "")]
+    )

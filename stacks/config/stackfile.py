@@ -267,9 +267,19 @@ def _stack_values(project: str, data: str | bytes, file_name: str) -> tuple[Any,
     for raw, value in (doc.get("config") or {}).items():
         full = _config_key(project, raw)
         if full is None:
-            problems.append(Problem(raw, "is not a config key: Pulumi takes `<namespace>:<name>`, or a name of this project without a namespace"))
+            problems.append(
+                Problem(
+                    raw,
+                    "is not a config key: Pulumi takes `<namespace>:<name>`, or a name of this project without a namespace",
+                )
+            )
         elif full in written:
-            problems.append(Problem(full, f"is set twice in {file_name}, as {written[full]!r} and {raw!r}, and Pulumi would take either; keep one"))
+            problems.append(
+                Problem(
+                    full,
+                    f"is set twice in {file_name}, as {written[full]!r} and {raw!r}, and Pulumi would take either; keep one",
+                )
+            )
         else:
             written[full] = raw
             try:
@@ -309,7 +319,9 @@ def engine_config(stack: str, root: Path = PROJECT_ROOT, stack_file: Path | None
     return name, wire
 
 
-def read_stack_config(stack: str, root: Path = PROJECT_ROOT, stack_file: Path | None = None) -> tuple[str, dict[str, Any]]:
+def read_stack_config(
+    stack: str, root: Path = PROJECT_ROOT, stack_file: Path | None = None
+) -> tuple[str, dict[str, Any]]:
     """The project name and the stack's config exactly as the program sees it under `pulumi up`:
     ``decode_config_values`` of what the engine hands it (see ``engine_config``)."""
     name, wire = engine_config(stack, root, stack_file)

@@ -29,7 +29,9 @@ MAX_LEVEL = 100  # how deep maps and lists nest by default
 _TAG = "tag:yaml.org,2002:"
 # yaml.v3 resolve.go allowedTimestampFormats as Go's time.Parse reads them: a date, then a time after
 # T or t with a zone (Z or +hh:mm), or after a space with none; a fraction after '.' or ','.
-_TIMESTAMP = re.compile(r"([0-9]{4})-([0-9]{1,2})-([0-9]{1,2})(?:([Tt ])([0-9]{1,2}):([0-9]{1,2}):([0-9]{1,2})(?:[.,]([0-9]+))?(Z|[-+][0-9]{2}:[0-9]{2})?)?")
+_TIMESTAMP = re.compile(
+    r"([0-9]{4})-([0-9]{1,2})-([0-9]{1,2})(?:([Tt ])([0-9]{1,2}):([0-9]{1,2}):([0-9]{1,2})(?:[.,]([0-9]+))?(Z|[-+][0-9]{2}:[0-9]{2})?)?"
+)
 
 
 @dataclass
@@ -38,7 +40,9 @@ class Found:
 
     path: Path
     message: str
-    kind: str = ""  # "syntax": not YAML; "depth": nested too deep; "nonfinite": an infinity or NaN (no config value can be one)
+    kind: str = (
+        ""  # "syntax": not YAML; "depth": nested too deep; "nonfinite": an infinity or NaN (no config value can be one)
+    )
 
 
 class _Refused(Exception):
@@ -62,10 +66,18 @@ def _timestamp(text: str) -> GoTime | str:
     m = _TIMESTAMP.fullmatch(text)
     year, month, day, sep, hour, minute, second, fraction, zone = m.groups() if m else (None,) * 9
     try:
-        when = datetime.datetime(int(year or ""), int(month or ""), int(day or ""), int(hour or 0), int(minute or 0), int(second or 0))
+        when = datetime.datetime(
+            int(year or ""), int(month or ""), int(day or ""), int(hour or 0), int(minute or 0), int(second or 0)
+        )
     except ValueError:
         return text
-    if sep and (sep == " ") == (zone is not None) or zone and zone != "Z" and (int(zone[1:3]) > 24 or int(zone[4:]) > 60):
+    if (
+        sep
+        and (sep == " ") == (zone is not None)
+        or zone
+        and zone != "Z"
+        and (int(zone[1:3]) > 24 or int(zone[4:]) > 60)
+    ):
         return text
     digits = (fraction or "")[:9].rstrip("0")
     stamp = f"{when.year:04d}-{when:%m-%d} {when:%H:%M:%S}" + (f".{digits}" if digits else "")
@@ -84,7 +96,9 @@ class _Resolver(VersionedResolver):
             for _char in _first:
                 _implicit.setdefault(_char, []).append((_tag, _regexp))
     for _char in "-+0123456789":
-        _implicit.setdefault(_char, []).append((_TAG + "int", RegExp(r"^[-+]?(?:[0-9_]+|0[bB][01_]+|0[oO][0-7_]+|0[xX][0-9a-fA-F_]+)$")))
+        _implicit.setdefault(_char, []).append(
+            (_TAG + "int", RegExp(r"^[-+]?(?:[0-9_]+|0[bB][01_]+|0[oO][0-7_]+|0[xX][0-9a-fA-F_]+)$"))
+        )
         _implicit[_char].append((_TAG + "timestamp", RegExp(r"^[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:[Tt ].*)?$")))
     processing_version = (1, 2)
     versioned_resolver = _implicit
@@ -101,10 +115,14 @@ class _Constructor(SafeConstructor):
 
     def construct_yaml_float(self, node: Any) -> Any:
         value = super().construct_yaml_float(node)
-        return node.value if math.isinf(value) and "inf" not in node.value.lower() else value  # beyond Go's floats: text
+        return (
+            node.value if math.isinf(value) and "inf" not in node.value.lower() else value
+        )  # beyond Go's floats: text
 
     def construct_yaml_binary(self, node: Any) -> str:
-        return base64.b64decode(node.value.replace("\n", "").replace("\r", ""), validate=True).decode("utf-8", "replace")
+        return base64.b64decode(node.value.replace("\n", "").replace("\r", ""), validate=True).decode(
+            "utf-8", "replace"
+        )
 
     def construct_yaml_timestamp(self, node: Any, values: Any = None) -> Any:
         return _timestamp(node.value)
@@ -124,7 +142,13 @@ for _unknown in (None, _TAG + "set", _TAG + "omap", _TAG + "pairs"):
 
 def allowed_alias_ratio(decode_count: int) -> float:
     """yaml.v3 decode.go allowedAliasRatio: the share of decoded values that may come from aliases."""
-    return 0.99 if decode_count <= 400_000 else 0.10 if decode_count >= 4_000_000 else 0.99 - 0.89 * (decode_count - 400_000) / 3_600_000
+    return (
+        0.99
+        if decode_count <= 400_000
+        else 0.10
+        if decode_count >= 4_000_000
+        else 0.99 - 0.89 * (decode_count - 400_000) / 3_600_000
+    )
 
 
 class _Composer(Composer):
@@ -156,7 +180,9 @@ class _Composer(Composer):
         event = self.parser.peek_event()
         alias = isinstance(event, AliasEvent)
         target = self.anchors.get(event.anchor) if alias else None
-        if alias and (target is None or target.end_mark is None):  # no anchor, or one still open: the alias is inside it
+        if alias and (
+            target is None or target.end_mark is None
+        ):  # no anchor, or one still open: the alias is inside it
             name, line = event.anchor, event.start_mark.line + 1
             why = f"is inside its own anchor &{name}, so its value would contain itself (the Pulumi CLI stops with \"anchor '{name}' value contains itself\")"
             if target is None:
@@ -198,7 +224,9 @@ class _Composer(Composer):
             try:
                 value = self.loader.constructor.construct_object(node)
             except (ValueError, YAMLError):
-                self.found.append(Found(path, f"cannot decode `{node.value}` as a !!{str(node.tag)[len(_TAG) :]} (line {line})"))
+                self.found.append(
+                    Found(path, f"cannot decode `{node.value}` as a !!{str(node.tag)[len(_TAG) :]} (line {line})")
+                )
                 return
             if isinstance(value, float) and not math.isfinite(value) and not is_key:
                 what = "not a number (NaN)" if math.isnan(value) else "infinity"
@@ -212,7 +240,12 @@ class _Composer(Composer):
                 raise _Refused(path, f"a map or list cannot be a key (line {line})")
             if (type(key_node), key_node.value) in written:  # compared as written: a and "a" are one key
                 lines = f"lines {written[type(key_node), key_node.value]} and {line}"
-                self.found.append(Found((*path, key_node.value), f"the key {fmt(key_node.value)} is written twice in one map ({lines}); keep one"))
+                self.found.append(
+                    Found(
+                        (*path, key_node.value),
+                        f"the key {fmt(key_node.value)} is written twice in one map ({lines}); keep one",
+                    )
+                )
             written.setdefault((type(key_node), key_node.value), line)
             try:
                 key = self.loader.constructor.construct_object(key_node)
@@ -227,7 +260,9 @@ class _Composer(Composer):
                         '"map merge requires map or sequence of maps as the value")',
                     )
             elif not isinstance(key, str):
-                what = {bool: "a boolean", int: "a number", float: "a number", GoTime: "a timestamp"}.get(type(key), "null")
+                what = {bool: "a boolean", int: "a number", float: "a number", GoTime: "a timestamp"}.get(
+                    type(key), "null"
+                )
                 self.found.append(
                     Found(
                         (*path, key_node.value),

@@ -23,8 +23,17 @@ every name is here.
 from __future__ import annotations
 
 from facts.kube import KUEUE_NAMESPACE
-from stacks.queues.admission import Admission, Demand, PodSet, Usage, admit_in_order, demands, pod_requests, pod_sets, reach
-from stacks.queues.checks import MAX_FLAVOR_TOLERATIONS, check_config, check_job_teams, check_jobs
+from stacks.queues.admission import (
+    Admission,
+    Demand,
+    PodSet,
+    Usage,
+    admit_in_order,
+    demands,
+    pod_requests,
+    pod_sets,
+    reach,
+)
 from stacks.queues.cluster_queues import (
     COHORT,
     PROVISIONING_CHECK,
@@ -53,6 +62,7 @@ from stacks.queues.plan import (
     plan_context,
     plan_for,
 )
+from stacks.queues.queue_checks import MAX_FLAVOR_TOLERATIONS, check_config, check_job_teams, check_jobs
 from stacks.queues.resources import (
     CPU,
     EFA,

@@ -85,7 +85,14 @@ def pod_sets(manifest: Mapping[str, Any]) -> list[PodSet]:
     out = []
     for role, rs in replicas.items():
         spec = (rs.get("template") or {}).get("spec") or {}
-        out.append(PodSet(role.lower(), int(rs.get("replicas", 1)), pod_requests(spec), (spec.get("nodeSelector") or {}).get(NODE_GROUP_LABEL)))
+        out.append(
+            PodSet(
+                role.lower(),
+                int(rs.get("replicas", 1)),
+                pod_requests(spec),
+                (spec.get("nodeSelector") or {}).get(NODE_GROUP_LABEL),
+            )
+        )
     return out
 
 
@@ -103,8 +110,20 @@ def demands(jobs: Iterable[tuple[str, JobBase]], ctx: JobsContext, queue_of_team
             continue
         for m in manifests:
             if m.get("kind") in REPLICA_SPECS and QUEUE_LABEL in (m["metadata"].get("labels") or {}):
-                elastic = (m["spec"].get("elasticPolicy") or {}).get("maxReplicas") if m["kind"] == "PyTorchJob" else None
-                out.append(Demand(spec.name, spec.kind, key, queue_of_team[spec.team or ""], spec.priority, tuple(pod_sets(m)), elastic))
+                elastic = (
+                    (m["spec"].get("elasticPolicy") or {}).get("maxReplicas") if m["kind"] == "PyTorchJob" else None
+                )
+                out.append(
+                    Demand(
+                        spec.name,
+                        spec.kind,
+                        key,
+                        queue_of_team[spec.team or ""],
+                        spec.priority,
+                        tuple(pod_sets(m)),
+                        elastic,
+                    )
+                )
     return out
 
 
@@ -116,7 +135,9 @@ def demands(jobs: Iterable[tuple[str, JobBase]], ctx: JobsContext, queue_of_team
 Usage = dict[tuple[str, str, str], int]  # (cluster queue, flavor, resource) -> in use
 
 
-def _shortfall(cq: ClusterQueue, queues: Sequence[ClusterQueue], demand: Mapping[str, int], flavor: str, usage: Usage) -> tuple[str, int, int] | None:
+def _shortfall(
+    cq: ClusterQueue, queues: Sequence[ClusterQueue], demand: Mapping[str, int], flavor: str, usage: Usage
+) -> tuple[str, int, int] | None:
     """The first resource ``demand`` does not fit with ``usage`` already admitted: (resource, what
     the queue would then hold, the most it can hold now); None when it fits."""
     for r in RESOURCES:
@@ -127,7 +148,11 @@ def _shortfall(cq: ClusterQueue, queues: Sequence[ClusterQueue], demand: Mapping
         used = usage.get((cq.name, flavor, r), 0)
         cap = lim.nominal + lim.borrowing if lim.borrowing is not None else None
         pool = sum(q.limits[flavor][r].lendable for q in queues)
-        pool_used = sum(max(0, usage.get((q.name, flavor, r), 0) - q.limits[flavor][r].guaranteed) for q in queues if q.name != cq.name)
+        pool_used = sum(
+            max(0, usage.get((q.name, flavor, r), 0) - q.limits[flavor][r].guaranteed)
+            for q in queues
+            if q.name != cq.name
+        )
         room_pool = lim.guaranteed + pool - pool_used
         room = room_pool if cap is None else min(cap, room_pool)
         if used + d > room:

@@ -59,7 +59,9 @@ class ClusterQueue:
     namespaces: tuple[str, ...]
     limits: Mapping[str, Mapping[str, Limits]]  # flavor -> resource -> limits
     fair_share_weight: float | None = None
-    nodes: Mapping[str, tuple[int, int | None, int | None]] = field(default_factory=dict)  # flavor -> (nodes, borrowing, lending limit) in nodes
+    nodes: Mapping[str, tuple[int, int | None, int | None]] = field(
+        default_factory=dict
+    )  # flavor -> (nodes, borrowing, lending limit) in nodes
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,14 @@ def team_namespace(team: Any) -> str:
 
 
 def _nodes_limits(per_node: Mapping[str, int], nodes: int, borrow: int | None, lend: int | None) -> dict[str, Limits]:
-    return {r: Limits(nodes * per_node[r], None if borrow is None else borrow * per_node[r], None if lend is None else lend * per_node[r]) for r in RESOURCES}
+    return {
+        r: Limits(
+            nodes * per_node[r],
+            None if borrow is None else borrow * per_node[r],
+            None if lend is None else lend * per_node[r],
+        )
+        for r in RESOURCES
+    }
 
 
 def cluster_queues(flavors: Sequence[Flavor], teams: Sequence[Any], training_namespace: str) -> list[ClusterQueue]:
@@ -106,7 +115,11 @@ def cluster_queues(flavors: Sequence[Flavor], teams: Sequence[Any], training_nam
             nodes, borrow, lend = (q.nodes, q.borrowing_limit, q.lending_limit) if q is not None else (0, None, None)
             limits[f.name] = _nodes_limits(f.per_node, nodes, borrow, lend)
             configured[f.name] = (nodes, borrow, lend)
-        out.append(ClusterQueue(t.name, t.name, (team_namespace(t), training_namespace), limits, t.fair_share_weight, configured))
+        out.append(
+            ClusterQueue(
+                t.name, t.name, (team_namespace(t), training_namespace), limits, t.fair_share_weight, configured
+            )
+        )
     for f in flavors:
         left = max(0, f.nodes - sum(cq.nodes[f.name][0] for cq in out))
         shared[f.name] = _nodes_limits(f.per_node, left, None, None)

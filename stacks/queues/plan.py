@@ -68,7 +68,9 @@ class QueuePlan:
         return admit_in_order(self.demands, self.cluster_queues)
 
 
-def plan_context(training_namespace: str, groups: Sequence[Any], volumes: Iterable[str], etcd: bool, teams: Sequence[Any]) -> JobsContext:
+def plan_context(
+    training_namespace: str, groups: Sequence[Any], volumes: Iterable[str], etcd: bool, teams: Sequence[Any]
+) -> JobsContext:
     """A JobsContext like the stack's, for sizing jobs before anything exists (the claim names and
     the etcd endpoint do not change what a job asks for)."""
     return JobsContext(
@@ -109,7 +111,10 @@ def build_plan(
         local_queues=tuple(local_queues(teams, training_namespace)),
         teams=tuple(Team(t.name, team_namespace(t), t.role_arn) for t in teams),
         managed_namespaces=tuple(dict.fromkeys([training_namespace, *(team_namespace(t) for t in teams)])),
-        integrations=tuple(([BATCH_JOB] if teams else []) + [k.integration for op in ops.OPERATORS if op.name in installed for k in op.kinds]),
+        integrations=tuple(
+            ([BATCH_JOB] if teams else [])
+            + [k.integration for op in ops.OPERATORS if op.name in installed for k in op.kinds]
+        ),
         pods_ready_timeout=queues.pods_ready_timeout,
         requeue_limit=queues.requeue_limit,
         provisioning=bool(autoscaling.provisioning_requests and any(f.autoscaled for f in flavors)),
@@ -119,7 +124,9 @@ def build_plan(
 
 def node_services(cfg: Any) -> NodeServices:
     """What of a validated ``StackConfig`` runs on every GPU node beside the training pods."""
-    return NodeServices(fsx=cfg.storage.fsx.enabled, efa_device_plugin=cfg.services.efa_device_plugin, monitoring=cfg.monitoring.enabled)
+    return NodeServices(
+        fsx=cfg.storage.fsx.enabled, efa_device_plugin=cfg.services.efa_device_plugin, monitoring=cfg.monitoring.enabled
+    )
 
 
 def plan_for(cfg: Any) -> QueuePlan | None:
@@ -152,10 +159,15 @@ _SHORT = {GPU: "GPUs", EFA: "EFA", HUGEPAGES: "hugepages", CPU: "CPU", MEMORY: "
 def describe(plan: QueuePlan, kueue_version: str) -> str:
     """The queue table of the offline plan: per ClusterQueue and flavor the quota, then what each
     enabled job asks for and whether it is admitted at once or waits."""
-    lines = [f"Queues (Kueue {kueue_version}, cohort {COHORT}; a job is admitted whole or waits; pods must run within {plan.pods_ready_timeout}):"]
+    lines = [
+        f"Queues (Kueue {kueue_version}, cohort {COHORT}; a job is admitted whole or waits; pods must run within {plan.pods_ready_timeout}):"
+    ]
     extras = []
     if plan.provisioning:
-        extras.append(f"ProvisioningRequest check {PROVISIONING_CHECK!r} on " + ", ".join(f.name for f in plan.flavors if f.autoscaled))
+        extras.append(
+            f"ProvisioningRequest check {PROVISIONING_CHECK!r} on "
+            + ", ".join(f.name for f in plan.flavors if f.autoscaled)
+        )
     if plan.fair_sharing:
         extras.append("fair sharing between the teams")
     if extras:

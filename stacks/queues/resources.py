@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from facts import allocatable
-from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_NODE_MIB, EFA_RESOURCE, GPU_RESOURCE, HUGEPAGES_2MI_RESOURCE, NODE_GROUP_LABEL
+from facts.kube import (
+    ACCELERATOR_LABEL,
+    EFA_HUGEPAGES_NODE_MIB,
+    EFA_RESOURCE,
+    GPU_RESOURCE,
+    HUGEPAGES_2MI_RESOURCE,
+    NODE_GROUP_LABEL,
+)
 from jobs.base import GPU_TOLERATION, toleration
 
 CPU, MEMORY, GPU, EFA, HUGEPAGES = "cpu", "memory", GPU_RESOURCE, EFA_RESOURCE, HUGEPAGES_2MI_RESOURCE
@@ -105,7 +112,10 @@ def node_allocatable(g: Any, services: NodeServices) -> dict[str, int]:
     memory_capacity = int(it.memory_mib * (1 - allocatable.KERNEL_MEMORY_SHARE))
     return {
         CPU: it.vcpus * 1000 - allocatable.kube_reserved_cpu_m(it.vcpus) - sum(d.cpu_m for d in daemons),
-        MEMORY: memory_capacity - allocatable.kube_reserved_memory_mib(it.vcpus) - hugepages - sum(d.memory_mib for d in daemons),
+        MEMORY: memory_capacity
+        - allocatable.kube_reserved_memory_mib(it.vcpus)
+        - hugepages
+        - sum(d.memory_mib for d in daemons),
         GPU: it.gpus,
         EFA: g.efa_interfaces,
         HUGEPAGES: hugepages,

@@ -54,7 +54,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--job", required=True, help="the job this process belongs to")
     parser.add_argument("--run-marker", required=True, help="an opaque marker the test finds in the output")
-    parser.add_argument("--sleep-until", type=float, default=0.0, help="wall-clock time (epoch seconds) to sleep until between the two all-reduces")
+    parser.add_argument(
+        "--sleep-until",
+        type=float,
+        default=0.0,
+        help="wall-clock time (epoch seconds) to sleep until between the two all-reduces",
+    )
     parser.add_argument("--timeout", type=float, default=30.0, help="process-group timeout in seconds")
     return parser.parse_args(argv)
 
@@ -71,7 +76,16 @@ def main(argv: list[str] | None = None) -> int:
     dist.all_gather(gathered, torch.tensor([mine], dtype=torch.int64))
     peers = sorted({int(t.item()) for t in gathered})
     first_ok = int(ones.item()) == world and peers == [mine]
-    report("ready", job=args.job, marker=args.run_marker, rank=rank, world_size=world, sum=ones.item(), peer_jobs=peers, ok=first_ok)
+    report(
+        "ready",
+        job=args.job,
+        marker=args.run_marker,
+        rank=rank,
+        world_size=world,
+        sum=ones.item(),
+        peer_jobs=peers,
+        ok=first_ok,
+    )
 
     pause = args.sleep_until - time.time()
     if pause > 0:
@@ -80,7 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     final = torch.ones(1)
     dist.all_reduce(final)
     ok = first_ok and int(final.item()) == world
-    report("done", job=args.job, marker=args.run_marker, rank=rank, world_size=world, sum=final.item(), peer_jobs=peers, ok=ok)
+    report(
+        "done",
+        job=args.job,
+        marker=args.run_marker,
+        rank=rank,
+        world_size=world,
+        sum=final.item(),
+        peer_jobs=peers,
+        ok=ok,
+    )
     dist.destroy_process_group()
     return 0 if ok else 1
 

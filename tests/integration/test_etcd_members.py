@@ -36,7 +36,10 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("torch", reason="torch is not installed: run `bash scripts/test_integration.sh`, which installs requirements-integration.txt")
+pytest.importorskip(
+    "torch",
+    reason="torch is not installed: run `bash scripts/test_integration.sh`, which installs requirements-integration.txt",
+)
 
 from tests.integration.etcd_local import BACKOFF_FIRST, LocalEtcd, http
 from tests.integration.test_elastic_rendezvous import (
@@ -109,7 +112,9 @@ def _all_healthy(etcd: LocalEtcd) -> list[str]:
         if names != sorted(x.name for x in etcd.members):
             problems.append(f"{m.name} lists members {names}")
     if len({_cluster_id(etcd, i) for i in range(len(etcd.members))}) != 1:
-        problems.append(f"the members are in different clusters: {[_cluster_id(etcd, i) for i in range(len(etcd.members))]}")
+        problems.append(
+            f"the members are in different clusters: {[_cluster_id(etcd, i) for i in range(len(etcd.members))]}"
+        )
     return problems
 
 
@@ -118,7 +123,13 @@ def _heal(etcd: LocalEtcd, timeout: float, what: str) -> float:
     started = time.monotonic()
     while (problems := _all_healthy(etcd)) and time.monotonic() - started < timeout:
         time.sleep(0.5)
-    assert not problems, "\n".join([f"{what}: not healed within {timeout:.0f}s:", *problems, *(etcd.diagnosis(i) for i in range(len(etcd.members)))])
+    assert not problems, "\n".join(
+        [
+            f"{what}: not healed within {timeout:.0f}s:",
+            *problems,
+            *(etcd.diagnosis(i) for i in range(len(etcd.members))),
+        ]
+    )
     return time.monotonic() - started
 
 
@@ -159,7 +170,9 @@ def _keys(etcd: LocalEtcd, i: int, prefix: str) -> dict[str, tuple[str, float | 
 
 
 def _put(etcd: LocalEtcd, i: int, key: str, value: str) -> None:
-    request = urllib.request.Request(f"http://{etcd.endpoint(i)}/v2/keys{key}", data=f"value={value}".encode(), method="PUT")
+    request = urllib.request.Request(
+        f"http://{etcd.endpoint(i)}/v2/keys{key}", data=f"value={value}".encode(), method="PUT"
+    )
     request.add_header("Content-Type", "application/x-www-form-urlencoded")
     with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=10) as resp:
         assert resp.status in (200, 201), resp.status
@@ -196,7 +209,9 @@ def _writable(etcd: LocalEtcd) -> None:
         key, value = f"/healed/w{i}", uuid.uuid4().hex
         _put(etcd, i, key, value)
         for j in range(len(etcd.members)):
-            assert _keys(etcd, j, key) == {key: (value, None)}, f"etcd-{j} does not read back {key} written through etcd-{i}"
+            assert _keys(etcd, j, key) == {key: (value, None)}, (
+                f"etcd-{j} does not read back {key} written through etcd-{i}"
+            )
 
 
 _RENDEZVOUS = """
@@ -219,7 +234,15 @@ def _rendezvous(etcd: LocalEtcd, objects: list[dict[str, Any]], i: int) -> None:
     pytest.importorskip("etcd", reason="python-etcd is not installed: run `bash scripts/test_integration.sh`")
     env = operator_pod_env(require_elastic_jobs(objects, "the dev plan")[0])
     conf = dict(item.split("=", 1) for item in filter(None, env.get("PET_RDZV_CONF", "").split(",")))
-    argv = [sys.executable, "-c", _RENDEZVOUS, env["PET_RDZV_BACKEND"], etcd.endpoint(i), f"healed-{uuid.uuid4().hex[:8]}", json.dumps(conf)]
+    argv = [
+        sys.executable,
+        "-c",
+        _RENDEZVOUS,
+        env["PET_RDZV_BACKEND"],
+        etcd.endpoint(i),
+        f"healed-{uuid.uuid4().hex[:8]}",
+        json.dumps(conf),
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=RENDEZVOUS_TIMEOUT)
     assert proc.returncode == 0, f"the rendezvous through etcd-{i} failed:\n{proc.stderr[-3000:]}"
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"rank": 0, "world_size": 1}, proc.stdout
@@ -249,7 +272,9 @@ def test_a_replaced_member_rejoins(etcd: LocalEtcd) -> None:
     assert not _lost_keys(etcd, keys, "/lose-one")
 
 
-def test_b_roll_keeps_rendezvous_keys_and_rendezvous_works(tmp_path: Path, objects: list[dict[str, Any]], etcd: LocalEtcd) -> None:
+def test_b_roll_keeps_rendezvous_keys_and_rendezvous_works(
+    tmp_path: Path, objects: list[dict[str, Any]], etcd: LocalEtcd
+) -> None:
     """(b) An elastic job's rendezvous keys survive replacing every member in turn; torchrun works after."""
     pytest.importorskip("etcd", reason="python-etcd is not installed: run `bash scripts/test_integration.sh`")
     etcd.start_all()
@@ -263,7 +288,9 @@ def test_b_roll_keeps_rendezvous_keys_and_rendezvous_works(tmp_path: Path, objec
             nodes = launch.start_job(job, f"{label}-{uuid.uuid4().hex[:8]}")
             codes = wait_all(nodes, RUN_TIMEOUT)
             problems = job_problems(name, nodes, codes, expected_world)
-            assert not problems, report(f"{label}: {name} on the three-member etcd failed (env {operator_pod_env(job)})", problems, nodes)
+            assert not problems, report(
+                f"{label}: {name} on the three-member etcd failed (env {operator_pod_env(job)})", problems, nodes
+            )
         finally:
             launch.close()
 
@@ -278,7 +305,9 @@ def test_b_roll_keeps_rendezvous_keys_and_rendezvous_works(tmp_path: Path, objec
     # Keys with a TTL (the agents' keep-alives) expire meanwhile, as they would without a roll.
     now = time.time()
     expected = {k: v for k, (v, expires) in keys.items() if expires is None or expires > now + 5}
-    assert any(expires is None or expires > now + 3600 for _, expires in keys.values()), "no long-lived rendezvous key to follow through the roll"
+    assert any(expires is None or expires > now + 3600 for _, expires in keys.values()), (
+        "no long-lived rendezvous key to follow through the roll"
+    )
     for i in range(REPLICAS):
         values = {k: v for k, (v, _) in _keys(etcd, i, "/torchelastic").items()}
         lost = {k: v for k, v in expected.items() if values.get(k) != v}
@@ -299,11 +328,16 @@ def test_c_the_rendered_flags_alone_do_not_rejoin(tmp_path: Path, etcd: LocalEtc
     config_path = next((m.root / "volumes").glob("*/etcd.json"))
     command = etcd.argv(1, etcd.init)
     flags = command[command.index("--") + 1 :]
-    config = {**json.loads(config_path.read_text()), **{k: v for k, v in (f[2:].split("=", 1) for f in flags) if k.startswith("initial-cluster")}}
+    config = {
+        **json.loads(config_path.read_text()),
+        **{k: v for k, v in (f[2:].split("=", 1) for f in flags) if k.startswith("initial-cluster")},
+    }
     assert config["initial-cluster-state"] == "new"
     config["data-dir"] = str(tmp_path / "empty-data")
     config_path.write_text(json.dumps(config))
-    proc = subprocess.Popen([etcd.binary, f"--config-file={config_path}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [etcd.binary, f"--config-file={config_path}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + 6
         while time.monotonic() < deadline and proc.poll() is None:
@@ -319,7 +353,9 @@ def test_c_the_rendered_flags_alone_do_not_rejoin(tmp_path: Path, etcd: LocalEtc
 # -- (d)-(h): more than one at once -----------------------------------------------------------------------
 
 
-def test_d_two_of_three_lost_at_once_heal_and_keep_the_survivors_keys(etcd: LocalEtcd, objects: list[dict[str, Any]]) -> None:
+def test_d_two_of_three_lost_at_once_heal_and_keep_the_survivors_keys(
+    etcd: LocalEtcd, objects: list[dict[str, Any]]
+) -> None:
     """(d) One node held two members: both die at once and come back empty. The survivor alone has no
     leader; within the bound the cluster is healthy again, keeps the keys, takes writes, and rendezvous works."""
     etcd.start_all()
@@ -357,5 +393,7 @@ def test_f_a_cut_off_survivor_joins_the_new_cluster(etcd: LocalEtcd) -> None:
         etcd.wait_healthy(i, timeout=_heal_bound(etcd))
     assert _cluster_id(etcd, 0) != old, "the empty members should have started a new cluster"
     etcd.thaw(2)
-    _healthy_and_writable(etcd, _heal_bound(etcd, "stuck-after") + BACKOFF_FIRST, "etcd-2 back after the others started anew")
+    _healthy_and_writable(
+        etcd, _heal_bound(etcd, "stuck-after") + BACKOFF_FIRST, "etcd-2 back after the others started anew"
+    )
     assert "starts again empty" in etcd.members[2].init_log.read_text()

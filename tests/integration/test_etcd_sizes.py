@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("torch", reason="torch is not installed: run `bash scripts/test_integration.sh`, which installs requirements-integration.txt")
+pytest.importorskip(
+    "torch",
+    reason="torch is not installed: run `bash scripts/test_integration.sh`, which installs requirements-integration.txt",
+)
 
 from tests.integration.etcd_local import LocalEtcd
 from tests.integration.test_etcd_members import (

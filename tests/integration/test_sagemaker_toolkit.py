@@ -98,8 +98,16 @@ class Toolkit:
         prefix = self.params.SAGEMAKER_PREFIX
         names = {v for k, v in vars(self.params).items() if k.isupper() and isinstance(v, str) and v.startswith(prefix)}
         tree = ast.parse((self.src / "environment.py").read_text())
-        (switch,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "get_distribution_instance_groups_from_resource_config"]
-        names |= {n.value for n in ast.walk(switch) if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith(prefix)}
+        (switch,) = [
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef) and n.name == "get_distribution_instance_groups_from_resource_config"
+        ]
+        names |= {
+            n.value
+            for n in ast.walk(switch)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith(prefix)
+        }
         return names
 
 
@@ -109,7 +117,9 @@ def toolkit_root() -> Path:
     root = Path(override) if override else DEFAULT_SOURCE
     if not (root / "src" / "sagemaker_training" / "environment.py").is_file():
         if override:
-            pytest.fail(f"{SOURCE_VAR}={override!r} is not an unpacked {TOOLKIT_PACKAGE} sdist (no src/sagemaker_training/environment.py)")
+            pytest.fail(
+                f"{SOURCE_VAR}={override!r} is not an unpacked {TOOLKIT_PACKAGE} sdist (no src/sagemaker_training/environment.py)"
+            )
         pytest.skip(
             f"{TOOLKIT_PACKAGE} {TOOLKIT_VERSION} source is not at {root}: run `bash scripts/test_integration.sh`, which downloads and unpacks it "
             f"(or set {SOURCE_VAR} to an unpacked sdist)"
@@ -117,7 +127,9 @@ def toolkit_root() -> Path:
     info = (root / "PKG-INFO").read_text(errors="replace")
     version = re.search(r"^Version: (\S+)$", info, re.MULTILINE)
     if version is None or version.group(1) != TOOLKIT_VERSION:
-        pytest.fail(f"{root} is {TOOLKIT_PACKAGE} {version.group(1) if version else '?'}, this test is written against {TOOLKIT_VERSION}")
+        pytest.fail(
+            f"{root} is {TOOLKIT_PACKAGE} {version.group(1) if version else '?'}, this test is written against {TOOLKIT_VERSION}"
+        )
     return root
 
 
@@ -152,11 +164,16 @@ def toolkit(tmp_path_factory: pytest.TempPathFactory) -> Toolkit:
     try:
         with restored_environ():
             os.environ[BASE_DIR_VAR] = str(base)
-            modules = {m: importlib.import_module(f"sagemaker_training{m and '.' + m}") for m in ("", "params", "mapping", "environment", "process")}
+            modules = {
+                m: importlib.import_module(f"sagemaker_training{m and '.' + m}")
+                for m in ("", "params", "mapping", "environment", "process")
+            }
     finally:
         sys.path.remove(str(src))
     for module in modules.values():
-        assert Path(module.__file__ or "").is_relative_to(src), f"{module.__name__} came from {module.__file__}, not {src}"
+        assert Path(module.__file__ or "").is_relative_to(src), (
+            f"{module.__name__} came from {module.__file__}, not {src}"
+        )
     environment = modules["environment"]
     assert environment.base_dir == str(base), "the toolkit did not take SAGEMAKER_BASE_DIR as its /opt/ml"
     parse = extract_function(src / "sagemaker_training" / "mpi.py", "_parse_custom_mpi_options", {"argparse": argparse})
@@ -180,7 +197,11 @@ def container(tk: Toolkit, job: SageMakerJob, current_host: str = "algo-1") -> C
     hosts = [f"algo-{i + 1}" for i in range(request["ResourceConfig"]["InstanceCount"])]
     instance_type = request["ResourceConfig"]["InstanceType"]
     channels = {
-        c["ChannelName"]: {"TrainingInputMode": c["InputMode"], "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}
+        c["ChannelName"]: {
+            "TrainingInputMode": c["InputMode"],
+            "S3DistributionType": "FullyReplicated",
+            "RecordWrapperType": "None",
+        }
         for c in request.get("InputDataConfig", [])
     }
     resources = {
@@ -188,7 +209,9 @@ def container(tk: Toolkit, job: SageMakerJob, current_host: str = "algo-1") -> C
         "current_instance_type": instance_type,
         "current_group_name": "homogeneousCluster",
         "hosts": hosts,
-        "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": instance_type, "hosts": hosts}],
+        "instance_groups": [
+            {"instance_group_name": "homogeneousCluster", "instance_type": instance_type, "hosts": hosts}
+        ],
         "network_interface_name": "eth0",
     }
     e = tk.environment
@@ -226,7 +249,14 @@ def spec(kind: str, script: str, args: Sequence[str], **fields: Any) -> Portable
     """A checked ``runtime: sagemaker`` spec of ``kind`` that runs ``script`` with ``args``
     (``mpi-sh``: an ``mpi`` job whose entry point is a shell script, run without a launcher)."""
     sagemaker = {"outputPath": "s3://my-training-output/toolkit/", **fields.pop("sagemaker", {})}
-    base: dict[str, Any] = {"runtime": "sagemaker", "nodeGroup": "p4d", "nodes": 2, "image": IMAGE, "volumes": VOLUMES, "sagemaker": sagemaker}
+    base: dict[str, Any] = {
+        "runtime": "sagemaker",
+        "nodeGroup": "p4d",
+        "nodes": 2,
+        "image": IMAGE,
+        "volumes": VOLUMES,
+        "sagemaker": sagemaker,
+    }
     if kind == "pytorch-elastic":
         data = {**base, "name": "toolkit-ddp", "kind": kind, "command": ["torchrun"], "args": [script, *args]}
     elif kind == "mpi":
@@ -288,7 +318,9 @@ def assert_same_arguments(eks_args: Sequence[str], sagemaker_argv: Sequence[str]
     try:
         got = parse_script_args(names, sagemaker_argv)
     except ArgumentError as e:
-        raise AssertionError(f"the script's parser rejects the container's arguments {list(sagemaker_argv)}: {e}") from None
+        raise AssertionError(
+            f"the script's parser rejects the container's arguments {list(sagemaker_argv)}: {e}"
+        ) from None
     assert got == want, f"EKS args {list(eks_args)} -> SageMaker argv {list(sagemaker_argv)}"
 
 
@@ -304,14 +336,49 @@ SCRIPTS = {
 
 ARGUMENTS = {
     "none": [],
-    "paths-and-numbers": ["--data", "/opt/ml/input/data/fsx/imagenet", "--epochs", "90", "--lr", "0.1", "--seed", "007"],
+    "paths-and-numbers": [
+        "--data",
+        "/opt/ml/input/data/fsx/imagenet",
+        "--epochs",
+        "90",
+        "--lr",
+        "0.1",
+        "--seed",
+        "007",
+    ],
     "spaces": ["--note", "two words  here", "--padded", " x ", "--multiline", "a\nb"],
     "booleans-and-null": ["--amp", "true", "--resume", "false", "--ckpt", "null", "--none", "None"],
     "negative-numbers": ["--bias", "-0.5", "--offset", "-3", "--eps", "1e-8", "--scale", "-.5"],
     "equals-in-values": ["--opts", "a=1,b=2", "--query", "x==y"],
-    "json-looking": ["--layers", "[1,2]", "--cfg", '{"a":1}', "--quoted", '"q"', "--big", "12345678901234567890", "--float", "1.0"],
-    "name=value-form": ["--lr=0.1", "--opts=a=1,b=2", "--empty=", "--note=two words", "--bias=-0.5", '--cfg={"a": [1, 2]}'],
-    "mixed-forms-and-names": ["--learning-rate", "3e-4", "--max_steps=1000", "--Mixed.Case", "v", "--unicode", "Zürich ✓"],
+    "json-looking": [
+        "--layers",
+        "[1,2]",
+        "--cfg",
+        '{"a":1}',
+        "--quoted",
+        '"q"',
+        "--big",
+        "12345678901234567890",
+        "--float",
+        "1.0",
+    ],
+    "name=value-form": [
+        "--lr=0.1",
+        "--opts=a=1,b=2",
+        "--empty=",
+        "--note=two words",
+        "--bias=-0.5",
+        '--cfg={"a": [1, 2]}',
+    ],
+    "mixed-forms-and-names": [
+        "--learning-rate",
+        "3e-4",
+        "--max_steps=1000",
+        "--Mixed.Case",
+        "v",
+        "--unicode",
+        "Zürich ✓",
+    ],
     "shell-characters": ["--glob", "*.tfrecord", "--cmd", "$(echo hi); `x` | y > z", "--quote", 'it\'s "ok"'],
 }
 
@@ -328,7 +395,11 @@ def test_script_gets_the_same_arguments(toolkit: Toolkit, kind: str, case: str) 
     prefix = toolkit.params.SAGEMAKER_PREFIX
     # Environment's user hyperparameters are the decoded ones without the sagemaker_* (and the other
     # SAGEMAKER_HYPERPARAMETERS) names: what to_cmd_args turns into --name value.
-    user = {k: v for k, v in c.hyperparameters.items() if not k.startswith(prefix) and k not in toolkit.params.SAGEMAKER_HYPERPARAMETERS}
+    user = {
+        k: v
+        for k, v in c.hyperparameters.items()
+        if not k.startswith(prefix) and k not in toolkit.params.SAGEMAKER_HYPERPARAMETERS
+    }
     assert c.env.hyperparameters == user
     assert set(user) == set(option_names(args))
     cmd_args = toolkit.mapping.to_cmd_args(user)
@@ -349,7 +420,14 @@ def test_script_gets_the_same_arguments(toolkit: Toolkit, kind: str, case: str) 
 def test_sagemaker_hyperparameters_are_the_toolkits(toolkit: Toolkit, kind: str, instance_type: str) -> None:
     p = toolkit.params
     job = sagemaker_job(
-        spec(kind, SCRIPTS[kind], ["--epochs", "2"], env={"HOROVOD_CYCLE_TIME": "0.5"}, sagemaker={"instanceType": instance_type}), instance_type
+        spec(
+            kind,
+            SCRIPTS[kind],
+            ["--epochs", "2"],
+            env={"HOROVOD_CYCLE_TIME": "0.5"},
+            sagemaker={"instanceType": instance_type},
+        ),
+        instance_type,
     )
     instance = catalog.get_sagemaker(instance_type)
     assert instance is not None
@@ -358,12 +436,22 @@ def test_sagemaker_hyperparameters_are_the_toolkits(toolkit: Toolkit, kind: str,
     unknown = set(ours) - toolkit.hyperparameter_names()
     assert not unknown, f"sagemaker_* hyperparameters the toolkit does not read: {sorted(unknown)}"
 
-    expected: dict[str, Any] = {p.USER_PROGRAM_PARAM: "train.py", p.SUBMIT_DIR_PARAM: CODE_DIR, p.REGION_NAME_PARAM: REGION}
+    expected: dict[str, Any] = {
+        p.USER_PROGRAM_PARAM: "train.py",
+        p.SUBMIT_DIR_PARAM: CODE_DIR,
+        p.REGION_NAME_PARAM: REGION,
+    }
     if kind == "mpi":
-        expected |= {p.MPI_ENABLED: True, p.MPI_PROCESSES_PER_HOST: instance.gpus, p.MPI_CUSTOM_OPTIONS: ours.get(p.MPI_CUSTOM_OPTIONS)}
+        expected |= {
+            p.MPI_ENABLED: True,
+            p.MPI_PROCESSES_PER_HOST: instance.gpus,
+            p.MPI_CUSTOM_OPTIONS: ours.get(p.MPI_CUSTOM_OPTIONS),
+        }
         assert type(ours.get(p.MPI_CUSTOM_OPTIONS)) is str
     else:
-        expected["sagemaker_torch_distributed_enabled"] = True  # read by literal name (Environment and the PyTorch container)
+        expected["sagemaker_torch_distributed_enabled"] = (
+            True  # read by literal name (Environment and the PyTorch container)
+        )
     assert ours == expected
     # Types exactly: the MPI runner multiplies and formats processes per host ("algo-1:8"), and tests
     # the switches for truth; a JSON string "8" or "false" would be a str there.
@@ -373,7 +461,9 @@ def test_sagemaker_hyperparameters_are_the_toolkits(toolkit: Toolkit, kind: str,
     assert env.user_entry_point == "train.py"
     assert env.module_dir == CODE_DIR
     assert c.environ[p.REGION_NAME_ENV] == REGION
-    assert env.additional_framework_parameters == {k: v for k, v in ours.items() if k not in p.SAGEMAKER_HYPERPARAMETERS}
+    assert env.additional_framework_parameters == {
+        k: v for k, v in ours.items() if k not in p.SAGEMAKER_HYPERPARAMETERS
+    }
     # The distribution switch is one the toolkit acts on: every host takes part.
     assert env.distribution_hosts == c.hosts
     assert env.is_master
@@ -397,9 +487,15 @@ def test_sagemaker_hyperparameters_are_the_toolkits(toolkit: Toolkit, kind: str,
     ],
 )
 def test_custom_mpi_options(toolkit: Toolkit, instance_type: str, mpirun_args: list[str]) -> None:
-    env_values = {"HOROVOD_CYCLE_TIME": "0.5", "HOROVOD_FUSION_THRESHOLD": 67108864, "TF_ENABLE_AUTO_MIXED_PRECISION": True}
+    env_values = {
+        "HOROVOD_CYCLE_TIME": "0.5",
+        "HOROVOD_FUSION_THRESHOLD": 67108864,
+        "TF_ENABLE_AUTO_MIXED_PRECISION": True,
+    }
     job = sagemaker_job(
-        spec("mpi", SCRIPTS["mpi"], [], env=env_values, mpirunArgs=mpirun_args, sagemaker={"instanceType": instance_type}),
+        spec(
+            "mpi", SCRIPTS["mpi"], [], env=env_values, mpirunArgs=mpirun_args, sagemaker={"instanceType": instance_type}
+        ),
         instance_type,
     )
     c = container(toolkit, job)
@@ -409,7 +505,10 @@ def test_custom_mpi_options(toolkit: Toolkit, instance_type: str, mpirun_args: l
     forwarded = [a for name in job.environment for a in ("-x", name)]
     assert extra == [*mpirun_args, *forwarded]
     # Every variable of the job reaches the ranks, the EFA ones included where the type has EFA.
-    efa = {"ml.p4d.24xlarge": {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE"}, "ml.p3dn.24xlarge": {"FI_PROVIDER", "FI_EFA_FORK_SAFE"}}
+    efa = {
+        "ml.p4d.24xlarge": {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE"},
+        "ml.p3dn.24xlarge": {"FI_PROVIDER", "FI_EFA_FORK_SAFE"},
+    }
     assert set(job.environment) == set(env_values) | efa.get(instance_type, set())
 
 
@@ -454,7 +553,10 @@ def test_toolkit_lists_are_read(toolkit: Toolkit) -> None:
         for t in n.targets
         if isinstance(t, ast.Name) and t.id.startswith("SM_EFA_")
     }
-    assert lists == {"SM_EFA_NCCL_INSTANCES": toolkit.package.SM_EFA_NCCL_INSTANCES, "SM_EFA_RDMA_INSTANCES": toolkit.package.SM_EFA_RDMA_INSTANCES}
+    assert lists == {
+        "SM_EFA_NCCL_INSTANCES": toolkit.package.SM_EFA_NCCL_INSTANCES,
+        "SM_EFA_RDMA_INSTANCES": toolkit.package.SM_EFA_RDMA_INSTANCES,
+    }
     assert "ml.p4d.24xlarge" in lists["SM_EFA_RDMA_INSTANCES"]
 
 
@@ -475,7 +577,9 @@ def accepted_or_round_trips(toolkit: Toolkit, job: PortableJob, eks_args: Sequen
     assert_same_arguments(eks_args, argv)
 
 
-@pytest.mark.parametrize("args", [["--extra=--fp16"], ["--suffix=-x"], ["--range=-a:b"]], ids=["double-dash", "dash-letter", "dash-word"])
+@pytest.mark.parametrize(
+    "args", [["--extra=--fp16"], ["--suffix=-x"], ["--range=-a:b"]], ids=["double-dash", "dash-letter", "dash-word"]
+)
 def test_a_value_that_looks_like_an_option_is_refused(toolkit: Toolkit, args: list[str]) -> None:
     # The toolkit would pass it back as --name VALUE, which argparse reads as an option.
     job = spec("pytorch-elastic", SCRIPTS["pytorch-elastic"], args)
@@ -508,6 +612,8 @@ def test_every_reserved_name_of_the_toolkit_is_refused(toolkit: Toolkit) -> None
     ],
     ids=["dot-segment", "space-in-name", "entryPoint-dot-segment"],
 )
-def test_an_entry_point_is_refused_or_the_toolkit_starts_it(toolkit: Toolkit, kind: str, script: str, sagemaker: dict[str, str]) -> None:
+def test_an_entry_point_is_refused_or_the_toolkit_starts_it(
+    toolkit: Toolkit, kind: str, script: str, sagemaker: dict[str, str]
+) -> None:
     args = ["--epochs", "2"]
     accepted_or_round_trips(toolkit, spec(kind, script, args, sagemaker=sagemaker), args)

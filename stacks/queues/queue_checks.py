@@ -68,7 +68,13 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def check_config(
-    queues: Any, groups: Sequence[Any], autoscaling: Any, training_namespace: str | None, admin_principals: Sequence[str], problems: list[Problem], ns: str
+    queues: Any,
+    groups: Sequence[Any],
+    autoscaling: Any,
+    training_namespace: str | None,
+    admin_principals: Sequence[str],
+    problems: list[Problem],
+    ns: str,
 ) -> None:
     """The queue section on its own and against the GPU groups: names, namespaces, the teams'
     quotas within the groups, and what needs queues or the autoscaler. ``ns`` is the config namespace."""
@@ -98,16 +104,29 @@ def _check_pods_ready_timeout(queues: Any, k: str, problems: list[Problem]) -> N
     why = durations.go_duration_problem(queues.pods_ready_timeout)
     if why or durations.parse_go_duration(queues.pods_ready_timeout) <= 0:
         problems.append(
-            Problem(f"{k}.podsReadyTimeout", f"{queues.pods_ready_timeout!r} is not a positive Go duration (Kueue reads it so), like 20m, 1200s or 1h30m")
+            Problem(
+                f"{k}.podsReadyTimeout",
+                f"{queues.pods_ready_timeout!r} is not a positive Go duration (Kueue reads it so), like 20m, 1200s or 1h30m",
+            )
         )
 
 
 def _check_provisioning_requests(queues: Any, autoscaling: Any, ns: str, problems: list[Problem]) -> None:
     if autoscaling is not None and autoscaling.provisioning_requests:
         if not queues.enabled:
-            problems.append(Problem(f"{ns}:autoscaling.provisioningRequests", "true needs queues.enabled: Kueue's admission check makes the requests"))
+            problems.append(
+                Problem(
+                    f"{ns}:autoscaling.provisioningRequests",
+                    "true needs queues.enabled: Kueue's admission check makes the requests",
+                )
+            )
         if not autoscaling.enabled:
-            problems.append(Problem(f"{ns}:autoscaling.provisioningRequests", "true needs autoscaling.enabled: the Cluster Autoscaler serves the requests"))
+            problems.append(
+                Problem(
+                    f"{ns}:autoscaling.provisioningRequests",
+                    "true needs autoscaling.enabled: the Cluster Autoscaler serves the requests",
+                )
+            )
 
 
 def _check_flavor_tolerations(groups: Sequence[Any], ns: str, problems: list[Problem]) -> None:
@@ -124,25 +143,52 @@ def _check_flavor_tolerations(groups: Sequence[Any], ns: str, problems: list[Pro
 
 def _check_team_name(t: Any, i: int, tk: str, names: dict[str, int], problems: list[Problem]) -> None:
     if not _DNS_LABEL.match(t.name) or len(t.name) > 63:
-        problems.append(Problem(f"{tk}.name", f"{t.name!r} is not allowed: a DNS label (lower-case letters, digits and '-', at most 63)"))
+        problems.append(
+            Problem(
+                f"{tk}.name", f"{t.name!r} is not allowed: a DNS label (lower-case letters, digits and '-', at most 63)"
+            )
+        )
     elif t.name in RESERVED_TEAM_NAMES:
-        problems.append(Problem(f"{tk}.name", f"{t.name!r} is not allowed: {', '.join(RESERVED_TEAM_NAMES)} name the shared queues"))
+        problems.append(
+            Problem(f"{tk}.name", f"{t.name!r} is not allowed: {', '.join(RESERVED_TEAM_NAMES)} name the shared queues")
+        )
     if t.name in names:
-        problems.append(Problem(f"{tk}.name", f"{t.name!r} is used by teams[{names[t.name]}] too; team names must be unique"))
+        problems.append(
+            Problem(f"{tk}.name", f"{t.name!r} is used by teams[{names[t.name]}] too; team names must be unique")
+        )
     names.setdefault(t.name, i)
 
 
-def _check_team_namespace(t: Any, i: int, tk: str, training_namespace: str | None, spaces: dict[str, int], problems: list[Problem]) -> None:
+def _check_team_namespace(
+    t: Any, i: int, tk: str, training_namespace: str | None, spaces: dict[str, int], problems: list[Problem]
+) -> None:
     space = team_namespace(t)
     where = f"{tk}.namespace" if t.namespace else f"{tk}.name"
     if not _DNS_LABEL.match(space) or len(space) > 63 or space.startswith("kube-"):
-        problems.append(Problem(where, f"{space!r} is not allowed as the team's namespace: a namespace name (lower-case letters, digits, '-'), not kube-*"))
+        problems.append(
+            Problem(
+                where,
+                f"{space!r} is not allowed as the team's namespace: a namespace name (lower-case letters, digits, '-'), not kube-*",
+            )
+        )
     elif space in RESERVED_NAMESPACES:
-        problems.append(Problem(where, f"{space!r} is not allowed as the team's namespace: it belongs to Kubernetes or to a service of the stack"))
+        problems.append(
+            Problem(
+                where,
+                f"{space!r} is not allowed as the team's namespace: it belongs to Kubernetes or to a service of the stack",
+            )
+        )
     elif space == training_namespace:
-        problems.append(Problem(where, f"{space!r} is the training namespace (the stack's own jobs, etcd, the volumes): give the team a namespace of its own"))
+        problems.append(
+            Problem(
+                where,
+                f"{space!r} is the training namespace (the stack's own jobs, etcd, the volumes): give the team a namespace of its own",
+            )
+        )
     if space in spaces:
-        problems.append(Problem(where, f"{space!r} is the namespace of teams[{spaces[space]}] too; every team has its own"))
+        problems.append(
+            Problem(where, f"{space!r} is the namespace of teams[{spaces[space]}] too; every team has its own")
+        )
     spaces.setdefault(space, i)
 
 
@@ -154,28 +200,44 @@ def _check_team_role(t: Any, tk: str, admin_principals: Sequence[str], problems:
         problems.append(Problem(f"{tk}.roleArn", why))
     elif t.role_arn in admin_principals:
         problems.append(
-            Problem(f"{tk}.roleArn", f"{t.role_arn!r} is in cluster.adminPrincipals too; EKS takes one access entry per principal (and it is admin already)")
+            Problem(
+                f"{tk}.roleArn",
+                f"{t.role_arn!r} is in cluster.adminPrincipals too; EKS takes one access entry per principal (and it is admin already)",
+            )
         )
 
 
-def _check_team_quotas(t: Any, tk: str, by_group: dict[str, Any], taken: dict[str, int], problems: list[Problem]) -> None:
+def _check_team_quotas(
+    t: Any, tk: str, by_group: dict[str, Any], taken: dict[str, int], problems: list[Problem]
+) -> None:
     seen: set[str] = set()
     for j, q in enumerate(t.quotas):
         qk = f"{tk}.quotas[{j}]"
         g = by_group.get(q.node_group)
         if g is None:
             known = ", ".join(repr(n) for n in sorted(by_group)) or "none"
-            problems.append(Problem(f"{qk}.nodeGroup", f"{q.node_group!r} is not a GPU node group of this stack; known groups: {known}"))
+            problems.append(
+                Problem(
+                    f"{qk}.nodeGroup", f"{q.node_group!r} is not a GPU node group of this stack; known groups: {known}"
+                )
+            )
             continue
         if q.node_group in seen:
             problems.append(Problem(f"{qk}.nodeGroup", f"{q.node_group!r} is listed twice for team {t.name!r}"))
         seen.add(q.node_group)
         if q.lending_limit is not None and q.lending_limit > q.nodes:
-            problems.append(Problem(f"{qk}.lendingLimit", f"{q.lending_limit} is more than the team's own nodes ({q.nodes}); a team lends only what it has"))
+            problems.append(
+                Problem(
+                    f"{qk}.lendingLimit",
+                    f"{q.lending_limit} is more than the team's own nodes ({q.nodes}); a team lends only what it has",
+                )
+            )
         taken[q.node_group] = taken.get(q.node_group, 0) + q.nodes
 
 
-def _check_team_supply(taken: dict[str, int], by_group: dict[str, Any], autoscaling: Any, k: str, problems: list[Problem]) -> None:
+def _check_team_supply(
+    taken: dict[str, int], by_group: dict[str, Any], autoscaling: Any, k: str, problems: list[Problem]
+) -> None:
     for name, wanted in taken.items():
         g = by_group[name]
         supply = group_supply(g, autoscaling.enabled)
@@ -197,7 +259,9 @@ def check_job_teams(jobs: Iterable[tuple[str, JobBase]], queues: Any, problems: 
         if team is None or not spec.enabled:
             continue
         if not queues.enabled:
-            problems.append(Problem(f"{key}.team", f"{team!r} needs queues: set queues.enabled to true (or remove the job's team)"))
+            problems.append(
+                Problem(f"{key}.team", f"{team!r} needs queues: set queues.enabled to true (or remove the job's team)")
+            )
         elif team not in teams:
             known = ", ".join(repr(n) for n in sorted(teams)) or "none (add them under queues.teams)"
             problems.append(Problem(f"{key}.team", f"{team!r} is not a team of this stack; teams: {known}"))

@@ -14,13 +14,20 @@ from typing import Any
 from facts import catalog, operators
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
-from jobs import checks
+from jobs import spec_checks
 from jobs.base import GroupFacts, JobBase, JobEnvironment
 from jobs.registry import JOB_KINDS
 from jobs.sagemaker import PortableJob, SageMakerJob
 from stacks import queues
 from stacks.config.errors import parse
-from stacks.config.models import NAMESPACE, AutoscalingConfig, EtcdConfig, GpuNodeGroupConfig, ServicesConfig, StorageConfig
+from stacks.config.models import (
+    NAMESPACE,
+    AutoscalingConfig,
+    EtcdConfig,
+    GpuNodeGroupConfig,
+    ServicesConfig,
+    StorageConfig,
+)
 
 _KIND_NAMES = ", ".join(repr(k) for k in JOB_KINDS)
 # Keys people carry over from hand-written manifests; each is derived from the node group.
@@ -47,10 +54,14 @@ def runtime_of(spec: JobBase) -> str:
     return spec.runtime if isinstance(spec, PortableJob) else "eks"
 
 
-def sagemaker_jobs(specs: Iterable[JobBase], groups: Iterable[GpuNodeGroupConfig], region: str, stack_id: str, tags: dict[str, str]) -> list[SageMakerJob]:
+def sagemaker_jobs(
+    specs: Iterable[JobBase], groups: Iterable[GpuNodeGroupConfig], region: str, stack_id: str, tags: dict[str, str]
+) -> list[SageMakerJob]:
     """The SageMaker training jobs of the enabled ``runtime: sagemaker`` specs (validated specs:
     their instance types resolve)."""
-    env = JobEnvironment(groups={g.name: group_facts(g) for g in groups}, volumes=frozenset(), operators=frozenset(), etcd_enabled=False)
+    env = JobEnvironment(
+        groups={g.name: group_facts(g) for g in groups}, volumes=frozenset(), operators=frozenset(), etcd_enabled=False
+    )
     out = []
     for spec in specs:
         if not (spec.enabled and isinstance(spec, PortableJob) and spec.runtime == "sagemaker"):
@@ -91,7 +102,9 @@ def parse_job_section(
     what parsed of it (None where a group has problems of its own, already reported: jobs on those
     groups are not checked against them)."""
     raw_list = raw_groups if isinstance(raw_groups, list) else []
-    invalid = {str(item.get("name")) for item, g in zip(raw_list, groups, strict=True) if g is None and isinstance(item, dict)}
+    invalid = {
+        str(item.get("name")) for item, g in zip(raw_list, groups, strict=True) if g is None and isinstance(item, dict)
+    }
     # A group whose instance type is not a GPU type of the catalog is reported by the group checks.
     invalid |= {g.name for g in groups if g is not None and not _gpu_type(g)}
     usable = [g for g in groups if g is not None and g.name not in invalid]
@@ -102,7 +115,14 @@ def parse_job_section(
     return specs
 
 
-def _check_queued_jobs(raw: Any, specs: list[JobBase], groups: list[GpuNodeGroupConfig], sections: Any, env: JobEnvironment, problems: list[Problem]) -> None:
+def _check_queued_jobs(
+    raw: Any,
+    specs: list[JobBase],
+    groups: list[GpuNodeGroupConfig],
+    sections: Any,
+    env: JobEnvironment,
+    problems: list[Problem],
+) -> None:
     """Jobs against the queues (``stacks/queues/``): a job's team exists, and every job can be
     admitted by its queue at all (else it would wait forever). ``env`` is what the stack offers jobs."""
     first: dict[str, int] = {}
@@ -134,7 +154,9 @@ def _check_queued_jobs(raw: Any, specs: list[JobBase], groups: list[GpuNodeGroup
     queues.check_jobs(plan, problems, "")
 
 
-def parse_jobs(raw: Any, key: str, problems: list[Problem], env: JobEnvironment, invalid_groups: Iterable[str] = ()) -> list[JobBase]:
+def parse_jobs(
+    raw: Any, key: str, problems: list[Problem], env: JobEnvironment, invalid_groups: Iterable[str] = ()
+) -> list[JobBase]:
     """Parse and check the ``jobs`` list; append a ``Problem`` for every problem found.
 
     Returns the jobs that parsed (disabled ones included, with ``enabled`` False); the caller
@@ -154,7 +176,11 @@ def parse_jobs(raw: Any, key: str, problems: list[Problem], env: JobEnvironment,
         if spec is None:
             continue
         if spec.name in seen:
-            problems.append(Problem(f"{k}.name", f"{_fmt(spec.name)} is used by jobs[{seen[spec.name]}] too; job names must be unique"))
+            problems.append(
+                Problem(
+                    f"{k}.name", f"{_fmt(spec.name)} is used by jobs[{seen[spec.name]}] too; job names must be unique"
+                )
+            )
         else:
             seen[spec.name] = i
         spec.check(k, problems)
@@ -178,8 +204,13 @@ def _parse_job(item: Any, k: str, problems: list[Problem]) -> JobBase | None:
     body = dict(item)
     for derived, source in DERIVED_KEYS.items():
         if derived in body:
-            problems.append(Problem(f"{k}.{derived}", f"{_fmt(body.pop(derived))} is not allowed: it is derived from {source}; remove it"))
+            problems.append(
+                Problem(
+                    f"{k}.{derived}",
+                    f"{_fmt(body.pop(derived))} is not allowed: it is derived from {source}; remove it",
+                )
+            )
     for field in ("env", "secretEnv"):
         if field in body:
-            body[field] = checks.raw_env(body[field], f"{k}.{field}", problems)
+            body[field] = spec_checks.raw_env(body[field], f"{k}.{field}", problems)
     return parse(JOB_KINDS[kind], k, body, problems)

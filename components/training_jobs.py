@@ -80,7 +80,13 @@ class TrainingJobs(pulumi.ComponentResource):
             self.resources[spec.name] = created
 
         self.job_names = [j.name for j in enabled]
-        self.register_outputs({"jobs": self.job_names, "disabledJobs": [j.name for j in args.jobs if not j.enabled], "namespace": ctx.namespace})
+        self.register_outputs(
+            {
+                "jobs": self.job_names,
+                "disabledJobs": [j.name for j in args.jobs if not j.enabled],
+                "namespace": ctx.namespace,
+            }
+        )
 
     def _register(self, prefix: str, manifest: dict[str, Any], depends_on: list[pulumi.Resource]) -> pulumi.Resource:
         api, kind = manifest["apiVersion"], manifest["kind"]
@@ -95,10 +101,16 @@ class TrainingJobs(pulumi.ComponentResource):
             return res
         # A training job is a run: the operators do not carry a changed spec over to pods that
         # already exist, so a changed job is replaced (deleted first: its name is fixed).
-        job_opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(replace_on_changes=["spec"], delete_before_replace=True))
-        return k8s.apiextensions.CustomResource(rname, api_version=api, kind=kind, metadata=meta, spec=manifest["spec"], opts=job_opts)
+        job_opts = pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(replace_on_changes=["spec"], delete_before_replace=True)
+        )
+        return k8s.apiextensions.CustomResource(
+            rname, api_version=api, kind=kind, metadata=meta, spec=manifest["spec"], opts=job_opts
+        )
 
-    def _pod_identity(self, prefix: str, spec: JobBase, ctx: JobsContext, args: TrainingJobsArgs) -> list[pulumi.Resource]:
+    def _pod_identity(
+        self, prefix: str, spec: JobBase, ctx: JobsContext, args: TrainingJobsArgs
+    ) -> list[pulumi.Resource]:
         """The role, policy and Pod Identity association of a job that asks for AWS access."""
         if spec.pod_identity_policy("aws") is None:
             return []

@@ -73,7 +73,12 @@ def check_image(image: str, k: str, problems: list[Problem]) -> None:
         return
     last = image.rsplit("/", 1)[-1]
     if ":" not in last or last.endswith(":latest"):
-        problems.append(Problem(k, f"{fmt(image)} is not pinned: give a tag other than 'latest' (or a digest) so every run gets the same image"))
+        problems.append(
+            Problem(
+                k,
+                f"{fmt(image)} is not pinned: give a tag other than 'latest' (or a digest) so every run gets the same image",
+            )
+        )
 
 
 def env_name_problem(name: str) -> str | None:
@@ -105,14 +110,22 @@ def raw_env(raw: Any, k: str, problems: list[Problem]) -> Any:
         if why:
             problems.append(Problem(f"{k}.{name}", why))
         elif value is None:
-            wanted = "the Secret and its key, {secret: <name>, key: <key>}" if k.endswith("secretEnv") else f'one, like {name}: "1" ("" for an empty value)'
-            problems.append(Problem(f"{k}.{name}", f"has no value (YAML reads `{name}:` and `{{{name}}}` as null): give {wanted}"))
+            wanted = (
+                "the Secret and its key, {secret: <name>, key: <key>}"
+                if k.endswith("secretEnv")
+                else f'one, like {name}: "1" ("" for an empty value)'
+            )
+            problems.append(
+                Problem(f"{k}.{name}", f"has no value (YAML reads `{name}:` and `{{{name}}}` as null): give {wanted}")
+            )
         else:
             kept[name] = value
     return kept
 
 
-def check_env(env: Mapping[str, Any], secret_env: Mapping[str, Any], reserved: Mapping[str, str], k: str, problems: list[Problem]) -> None:
+def check_env(
+    env: Mapping[str, Any], secret_env: Mapping[str, Any], reserved: Mapping[str, str], k: str, problems: list[Problem]
+) -> None:
     """Valid variable names, none of the derived ones, one source each, valid Secret references."""
     for field, names in (("env", list(env)), ("secretEnv", list(secret_env))):
         for name in names:
@@ -125,9 +138,16 @@ def check_env(env: Mapping[str, Any], secret_env: Mapping[str, Any], reserved: M
         problems.append(Problem(f"{k}.secretEnv.{name}", "is set in env too; give each variable one source"))
     for name, ref in secret_env.items():
         if not _DNS1123_SUBDOMAIN.match(ref.secret) or len(ref.secret) > 253:
-            problems.append(Problem(f"{k}.secretEnv.{name}.secret", f"{fmt(ref.secret)} is not a valid Kubernetes Secret name"))
+            problems.append(
+                Problem(f"{k}.secretEnv.{name}.secret", f"{fmt(ref.secret)} is not a valid Kubernetes Secret name")
+            )
         if not _SECRET_KEY.match(ref.key):
-            problems.append(Problem(f"{k}.secretEnv.{name}.key", f"{fmt(ref.key)} is not a valid Secret key (letters, digits, '-', '_' and '.')"))
+            problems.append(
+                Problem(
+                    f"{k}.secretEnv.{name}.key",
+                    f"{fmt(ref.key)} is not a valid Secret key (letters, digits, '-', '_' and '.')",
+                )
+            )
 
 
 def check_s3_uri(uri: str, k: str, problems: list[Problem], example: str = "s3://my-bucket/datasets/coco") -> None:
@@ -149,8 +169,16 @@ def check_relative_path(path: str, k: str, problems: list[Problem]) -> None:
 def check_sub_path(volume: str, path: str, k: str, problems: list[Problem]) -> None:
     """A directory inside a file system, relative to its root: no leading '/', no '..'."""
     if path.startswith("/") or ".." in path.split("/") or not path.strip("/"):
-        where = "FSx paths get the file system's mount name (/<mountName>) in front" if volume == "fsx" else "paths start at the file system's root"
-        problems.append(Problem(k, f"{fmt(path)} is not allowed: a directory relative to the file system's root, without '..' ({where})"))
+        where = (
+            "FSx paths get the file system's mount name (/<mountName>) in front"
+            if volume == "fsx"
+            else "paths start at the file system's root"
+        )
+        problems.append(
+            Problem(
+                k, f"{fmt(path)} is not allowed: a directory relative to the file system's root, without '..' ({where})"
+            )
+        )
 
 
 def check_mounts(mounts: Iterable[tuple[str, str]], k: str, problems: list[Problem]) -> None:
@@ -164,9 +192,16 @@ def check_mounts(mounts: Iterable[tuple[str, str]], k: str, problems: list[Probl
         names.setdefault(name, j)
         path = posixpath.normpath(mount_path) if mount_path.startswith("/") else mount_path
         if not mount_path.startswith("/") or ".." in mount_path.split("/"):
-            problems.append(Problem(f"{vk}.mountPath", f"{fmt(mount_path)} is not allowed: an absolute path like '/fsx'"))
+            problems.append(
+                Problem(f"{vk}.mountPath", f"{fmt(mount_path)} is not allowed: an absolute path like '/fsx'")
+            )
         elif path == "/" or path == "/dev/shm" or path.startswith("/dev/shm/"):
-            problems.append(Problem(f"{vk}.mountPath", f"{fmt(mount_path)} is not allowed: '/' and '/dev/shm' (the shared-memory volume) are taken"))
+            problems.append(
+                Problem(
+                    f"{vk}.mountPath",
+                    f"{fmt(mount_path)} is not allowed: '/' and '/dev/shm' (the shared-memory volume) are taken",
+                )
+            )
         elif path in paths:
             problems.append(Problem(f"{vk}.mountPath", f"{fmt(mount_path)} is used by volumes[{paths[path]}] already"))
         paths.setdefault(path, j)
@@ -177,4 +212,6 @@ def check_volume(name: str, volumes: Iterable[str], k: str, problems: list[Probl
     available = set(volumes)
     if name not in available:
         on = ", ".join(sorted(available)) or "none"
-        problems.append(Problem(k, f"{fmt(name)} is not available: its store is not enabled in this stack (enabled stores: {on})"))
+        problems.append(
+            Problem(k, f"{fmt(name)} is not available: its store is not enabled in this stack (enabled stores: {on})")
+        )

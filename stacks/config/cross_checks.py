@@ -3,7 +3,7 @@
 Each appends a ``Problem`` naming the config key, the bad value and what is allowed; ``load`` runs
 them all on every section that parsed, so one typo does not hide other problems. Here: the names
 derived from the cluster name, tags, the AZ, the network, the cluster, the autoscaler, storage, etcd
-and the services (the queues' are ``stacks/queues/checks.py``, the node groups'
+and the services (the queues' are ``stacks/queues/queue_checks.py``, the node groups'
 ``stacks/config/node_group_checks.py``).
 """
 
@@ -102,7 +102,8 @@ def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: li
     if s.monitoring is not None and s.monitoring.log_retention_days not in LOG_RETENTION_DAYS:
         problems.append(
             Problem(
-                f"{NAMESPACE}:monitoring.logRetentionDays", f"{s.monitoring.log_retention_days} is not a CloudWatch retention; use one of {LOG_RETENTION_DAYS}"
+                f"{NAMESPACE}:monitoring.logRetentionDays",
+                f"{s.monitoring.log_retention_days} is not a CloudWatch retention; use one of {LOG_RETENTION_DAYS}",
             )
         )
 
@@ -146,7 +147,10 @@ def check_tags(tags: dict[str, str], problems: list[Problem]) -> None:
     room = aws_names.TAGS_PER_RESOURCE - 6
     if len(tags) > room:
         problems.append(
-            Problem(k, f"{len(tags)} tags are too many: AWS allows {aws_names.TAGS_PER_RESOURCE} per resource and the stack adds 6; at most {room}")
+            Problem(
+                k,
+                f"{len(tags)} tags are too many: AWS allows {aws_names.TAGS_PER_RESOURCE} per resource and the stack adds 6; at most {room}",
+            )
         )
     for key, value in tags.items():
         why = aws_names.tag_key_problem(key)
@@ -161,16 +165,22 @@ def _check_autoscaling(a: AutoscalingConfig, problems: list[Problem]) -> None:
     """The autoscaler reads its duration flags with Go's time.ParseDuration: whatever that takes
     (1h30m, 1.5h, 90s) is taken, nothing else; a negative duration is no time to wait."""
     k = f"{NAMESPACE}:autoscaling"
-    for key, value in (("scaleDownUnneededTime", a.scale_down_unneeded_time), ("scaleDownDelayAfterAdd", a.scale_down_delay_after_add)):
+    for key, value in (
+        ("scaleDownUnneededTime", a.scale_down_unneeded_time),
+        ("scaleDownDelayAfterAdd", a.scale_down_delay_after_add),
+    ):
         why = durations.go_duration_problem(value)
         if why:
             problems.append(
                 Problem(
-                    f"{k}.{key}", f"{_fmt(value)} is not a Go duration ({why}): a number with a unit, ns, us, ms, s, m or h, or several, like 10m, 90s or 1h30m"
+                    f"{k}.{key}",
+                    f"{_fmt(value)} is not a Go duration ({why}): a number with a unit, ns, us, ms, s, m or h, or several, like 10m, 90s or 1h30m",
                 )
             )
         elif durations.parse_go_duration(value) < 0:
-            problems.append(Problem(f"{k}.{key}", f"{_fmt(value)} is negative: the time to wait is 0 or more, like 10m"))
+            problems.append(
+                Problem(f"{k}.{key}", f"{_fmt(value)} is negative: the time to wait is 0 or more, like 10m")
+            )
 
 
 def _check_az(az: str, region: str, problems: list[Problem]) -> None:
@@ -178,9 +188,13 @@ def _check_az(az: str, region: str, problems: list[Problem]) -> None:
     if az == "auto":
         return
     if not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d[a-z]", az):
-        problems.append(Problem(k, f"{_fmt(az)} is not allowed: use 'auto' or an AZ name like '{region or 'us-west-2'}b'"))
+        problems.append(
+            Problem(k, f"{_fmt(az)} is not allowed: use 'auto' or an AZ name like '{region or 'us-west-2'}b'")
+        )
     elif region and not az.startswith(region):
-        problems.append(Problem(k, f"{_fmt(az)} is not in the stack's region {region!r}; use an AZ of {region} or 'auto'"))
+        problems.append(
+            Problem(k, f"{_fmt(az)} is not in the stack's region {region!r}; use an AZ of {region} or 'auto'")
+        )
 
 
 def _check_network(n: NetworkConfig, problems: list[Problem]) -> None:
@@ -197,7 +211,12 @@ def _check_network(n: NetworkConfig, problems: list[Problem]) -> None:
         problems.append(Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not allowed: AWS VPCs are /16 to /28"))
         return
     if not any(net.subnet_of(ipaddress.IPv4Network(r)) for r in RFC1918):
-        problems.append(Problem(f"{k}.vpcCidr", f"{_fmt(n.vpc_cidr)} is not a private range; use 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 space"))
+        problems.append(
+            Problem(
+                f"{k}.vpcCidr",
+                f"{_fmt(n.vpc_cidr)} is not a private range; use 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 space",
+            )
+        )
     # Private subnets take one /private_subnet_prefix block each; public subnets share one more.
     needed = n.availability_zone_count + 1
     have = 0 if n.private_subnet_prefix <= net.prefixlen else 2 ** (n.private_subnet_prefix - net.prefixlen)
@@ -212,11 +231,37 @@ def _check_network(n: NetworkConfig, problems: list[Problem]) -> None:
         )
     elif n.private_subnet_prefix + 4 > 28:
         problems.append(
-            Problem(f"{k}.privateSubnetPrefix", f"{n.private_subnet_prefix} leaves no room for public subnets (/{n.private_subnet_prefix + 4} > /28)")
+            Problem(
+                f"{k}.privateSubnetPrefix",
+                f"{n.private_subnet_prefix} leaves no room for public subnets (/{n.private_subnet_prefix + 4} > /28)",
+            )
         )
 
 
-LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+LOG_RETENTION_DAYS = (
+    1,
+    3,
+    5,
+    7,
+    14,
+    30,
+    60,
+    90,
+    120,
+    150,
+    180,
+    365,
+    400,
+    545,
+    731,
+    1096,
+    1827,
+    2192,
+    2557,
+    2922,
+    3288,
+    3653,
+)
 RFC1918 = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 
 
@@ -247,7 +292,12 @@ def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
             )
         )
     if not c.endpoint_public_access and not c.endpoint_private_access:
-        problems.append(Problem(f"{k}.endpointPrivateAccess", "false together with endpointPublicAccess false leaves no way to reach the API server"))
+        problems.append(
+            Problem(
+                f"{k}.endpointPrivateAccess",
+                "false together with endpointPublicAccess false leaves no way to reach the API server",
+            )
+        )
     for i, arn in enumerate(c.admin_principals):
         why = aws_names.role_arn_problem(arn, example="Admin")
         if why:
@@ -255,7 +305,12 @@ def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
     if len(set(c.admin_principals)) != len(c.admin_principals):
         problems.append(Problem(f"{k}.adminPrincipals", "lists the same principal twice"))
     if c.log_retention_days not in LOG_RETENTION_DAYS:
-        problems.append(Problem(f"{k}.logRetentionDays", f"{c.log_retention_days} is not a CloudWatch retention; use one of {LOG_RETENTION_DAYS}"))
+        problems.append(
+            Problem(
+                f"{k}.logRetentionDays",
+                f"{c.log_retention_days} is not a CloudWatch retention; use one of {LOG_RETENTION_DAYS}",
+            )
+        )
 
 
 # FSx for Lustre rules (AWS FSx API reference, CreateFileSystem StorageCapacity and
@@ -313,7 +368,12 @@ def _check_fsx_throughput(k: str, f: FsxConfig, problems: list[Problem]) -> None
             )
         )
     if allowed is not None and f.per_unit_storage_throughput is None:
-        problems.append(Problem(f"{k}.perUnitStorageThroughput", f"is required for {f.deployment_type}: one of {', '.join(map(str, allowed))} (MB/s/TiB)"))
+        problems.append(
+            Problem(
+                f"{k}.perUnitStorageThroughput",
+                f"is required for {f.deployment_type}: one of {', '.join(map(str, allowed))} (MB/s/TiB)",
+            )
+        )
     elif allowed is not None and f.per_unit_storage_throughput not in allowed:
         problems.append(
             Problem(
@@ -333,21 +393,35 @@ def _check_fsx_backups(k: str, f: FsxConfig, problems: list[Problem]) -> None:
                 )
             )
         if f.final_backup:
-            problems.append(Problem(f"{k}.finalBackup", f"true is not allowed: {f.deployment_type} has no backups (PERSISTENT_1/PERSISTENT_2 only)"))
+            problems.append(
+                Problem(
+                    f"{k}.finalBackup",
+                    f"true is not allowed: {f.deployment_type} has no backups (PERSISTENT_1/PERSISTENT_2 only)",
+                )
+            )
     if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", f.backup_start_time):
-        problems.append(Problem(f"{k}.backupStartTime", f"{_fmt(f.backup_start_time)} is not a UTC time HH:MM like 03:00"))
+        problems.append(
+            Problem(f"{k}.backupStartTime", f"{_fmt(f.backup_start_time)} is not a UTC time HH:MM like 03:00")
+        )
 
 
 def _check_fsx_s3(k: str, deployment_type: str, s3: S3LinkConfig, problems: list[Problem]) -> None:
     if deployment_type == "SCRATCH_1":
-        problems.append(Problem(f"{k}.s3", "an S3 link needs SCRATCH_2, PERSISTENT_1 or PERSISTENT_2 (SCRATCH_1 has no data repository associations)"))
+        problems.append(
+            Problem(
+                f"{k}.s3",
+                "an S3 link needs SCRATCH_2, PERSISTENT_1 or PERSISTENT_2 (SCRATCH_1 has no data repository associations)",
+            )
+        )
     why = aws_names.bucket_problem(s3.bucket)
     if why:
         problems.append(Problem(f"{k}.s3.bucket", f"{_fmt(s3.bucket)} is not an S3 bucket name: {why}"))
     if s3.prefix.startswith("/"):
         problems.append(Problem(f"{k}.s3.prefix", f"{_fmt(s3.prefix)} must not start with '/'"))
     if not s3.file_system_path.startswith("/"):
-        problems.append(Problem(f"{k}.s3.fileSystemPath", f"{_fmt(s3.file_system_path)} must be an absolute path like /s3"))
+        problems.append(
+            Problem(f"{k}.s3.fileSystemPath", f"{_fmt(s3.file_system_path)} must be an absolute path like /s3")
+        )
 
 
 def _quantity(text: str, suffixes: str) -> bool:
@@ -358,11 +432,17 @@ def _quantity(text: str, suffixes: str) -> bool:
 def _check_etcd(e: EtcdConfig, problems: list[Problem]) -> None:
     k = f"{NAMESPACE}:etcd"
     if e.replicas not in (1, 3, 5):
-        problems.append(Problem(f"{k}.replicas", f"{e.replicas} is not allowed: use 1 (dev), 3 or 5 (an odd count keeps a quorum)"))
+        problems.append(
+            Problem(f"{k}.replicas", f"{e.replicas} is not allowed: use 1 (dev), 3 or 5 (an odd count keeps a quorum)")
+        )
     if not _quantity(e.cpu, r"m?"):
         problems.append(Problem(f"{k}.cpu", f"{_fmt(e.cpu)} is not a positive Kubernetes CPU quantity like 250m or 1"))
     if not _quantity(e.memory, r"(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?"):
-        problems.append(Problem(f"{k}.memory", f"{_fmt(e.memory)} is not a positive Kubernetes memory quantity like 512Mi, 1Gi or 1G"))
+        problems.append(
+            Problem(
+                f"{k}.memory", f"{_fmt(e.memory)} is not a positive Kubernetes memory quantity like 512Mi, 1Gi or 1G"
+            )
+        )
 
 
 def _check_services(sv: ServicesConfig, problems: list[Problem]) -> None:
@@ -370,7 +450,10 @@ def _check_services(sv: ServicesConfig, problems: list[Problem]) -> None:
     ns = sv.training_namespace
     if not _K8S_NAME.match(ns) or len(ns) > 63 or ns.startswith("kube-"):
         problems.append(
-            Problem(f"{k}.trainingNamespace", f"{_fmt(ns)} is not allowed: a Kubernetes namespace name (lower-case letters, digits, '-'), not kube-*")
+            Problem(
+                f"{k}.trainingNamespace",
+                f"{_fmt(ns)} is not allowed: a Kubernetes namespace name (lower-case letters, digits, '-'), not kube-*",
+            )
         )
     elif ns in RESERVED_NAMESPACES:
         problems.append(

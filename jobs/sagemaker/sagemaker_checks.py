@@ -15,7 +15,7 @@ from typing import ClassVar, Protocol
 from facts import catalog
 from facts.aws_names import SAGEMAKER_INPUT_CHANNELS_MAX, SAGEMAKER_S3_URI_MAX
 from facts.problems import Problem
-from jobs import checks
+from jobs import spec_checks
 from jobs.base import EFA_ENV_NAMES, EnvValue, SecretKeyRef, VolumeMount
 from jobs.pod import env_text
 from jobs.sagemaker.entry_point import EntryPoint, _inside, _program
@@ -99,7 +99,7 @@ def _check_name(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{key}.name",
-                f"{checks.fmt(job.name)} is too long for runtime 'sagemaker': the training job name adds {training_job_suffix(job.run)!r} "
+                f"{spec_checks.fmt(job.name)} is too long for runtime 'sagemaker': the training job name adds {training_job_suffix(job.run)!r} "
                 f"and SageMaker allows {TRAINING_JOB_NAME_MAX} characters; shorten it to at most {room}",
             )
         )
@@ -110,7 +110,7 @@ def _check_image(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{key}.image",
-                f"{checks.fmt(job.image)} is not an ECR image: SageMaker pulls training images from ECR, like "
+                f"{spec_checks.fmt(job.image)} is not an ECR image: SageMaker pulls training images from ECR, like "
                 "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker",
             )
         )
@@ -135,7 +135,7 @@ def _check_volumes(job: SageMakerSpec, key: str, problems: list[Problem]) -> Non
             problems.append(
                 Problem(
                     f"{key}.volumes[{j}].mountPath",
-                    f"{checks.fmt(v.mount_path)} is not where SageMaker mounts the {v.name!r} channel; use {want} "
+                    f"{spec_checks.fmt(v.mount_path)} is not where SageMaker mounts the {v.name!r} channel; use {want} "
                     "(the same path on EKS, so the script finds its data at one path in both runtimes)",
                 )
             )
@@ -156,7 +156,7 @@ def _check_instance_type(sm: SageMakerOptions, k: str, problems: list[Problem]) 
         problems.append(
             Problem(
                 f"{k}.instanceType",
-                f"{checks.fmt(sm.instance_type)} is not a SageMaker GPU training type of the catalog; use one of {', '.join(catalog.SAGEMAKER_TYPES)}",
+                f"{spec_checks.fmt(sm.instance_type)} is not a SageMaker GPU training type of the catalog; use one of {', '.join(catalog.SAGEMAKER_TYPES)}",
             )
         )
 
@@ -164,10 +164,19 @@ def _check_instance_type(sm: SageMakerOptions, k: str, problems: list[Problem]) 
 def _check_output_uris(sm: SageMakerOptions, k: str, problems: list[Problem]) -> None:
     """An output path, and S3 URIs SageMaker takes for the output, checkpoints and TensorBoard."""
     if sm.output_path is None:
-        problems.append(Problem(f"{k}.outputPath", "is required with runtime 'sagemaker': the s3:// prefix SageMaker writes the model and output to"))
-    for field_name, uri in (("outputPath", sm.output_path), ("checkpointS3Uri", sm.checkpoint_s3_uri), ("tensorboardS3Uri", sm.tensorboard_s3_uri)):
+        problems.append(
+            Problem(
+                f"{k}.outputPath",
+                "is required with runtime 'sagemaker': the s3:// prefix SageMaker writes the model and output to",
+            )
+        )
+    for field_name, uri in (
+        ("outputPath", sm.output_path),
+        ("checkpointS3Uri", sm.checkpoint_s3_uri),
+        ("tensorboardS3Uri", sm.tensorboard_s3_uri),
+    ):
         if uri is not None:
-            checks.check_s3_uri(uri, f"{k}.{field_name}", problems)
+            spec_checks.check_s3_uri(uri, f"{k}.{field_name}", problems)
             _check_uri_length(uri, f"{k}.{field_name}", problems)
 
 
@@ -183,13 +192,23 @@ def _check_spot(job: SageMakerSpec, k: str, problems: list[Problem]) -> None:
         )
     if sm.max_wait_seconds is not None:
         if not sm.spot:
-            problems.append(Problem(f"{k}.maxWaitSeconds", "applies to spot training only; set spot: true or remove it"))
+            problems.append(
+                Problem(f"{k}.maxWaitSeconds", "applies to spot training only; set spot: true or remove it")
+            )
         elif sm.max_wait_seconds < job.max_runtime_seconds:
             problems.append(
-                Problem(f"{k}.maxWaitSeconds", f"{sm.max_wait_seconds} is less than the max runtime ({job.max_runtime_seconds} s); it must be at least that")
+                Problem(
+                    f"{k}.maxWaitSeconds",
+                    f"{sm.max_wait_seconds} is less than the max runtime ({job.max_runtime_seconds} s); it must be at least that",
+                )
             )
         elif sm.max_wait_seconds > MAX_RUNTIME_LIMIT:
-            problems.append(Problem(f"{k}.maxWaitSeconds", f"{sm.max_wait_seconds} is more than SageMaker allows ({MAX_RUNTIME_LIMIT}, 28 days)"))
+            problems.append(
+                Problem(
+                    f"{k}.maxWaitSeconds",
+                    f"{sm.max_wait_seconds} is more than SageMaker allows ({MAX_RUNTIME_LIMIT}, 28 days)",
+                )
+            )
 
 
 def _check_inputs(job: SageMakerSpec, k: str, problems: list[Problem]) -> None:
@@ -199,11 +218,21 @@ def _check_inputs(job: SageMakerSpec, k: str, problems: list[Problem]) -> None:
     for j, s3 in enumerate(sm.inputs):
         ik = f"{k}.inputs[{j}]"
         if not _CHANNEL.match(s3.channel):
-            problems.append(Problem(f"{ik}.channel", f"{checks.fmt(s3.channel)} is not a channel name: 1-64 letters, digits, '.', '-' and '_'"))
+            problems.append(
+                Problem(
+                    f"{ik}.channel",
+                    f"{spec_checks.fmt(s3.channel)} is not a channel name: 1-64 letters, digits, '.', '-' and '_'",
+                )
+            )
         elif s3.channel in channels:
-            problems.append(Problem(f"{ik}.channel", f"{checks.fmt(s3.channel)} is taken by {channels[s3.channel]}; channel names are unique"))
+            problems.append(
+                Problem(
+                    f"{ik}.channel",
+                    f"{spec_checks.fmt(s3.channel)} is taken by {channels[s3.channel]}; channel names are unique",
+                )
+            )
         channels.setdefault(s3.channel, f"sagemaker.inputs[{j}]")
-        checks.check_s3_uri(s3.s3_uri, f"{ik}.s3Uri", problems)
+        spec_checks.check_s3_uri(s3.s3_uri, f"{ik}.s3Uri", problems)
         _check_uri_length(s3.s3_uri, f"{ik}.s3Uri", problems)
     if len(job.volumes) + len(sm.inputs) > SAGEMAKER_INPUT_CHANNELS_MAX:
         problems.append(
@@ -227,7 +256,10 @@ def _check_environment(job: SageMakerSpec, key: str, problems: list[Problem]) ->
     for name, value in job.env.items():
         if len(env_text(value)) > MAX_ENVIRONMENT_VALUE:
             problems.append(
-                Problem(f"{key}.env.{name}", f"is {len(env_text(value))} characters long; SageMaker takes environment values up to {MAX_ENVIRONMENT_VALUE}")
+                Problem(
+                    f"{key}.env.{name}",
+                    f"is {len(env_text(value))} characters long; SageMaker takes environment values up to {MAX_ENVIRONMENT_VALUE}",
+                )
             )
 
 
@@ -240,23 +272,38 @@ def _check_entry(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
         return
     if sm.source_dir is not None:
         if sm.source_dir.startswith("s3://"):
-            checks.check_s3_uri(sm.source_dir, f"{key}.sagemaker.sourceDir", problems)
+            spec_checks.check_s3_uri(sm.source_dir, f"{key}.sagemaker.sourceDir", problems)
             if not sm.source_dir.endswith(".tar.gz"):
                 problems.append(
                     Problem(
                         f"{key}.sagemaker.sourceDir",
-                        f"{checks.fmt(sm.source_dir)} is not a .tar.gz: SageMaker unpacks an S3 source directory from a gzipped tar",
+                        f"{spec_checks.fmt(sm.source_dir)} is not a .tar.gz: SageMaker unpacks an S3 source directory from a gzipped tar",
                     )
                 )
         elif not sm.source_dir.startswith("/") or ".." in sm.source_dir.split("/"):
-            problems.append(Problem(f"{key}.sagemaker.sourceDir", f"{checks.fmt(sm.source_dir)} is not allowed: an s3://...tar.gz or an absolute directory"))
+            problems.append(
+                Problem(
+                    f"{key}.sagemaker.sourceDir",
+                    f"{spec_checks.fmt(sm.source_dir)} is not allowed: an s3://...tar.gz or an absolute directory",
+                )
+            )
     elif not entry.script.startswith("/"):
         problems.append(
-            Problem(f"{key}.sagemaker.sourceDir", f"is required when the entry script ({entry.script!r}) is a relative path: say where the code is")
+            Problem(
+                f"{key}.sagemaker.sourceDir",
+                f"is required when the entry script ({entry.script!r}) is a relative path: say where the code is",
+            )
         )
-    if sm.entry_point is not None and (sm.entry_point.startswith("/") or ".." in sm.entry_point.split("/") or not sm.entry_point.endswith(job.SCRIPT_SUFFIXES)):
+    if sm.entry_point is not None and (
+        sm.entry_point.startswith("/")
+        or ".." in sm.entry_point.split("/")
+        or not sm.entry_point.endswith(job.SCRIPT_SUFFIXES)
+    ):
         problems.append(
-            Problem(f"{key}.sagemaker.entryPoint", f"{checks.fmt(sm.entry_point)} is not allowed: a {'/'.join(job.SCRIPT_SUFFIXES)} path relative to sourceDir")
+            Problem(
+                f"{key}.sagemaker.entryPoint",
+                f"{spec_checks.fmt(sm.entry_point)} is not allowed: a {'/'.join(job.SCRIPT_SUFFIXES)} path relative to sourceDir",
+            )
         )
     elif (
         sm.entry_point is None
@@ -268,7 +315,7 @@ def _check_entry(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{key}.sagemaker.sourceDir",
-                f"{checks.fmt(sm.source_dir)} does not contain the entry script {entry.script!r}; set sagemaker.entryPoint",
+                f"{spec_checks.fmt(sm.source_dir)} does not contain the entry script {entry.script!r}; set sagemaker.entryPoint",
             )
         )
         return
@@ -277,7 +324,9 @@ def _check_entry(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
     source = posixpath.normpath(sm.source_dir) if sm.source_dir and not sm.source_dir.startswith("s3://") else None
     if source is None and sm.source_dir is None and entry.script.startswith("/"):
         source = posixpath.dirname(posixpath.normpath(entry.script))
-    if source is not None and (source == "/" or source == SAGEMAKER_DATA_ROOT or posixpath.dirname(source) == SAGEMAKER_DATA_ROOT):
+    if source is not None and (
+        source == "/" or source == SAGEMAKER_DATA_ROOT or posixpath.dirname(source) == SAGEMAKER_DATA_ROOT
+    ):
         problems.append(
             Problem(
                 f"{key}.sagemaker.sourceDir" if sm.source_dir else f"{key}.command",
@@ -300,7 +349,12 @@ def _check_entry(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
 
 def _check_uri_length(uri: str, k: str, problems: list[Problem]) -> None:
     if len(uri) > SAGEMAKER_S3_URI_MAX:
-        problems.append(Problem(k, f"{checks.fmt(uri)} is {len(uri)} characters long; SageMaker takes S3 URIs of at most {SAGEMAKER_S3_URI_MAX}"))
+        problems.append(
+            Problem(
+                k,
+                f"{spec_checks.fmt(uri)} is {len(uri)} characters long; SageMaker takes S3 URIs of at most {SAGEMAKER_S3_URI_MAX}",
+            )
+        )
 
 
 def training_job_suffix(run: int) -> str:
