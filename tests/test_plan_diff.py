@@ -241,7 +241,7 @@ def test_a_change_touches_a_field_at_under_or_above_it():
 def test_the_replace_table_names_its_sources_and_covers_the_stateful_types():
     # Each entry says where it was read; every stateful type has a rule of its own.
     for typ, rule in RULES.items():
-        assert rule.fields and ("/" in rule.source and " at " in rule.source), typ
+        assert rule.fields and "/" in rule.source and (" at " in rule.source or "(this repository)" in rule.source), typ
         assert bool(rule.note) == bool(rule.note_fields), typ  # a note says which inputs make it worth showing
     for typ in STATEFUL:
         assert rule_for(typ) is not None, typ
@@ -394,3 +394,23 @@ def test_real_plans_a_gpu_az_move(dev_base, tmp_path):
         md.index(f"#### {t}") for t in ("Replaced (`-/+`)", "Updated in place (`~`)", "Added (`+`)", "Removed (`-`)")
     ]
     assert order == sorted(order) and md.index("MOVES") < order[0]
+
+
+def test_a_sagemaker_job_changes_its_tags_in_place_and_anything_else_replaces_it(tmp_path):
+    """This project's dynamic provider (TrainingJobProvider.diff): a training job cannot change."""
+    typ = "pulumi-python:dynamic/gputraining:SageMakerTrainingJob"
+    request = {"TrainingJobName": "bert-1", "HyperParameters": {"epochs": "3"}, "Tags": [{"Key": "team", "Value": "a"}]}
+
+    def job(**changes: Any) -> dict:
+        r = _resource(typ, "jobs-bert", {"region": "us-west-2", "request": {**request, **changes}})
+        return {**r, "options": {"deleteBeforeReplace": True}}
+
+    base = write_plan(tmp_path / "base", [job()], [], {})
+    retagged = write_plan(tmp_path / "retagged", [job(Tags=[{"Key": "team", "Value": "b"}])], [], {})
+    rerun = write_plan(tmp_path / "rerun", [job(HyperParameters={"epochs": "4"})], [], {})
+    md = run([base, retagged])
+    assert rows(md, "Updated in place (`~`)") == [f"| ~ | `{typ}` | `jobs-bert` | `inputs.request.Tags[0].Value` |"]
+    assert "Replaced" not in md
+    (replaced,) = rows(run([base, rerun]), "Replaced (`-/+`)")
+    assert "forced by `inputs.request.HyperParameters.epochs`" in replaced
+    assert "deleted before its replacement is created" in replaced

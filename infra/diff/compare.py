@@ -92,6 +92,14 @@ def _fields(record: dict) -> tuple[str, ...]:
     return (rule.fields if rule else ()) + own
 
 
+def _forces(typ: str, path: str, fields: tuple[str, ...]) -> bool:
+    """Whether a change at input ``path`` of a resource of type ``typ`` replaces it."""
+    rule = rule_for(typ)
+    if rule is not None and any(touches(path, f) and path.startswith(f) for f in rule.in_place):
+        return False
+    return any(touches(path, f) for f in fields)
+
+
 def _leaves(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
     """(path, string) for every string leaf of an input tree."""
     if isinstance(value, dict):
@@ -121,7 +129,7 @@ def classify(key: Key, old: dict, new: dict) -> Change | None:
         return None
     fields = _fields(new)
     inputs = [p[len("inputs.") :] for p in paths if p.startswith("inputs.")]
-    forced = [f"inputs.{p}" for p in inputs if any(touches(p, f) for f in fields)]
+    forced = [f"inputs.{p}" for p in inputs if _forces(key[0], p, fields)]
     if "parent" in paths and not (new.get("options") or {}).get("aliases"):
         forced.append("parent")  # a new URN: created anew and the old one deleted, unless an alias names it
     known = rule_for(key[0]) is not None or bool(fields)
@@ -162,7 +170,7 @@ def _follow(key: Key, old: dict, new: dict, hits: list[tuple[str, Key]], changes
     for path, source in hits:
         if source not in change.follows:
             change.follows.append(source)
-        if any(touches(path, f) for f in fields):
+        if _forces(key[0], path, fields):
             change.action = REPLACE
             if f"inputs.{path}" not in change.forced_by:
                 change.forced_by.append(f"inputs.{path}")

@@ -32,6 +32,7 @@ class Rule:
     source: str  # repository, file and commit (or tag) the fields were read in
     note: str = ""  # a replacement the table cannot express (it depends on old and new values)
     note_fields: tuple[str, ...] = ()  # the inputs whose change makes the note worth showing
+    in_place: tuple[str, ...] = ()  # inputs under a field that change in place all the same
 
 
 _TF = "hashicorp/terraform-provider-aws"
@@ -260,6 +261,13 @@ RULES: dict[str, Rule] = {
         f"{_TF} internal/service/ec2/ec2_placement_group.go at 05e34de73422",
     ),
     "aws:iam/role:Role": Rule(("name", "namePrefix", "path"), f"{_TF} internal/service/iam/role.go at 0040ea6911af"),
+    # This project's own dynamic provider: a training job cannot change, so anything of its request
+    # but the tags (or its region) makes a new job; the tags change in place.
+    "pulumi-python:dynamic/gputraining:SageMakerTrainingJob": Rule(
+        ("request", "region"),
+        "providers/sagemaker_training_job.py TrainingJobProvider.diff (this repository)",
+        in_place=("request.Tags",),
+    ),
     # Helm releases: pulumi-kubernetes provider/pkg/provider/helm_release.go (forceNewFields).
     "kubernetes:helm.sh/v3:Release": Rule(
         ("name", "namespace"), "pulumi/pulumi-kubernetes provider/pkg/provider/helm_release.go at 94977969"
