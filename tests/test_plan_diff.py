@@ -414,3 +414,25 @@ def test_a_sagemaker_job_changes_its_tags_in_place_and_anything_else_replaces_it
     (replaced,) = rows(run([base, rerun]), "Replaced (`-/+`)")
     assert "forced by `inputs.request.HyperParameters.epochs`" in replaced
     assert "deleted before its replacement is created" in replaced
+
+
+def test_conditional_replacements_are_noted_and_a_new_parent_is_a_new_resource(tmp_path):
+    """EKS replaces a cluster whose encryption is removed (a rule on old and new values, not a
+    field): the row says so when that input changes, not otherwise. A resource under another
+    parent without an alias has a new URN: created anew, the old one deleted."""
+    cluster = _resource("eks:index:Cluster", "cluster-eks", {"encryptionConfigKeyArn": "arn:k1", "version": "1.35"})
+    role = _resource("aws:iam/role:Role", "node", {"path": "/"}, NET)
+    base = write_plan(tmp_path / "base", [cluster, role], [], {})
+    head_cluster = copy.deepcopy(cluster)
+    head_cluster["inputs"].update(encryptionConfigKeyArn="arn:k2", version="1.36")
+    moved = {**role, "parent": {"type": "gputraining:components:Cluster", "name": "cluster"}}
+    md = run([base, write_plan(tmp_path / "head", [head_cluster, moved], [], {})])
+    (updated,) = rows(md, "Updated in place (`~`)")
+    assert updated.startswith("| ~ | `eks:index:Cluster` | `cluster-eks` | `inputs.encryptionConfigKeyArn`")
+    assert "removing encryptionConfigKeyArn also replaces the cluster" in updated
+    (replaced,) = rows(md, "Replaced (`-/+`)")
+    assert replaced == "| -/+ | `aws:iam/role:Role` | `node` | forced by `parent` |"
+    version_only = copy.deepcopy(cluster)
+    version_only["inputs"]["version"] = "1.36"
+    md = run([base, write_plan(tmp_path / "version", [version_only, role], [], {})])
+    assert rows(md, "Updated in place (`~`)") == ["| ~ | `eks:index:Cluster` | `cluster-eks` | `inputs.version` |"]
