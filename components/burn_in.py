@@ -5,7 +5,8 @@ taint, so the kubelet registers the node with it and no training pod ever lands 
 This component runs the check: a DaemonSet in kube-system on those groups' nodes, tolerating every
 taint, whose init containers
 
-1. ``gate`` (``scripts/burn_in.py``): checks only a node that still carries the taint;
+1. ``gate`` (``scripts/burn_in.py``): checks only a node that still carries the taint, and releases
+   unchecked one that already runs work (EKS puts a group's new taint on its running nodes too);
 2. ``loopback`` (optional, off by default): nccl-tests' ``all_reduce_perf`` over the node's own GPUs;
 3. ``check``: nvidia-smi (every GPU of the type's model, no uncorrectable ECC error, none lost),
    the kernel log (no Xid but the application ones), /sys/class/infiniband (every EFA interface of
@@ -42,6 +43,7 @@ import pulumi_kubernetes as k8s
 
 from components.iam import pod_identity_role, policy_document
 from facts.kube import BURN_IN_LABEL, BURN_IN_TAINT, NODE_GROUP_LABEL, PART_OF
+from jobs.nccl_test import NCCL_ALL_REDUCE_PERF
 
 NAMESPACE = "kube-system"
 NAME = "gputraining-burn-in"
@@ -65,6 +67,7 @@ class GroupExpectation:
     gpus: int
     gpu_model: str  # the catalog's model ("A100")
     efa: int  # EFA interfaces the group's launch template attaches
+    loopback: bool = False  # the group's nodes also run the NCCL loopback test
 
 
 @dataclass
@@ -73,7 +76,7 @@ class BurnInArgs:
     groups: Sequence[GroupExpectation]  # the GPU groups whose nodes join with the burn-in taint
     image: str  # python3 image of the check
     replace_image: str  # AWS CLI v2 image that marks a failed instance Unhealthy
-    loopback_image: str | None = None  # nccl-tests image of the loopback test; None: no loopback test
+    loopback_image: str | None = None  # nccl-tests image of the loopback test; None: no group has it
     depends_on: list[pulumi.Resource] = field(default_factory=list)  # what must exist first (Pod Identity agent)
     tags: dict[str, str] = field(default_factory=dict)  # tags on the IAM role and the association
 
@@ -101,7 +104,13 @@ def replace_policy(cluster_name: str, node_group_names: Sequence[str]) -> list[d
 def expectations(groups: Sequence[GroupExpectation]) -> dict[str, dict[str, Any]]:
     """The check's table: node-group label -> what its nodes must have."""
     return {
-        g.group: {"instanceType": g.instance_type, "gpus": g.gpus, "gpuModel": g.gpu_model, "efa": g.efa}
+        g.group: {
+            "instanceType": g.instance_type,
+            "gpus": g.gpus,
+            "gpuModel": g.gpu_model,
+            "efa": g.efa,
+            "loopback": g.loopback,
+        }
         for g in sorted(groups, key=lambda g: g.group)
     }
 
@@ -150,7 +159,7 @@ def pod_spec(args: BurnInArgs) -> dict[str, Any]:
     ]
     if args.loopback_image:
         run = (
-            f'if [ -f {STATE_DIR}/check ]; then all_reduce_perf {LOOPBACK_ARGS} -g "$(nvidia-smi -L | wc -l)" '
+            f'if [ -f {STATE_DIR}/loopback ]; then {NCCL_ALL_REDUCE_PERF} {LOOPBACK_ARGS} -g "$(nvidia-smi -L | wc -l)" '
             f"> {STATE_DIR}/loopback.log 2>&1; cat {STATE_DIR}/loopback.log; fi"
         )
         init.append(
@@ -247,12 +256,14 @@ class BurnIn(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
         )
         account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta, opts=child)
-        # Only what the check does: read its node, label it and take its taint off (patch), record events.
+        # Only what the check does: read its node, label it and take its taint off (patch), see whether
+        # pods already run there (list), record events.
         cluster_role = k8s.rbac.v1.ClusterRole(
             f"{name}-clusterrole",
             metadata={"name": NAME, "labels": labels},
             rules=[
                 {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
                 {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
             ],
             opts=child,

@@ -283,7 +283,7 @@ TENSORBOARD_IMAGE = "tensorflow/tensorflow:2.17.0"
 # members' script (standard library only).
 BURN_IN_IMAGE = ETCD_MEMBER_IMAGE
 # The optional loopback test: nccl-tests' all_reduce_perf over the node's own GPUs (NVLink), from the
-# image the NCCL test jobs run (sm_80 and newer; V100 groups cannot take it: the config check says so).
+# image the NCCL test jobs run (sm_80 and newer; V100 groups skip the test).
 BURN_IN_LOOPBACK_IMAGE = NCCL_TESTS_IMAGE
 # A failed node's instance is marked Unhealthy in its Auto Scaling group with the AWS CLI (Pod Identity
 # credentials need CLI v2 >= 2.15.0).

@@ -41,6 +41,7 @@ from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, P
 from facts.operators import installed as installed_operators
 from facts.paths import PROJECT_ROOT
 from jobs.base import PRIORITIES, JobsContext, job_targets
+from jobs.nccl_test import NCCL_TESTS_IMAGE_GPU_MODELS
 from stacks import queues
 from stacks.addons import addon_version
 from stacks.config import GpuNodeGroupConfig, StackConfig
@@ -140,6 +141,8 @@ def _burn_in(s: _Services) -> None:
             gpus=g.instance.gpus,
             gpu_model=g.instance.gpu_model or "",
             efa=g.efa_interfaces,
+            # The nccl-tests image runs on sm_80 and newer: V100 groups skip the loopback test.
+            loopback=cfg.burn_in.loopback_test and g.instance.gpu_model in NCCL_TESTS_IMAGE_GPU_MODELS,
         )
         for g in cfg.gpu_node_groups
         if cfg.burn_in_on(g) and g.name in s.gpu_node_group_names
@@ -153,7 +156,7 @@ def _burn_in(s: _Services) -> None:
             groups=groups,
             image=versions.BURN_IN_IMAGE,
             replace_image=versions.BURN_IN_REPLACE_IMAGE,
-            loopback_image=versions.BURN_IN_LOOPBACK_IMAGE if cfg.burn_in.loopback_test else None,
+            loopback_image=versions.BURN_IN_LOOPBACK_IMAGE if any(g.loopback for g in groups) else None,
             depends_on=[s.cluster.pod_identity_agent],
             tags=s.tags,
         ),

@@ -4,6 +4,7 @@ rule fails on a plan broken the way it guards against (so a rule that can never 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -88,6 +89,18 @@ def _job_before_its_queue(records: list[Any]) -> None:
     job.depends_on = [d for d in job.depends_on if "localqueue" not in d["name"]]
 
 
+def _job_tolerates_everything(records: list[Any]) -> None:
+    job = _object(records, "MPIJob")
+    job.inputs["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["tolerations"].append({"operator": "Exists"})
+
+
+def _dcgm_server_misses_the_burn_in_taint(records: list[Any]) -> None:
+    agent = next(r for r in records if r.inputs.get("addonName") == "eks-node-monitoring-agent")
+    values = json.loads(agent.inputs["configurationValues"])
+    values["dcgmAgent"]["tolerations"] = values["dcgmAgent"]["tolerations"][:1]  # the GPU taint's only
+    agent.inputs["configurationValues"] = json.dumps(values)
+
+
 BREAKS = {
     "quota_within_supply": _raise_quota,
     "jobs_admissible": _job_asks_too_much,
@@ -95,6 +108,8 @@ BREAKS = {
     "admission_checks_have_their_api": _kueue_before_the_api,
     "team_namespaces_under_policy": _no_policy_binding,
     "created_after_what_they_need": _job_before_its_queue,
+    "training_pods_avoid_burn_in": _job_tolerates_everything,
+    "gpu_daemonsets_tolerate_burn_in": _dcgm_server_misses_the_burn_in_taint,
 }
 
 

@@ -1,7 +1,8 @@
 """Burn-in of one GPU node, run by the burn-in DaemonSet's init containers (components/burn_in.py).
 Standard library only; the decisions are burn_in_decisions.py, shipped next to it.
 
-``burn_in.py gate``: whether the node still carries the burn-in taint. A node that lost it (it passed
+``burn_in.py gate``: whether the node still carries the burn-in taint (and, for a group with the
+loopback test, writes ``<state>/loopback``). A node that lost it (it passed
 before, or someone removed it) is not checked again: burn-in is before work, and a pod restarted on a
 node running jobs must neither run the loopback test on their GPUs nor quarantine the node (the node
 monitoring agent watches running nodes). Writes ``<state>/check`` when the node is to be checked.
@@ -50,13 +51,42 @@ def _node(name: str) -> dict:
     return _request("GET", f"/api/v1/nodes/{name}")
 
 
-def gate(node_name: str, state: Path) -> int:
-    taints = _node(node_name).get("spec", {}).get("taints") or []
-    if any(t.get("key") == _taint_key() for t in taints):
-        (state / "check").write_text("1")
-        print(f"{node_name}: carries the burn-in taint: checking it")
-    else:
+def _group(node: dict) -> str:
+    return node["metadata"].get("labels", {}).get(os.environ["NODE_GROUP_LABEL"], "")
+
+
+def _working_pods(node_name: str) -> list[str]:
+    """The pods on the node that no DaemonSet owns (work: jobs, services), as namespace/name."""
+    pods = _request("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node_name}").get("items") or []
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata", {})
+        owners = {o.get("kind") for o in meta.get("ownerReferences") or []}
+        mirror = "kubernetes.io/config.mirror" in (meta.get("annotations") or {})
+        if "DaemonSet" not in owners and not mirror and pod.get("status", {}).get("phase") in ("Pending", "Running"):
+            out.append(f"{meta.get('namespace')}/{meta.get('name')}")
+    return out
+
+
+def gate(node_name: str, state: Path, expected_file: Path) -> int:
+    node = _node(node_name)
+    taints = node.get("spec", {}).get("taints") or []
+    if not any(t.get("key") == _taint_key() for t in taints):
         print(f"{node_name}: no burn-in taint (burnt in before, or released by hand): nothing to do")
+        return 0
+    working = _working_pods(node_name)
+    if working:
+        # A node that runs work already got the taint afterwards (the first `up` that turned burn-in on
+        # for its group: EKS puts a node group's new taints on its running nodes too). Burn-in is for new
+        # nodes: release it unchecked rather than test GPUs under a job or quarantine the job's node.
+        print(f"{node_name}: already runs {', '.join(working[:5])}: released without a check")
+        _patch_node(node_name, node, bd.Verdict((), ("node already in use",)), label="skipped-in-use")
+        return 0
+    (state / "check").write_text("1")
+    loopback = json.loads(expected_file.read_text()).get(_group(node), {}).get("loopback", False)
+    if loopback:
+        (state / "loopback").write_text("1")
+    print(f"{node_name}: carries the burn-in taint: checking it" + (" (with the loopback test)" if loopback else ""))
     return 0
 
 
@@ -106,11 +136,11 @@ def _optional(path: Path) -> str | None:
     return path.read_text(errors="replace") if path.is_file() else None
 
 
-def _patch_node(name: str, node: dict, verdict: bd.Verdict) -> None:
+def _patch_node(name: str, node: dict, verdict: bd.Verdict, label: str | None = None) -> None:
     """Label the node with the verdict and, when it passed, remove the taint. A JSON patch whose test
     of the taints fails (someone changed them meanwhile) fails whole: the pod restarts and reads again."""
     taints = node.get("spec", {}).get("taints") or []
-    ops: list[dict] = [{"op": "add", "path": "/metadata/labels/" + os.environ["BURN_IN_LABEL"].replace("/", "~1"), "value": verdict.label}]
+    ops: list[dict] = [{"op": "add", "path": "/metadata/labels/" + os.environ["BURN_IN_LABEL"].replace("/", "~1"), "value": label or verdict.label}]
     if verdict.passed:
         ops = [{"op": "test", "path": "/spec/taints", "value": taints}, *ops]
         ops.append({"op": "replace", "path": "/spec/taints", "value": [t for t in taints if t.get("key") != _taint_key()]})
@@ -140,7 +170,7 @@ def check(node_name: str, state: Path, expected_file: Path) -> int:
         print(f"{node_name}: not checked (see the gate's log)")
         return 0
     node = _node(node_name)
-    group = node["metadata"].get("labels", {}).get(os.environ["NODE_GROUP_LABEL"], "")
+    group = _group(node)
     table = json.loads(expected_file.read_text())
     if group not in table:
         print(f"{node_name}: group {group!r} has no burn-in expectations; leaving it tainted", file=sys.stderr)
@@ -166,7 +196,7 @@ def main(argv: list[str]) -> int:
     node_name = os.environ["NODE_NAME"]
     state = Path(os.environ.get("BURN_IN_STATE", "/run/burn-in"))
     if argv[1:] == ["gate"]:
-        return gate(node_name, state)
+        return gate(node_name, state, Path(os.environ["BURN_IN_EXPECTED"]))
     if argv[1:] == ["check"]:
         return check(node_name, state, Path(os.environ["BURN_IN_EXPECTED"]))
     print("usage: burn_in.py gate|check", file=sys.stderr)

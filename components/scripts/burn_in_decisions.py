@@ -138,12 +138,19 @@ def fi_info_domains(text: str) -> list[str]:
 
 
 def dcgmi_failures(text: str) -> list[str]:
-    """The tests a ``dcgmi diag`` report marks ``Fail`` (its table rows ``| <test> | Fail ... |``)."""
-    out = []
+    """The tests a ``dcgmi diag`` report marks ``Fail``: its table rows ``| <test> | <result> |``, where
+    a result may go on over rows whose test cell is empty (``| | Fail - GPU: 0 |``)."""
+    out: list[str] = []
+    test = ""
     for line in text.splitlines():
+        if not line.startswith("|"):
+            continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 2 and cells[1].lower().startswith("fail"):
-            out.append(cells[0])
+        if len(cells) < 2:
+            continue
+        test = cells[0] or test
+        if cells[1].lower().startswith("fail") and test not in out:
+            out.append(test)
     return out
 
 

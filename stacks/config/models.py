@@ -473,7 +473,7 @@ class BurnInConfig(ConfigModel):
     )
     loopback_test: bool = Field(
         False,
-        description="the check also runs a short NCCL all-reduce over the node's own GPUs (nccl-tests; not on V100 groups)",
+        description="the check also runs a short NCCL all-reduce over the node's own GPUs (nccl-tests' all_reduce_perf, a few seconds; V100 groups skip it: the image is built for A100 and newer)",
     )
 
 
