@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -28,13 +29,18 @@ from pathlib import Path
 
 import burn_in_decisions as bd
 
-API = "https://kubernetes.default.svc"
-SA = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# Where the API server, the service account, the EFA devices and the kernel log are (the defaults are
+# a pod's; the tests point them at a fake API server on loopback and at files).
+API = os.environ.get("BURN_IN_API", "https://kubernetes.default.svc")
+SA = Path(os.environ.get("BURN_IN_SERVICE_ACCOUNT", "/var/run/secrets/kubernetes.io/serviceaccount"))
+INFINIBAND = Path(os.environ.get("BURN_IN_INFINIBAND", "/sys/class/infiniband"))
+KMSG = os.environ.get("BURN_IN_KMSG", "/dev/kmsg")
+_KMSG_HEADER = re.compile(r"^\d+,\d+,\d+,[^;]*;")
 SMI_QUERY = "index,name,pci.bus_id,ecc.errors.uncorrected.volatile.total"
 
 
 def _request(method: str, path: str, body: object = None, content_type: str = "application/json") -> dict:
-    ctx = ssl.create_default_context(cafile=str(SA / "ca.crt"))
+    ctx = ssl.create_default_context(cafile=str(SA / "ca.crt")) if API.startswith("https:") else None
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(API + path, data=data, method=method)
     req.add_header("Authorization", "Bearer " + (SA / "token").read_text().strip())
@@ -99,30 +105,33 @@ def _run(cmd: list[str], timeout: int = 120) -> str:
 
 
 def _kernel_log() -> list[str]:
-    """The kernel's ring buffer since boot, record by record (the container is privileged)."""
-    lines = []
+    """The kernel's log since boot, one message per line (the container is privileged). /dev/kmsg gives
+    one record per read: ``<prio>,<seq>,<usec>,<flags>;<message>``, then `` KEY=value`` lines."""
+    lines: list[str] = []
     try:
-        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(KMSG, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
-        print(f"cannot read /dev/kmsg ({e}): Xids not checked", file=sys.stderr)
+        print(f"cannot read {KMSG} ({e}): Xids not checked", file=sys.stderr)
         return lines
     try:
         while True:
             try:
-                record = os.read(fd, 8192)
+                chunk = os.read(fd, 8192)
             except BlockingIOError:
                 break
-            except OSError:  # EPIPE: a record was overwritten; read on
+            except OSError:  # EPIPE: a record was overwritten before it was read; read on
                 continue
-            if not record:
+            if not chunk:
                 break
-            lines.append(record.decode(errors="replace").split(";", 1)[-1].strip())
+            for line in chunk.decode(errors="replace").splitlines():
+                if line and not line.startswith(" "):
+                    lines.append(_KMSG_HEADER.sub("", line).strip())
     finally:
         os.close(fd)
     return lines
 
 
-def _infiniband(root: Path = Path("/sys/class/infiniband")) -> list[tuple[str, str]]:
+def _infiniband(root: Path = INFINIBAND) -> list[tuple[str, str]]:
     if not root.is_dir():
         return []
     out = []
