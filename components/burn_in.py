@@ -73,6 +73,7 @@ class GroupExpectation:
 @dataclass
 class BurnInArgs:
     cluster_name: str  # the EKS cluster (the Pod Identity association, the IAM condition)
+    region: str  # AWS region of the cluster (the AWS CLI's region: Pod Identity gives credentials only)
     groups: Sequence[GroupExpectation]  # the GPU groups whose nodes join with the burn-in taint
     image: str  # python3 image of the check
     replace_image: str  # AWS CLI v2 image that marks a failed instance Unhealthy
@@ -195,7 +196,7 @@ def pod_spec(args: BurnInArgs) -> dict[str, Any]:
             "name": "replace",
             "image": args.replace_image,
             "command": ["/bin/sh", "-c", replace],
-            "env": _env(),
+            "env": _env({"AWS_REGION": args.region, "AWS_DEFAULT_REGION": args.region}),
             "volumeMounts": MOUNTS,
             "resources": SMALL,
         }

@@ -153,6 +153,7 @@ def _burn_in(s: _Services) -> None:
         "burn-in",
         BurnInArgs(
             cluster_name=cfg.cluster_name,
+            region=cfg.region,
             groups=groups,
             image=versions.BURN_IN_IMAGE,
             replace_image=versions.BURN_IN_REPLACE_IMAGE,

@@ -271,6 +271,7 @@ def test_the_daemonset_runs_on_the_burn_in_groups_tolerating_their_taints(burn_i
     }
     assert env["check"]["NVIDIA_VISIBLE_DEVICES"] == "all" and env["idle"]["NVIDIA_VISIBLE_DEVICES"] == "void"
     assert env["check"]["BURN_IN_TAINT_KEY"] == BURN_IN_TAINT["key"] and env["check"]["BURN_IN_LABEL"] == BURN_IN_LABEL
+    assert env["replace"]["AWS_REGION"] == env["replace"]["AWS_DEFAULT_REGION"] == "us-west-2"
     replace = next(c for c in spec["initContainers"] if c["name"] == "replace")
     assert "aws autoscaling set-instance-health" in replace["command"][-1]
     assert "--health-status Unhealthy --no-should-respect-grace-period" in replace["command"][-1]
