@@ -5,6 +5,8 @@ It discovers the node groups to scale by ASG tags (``gputraining/autoscale`` plu
 ``k8s.io/cluster-autoscaler/<cluster>``), so only the groups the stack marks are autoscaled; for a
 group at zero nodes it builds the node it would get from the group's ASG tags (labels, taints,
 extended resources: ``components/node_group.py`` writes them) and from the instance type.
+The burn-in taint needs no flag: its key has the autoscaler's built-in startup-taint prefix
+(``facts.kube.STARTUP_TAINT_PREFIX``), which it drops from every template node.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ from components.charts import verified
 from facts.kube import INSTANCE_TYPE_LABEL
 from facts.versions import Chart
 
+NVIDIA_RELEASE = "nvidia-device-plugin"  # the Helm releases
+EFA_RELEASE = "aws-efa-k8s-device-plugin"
 # Both plugins tolerate every taint; their node affinity keeps them on GPU / EFA nodes.
 TOLERATE_ALL = [{"operator": "Exists"}]
 
@@ -62,7 +64,7 @@ class DevicePlugins(pulumi.ComponentResource):
         if args.nvidia_chart:
             self.nvidia = k8s.helm.v3.Release(
                 f"{name}-nvidia",
-                name="nvidia-device-plugin",
+                name=NVIDIA_RELEASE,
                 chart=verified(args.nvidia_chart, args.project_root),
                 namespace=args.namespace,
                 values={
@@ -80,7 +82,7 @@ class DevicePlugins(pulumi.ComponentResource):
         if args.efa_chart and args.efa_instance_types:
             self.efa = k8s.helm.v3.Release(
                 f"{name}-efa",
-                name="aws-efa-k8s-device-plugin",
+                name=EFA_RELEASE,
                 chart=verified(args.efa_chart, args.project_root),
                 namespace=args.namespace,
                 values={

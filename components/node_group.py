@@ -104,6 +104,10 @@ class NodeGroupArgs:
     taints: list[dict[str, str]] = field(
         default_factory=list
     )  # extra node taints {key, value, effect} (a GPU group also gets the GPU taint)
+    # Taints a node joins with and loses once it is ready for work (the burn-in taint): on the EKS node
+    # group, never among the Cluster Autoscaler's template tags (it drops startup taints from every
+    # template node anyway, facts.kube.STARTUP_TAINT_PREFIX).
+    startup_taints: list[dict[str, str]] = field(default_factory=list)
     hugepages_2mi: int = (
         0  # 2 MiB huge pages each node reserves at boot, before kubelet starts (0: none; EFA groups need them)
     )
@@ -254,10 +258,11 @@ class NodeGroup(pulumi.ComponentResource):
         block = self._block_plan(args, node_group_name)
         schedule = block.actions if block is not None else ()
         self.node_group: pulumi.Resource = self._node_group(
-            name, args, tags, node_group_name, launch_template, labels, taints, block
+            name, args, tags, node_group_name, launch_template, labels, taints + list(args.startup_taints), block
         )
         self.labels = labels
-        self.taints = taints
+        self.taints = taints  # the taints of a node ready for work
+        self.startup_taints = list(args.startup_taints)
         self.autoscaler_tags: dict[str, str] = self._autoscaler_tags(name, args, labels, taints)
         self.scheduled_sizes = schedule
         self.capacity_block_plan = block

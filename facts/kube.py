@@ -64,3 +64,17 @@ ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
 # Our own ASG tag that makes a node group one the Cluster Autoscaler discovers (with EKS's
 # k8s.io/cluster-autoscaler/<cluster> tag): only autoscaled GPU groups carry it.
 AUTOSCALE_TAG = "gputraining/autoscale"
+
+# Burn-in (components/burn_in.py): a new GPU node joins with this taint and keeps it until the burn-in
+# check has verified it. The key's prefix is the Cluster Autoscaler's startup-taint prefix
+# (utils/taints/taints.go StartupTaintPrefix, cluster-autoscaler 1.35/1.36; FAQ "How does Cluster
+# Autoscaler treat nodes with status/startup/ignore taints?"): the autoscaler drops such taints from
+# every template node, including the node of a group at zero it builds from the group's ASG tags and
+# eks:DescribeNodegroup taints (simulator.SanitizedTemplateNodeInfoFromNodeGroup -> SanitizeTaints), so
+# a pod that does not tolerate it still scales a group up from zero; and it counts a node that carries
+# it as not yet ready (FilterOutNodesWithStartupTaints), so it waits for the node instead of adding more.
+STARTUP_TAINT_PREFIX = "startup-taint.cluster-autoscaler.kubernetes.io/"
+BURN_IN_TAINT = {"key": STARTUP_TAINT_PREFIX + "gputraining-burn-in", "value": "pending", "effect": "NoSchedule"}
+# The burn-in's verdict on each GPU node it checked: `passed`, or `failed-<reason>` (a label value:
+# at most 63 characters of [A-Za-z0-9._-], alphanumeric at both ends).
+BURN_IN_LABEL = "gputraining/burn-in"

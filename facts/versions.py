@@ -268,3 +268,23 @@ NCCL_TESTS_IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.43.2-ofi
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.32.9"
 # TensorBoard ships in the TensorFlow CPU image; it only reads event files.
 TENSORBOARD_IMAGE = "tensorflow/tensorflow:2.17.0"
+
+# ---------------------------------------------------------------------------------------------
+# Burn-in of new GPU nodes (components/burn_in.py)
+# ---------------------------------------------------------------------------------------------
+
+# The check (components/scripts/burn_in.py) needs python3 and nothing else of its image: nvidia-smi
+# and NVML come from the node's driver. The EKS AL2023 NVIDIA AMI makes nvidia-container-runtime
+# containerd's default runtime (nodeadm, internal/containerd: default_runtime_name = "nvidia" wherever
+# /usr/bin/nvidia-container-runtime exists), and that runtime mounts the driver's nvidia-smi and NVML
+# into any container whose environment asks for it (NVIDIA_VISIBLE_DEVICES=all,
+# NVIDIA_DRIVER_CAPABILITIES=utility), without a request for nvidia.com/gpu, so the device plugin
+# hands no GPU to the check and a job gets all of them afterwards. The same Python image as the etcd
+# members' script (standard library only).
+BURN_IN_IMAGE = ETCD_MEMBER_IMAGE
+# The optional loopback test: nccl-tests' all_reduce_perf over the node's own GPUs (NVLink), from the
+# image the NCCL test jobs run (sm_80 and newer; V100 groups skip the test).
+BURN_IN_LOOPBACK_IMAGE = NCCL_TESTS_IMAGE
+# A failed node's instance is marked Unhealthy in its Auto Scaling group with the AWS CLI (Pod Identity
+# credentials need CLI v2 >= 2.15.0).
+BURN_IN_REPLACE_IMAGE = AWS_CLI_IMAGE

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from facts import versions
-from facts.kube import GPU_TAINT
+from facts.kube import BURN_IN_TAINT, GPU_TAINT
 from jobs.base import toleration
 from stacks.config import StackConfig
 
@@ -55,9 +55,12 @@ def node_monitoring_agent_values(cfg: StackConfig) -> dict[str, Any]:
     the agent's GPU checks talk to) takes tolerations only from ``dcgmAgent.tolerations`` (default
     none), so without them it never runs on GPU nodes, the agent reports DCGMError and node auto
     repair reboots or replaces every GPU node. One toleration per taint a GPU node carries: the GPU
-    taint, then each group's own taints in config order, each once."""
+    taint, then each group's own taints in config order, each once, then the burn-in taint when a group
+    has burn-in (the DCGM host engine must run while the node is checked: without it the agent reports
+    DCGMError and auto repair would act on a node that is only being burnt in)."""
     tolerations: list[dict[str, str]] = []
-    for taint in [GPU_TAINT, *(t.model_dump() for g in cfg.gpu_node_groups for t in g.taints)]:
+    burn_in = [BURN_IN_TAINT] if any(cfg.burn_in_on(g) for g in cfg.gpu_node_groups) else []
+    for taint in [GPU_TAINT, *(t.model_dump() for g in cfg.gpu_node_groups for t in g.taints), *burn_in]:
         if (wanted := toleration(taint)) not in tolerations:
             tolerations.append(wanted)
     return {"dcgmAgent": {"tolerations": tolerations}}

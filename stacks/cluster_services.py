@@ -15,6 +15,8 @@ import pulumi_kubernetes as k8s
 
 from components import operators
 from components.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
+from components.burn_in import BurnIn, BurnInArgs
+from components.burn_in import GroupExpectation as BurnInGroup
 from components.cluster import Cluster
 from components.device_plugins import DevicePlugins, DevicePluginsArgs
 from components.etcd import Etcd, EtcdArgs
@@ -39,6 +41,7 @@ from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, P
 from facts.operators import installed as installed_operators
 from facts.paths import PROJECT_ROOT
 from jobs.base import PRIORITIES, JobsContext, job_targets
+from jobs.nccl_test import NCCL_TESTS_IMAGE_GPU_MODELS
 from stacks import queues
 from stacks.addons import addon_version
 from stacks.config import GpuNodeGroupConfig, StackConfig
@@ -66,10 +69,17 @@ class _Services:
         default_factory=dict
     )  # team ("" = none) -> LocalQueue of its jobs; empty without queues
     provisioning_request_crd: pulumi.Resource | None = None  # the ProvisioningRequest API, when installed
+    gpu_node_group_names: dict[str, str] = field(default_factory=dict)  # GPU group -> its EKS node group (built ones)
 
 
 def build_services(
-    cfg: StackConfig, gpu_az: str, network: Network, cluster: Cluster, system: NodeGroup, tags: dict[str, str]
+    cfg: StackConfig,
+    gpu_az: str,
+    network: Network,
+    cluster: Cluster,
+    system: NodeGroup,
+    tags: dict[str, str],
+    gpu_node_group_names: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Cluster services: device plugins, storage, operators, etcd, monitoring, jobs. Every
     Kubernetes object goes through one provider bound to the new cluster."""
@@ -94,8 +104,9 @@ def build_services(
         cluster_ready=[cluster.eks, cluster.pod_identity_agent, system, cluster.coredns],
         outputs={"trainingNamespace": cfg.services.training_namespace},
         job_prerequisites=[cluster.pod_identity_agent],
+        gpu_node_group_names=dict(gpu_node_group_names or {}),
     )
-    for add in (_device_plugins, _efs, _fsx, _operators, _etcd, _monitoring, _autoscaler, _queues):
+    for add in (_device_plugins, _burn_in, _efs, _fsx, _operators, _etcd, _monitoring, _autoscaler, _queues):
         add(s)
     _jobs(s, provider)
     _sagemaker_jobs(s)
@@ -115,6 +126,40 @@ def _device_plugins(s: _Services) -> None:
             efa_node_label=dict(EFA_PRESENT_LABEL),
             efa_instance_types=sorted({g.instance_type for g in s.cfg.gpu_node_groups if g.efa_enabled}),
             project_root=PROJECT_ROOT,
+        ),
+        opts=s.k8s_component,
+    )
+
+
+def _burn_in(s: _Services) -> None:
+    cfg = s.cfg
+    groups = [
+        BurnInGroup(
+            group=g.name,
+            node_group_name=s.gpu_node_group_names[g.name],
+            instance_type=g.instance_type,
+            gpus=g.instance.gpus,
+            gpu_model=g.instance.gpu_model or "",
+            efa=g.efa_interfaces,
+            # The nccl-tests image runs on sm_80 and newer: V100 groups skip the loopback test.
+            loopback=cfg.burn_in.loopback_test and g.instance.gpu_model in NCCL_TESTS_IMAGE_GPU_MODELS,
+        )
+        for g in cfg.gpu_node_groups
+        if cfg.burn_in_on(g) and g.name in s.gpu_node_group_names
+    ]
+    if not groups:
+        return
+    BurnIn(
+        "burn-in",
+        BurnInArgs(
+            cluster_name=cfg.cluster_name,
+            region=cfg.region,
+            groups=groups,
+            image=versions.BURN_IN_IMAGE,
+            replace_image=versions.BURN_IN_REPLACE_IMAGE,
+            loopback_image=versions.BURN_IN_LOOPBACK_IMAGE if any(g.loopback for g in groups) else None,
+            depends_on=[s.cluster.pod_identity_agent],
+            tags=s.tags,
         ),
         opts=s.k8s_component,
     )

@@ -17,6 +17,7 @@ from components.node_group import NodeGroup, NodeGroupArgs
 from facts import catalog, versions
 from facts.kube import (
     ACCELERATOR_LABEL,
+    BURN_IN_TAINT,
     EFA_HUGEPAGES_2MI_PAGES,
     EFA_HUGEPAGES_NODE_MIB,
     EFA_RESOURCE,
@@ -65,7 +66,9 @@ def build(cfg: StackConfig, placement: Placement | None = None) -> dict[str, Any
         agent = "eks-node-monitoring-agent"
         cluster.add_node_monitoring_agent(addon_version(cfg, agent), addon_configuration(cfg, agent), after=[system])
 
-    services = build_services(cfg, gpu_az, network, cluster, system, tags)
+    services = build_services(
+        cfg, gpu_az, network, cluster, system, tags, {n: ng.node_group_name for n, ng in gpu_groups.items()}
+    )
 
     return {
         **services,
@@ -206,4 +209,6 @@ def _gpu_node_group(
         labels={**g.labels, **({ACCELERATOR_LABEL: g.instance.accelerator} if g.instance.accelerator else {})},
         autoscale_resources=node_resources(g) if autoscaled(cfg, g) else None,
         taints=[t.model_dump() for t in g.taints],
+        # Burn-in: the node joins with the startup taint; the burn-in check takes it off (components/burn_in.py).
+        startup_taints=[dict(BURN_IN_TAINT)] if cfg.burn_in_on(g) else [],
     )

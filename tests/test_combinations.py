@@ -5,7 +5,8 @@ invariants of ``infra/invariants.py``.
 The axes: queues (off, shared, teams), ProvisioningRequests (unset, false, true), the autoscaler, how
 the main GPU group is sized (autoscaled, fixed, a Capacity Block with a window, one sized by hand),
 spot, the GPU type (p4d and p5 with three network layers, p5.4xlarge without a topology, p6-b200 with
-four), a SageMaker job beside, the job kind, etcd's members, and the main job's topology placement. Every stack
+four), a SageMaker job beside, the job kind, etcd's members, the main job's topology placement, and burn-in
+(on, off, with the loopback test, or off for the main group alone). Every stack
 also has a second, autoscaled p4d group with a job of its own, as a platform team's would.
 
 A combination that is meant to be refused (a ProvisioningRequest check without the autoscaler, spot
@@ -39,6 +40,7 @@ AXES: dict[str, list[Any]] = {
     "kind": ["mpi", "nccl-test", "pytorch-elastic", "paddle", "paddle-ps", "data-stage", "tensorboard"],
     "etcd": [1, 3],
     "placement": ["default", "required", "preferred-layer-1", "none"],
+    "burn_in": ["on", "off", "loopback", "main-off"],
 }
 # The GPU types whose EFA groups have a Kueue Topology (the main group's; the second group is p4d).
 TOPOLOGY_TYPES = {n for n in AXES["gpu"] if catalog.BUILTIN[n].network_layers}
@@ -111,6 +113,8 @@ def _main_group(c: dict[str, Any]) -> dict[str, Any]:
             g["desiredSize"] = 2
     if c["spot"]:
         g["capacityType"] = "spot"
+    if c["burn_in"] == "main-off":
+        g["burnIn"] = False
     return g
 
 
@@ -188,6 +192,7 @@ def values_for(c: dict[str, Any]) -> dict[str, Any]:
         autoscaling={"enabled": c["autoscaling"]}
         | ({} if c["provisioning"] == "default" else {"provisioningRequests": c["provisioning"]}),
         etcd={"replicas": c["etcd"]},
+        burnIn={"enabled": c["burn_in"] != "off", "loopbackTest": c["burn_in"] == "loopback"},
         jobs=jobs,
     )
 
@@ -208,7 +213,7 @@ def test_the_combinations_cover_every_pair_of_values():
     seen = set().union(*(_pairs(c) for c in COMBINATIONS))
     wanted = _wanted_pairs()
     assert len(wanted) > 300 and not wanted - seen, sorted(wanted - seen, key=str)[:5]
-    assert len(COMBINATIONS) < 70  # pairwise, not the product (3 x 3 x 2 x 4 x 2 x 4 x 2 x 7 x 2 x 4)
+    assert len(COMBINATIONS) < 70  # pairwise, not the product (3 x 3 x 2 x 4 x 2 x 4 x 2 x 7 x 2 x 4 x 4)
 
 
 @pytest.mark.parametrize("combination", COMBINATIONS, ids=_id)
@@ -218,8 +223,14 @@ def test_every_combination_plans_and_keeps_the_invariants(combination):
         cfg = load(values, "gpu-training", "test")
     except ConfigError as err:  # a combination a team would use, refused: the features do not compose
         pytest.fail(f"refused: {err}")
-    violations = invariants.check(run_stack(values), cfg)
+    plan = run_stack(values)
+    violations = invariants.check(plan, cfg)
     assert not violations, "\n".join(map(str, violations))
+    # Burn-in as configured: the groups that have it join with a startup taint, the others do not.
+    nodes = invariants.view(plan, cfg).nodes
+    assert {g.name: bool(nodes[g.name].startup_taints) for g in cfg.gpu_node_groups} == {
+        g.name: cfg.burn_in_on(g) for g in cfg.gpu_node_groups
+    }
 
 
 REFUSED = [

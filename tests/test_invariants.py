@@ -4,6 +4,7 @@ rule fails on a plan broken the way it guards against (so a rule that can never 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -100,6 +101,18 @@ def _level_outside_the_topology(records: list[Any]) -> None:
     notes["kueue.x-k8s.io/podset-preferred-topology"] = "topology.k8s.aws/network-node-layer-4"
 
 
+def _job_tolerates_everything(records: list[Any]) -> None:
+    job = _object(records, "MPIJob")
+    job.inputs["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["tolerations"].append({"operator": "Exists"})
+
+
+def _dcgm_server_misses_the_burn_in_taint(records: list[Any]) -> None:
+    agent = next(r for r in records if r.inputs.get("addonName") == "eks-node-monitoring-agent")
+    values = json.loads(agent.inputs["configurationValues"])
+    values["dcgmAgent"]["tolerations"] = values["dcgmAgent"]["tolerations"][:1]  # the GPU taint's only
+    agent.inputs["configurationValues"] = json.dumps(values)
+
+
 BREAKS = {
     "quota_within_supply": _raise_quota,
     "jobs_admissible": _job_asks_too_much,
@@ -109,6 +122,8 @@ BREAKS = {
     "placements_within_topology": _level_outside_the_topology,
     "team_namespaces_under_policy": _no_policy_binding,
     "created_after_what_they_need": _job_before_its_queue,
+    "training_pods_avoid_burn_in": _job_tolerates_everything,
+    "gpu_daemonsets_tolerate_burn_in": _dcgm_server_misses_the_burn_in_taint,
 }
 
 

@@ -28,7 +28,7 @@ import yaml
 
 from components.charts import verified
 from facts import versions
-from facts.kube import INSTANCE_TYPE_LABEL
+from facts.kube import BURN_IN_TAINT, INSTANCE_TYPE_LABEL
 from infra.invariants import tolerates
 from stacks.addons import addon_pins
 from stacks.config import load
@@ -175,6 +175,8 @@ def test_the_plan_sends_one_toleration_per_gpu_taint(sent):
                 {"key": "team", "operator": "Equal", "value": "vision", "effect": "NoSchedule"},
                 # Kubernetes refuses a value with Exists: a taint without a value is tolerated by key.
                 {"key": "dedicated", "operator": "Exists", "effect": "NoExecute"},
+                # Burn-in: the DCGM host engine runs while a new node is checked.
+                {"key": BURN_IN_TAINT["key"], "operator": "Equal", "value": "pending", "effect": "NoSchedule"},
             ]
         }
     }
@@ -213,6 +215,7 @@ def test_shared_taints_are_tolerated_once_in_config_order():
         ("team", "vision"),
         ("x", "1"),
         ("org", "nlp"),
+        (BURN_IN_TAINT["key"], "pending"),
     ]
 
 

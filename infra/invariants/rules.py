@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from components.burn_in import NAME as BURN_IN_NAME
+from components.device_plugins import EFA_RELEASE, NVIDIA_RELEASE
 from components.queues import PROVISIONING_CONTROLLER
 from facts import topology
-from facts.kube import AUTOSCALE_TAG, NODE_GROUP_LABEL, TEAM_LABEL
+from facts.kube import AUTOSCALE_TAG, EFA_PRESENT_LABEL, NODE_GROUP_LABEL, TEAM_LABEL
 from infra.invariants.view import (
+    ADDON,
     ASG_TAG,
     AUTOSCALER_RELEASE,
     BUILT_IN_GROUPS,
@@ -20,6 +24,7 @@ from infra.invariants.view import (
     PodTemplate,
     StackView,
     Violation,
+    lands_on,
     required_affinity_matches,
     selects,
     tolerates,
@@ -28,6 +33,9 @@ from infra.invariants.view import (
 from jobs.pod import QUEUE_LABEL
 from stacks import queues
 from stacks.queues.admission import REPLICA_SPECS, pod_requests, pod_sets
+
+NODE_MONITORING_AGENT = "eks-node-monitoring-agent"
+EFA_PRESENT = next(iter(EFA_PRESENT_LABEL.items()))
 
 # ---------------------------------------------------------------------------------------------
 # The rules
@@ -426,6 +434,97 @@ def created_after_what_they_need(v: StackView) -> list[Violation]:
     return out
 
 
+def _flavor_tolerations(v: StackView) -> dict[str, list[Mapping[str, Any]]]:
+    return {o["metadata"]["name"]: list(o["spec"].get("tolerations") or []) for _, o in v.of_kind("ResourceFlavor")}
+
+
+def training_pods_avoid_burn_in(v: StackView) -> list[Violation]:
+    """No training pod, and no Kueue flavor, tolerates a GPU group's startup (burn-in) taint: work lands
+    on a node only once the burn-in check has taken the taint off."""
+    out = []
+    flavors = _flavor_tolerations(v)
+    for name, tolerations in flavors.items():
+        node = v.nodes.get(name)
+        for t in node.startup_taints if node else ():
+            if tolerates(tolerations, t):
+                out.append(
+                    Violation(
+                        "training_pods_avoid_burn_in", f"ResourceFlavor {name!r} tolerates the startup taint {t['key']}"
+                    )
+                )
+    for pod in v.pods():
+        if pod.kind == "DaemonSet":
+            continue
+        tolerations = list(pod.spec.get("tolerations") or [])
+        for node in v.nodes.values():
+            extra = flavors.get(node.group, []) if pod.queued else []
+            for t in node.startup_taints:
+                if lands_on(pod.spec, node.labels) and tolerates(tolerations + extra, t):
+                    out.append(
+                        Violation(
+                            "training_pods_avoid_burn_in",
+                            f"{pod.owner}: tolerates the startup taint {t['key']} of group {node.group!r}",
+                        )
+                    )
+    return out
+
+
+def _addon_values(v: StackView, name: str) -> dict[str, Any] | None:
+    r = next((r for r in v.records if r.type == ADDON and r.inputs.get("addonName") == name), None)
+    if r is None:
+        return None
+    text = r.inputs.get("configurationValues")
+    return json.loads(text) if isinstance(text, str) and text else {}
+
+
+def _needed_daemons(v: StackView, node: Node) -> list[tuple[str, list[Mapping[str, Any]]]]:
+    """The node's DaemonSets whose tolerations the plan sets: the device plugins, the node monitoring
+    agent's DCGM server, and every DaemonSet object of the plan that lands on the node. (The VPC CNI,
+    kube-proxy, Pod Identity agent, CSI node plugins and CloudWatch agents run with their add-ons'
+    defaults, which tolerate every taint: components/storage.py and components/monitoring.py say where.)"""
+    out: list[tuple[str, list[Mapping[str, Any]]]] = []
+    for release in (NVIDIA_RELEASE, *((EFA_RELEASE,) if EFA_PRESENT in node.labels.items() else ())):
+        r = v.release(release)
+        if r is not None:
+            out.append((f"Helm release {release}", list((r.inputs.get("values") or {}).get("tolerations") or [])))
+    agent = _addon_values(v, NODE_MONITORING_AGENT)
+    if agent is not None:
+        out.append(
+            (f"{NODE_MONITORING_AGENT} dcgm-server", list((agent.get("dcgmAgent") or {}).get("tolerations") or []))
+        )
+    for pod in v.pods():
+        if pod.kind == "DaemonSet" and lands_on(pod.spec, node.labels):
+            out.append((pod.owner, list(pod.spec.get("tolerations") or [])))
+    return out
+
+
+def gpu_daemonsets_tolerate_burn_in(v: StackView) -> list[Violation]:
+    """On a GPU node that joins with a startup taint, the burn-in check runs and so does every
+    DaemonSet the node needs (device plugins, the DCGM host engine the node monitoring agent reads),
+    each tolerating that taint; else the node never passes, or the agent reports it broken."""
+    out = []
+    for node in v.nodes.values():
+        if not node.startup_taints:
+            continue
+        daemons = _needed_daemons(v, node)
+        if not any(owner.endswith(f"/{BURN_IN_NAME}") for owner, _ in daemons):
+            out.append(
+                Violation(
+                    "gpu_daemonsets_tolerate_burn_in", f"group {node.group!r}: no burn-in DaemonSet runs on its nodes"
+                )
+            )
+        for owner, tolerations in daemons:
+            for t in node.startup_taints:
+                if not tolerates(tolerations, t):
+                    out.append(
+                        Violation(
+                            "gpu_daemonsets_tolerate_burn_in",
+                            f"{owner}: does not tolerate the startup taint {t['key']} of group {node.group!r}",
+                        )
+                    )
+    return out
+
+
 RULES: tuple[Callable[[StackView], list[Violation]], ...] = (
     quota_within_supply,
     jobs_admissible,
@@ -435,6 +534,8 @@ RULES: tuple[Callable[[StackView], list[Violation]], ...] = (
     placements_within_topology,
     team_namespaces_under_policy,
     created_after_what_they_need,
+    training_pods_avoid_burn_in,
+    gpu_daemonsets_tolerate_burn_in,
 )
 
 

@@ -12,7 +12,14 @@ from typing import Any
 from components import autoscaler
 from components import queues as queues_component
 from components.node_group import EKS_TAINT_EFFECT
-from facts.kube import AUTOSCALE_TAG, INSTANCE_TYPE_LABEL, NODE_GROUP_LABEL, SYSTEM_GROUP, ZONE_LABEL
+from facts.kube import (
+    AUTOSCALE_TAG,
+    INSTANCE_TYPE_LABEL,
+    NODE_GROUP_LABEL,
+    STARTUP_TAINT_PREFIX,
+    SYSTEM_GROUP,
+    ZONE_LABEL,
+)
 from jobs.pod import QUEUE_LABEL
 from stacks import queues
 from stacks.queues.admission import REPLICA_SPECS
@@ -25,6 +32,7 @@ SYSTEM_NODE_GROUP = "eks:index:ManagedNodeGroup"
 NODE_GROUP_COMPONENT = "gputraining:components:NodeGroup"
 ASG_TAG = "aws:autoscaling/tag:Tag"
 SCHEDULE = "aws:autoscaling/schedule:Schedule"
+ADDON = "aws:eks/addon:Addon"
 KUEUE_RELEASE = queues_component.RELEASE
 AUTOSCALER_RELEASE = autoscaler.RELEASE
 # API groups whose CRDs a Helm release of the stack ships (its chart's crds/), by release name.
@@ -67,8 +75,10 @@ class Node:
 
     group: str
     labels: Mapping[str, str]
-    taints: Sequence[Mapping[str, str]]
+    taints: Sequence[Mapping[str, str]]  # what a node ready for work carries
     allocatable: Mapping[str, int] | None  # what it leaves for pods (GPU groups), in stacks.queues units
+    # The taints it joins with and loses once ready (the Cluster Autoscaler's startup taints: burn-in).
+    startup_taints: Sequence[Mapping[str, str]] = ()
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,7 @@ class PodTemplate:
     owner: str  # kind/namespace/name of the object, and its replica type
     spec: Mapping[str, Any]
     queued: bool
+    kind: str = ""  # the kind of the object it comes from (Pod, DaemonSet, MPIJob, ...)
 
 
 @dataclass
@@ -177,7 +188,9 @@ class StackView:
                 for t in r.inputs.get("taints") or []
             ]
             allocatable = flavors[group].per_node if group in flavors else per_node.get(group)
-            out[group] = Node(group, labels, taints, allocatable)
+            startup = [t for t in taints if t["key"].startswith(STARTUP_TAINT_PREFIX)]
+            working = [t for t in taints if t not in startup]
+            out[group] = Node(group, labels, working, allocatable, startup)
         return out
 
     def supply(self, group: str) -> int:
@@ -204,12 +217,12 @@ class StackView:
             where = f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}"
             queued = QUEUE_LABEL in (meta.get("labels") or {})
             if kind == "Pod":
-                yield PodTemplate(where, spec, queued)
+                yield PodTemplate(where, spec, queued, kind)
             elif kind in POD_KINDS:
-                yield PodTemplate(where, (spec.get("template") or {}).get("spec") or {}, queued)
+                yield PodTemplate(where, (spec.get("template") or {}).get("spec") or {}, queued, kind)
             elif kind in REPLICA_SPECS:
                 for role, rs in (spec.get(REPLICA_SPECS[kind]) or {}).items():
-                    yield PodTemplate(f"{where} {role}", (rs.get("template") or {}).get("spec") or {}, queued)
+                    yield PodTemplate(f"{where} {role}", (rs.get("template") or {}).get("spec") or {}, queued, kind)
 
 
 def view(plan: Any, cfg: Any) -> StackView:
@@ -253,6 +266,12 @@ def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
         return False
     return all(_expression(e, labels) for e in selector.get("matchExpressions") or [])
+
+
+def lands_on(pod: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether a pod's node selector and required node affinity both match a node's labels."""
+    selector = pod.get("nodeSelector") or {}
+    return all(labels.get(k) == v for k, v in selector.items()) and required_affinity_matches(pod, labels)
 
 
 def required_affinity_matches(pod: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

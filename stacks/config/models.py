@@ -217,6 +217,10 @@ class GpuNodeGroupConfig(ConfigModel):
         default_factory=list,
         description="extra node taints `{key, value, effect}`, one per key and effect, at most 49 (the GPU taint is always there)",
     )
+    burn_in: bool | None = Field(
+        None,
+        description='new nodes join tainted and are checked before they take work (`burnIn` of the stack when not set); see "Day two"',
+    )
     autoscale: bool | None = Field(
         None,
         description=(
@@ -460,6 +464,21 @@ class QueuesConfig(ConfigModel):
     )
 
 
+class BurnInConfig(ConfigModel):
+    """Burn-in of new GPU nodes: a startup taint until a check has verified the node."""
+
+    enabled: bool = Field(
+        True,
+        description="every GPU group's new nodes join with a startup taint that keeps jobs off them until a check has verified "
+        "their GPUs (count, model, ECC, Xid) and EFA interfaces; a failed node stays tainted and is replaced (a group's "
+        "`burnIn` overrides)",
+    )
+    loopback_test: bool = Field(
+        False,
+        description="the check also runs a short NCCL all-reduce over the node's own GPUs (nccl-tests' all_reduce_perf, a few seconds; V100 groups skip it: the image is built for A100 and newer)",
+    )
+
+
 class MonitoringConfig(ConfigModel):
     """CloudWatch Container Insights with GPU and EFA metrics, and a dashboard."""
 
@@ -491,6 +510,7 @@ class StackConfig(ConfigModel):
     services: ServicesConfig = Field(ServicesConfig(), description="cluster services")
     monitoring: MonitoringConfig = Field(MonitoringConfig(), description="CloudWatch monitoring")
     autoscaling: AutoscalingConfig = Field(AutoscalingConfig(), description="the Cluster Autoscaler")
+    burn_in: BurnInConfig = Field(BurnInConfig(), description="burn-in of new GPU nodes")
     queues: QueuesConfig = Field(QueuesConfig(), description="Kueue queues for the GPU jobs")
     jobs: list[JobBase] = Field(
         default_factory=list, description="training jobs emitted by the same stack: see docs/jobs.md"
@@ -504,6 +524,10 @@ class StackConfig(ConfigModel):
     @property
     def gpu_instance_types(self) -> list[str]:
         return sorted({g.instance_type for g in self.gpu_node_groups})
+
+    def burn_in_on(self, g: GpuNodeGroupConfig) -> bool:
+        """Whether group ``g``'s new nodes are burnt in (its own setting, else the stack's)."""
+        return self.burn_in.enabled if g.burn_in is None else g.burn_in
 
     def gpu_group(self, name: str) -> GpuNodeGroupConfig | None:
         return next((g for g in self.gpu_node_groups if g.name == name), None)
@@ -522,6 +546,7 @@ SECTIONS: dict[str, tuple[str, Any]] = {
     "services": ("services", ServicesConfig),
     "monitoring": ("monitoring", MonitoringConfig),
     "autoscaling": ("autoscaling", AutoscalingConfig),
+    "burnIn": ("burn_in", BurnInConfig),
     "queues": ("queues", QueuesConfig),
     "jobs": ("jobs", "jobs"),
     "tags": ("tags", dict),
