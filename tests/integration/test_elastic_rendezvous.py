@@ -74,7 +74,7 @@ NODE_TOKEN_VAR = "ELASTIC_IT_NODE_TOKEN"  # marks every process of one node, to 
 # ---------------------------------------------------------------------------------------------
 
 
-def operator_pod_env(job: Mapping[str, Any]) -> dict[str, str]:  # noqa: C901 -- to split into one function per rule/part (issue 25)
+def operator_pod_env(job: Mapping[str, Any]) -> dict[str, str]:
     """The environment Kubeflow training-operator v1.9.4 gives the ``pytorch`` container of every Worker pod.
 
     A transcription of the operator's Go code at tag v1.9.4 (kubeflow/trainer, commit 4445c12a):
@@ -101,6 +101,24 @@ def operator_pod_env(job: Mapping[str, Any]) -> dict[str, str]:  # noqa: C901 --
     """
     name = job["metadata"]["name"]
     spec = copy.deepcopy(job["spec"])
+    worker, policy = _elastic_worker(name, spec)
+    container = _operator_container(name, worker)
+    # setPodEnv.
+    env: dict[str, str] = {}
+    for item in container.get("env") or []:
+        if "value" in item:  # valueFrom entries are the kubelet's business; none is a PET_* variable here
+            env[item["name"]] = str(item["value"])
+    env["PYTHONUNBUFFERED"] = "1"
+    nproc = _default_nproc(name, spec, policy)
+    if nproc is not None:
+        env["PET_NPROC_PER_NODE"] = str(nproc)
+    env.update(_elastic_env(name, policy, worker.get("replicas", 1), container))
+    return env
+
+
+def _elastic_worker(name: str, spec: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Worker replica spec and the elasticPolicy, refusing the jobs the webhook refuses or that are
+    not modelled here."""
     replica_specs = spec.get("pytorchReplicaSpecs") or {}
     if "Master" in replica_specs:
         raise NotImplementedError(f"PyTorchJob {name}: a Master replica is not modelled here")
@@ -110,15 +128,29 @@ def operator_pod_env(job: Mapping[str, Any]) -> dict[str, str]:  # noqa: C901 --
     policy = spec.get("elasticPolicy")
     if policy is None:
         raise ValueError(f"PyTorchJob {name}: no elasticPolicy, so the operator sets no rendezvous variables")
+    return worker, policy
 
-    # Defaults.
-    replicas = worker.get("replicas", 1)
+
+def _operator_container(name: str, worker: Mapping[str, Any]) -> dict[str, Any]:
     containers = worker["template"]["spec"]["containers"]
     container = next((c for c in containers if c.get("name") == OPERATOR_CONTAINER), None)
     if container is None:
         raise ValueError(f"PyTorchJob {name}: the operator needs a container named {OPERATOR_CONTAINER!r}")
-    ports = {p.get("name"): p["containerPort"] for p in container.get("ports") or []}
-    ports.setdefault(OPERATOR_PORT_NAME, OPERATOR_DEFAULT_PORT)
+    return container
+
+
+def _default_nproc(name: str, spec: Mapping[str, Any], policy: Mapping[str, Any]) -> Any:
+    """spec.nprocPerNode after setDefaultNprocPerNode (None if only elasticPolicy.nProcPerNode is set)."""
+    nproc = spec.get("nprocPerNode")
+    if policy.get("nProcPerNode") is not None and nproc is not None:
+        raise ValueError(f"PyTorchJob {name}: the webhook forbids elasticPolicy.nProcPerNode with spec.nprocPerNode")
+    if nproc is None and policy.get("nProcPerNode") is None:
+        nproc = "auto"
+    return nproc
+
+
+def _nnodes(policy: Mapping[str, Any], replicas: Any) -> str:
+    """PET_NNODES, ``min:max`` after setElasticPolicy's defaults."""
     low, high = policy.get("minReplicas"), policy.get("maxReplicas")
     if low is None and high is None:
         low = high = replicas
@@ -126,30 +158,25 @@ def operator_pod_env(job: Mapping[str, Any]) -> dict[str, str]:  # noqa: C901 --
         low = high
     elif high is None:
         high = low
-    nproc = spec.get("nprocPerNode")
-    if policy.get("nProcPerNode") is not None and nproc is not None:
-        raise ValueError(f"PyTorchJob {name}: the webhook forbids elasticPolicy.nProcPerNode with spec.nprocPerNode")
-    if nproc is None and policy.get("nProcPerNode") is None:
-        nproc = "auto"
+    return f"{low}:{high}"
 
-    # setPodEnv.
-    env: dict[str, str] = {}
-    for item in container.get("env") or []:
-        if "value" in item:  # valueFrom entries are the kubelet's business; none is a PET_* variable here
-            env[item["name"]] = str(item["value"])
-    env["PYTHONUNBUFFERED"] = "1"
-    if nproc is not None:
-        env["PET_NPROC_PER_NODE"] = str(nproc)
 
-    # ElasticEnvVarGenerator.Generate.
+def _rdzv_endpoint(name: str, policy: Mapping[str, Any], container: Mapping[str, Any]) -> str:
+    ports = {p.get("name"): p["containerPort"] for p in container.get("ports") or []}
+    ports.setdefault(OPERATOR_PORT_NAME, OPERATOR_DEFAULT_PORT)
     host = policy.get("rdzvHost")
     port = policy.get("rdzvPort")
-    env["PET_RDZV_ENDPOINT"] = (
+    return (
         f"{host if host is not None else f'{name}-worker-0'}:{port if port is not None else ports[OPERATOR_PORT_NAME]}"
     )
+
+
+def _elastic_env(name: str, policy: Mapping[str, Any], replicas: Any, container: Mapping[str, Any]) -> dict[str, str]:
+    """ElasticEnvVarGenerator.Generate, in its order."""
+    env = {"PET_RDZV_ENDPOINT": _rdzv_endpoint(name, policy, container)}
     backend = policy.get("rdzvBackend")
     env["PET_RDZV_BACKEND"] = backend if backend is not None else "c10d"
-    env["PET_NNODES"] = f"{low}:{high}"
+    env["PET_NNODES"] = _nnodes(policy, replicas)
     if policy.get("maxRestarts") is not None:
         env["PET_MAX_RESTARTS"] = str(int(policy["maxRestarts"]))
     if policy.get("nProcPerNode") is not None:
