@@ -12,7 +12,8 @@ releases' objects included) added, removed and changed, and changed stack output
 A plan folder that is missing (the stack is new in the pull request, or its plan failed) counts
 as an empty plan. Should a plan record an absolute path of its checkout, --base-root and --head-root
 make the folder each side was planned from read as ``<project>`` on both sides, so two checkouts in
-different folders do not differ by their location. Needs only PyYAML. Exit code 0 whatever the difference; 2 on bad arguments.
+different folders do not differ by their location. Needs only PyYAML. Exit code 0 whatever the
+difference; 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -277,9 +278,12 @@ def _gpu_az_move_lines(diff: Diff) -> list[str]:
     if move is None:
         return []
     return [
-        f"**This change MOVES the GPU AZ** from {_code(move[0])} to {_code(move[1])} (stack output `{GPU_AZ}`). On a deployed stack, "
-        "`pulumi up` replaces every GPU node group (their nodes, and the jobs running on them), FSx for Lustre (a new, empty file system) "
-        "and the training jobs, and moves the GPU subnet. With `gpuAvailabilityZone: auto` a deployed stack keeps its AZ instead, and "
+        f"**This change MOVES the GPU AZ** from {_code(move[0])} to "
+        f"{_code(move[1])} (stack output `{GPU_AZ}`). On a deployed stack, "
+        "`pulumi up` replaces every GPU node group (their nodes, and the jobs running "
+        "on them), FSx for Lustre (a new, empty file system) "
+        "and the training jobs, and moves the GPU subnet. With "
+        "`gpuAvailabilityZone: auto` a deployed stack keeps its AZ instead, and "
         "`pulumi preview` refuses the GPU types that AZ does not offer (the offline plan is the plan of a new stack); "
         "to move on purpose, set `gpuAvailabilityZone` to the new AZ.",
         "",
@@ -306,16 +310,20 @@ def render(
     lines += _gpu_az_move_lines(diff)
     b, h = diff.base, diff.head
     lines.append(
-        f"Resources: **{len(diff.resources_added)} added, {len(diff.resources_removed)} removed, {len(diff.resources_changed)} changed** "
+        f"Resources: **{len(diff.resources_added)} added, {len(diff.resources_removed)} removed, "
+        f"{len(diff.resources_changed)} changed** "
         f"({len(b.resources)} → {len(h.resources)}). Kubernetes objects: **{len(diff.manifests_added)} added, "
-        f"{len(diff.manifests_removed)} removed, {len(diff.manifests_changed)} changed** ({len(b.manifests)} → {len(h.manifests)})."
+        f"{len(diff.manifests_removed)} removed, {len(diff.manifests_changed)} "
+        f"changed** ({len(b.manifests)} → {len(h.manifests)})."
     )
     lines.append("")
     lines += _cost_lines(b.cost, h.cost)
     for name, offering in purchases(diff):
         lines += [
-            f"**This change BUYS a Capacity Block:** `pulumi up` purchases offering {_code(offering)} (resource {_code(name)}). "
-            "The purchase is irreversible: its upfront fee is charged at once and never refunded (`python -m infra preflight` shows the fee).",
+            "**This change BUYS a Capacity Block:** `pulumi up` purchases "
+            f"offering {_code(offering)} (resource {_code(name)}). "
+            "The purchase is irreversible: its upfront fee is charged at once and never "
+            "refunded (`python -m infra preflight` shows the fee).",
             "",
         ]
     if diff.empty:
@@ -356,7 +364,8 @@ def render(
     if diff.outputs_changed:
         lines += ["#### Stack outputs changed", "", _keys(diff.outputs_changed, limit=max_rows), ""]
     lines += [
-        "<sub>Offline plan: the stack's program run against recorded AWS data, no credentials. `pulumi preview` has the real diff.</sub>",
+        "<sub>Offline plan: the stack's program run against recorded AWS data, no "
+        "credentials. `pulumi preview` has the real diff.</sub>",
         "",
     ]
     return "\n".join(lines) + "\n"

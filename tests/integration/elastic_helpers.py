@@ -233,7 +233,8 @@ def plan_with_config(
     change: Callable[[list[dict[str, Any]]], None],
     config: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """The Kubernetes objects of the dev stack, its elastic job ``on_stack_etcd``, with its ``jobs`` list changed by ``change``.
+    """The Kubernetes objects of the dev stack, its elastic job ``on_stack_etcd``, with its ``jobs`` list
+    changed by ``change``.
 
     Copies Pulumi.yaml and Pulumi.dev.yaml into ``workdir``, lets ``change`` edit the jobs list of the
     copy (and ``config``, if given, the whole ``config`` map, keys without the project prefix) and plans
@@ -292,7 +293,8 @@ def require_elastic_jobs(objects: list[dict[str, Any]], what: str) -> list[dict[
         command = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].get("command") or []
         launcher = " ".join(command[:3])
         assert command[:1] == ["torchrun"] or launcher.endswith("-m torch.distributed.run"), (
-            f"PyTorchJob {job['metadata']['name']} runs {command!r}: the PET_* variables the operator sets are read only by torchrun"
+            f"PyTorchJob {job['metadata']['name']} runs {command!r}: the PET_* "
+            "variables the operator sets are read only by torchrun"
         )
     return jobs
 
@@ -514,12 +516,14 @@ class Node:
             else ("still running" if self.returncode is None else f"exit {self.returncode}")
         )
         lines = [
-            f"  {self.label} ({self.job}, {rc}): etcd run ids {run_ids or '?'}; rendezvous rounds completed {rounds or 'none'}; "
+            f"  {self.label} ({self.job}, {rc}): etcd run ids {run_ids or '?'}; "
+            f"rendezvous rounds completed {rounds or 'none'}; "
             f"waited for a round {waits}x; worker groups stopped {stops}x; errors {errors or 'none'}"
         ]
         if "in lease_worker" in text and "Not a file" in text:
             lines.append(
-                "    (the agent's run-id lease thread died at start: etcd answers 'Not a file' to python-etcd's refresh of the run-id directory)"
+                "    (the agent's run-id lease thread died at start: etcd answers 'Not a "
+                "file' to python-etcd's refresh of the run-id directory)"
             )
         for r in self.records():
             lines.append(
@@ -590,7 +594,8 @@ def job_nodes(job: Mapping[str, Any]) -> int:
     workers = int(job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"])
     assert workers == high, f"PyTorchJob {job['metadata']['name']} starts {workers} worker(s), not its maximum {high}"
     assert high >= 2, (
-        f"PyTorchJob {job['metadata']['name']} allows at most {high} node(s): PET_NNODES {operator_pod_env(job)['PET_NNODES']!r}"
+        f"PyTorchJob {job['metadata']['name']} allows at most {high} node(s): "
+        f"PET_NNODES {operator_pod_env(job)['PET_NNODES']!r}"
     )
     return high
 
@@ -622,7 +627,8 @@ def job_problems(job: str, nodes: list[Node], codes: Mapping[str, int | None], e
         problems.append(f"{job}: a worker saw a world that is not its job's alone, or a wrong all-reduce sum")
     if worlds != {expected_world} or ranks != list(range(expected_world)):
         problems.append(
-            f"{job}: finished workers report world sizes {sorted(worlds)} and ranks {ranks}; expected world {expected_world}, ranks 0..{expected_world - 1}"
+            f"{job}: finished workers report world sizes {sorted(worlds)} and ranks {ranks}; "
+            f"expected world {expected_world}, ranks 0..{expected_world - 1}"
         )
     if len({r["run_id"] for r in done}) > 1:
         problems.append(f"{job}: finished workers report different run ids {sorted({r['run_id'] for r in done})}")

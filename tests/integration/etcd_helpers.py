@@ -179,7 +179,9 @@ from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
 backend, endpoint, run_id, conf = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-params = RendezvousParameters(backend=backend, endpoint=endpoint, run_id=run_id, min_nodes=1, max_nodes=1, local_addr="127.0.0.1", **conf)
+params = RendezvousParameters(
+    backend=backend, endpoint=endpoint, run_id=run_id, min_nodes=1, max_nodes=1, local_addr="127.0.0.1", **conf
+)
 handler = get_rendezvous_handler(params)
 info = handler.next_rendezvous()
 rank, world = (info.rank, info.world_size) if hasattr(info, "rank") else (info[1], info[2])
@@ -189,7 +191,8 @@ handler.shutdown()
 
 
 def check_rendezvous(etcd: LocalEtcd, objects: list[dict[str, Any]], i: int) -> None:
-    """A torchrun rendezvous (torch's own handler, the dev job's backend and rdzvConf, a new run id) through member ``i``."""
+    """A torchrun rendezvous (torch's own handler, the dev job's backend and rdzvConf, a new run id) through
+    member ``i``."""
     pytest.importorskip("etcd", reason="python-etcd is not installed: run `bash scripts/test_integration.sh`")
     env = operator_pod_env(require_elastic_jobs(objects, "the dev plan")[0])
     conf = dict(item.split("=", 1) for item in filter(None, env.get("PET_RDZV_CONF", "").split(",")))

@@ -30,7 +30,8 @@ import pytest
 # The fast suite (plain `pytest`) collects this folder too: without torch it skips it at once.
 pytest.importorskip(
     "torch",
-    reason="torch is not installed: run `bash scripts/test_integration.sh`, which installs requirements-integration.txt",
+    reason="torch is not installed: run `bash scripts/test_integration.sh`, "
+    "which installs requirements-integration.txt",
 )
 
 from tests.integration.elastic_helpers import (
@@ -81,7 +82,8 @@ def etcd_target(dev_objects: list[dict[str, Any]]) -> tuple[dict[str, Any], int]
         pod_env = operator_pod_env(job)
         if pod_env["PET_RDZV_BACKEND"] not in ("etcd", "etcd-v2"):
             pytest.fail(
-                f"PyTorchJob {job['metadata']['name']} uses rdzvBackend {pod_env['PET_RDZV_BACKEND']!r}: this test covers the etcd backends"
+                f"PyTorchJob {job['metadata']['name']} uses rdzvBackend "
+                f"{pod_env['PET_RDZV_BACKEND']!r}: this test covers the etcd backends"
             )
         targets.append(rendezvous_target(pod_env, dev_objects))
     return targets[0]
@@ -174,11 +176,13 @@ def test_b_rerun_after_bumping_run_succeeds(
         env1, env2 = operator_pod_env(first), operator_pod_env(second)
         if "PET_RDZV_ID" not in env1 or "PET_RDZV_ID" not in env2:
             problems.append(
-                "the emitted PyTorchJob has no elasticPolicy.rdzvId, so the operator sets no PET_RDZV_ID and torchrun uses run id 'none' for every run"
+                "the emitted PyTorchJob has no elasticPolicy.rdzvId, so the operator sets no "
+                "PET_RDZV_ID and torchrun uses run id 'none' for every run"
             )
         elif env1["PET_RDZV_ID"] == env2["PET_RDZV_ID"]:
             problems.append(
-                f"bumping `run` leaves elasticPolicy.rdzvId at {env1['PET_RDZV_ID']!r}: the re-run meets the first run's closed rendezvous"
+                f"bumping `run` leaves elasticPolicy.rdzvId at {env1['PET_RDZV_ID']!r}: "
+                "the re-run meets the first run's closed rendezvous"
             )
     except PlanError as err:
         problems.append(f"the plan rejects `run` on the pytorch-elastic job: {err}")
@@ -242,7 +246,8 @@ def test_c_two_jobs_at_once_see_only_their_own_world(tmp_path: Path, launcher: L
     mixed = sorted({tuple(r["peer_jobs"]) for n in nodes for r in n.records() if len(r["peer_jobs"]) > 1})
     notes = [
         f"operator env per job: {envs}",
-        f"torch run ids seen by workers: {sorted(seen, key=str)} (one etcd directory /torchelastic/p2p/run_<id> per id, shared by jobs with the same id)",
+        f"torch run ids seen by workers: {sorted(seen, key=str)} (one etcd directory "
+        "/torchelastic/p2p/run_<id> per id, shared by jobs with the same id)",
         f"worlds with workers of both jobs: {mixed or 'none seen'}",
     ]
     assert not problems, report("(c) two jobs at once did not each get a world of their own", problems, nodes, notes)

@@ -36,7 +36,8 @@ import pytest
 
 pytest.importorskip(
     "torch",
-    reason="torch is not installed: run `bash scripts/test_integration.sh`, which installs requirements-integration.txt",
+    reason="torch is not installed: run `bash scripts/test_integration.sh`, "
+    "which installs requirements-integration.txt",
 )
 
 from tests.integration.elastic_helpers import (

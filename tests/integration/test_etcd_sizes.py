@@ -19,7 +19,8 @@ import pytest
 
 pytest.importorskip(
     "torch",
-    reason="torch is not installed: run `bash scripts/test_integration.sh`, which installs requirements-integration.txt",
+    reason="torch is not installed: run `bash scripts/test_integration.sh`, "
+    "which installs requirements-integration.txt",
 )
 
 from tests.integration.etcd_helpers import (
