@@ -46,10 +46,14 @@ ASSUME_ROLE_FIELDS = (
 )
 # AWS provider settings this provider cannot follow, and what does the same for both of them.
 REFUSED = {
-    "aws:assumeRole": "is pulumi-aws 6.x config; pulumi-aws 7 (this stack's) reads aws:assumeRoles, a list: aws:assumeRoles: [{roleArn: arn:aws:iam::123456789012:role/deploy}]",
-    "aws:assumeRoleWithWebIdentity": "is not followed by the SageMaker job provider; set AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE instead (the AWS provider and boto3 both read them)",
-    "aws:sharedConfigFiles": "is not followed by the SageMaker job provider; set AWS_CONFIG_FILE instead (the AWS provider and boto3 both read it)",
-    "aws:sharedCredentialsFiles": "is not followed by the SageMaker job provider; set AWS_SHARED_CREDENTIALS_FILE instead (the AWS provider and boto3 both read it)",
+    "aws:assumeRole": "is pulumi-aws 6.x config; pulumi-aws 7 (this stack's) reads aws:assumeRoles, a list: "
+    "aws:assumeRoles: [{roleArn: arn:aws:iam::123456789012:role/deploy}]",
+    "aws:assumeRoleWithWebIdentity": "is not followed by the SageMaker job provider; set AWS_ROLE_ARN and "
+    "AWS_WEB_IDENTITY_TOKEN_FILE instead (the AWS provider and boto3 both read them)",
+    "aws:sharedConfigFiles": "is not followed by the SageMaker job provider; set AWS_CONFIG_FILE "
+    "instead (the AWS provider and boto3 both read it)",
+    "aws:sharedCredentialsFiles": "is not followed by the SageMaker job provider; set AWS_SHARED_CREDENTIALS_FILE "
+    "instead (the AWS provider and boto3 both read it)",
 }
 ENDPOINT_SERVICES = (
     "sagemaker",
@@ -164,7 +168,8 @@ class AwsSettings:
             problems.append(
                 Problem(
                     lack,
-                    f"is required with {have}: set both, or neither (then the profile or environment credentials apply)",
+                    f"is required with {have}: set both, or neither (then the "
+                    "profile or environment credentials apply)",
                 )
             )
         roles = _assume_roles(_decoded(get("aws:assumeRoles")), problems)

@@ -50,7 +50,8 @@ def _release(ec2: Any, eni: dict[str, Any]) -> tuple[str, str]:
     if held and managed:
         return (
             "busy",
-            f"{attachment.get('Status') or 'attached'}, managed by {eni.get('RequesterId') or 'AWS'}: waiting for it to be released",
+            f"{attachment.get('Status') or 'attached'}, managed by "
+            f"{eni.get('RequesterId') or 'AWS'}: waiting for it to be released",
         )
     try:
         if attached:
@@ -109,7 +110,8 @@ def delete_interfaces(
         except Exception as err:
             code, message = _error(err)
             warn(
-                f"{label}: could not list its network interfaces ({code or type(err).__name__}: {message or err}); none were deleted."
+                f"{label}: could not list its network interfaces "
+                f"({code or type(err).__name__}: {message or err}); none were deleted."
             )
             return deleted
         busy: dict[str, str] = {}
@@ -133,7 +135,9 @@ def delete_interfaces(
         groups = ", ".join(security_group_ids)
         warn(
             f"{label}: {len(failed)} network interface(s) with security group {groups} could not be deleted: {listed}. "
-            f"Deleting the group and the subnets fails while they exist: wait for SageMaker to release them, or delete them "
-            f"(aws ec2 delete-network-interface --network-interface-id <id>), then run `pulumi destroy` (or `pulumi up`) again."
+            "Deleting the group and the subnets fails while they exist: wait "
+            "for SageMaker to release them, or delete them "
+            "(aws ec2 delete-network-interface --network-interface-id <id>), then "
+            "run `pulumi destroy` (or `pulumi up`) again."
         )
     return deleted

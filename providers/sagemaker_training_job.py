@@ -41,8 +41,8 @@ class's name must never change: a stack whose state names a module that is gone 
 nor destroy its jobs. ``tests/test_sagemaker_provider.py`` pins both (with the reference a state
 written today holds). Serializing by value instead would freeze the code of the day a job was
 created into its state: a fix here would not reach the jobs already created (a delete runs the
-code of their state until they are updated), and the pickled code would drag in its imports. If this module ever has to move, leave a module at this path that
-imports the class from its new home.
+code of their state until they are updated), and the pickled code would drag in its imports. If this
+module ever has to move, leave a module at this path that imports the class from its new home.
 """
 
 from __future__ import annotations
@@ -143,9 +143,11 @@ def _take_over(job: dict[str, Any], request: dict[str, Any], warn: Warn) -> dict
     differ = [".".join(p) for p in SAME_JOB_FIELDS if _field(job, p) != _field(request, p)]
     if differ:
         raise RuntimeError(
-            f"SageMaker training job {name} already exists (status {status}, created {job.get('CreationTime')}) with another "
+            f"SageMaker training job {name} already exists (status {status}, "
+            f"created {job.get('CreationTime')}) with another "
             f"{', '.join(differ)} than this stack's job of that name: it is not this stack's run. Delete it "
-            f"(aws sagemaker delete-training-job --training-job-name {name}) or bump the job's `run`, then run `pulumi up` again."
+            f"(aws sagemaker delete-training-job --training-job-name {name}) or "
+            "bump the job's `run`, then run `pulumi up` again."
         )
     warn(
         f"SageMaker training job {name} already exists (status {status}) with this request: the stack now tracks it "
@@ -201,7 +203,8 @@ def create_job(
             if attempt + 1 < DESCRIBE_TRIES:
                 sleep(POLL_SECONDS)
     warn(
-        f"SageMaker training job {name} was started, but DescribeTrainingJob failed {DESCRIBE_TRIES} times ({failure}); "
+        f"SageMaker training job {name} was started, but DescribeTrainingJob "
+        f"failed {DESCRIBE_TRIES} times ({failure}); "
         f"its status is recorded as {UNKNOWN} until the next `pulumi refresh`."
     )
     return {"arn": arn, "status": UNKNOWN}
@@ -304,9 +307,11 @@ class TrainingJobProvider(dynamic.ResourceProvider):
                 [
                     Problem(
                         "aws:region",
-                        "did not reach the SageMaker job provider: Pulumi CLI 3.139.0 or later passes a dynamic provider "
+                        "did not reach the SageMaker job provider: Pulumi CLI "
+                        "3.139.0 or later passes a dynamic provider "
                         "the stack config (and with it aws:profile and aws:assumeRoles). Upgrade the Pulumi CLI; for a "
-                        "`pulumi destroy` or `pulumi refresh`, run `pulumi up` once with it first (it records the config "
+                        "`pulumi destroy` or `pulumi refresh`, run `pulumi up` once "
+                        "with it first (it records the config "
                         "for this provider).",
                     )
                 ]

@@ -123,12 +123,15 @@ def omitted(cfg: StackConfig) -> list[str]:
     from stacks.config.job_entries import sagemaker_jobs
 
     out = [
-        "NAT gateway data processing (per GB through the NAT gateways) and data transfer (out to the internet, across AZs)",
-        f"EKS control-plane logs (all five types) in CloudWatch Logs: per GB ingested and stored (kept {cfg.cluster.log_retention_days} days)",
+        "NAT gateway data processing (per GB through the NAT gateways) and "
+        "data transfer (out to the internet, across AZs)",
+        "EKS control-plane logs (all five types) in CloudWatch Logs: per GB ingested "
+        f"and stored (kept {cfg.cluster.log_retention_days} days)",
     ]
     if cfg.monitoring.enabled:
         out.append(
-            f"Container Insights (CloudWatch observability add-on): metrics per metric-month, container logs per GB ingested and "
+            "Container Insights (CloudWatch observability add-on): metrics per "
+            "metric-month, container logs per GB ingested and "
             f"stored (kept {cfg.monitoring.log_retention_days} days)"
             + ("; the dashboard per dashboard-month" if cfg.monitoring.dashboard else "")
         )
@@ -151,7 +154,8 @@ def omitted(cfg: StackConfig) -> list[str]:
     exposed = [j.name for j in cfg.jobs if j.enabled and getattr(j, "expose", False)]
     if exposed:
         out.append(
-            f"load balancers of exposed jobs ({', '.join(exposed)}): per hour and per LCU, with their public IPv4 addresses"
+            f"load balancers of exposed jobs ({', '.join(exposed)}): per hour "
+            "and per LCU, with their public IPv4 addresses"
         )
     return out
 
@@ -159,7 +163,8 @@ def omitted(cfg: StackConfig) -> list[str]:
 def describe(cost: Cost) -> str:
     """Lines for the plan summary."""
     out = [
-        f"Cost per hour (on-demand, {prices.PRICES_REGION} prices of {prices.PRICES_DATE}): idle ${cost.idle:.2f}, every group at its maximum ${cost.maximum:.2f}"
+        f"Cost per hour (on-demand, {prices.PRICES_REGION} prices of {prices.PRICES_DATE}): idle "
+        f"${cost.idle:.2f}, every group at its maximum ${cost.maximum:.2f}"
     ]
     for line in cost.lines:
         idle = "n/a" if line.idle is None else f"${line.idle:.2f}"

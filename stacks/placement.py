@@ -25,8 +25,10 @@ from stacks.config import NAMESPACE, StackConfig
 KEY = f"{NAMESPACE}:gpuAvailabilityZone"
 # What an AZ move replaces (an explicit move's warning, or what a refused `auto` would cost).
 MOVE_REPLACES = (
-    "replaces every GPU node group (their nodes, and the jobs running on them), FSx for Lustre (a new, empty file system: "
-    "copy out what it holds first; a protected one stops the update) and the training jobs (their node selectors name the AZ), "
+    "replaces every GPU node group (their nodes, and the jobs running on "
+    "them), FSx for Lustre (a new, empty file system: "
+    "copy out what it holds first; a protected one stops the update) and the "
+    "training jobs (their node selectors name the AZ), "
     "and moves the GPU subnet"
 )
 
@@ -108,7 +110,8 @@ def _first_offering(region_azs: list[str], offered: dict[str, set[str]], gpu_typ
     if not candidates:
         where = "; ".join(f"{t}: {', '.join(sorted(offered.get(t, ()))) or 'none'}" for t in gpu_types)
         raise PlacementError(
-            f"{KEY}: 'auto' found no single AZ that offers every GPU type ({where}); split the node groups across stacks or choose types offered together"
+            f"{KEY}: 'auto' found no single AZ that offers every GPU type ({where}); split the "
+            "node groups across stacks or choose types offered together"
         )
     return candidates[0]
 
@@ -123,7 +126,8 @@ def _kept(
             f"{az} ({', '.join(s.subnet_id for s in sorted(deployed) if s.availability_zone == az)})" for az in azs
         )
         raise PlacementError(
-            f"{KEY}: 'auto' keeps the AZ of this stack's GPU subnet, but it has GPU subnets in {where} (an interrupted move?); "
+            f"{KEY}: 'auto' keeps the AZ of this stack's GPU subnet, but it has "
+            f"GPU subnets in {where} (an interrupted move?); "
             f"set {KEY} to the AZ to keep: {' or '.join(azs)}"
         )
     kept = azs[0]
@@ -146,11 +150,18 @@ def _kept_az_lacks(
     where = "; ".join(f"{t} is offered in {_offered_in(t, offered)}" for t in missing)
     candidates = _common_azs(region_azs, offered, gpu_types)
     if candidates:
-        move = f"or move the GPU AZ on purpose: set {KEY}: {' or '.join(candidates)} (every GPU type is offered there), which {MOVE_REPLACES}"
+        move = (
+            f"or move the GPU AZ on purpose: set {KEY}: {' or '.join(candidates)} "
+            f"(every GPU type is offered there), which {MOVE_REPLACES}"
+        )
     else:
-        move = f"no AZ of the region offers {', '.join(gpu_types)} together, so moving would not help: split the groups across stacks"
+        move = (
+            f"no AZ of the region offers {', '.join(gpu_types)} together, so moving "
+            "would not help: split the groups across stacks"
+        )
     return (
-        f"{KEY}: 'auto' keeps {kept}, where this stack already has its GPU subnet ({subnet_id}), and {kept} does not offer "
+        f"{KEY}: 'auto' keeps {kept}, where this stack already has its GPU "
+        f"subnet ({subnet_id}), and {kept} does not offer "
         f"{', '.join(missing)} ({where}). Choose GPU types {kept} offers, {move}"
     )
 
@@ -158,7 +169,8 @@ def _kept_az_lacks(
 def az_move_warning(from_azs: Sequence[str], to_az: str, subnet_azs: Sequence[str]) -> str:
     """What moving a deployed stack's GPU AZ does, in words (preview/up warning, plan summary, preflight)."""
     return (
-        f"the GPU AZ MOVES from {', '.join(from_azs)} (where this stack's GPU subnet is) to {to_az} ({KEY}): `pulumi up` {MOVE_REPLACES} "
+        f"the GPU AZ MOVES from {', '.join(from_azs)} (where this stack's GPU subnet "
+        f"is) to {to_az} ({KEY}): `pulumi up` {MOVE_REPLACES} "
         f"(private subnets in {', '.join(subnet_azs)}). To keep the stack where it is, set {KEY}: {from_azs[0]}"
     )
 

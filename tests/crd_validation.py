@@ -199,18 +199,34 @@ def _containers(replica: dict[str, Any]) -> list[dict[str, Any]]:
     return (((replica or {}).get("template") or {}).get("spec") or {}).get("containers") or []
 
 
-def _mpijob_errors(cr: dict[str, Any]) -> list[str]:  # noqa: C901 -- to split into one function per rule/part (issue 25)
-    spec = cr.get("spec") or {}
+def _mpijob_unknown_keys(specs: dict[str, Any], at: str) -> list[str]:
+    return [
+        f"{at}[{key}]: not read: the controller reads only the keys Launcher and Worker (case-sensitive)"
+        for key in specs
+        if key not in ("Launcher", "Worker")
+    ]
+
+
+def _mpijob_replica_errors(rs: dict[str, Any], role: str, restart: str, replicas: int, at: str) -> list[str]:
     errors = []
-    specs = spec.get("mpiReplicaSpecs")
-    at = "spec.mpiReplicaSpecs"
-    if specs is None:
-        return [f"{at}: Required value: must have replica specs"]
-    for key in specs:
-        if key not in ("Launcher", "Worker"):
-            errors.append(
-                f"{at}[{key}]: not read: the controller reads only the keys Launcher and Worker (case-sensitive)"
-            )
+    n = rs.get("replicas", replicas)
+    if rs.get("restartPolicy", restart) not in ("Never", "OnFailure"):
+        errors.append(
+            f"{at}[{role}].restartPolicy: Unsupported value: {rs['restartPolicy']!r}: supported values: Never, OnFailure"
+        )
+    if not _containers(rs):
+        errors.append(f"{at}[{role}].template.spec.containers: Required value: must define at least one container")
+    if not isinstance(n, int):
+        return errors  # a schema error already
+    if role == "Launcher" and n != 1:
+        errors.append(f"{at}[Launcher].replicas: Invalid value: {n}: must be 1")
+    if role == "Worker" and n <= 0:
+        errors.append(f"{at}[Worker].replicas: Invalid value: {n}: must be greater than or equal to 1")
+    return errors
+
+
+def _mpijob_roles_errors(specs: dict[str, Any], at: str) -> list[str]:
+    errors = []
     # default.go: Launcher restartPolicy OnFailure and replicas 1; Worker Never and 0.
     for role, restart, replicas in (("Launcher", "OnFailure", 1), ("Worker", "Never", 0)):
         rs = specs.get(role)
@@ -218,25 +234,22 @@ def _mpijob_errors(cr: dict[str, Any]) -> list[str]:  # noqa: C901 -- to split i
             if role == "Launcher":
                 errors.append(f"{at}[Launcher]: Required value: must have Launcher replica spec")
             continue
-        n = rs.get("replicas", replicas)
-        if rs.get("restartPolicy", restart) not in ("Never", "OnFailure"):
-            errors.append(
-                f"{at}[{role}].restartPolicy: Unsupported value: {rs['restartPolicy']!r}: supported values: Never, OnFailure"
-            )
-        if not _containers(rs):
-            errors.append(f"{at}[{role}].template.spec.containers: Required value: must define at least one container")
-        if not isinstance(n, int):
-            continue  # a schema error already
-        if role == "Launcher" and n != 1:
-            errors.append(f"{at}[Launcher].replicas: Invalid value: {n}: must be 1")
-        if role == "Worker" and n <= 0:
-            errors.append(f"{at}[Worker].replicas: Invalid value: {n}: must be greater than or equal to 1")
+        errors += _mpijob_replica_errors(rs, role, restart, replicas, at)
+    return errors
+
+
+def _mpijob_spec_errors(spec: dict[str, Any]) -> list[str]:
+    errors = []
     for name in ("slotsPerWorker",):
         if isinstance(spec.get(name), int) and spec[name] < 0:
             errors.append(f"spec.{name}: Invalid value: {spec[name]}: must be greater than or equal to 0")
     if spec.get("mpiImplementation", "OpenMPI") not in ("OpenMPI", "Intel", "MPICH"):
         errors.append(f"spec.mpiImplementation: Unsupported value: {spec['mpiImplementation']!r}")
-    policy = spec.get("runPolicy") or {}
+    return errors
+
+
+def _mpijob_run_policy_errors(policy: dict[str, Any]) -> list[str]:
+    errors = []
     if policy.get("cleanPodPolicy", "None") not in ("None", "Running", "All"):
         errors.append(
             f"spec.runPolicy.cleanPodPolicy: Unsupported value: {policy['cleanPodPolicy']!r}: supported values: All, None, Running"
@@ -246,26 +259,83 @@ def _mpijob_errors(cr: dict[str, Any]) -> list[str]:  # noqa: C901 -- to split i
             errors.append(f"spec.runPolicy.{name}: Invalid value: {policy[name]}: must be greater than or equal to 0")
     if "managedBy" in policy and policy["managedBy"] not in ("kubeflow.org/mpi-operator", "kueue.x-k8s.io/multikueue"):
         errors.append(f"spec.runPolicy.managedBy: Unsupported value: {policy['managedBy']!r}")
+    return errors
+
+
+def _mpijob_host_errors(cr: dict[str, Any], specs: dict[str, Any]) -> list[str]:
     workers = (specs.get("Worker") or {}).get("replicas") or 1
     workers = workers if isinstance(workers, int) and workers > 0 else 1
     host = f"{cr['metadata']['name']}-worker-{workers - 1}"
     if len(host) > 63 or not _DNS1035_LABEL.match(host):
-        errors.append(f"metadata.name: will not able to create pod and service with invalid DNS label {host!r}")
+        return [f"metadata.name: will not able to create pod and service with invalid DNS label {host!r}"]
+    return []
+
+
+def _mpijob_errors(cr: dict[str, Any]) -> list[str]:
+    spec = cr.get("spec") or {}
+    specs = spec.get("mpiReplicaSpecs")
+    at = "spec.mpiReplicaSpecs"
+    if specs is None:
+        return [f"{at}: Required value: must have replica specs"]
+    return (
+        _mpijob_unknown_keys(specs, at)
+        + _mpijob_roles_errors(specs, at)
+        + _mpijob_spec_errors(spec)
+        + _mpijob_run_policy_errors(spec.get("runPolicy") or {})
+        + _mpijob_host_errors(cr, specs)
+    )
+
+
+def _training_operator_managed_by(policy: dict[str, Any]) -> list[str]:
+    if "managedBy" in policy and policy["managedBy"] not in (
+        "kubeflow.org/training-operator",
+        "kueue.x-k8s.io/multikueue",
+    ):
+        return [f"spec.runPolicy.managedBy: Unsupported value: {policy['managedBy']!r}"]
+    return []
+
+
+def _training_operator_containers(containers: list[dict[str, Any]], role: str, container: str, at: str) -> list[str]:
+    errors = []
+    if not containers:
+        errors.append(f"{at}[{role}].template.spec.containers: Required value: must be specified")
+    for i, c in enumerate(containers):
+        if not c.get("image"):
+            errors.append(f"{at}[{role}].template.spec.containers[{i}].image: Required value: must be required")
+    if not any(c.get("name") == container for c in containers):
+        errors.append(
+            f"{at}[{role}].template.spec.containers: Required value: must have at least one container with name {container!r}"
+        )
     return errors
 
 
-def _training_operator_errors(cr: dict[str, Any], replicas_key: str, container: str) -> list[str]:  # noqa: C901 -- to split into one function per rule/part (issue 25)
+def _training_operator_replicas(rs: dict[str, Any], role: str, replicas_key: str, at: str) -> list[str]:
+    n = rs.get("replicas", 1)
+    if not isinstance(n, int) or replicas_key != "pytorchReplicaSpecs":
+        return []  # a schema error already, or no rule on the count
+    if role == "Master" and n != 1:
+        return [f"{at}[Master].replicas: Forbidden: must be 1"]
+    if role == "Worker" and n < 1:
+        return [f"{at}[Worker].replicas: Forbidden: must be at least 1"]
+    return []
+
+
+def _training_operator_elastic(spec: dict[str, Any], roles: set[str], at: str) -> list[str]:
+    errors = []
+    if "Worker" not in roles:
+        errors.append(f"{at}[Worker]: Required value: must be configured if elastic policy is used")
+    if spec["elasticPolicy"].get("nProcPerNode") is not None and spec.get("nprocPerNode") is not None:
+        errors.append("spec.elasticPolicy.nProcPerNode: Forbidden: must not be used with spec.nprocPerNode")
+    return errors
+
+
+def _training_operator_errors(cr: dict[str, Any], replicas_key: str, container: str) -> list[str]:
     spec = cr.get("spec") or {}
     name = cr["metadata"]["name"]
     errors = []
     if len(name) > 63 or not _DNS1035_LABEL.match(name):
         errors.append(f"metadata.name: Invalid value: {name!r}: should match a DNS-1035 label")
-    policy = spec.get("runPolicy") or {}
-    if "managedBy" in policy and policy["managedBy"] not in (
-        "kubeflow.org/training-operator",
-        "kueue.x-k8s.io/multikueue",
-    ):
-        errors.append(f"spec.runPolicy.managedBy: Unsupported value: {policy['managedBy']!r}")
+    errors += _training_operator_managed_by(spec.get("runPolicy") or {})
     at = f"spec.{replicas_key}"
     specs = spec.get(replicas_key)
     if specs is None:
@@ -276,28 +346,10 @@ def _training_operator_errors(cr: dict[str, Any], replicas_key: str, container: 
         rs = specs[key] or {}
         if role not in ("Master", "Worker"):
             errors.append(f"{at}[{key}]: Unsupported value: {key!r}: supported values: Master, Worker")
-        containers = _containers(rs)
-        if not containers:
-            errors.append(f"{at}[{role}].template.spec.containers: Required value: must be specified")
-        for i, c in enumerate(containers):
-            if not c.get("image"):
-                errors.append(f"{at}[{role}].template.spec.containers[{i}].image: Required value: must be required")
-        if not any(c.get("name") == container for c in containers):
-            errors.append(
-                f"{at}[{role}].template.spec.containers: Required value: must have at least one container with name {container!r}"
-            )
-        n = rs.get("replicas", 1)
-        if not isinstance(n, int):
-            continue  # a schema error already
-        if replicas_key == "pytorchReplicaSpecs" and role == "Master" and n != 1:
-            errors.append(f"{at}[Master].replicas: Forbidden: must be 1")
-        elif replicas_key == "pytorchReplicaSpecs" and role == "Worker" and n < 1:
-            errors.append(f"{at}[Worker].replicas: Forbidden: must be at least 1")
+        errors += _training_operator_containers(_containers(rs), role, container, at)
+        errors += _training_operator_replicas(rs, role, replicas_key, at)
     if replicas_key == "pytorchReplicaSpecs" and spec.get("elasticPolicy") is not None:
-        if "Worker" not in canonical.values():
-            errors.append(f"{at}[Worker]: Required value: must be configured if elastic policy is used")
-        if spec["elasticPolicy"].get("nProcPerNode") is not None and spec.get("nprocPerNode") is not None:
-            errors.append("spec.elasticPolicy.nProcPerNode: Forbidden: must not be used with spec.nprocPerNode")
+        errors += _training_operator_elastic(spec, set(canonical.values()), at)
     return errors
 
 

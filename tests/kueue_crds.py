@@ -112,49 +112,64 @@ def schema_errors(obj: dict[str, Any]) -> list[str]:
     return [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in validator.iter_errors(instance)]
 
 
-def _cel_errors(obj: dict[str, Any]) -> Iterator[str]:  # noqa: C901 -- to split into one function per rule/part (issue 25)
+def _cluster_queue_cel_errors(spec: dict[str, Any]) -> Iterator[str]:
+    """ClusterQueue's create-time CEL rules."""
+    # spec: !has(self.cohortName) && has(self.resourceGroups) ? ... all(r, !has(r.borrowingLimit))
+    if "cohortName" not in spec:
+        for rg in spec.get("resourceGroups", []):
+            for f in rg["flavors"]:
+                if any("borrowingLimit" in r for r in f["resources"]):
+                    yield "spec: borrowingLimit must be nil when cohort is empty"
+    # spec.resourceGroups[]: self.flavors.all(x, size(x.resources) == size(self.coveredResources))
+    for rg in spec.get("resourceGroups", []):
+        if any(len(f["resources"]) != len(rg["coveredResources"]) for f in rg["flavors"]):
+            yield "spec.resourceGroups: flavors must have the same number of resources as the coveredResources"
+    # spec.preemption: !(reclaimWithinCohort == 'Never' && borrowWithinCohort.policy != 'Never')
+    pre = spec.get("preemption") or {}
+    if (
+        pre.get("reclaimWithinCohort", "Never") == "Never"
+        and (pre.get("borrowWithinCohort") or {}).get("policy", "Never") != "Never"
+    ):
+        yield "spec.preemption: reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never"
+    # spec.flavorFungibility: !has(self.preference) || (both TryNextFlavor)
+    ff = spec.get("flavorFungibility") or {}
+    if "preference" in ff and not (ff.get("whenCanBorrow") == ff.get("whenCanPreempt") == "TryNextFlavor"):
+        yield "spec.flavorFungibility: preference needs whenCanBorrow and whenCanPreempt TryNextFlavor"
+
+
+def _toleration_cel_errors(t: dict[str, Any]) -> Iterator[str]:
+    """The CEL rules of one of a ResourceFlavor's spec.tolerations."""
+    op = t.get("operator")
+    if "key" not in t and op != "Exists":
+        yield "spec.tolerations: operator must be Exists when 'key' is empty"
+    if "tolerationSeconds" in t and t.get("effect") != "NoExecute":
+        yield "spec.tolerations: effect must be 'NoExecute' when 'tolerationSeconds' is set"
+    if op is not None and op not in ("Equal", "Exists"):
+        yield f"spec.tolerations: unsupported operator {op!r}"
+    if op == "Exists" and "value" in t:
+        yield "spec.tolerations: a value must be empty when 'operator' is 'Exists'"
+    if "effect" in t and t["effect"] not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+        yield f"spec.tolerations: unsupported effect {t['effect']!r}"
+
+
+def _resource_flavor_cel_errors(spec: dict[str, Any]) -> Iterator[str]:
+    """ResourceFlavor's create-time CEL rules."""
+    if "topologyName" in spec and not spec.get("nodeLabels"):
+        yield "spec: at least one nodeLabel is required when topology is set"
+    for t in spec.get("nodeTaints", []):
+        if t["effect"] not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            yield f"spec.nodeTaints: unsupported effect {t['effect']!r}"
+    for t in spec.get("tolerations", []):
+        yield from _toleration_cel_errors(t)
+
+
+def _cel_errors(obj: dict[str, Any]) -> Iterator[str]:
     """The CRDs' create-time CEL rules of the kinds the stack emits."""
     spec = obj.get("spec") or {}
     if obj["kind"] == "ClusterQueue":
-        # spec: !has(self.cohortName) && has(self.resourceGroups) ? ... all(r, !has(r.borrowingLimit))
-        if "cohortName" not in spec:
-            for rg in spec.get("resourceGroups", []):
-                for f in rg["flavors"]:
-                    if any("borrowingLimit" in r for r in f["resources"]):
-                        yield "spec: borrowingLimit must be nil when cohort is empty"
-        # spec.resourceGroups[]: self.flavors.all(x, size(x.resources) == size(self.coveredResources))
-        for rg in spec.get("resourceGroups", []):
-            if any(len(f["resources"]) != len(rg["coveredResources"]) for f in rg["flavors"]):
-                yield "spec.resourceGroups: flavors must have the same number of resources as the coveredResources"
-        # spec.preemption: !(reclaimWithinCohort == 'Never' && borrowWithinCohort.policy != 'Never')
-        pre = spec.get("preemption") or {}
-        if (
-            pre.get("reclaimWithinCohort", "Never") == "Never"
-            and (pre.get("borrowWithinCohort") or {}).get("policy", "Never") != "Never"
-        ):
-            yield "spec.preemption: reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never"
-        # spec.flavorFungibility: !has(self.preference) || (both TryNextFlavor)
-        ff = spec.get("flavorFungibility") or {}
-        if "preference" in ff and not (ff.get("whenCanBorrow") == ff.get("whenCanPreempt") == "TryNextFlavor"):
-            yield "spec.flavorFungibility: preference needs whenCanBorrow and whenCanPreempt TryNextFlavor"
+        yield from _cluster_queue_cel_errors(spec)
     if obj["kind"] == "ResourceFlavor":
-        if "topologyName" in spec and not spec.get("nodeLabels"):
-            yield "spec: at least one nodeLabel is required when topology is set"
-        for t in spec.get("nodeTaints", []):
-            if t["effect"] not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-                yield f"spec.nodeTaints: unsupported effect {t['effect']!r}"
-        for t in spec.get("tolerations", []):
-            op = t.get("operator")
-            if "key" not in t and op != "Exists":
-                yield "spec.tolerations: operator must be Exists when 'key' is empty"
-            if "tolerationSeconds" in t and t.get("effect") != "NoExecute":
-                yield "spec.tolerations: effect must be 'NoExecute' when 'tolerationSeconds' is set"
-            if op is not None and op not in ("Equal", "Exists"):
-                yield f"spec.tolerations: unsupported operator {op!r}"
-            if op == "Exists" and "value" in t:
-                yield "spec.tolerations: a value must be empty when 'operator' is 'Exists'"
-            if "effect" in t and t["effect"] not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-                yield f"spec.tolerations: unsupported effect {t['effect']!r}"
+        yield from _resource_flavor_cel_errors(spec)
 
 
 def _quantity_value(text: str) -> float:

@@ -138,8 +138,10 @@ def test_a_name_with_an_equals_sign_and_no_value_is_one_line_not_four(tmp_path, 
     # `env: {NCCL_DEBUG=INFO}` in YAML: the name NCCL_DEBUG=INFO with no value (null).
     line = the_line(minimal_values(jobs=[job_with(env={"NCCL_DEBUG=INFO": None})]), tmp_path, monkeypatch)
     assert line == (
-        f"{NS}:jobs[0].env.NCCL_DEBUG=INFO: 'NCCL_DEBUG=INFO' is not an environment variable name: a name may not contain '=' "
-        "(Kubernetes refuses it: its names are printable ASCII other than '='); give the value after the colon instead: NCCL_DEBUG: INFO"
+        f"{NS}:jobs[0].env.NCCL_DEBUG=INFO: 'NCCL_DEBUG=INFO' is not an "
+        "environment variable name: a name may not contain '=' "
+        "(Kubernetes refuses it: its names are printable ASCII other than '='); give "
+        "the value after the colon instead: NCCL_DEBUG: INFO"
     )
 
 
@@ -148,7 +150,8 @@ def test_the_stack_file_as_written_gives_that_line(tmp_path, monkeypatch):
     root.mkdir()
     (root / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
     (root / "Pulumi.t.yaml").write_text(
-        "config:\n  aws:region: us-west-2\n  gpu-training:gpuNodeGroups:\n    - {name: p4d, instanceType: p4d.24xlarge, maxSize: 2}\n"
+        "config:\n  aws:region: us-west-2\n  gpu-training:gpuNodeGroups:\n    - "
+        "{name: p4d, instanceType: p4d.24xlarge, maxSize: 2}\n"
         "  gpu-training:jobs:\n    - {name: nccl, kind: nccl-test, nodeGroup: p4d, nodes: 2, env: {NCCL_DEBUG=INFO}}\n"
     )
     monkeypatch.setattr(plan_mod, "PROJECT_ROOT", root)
@@ -177,8 +180,10 @@ def test_a_name_without_a_value_is_one_problem(tmp_path, monkeypatch):
         minimal_values(jobs=[job_with(env={"WANDB_MODE": None}, secretEnv={"TOKEN": None})]), tmp_path, monkeypatch
     )
     assert sorted(lines) == [
-        f'{NS}:jobs[0].env.WANDB_MODE: has no value (YAML reads `WANDB_MODE:` and `{{WANDB_MODE}}` as null): give one, like WANDB_MODE: "1" ("" for an empty value)',
-        f"{NS}:jobs[0].secretEnv.TOKEN: has no value (YAML reads `TOKEN:` and `{{TOKEN}}` as null): give the Secret and its key, {{secret: <name>, key: <key>}}",
+        f"{NS}:jobs[0].env.WANDB_MODE: has no value (YAML reads `WANDB_MODE:` and `{{WANDB_MODE}}` "
+        'as null): give one, like WANDB_MODE: "1" ("" for an empty value)',
+        f"{NS}:jobs[0].secretEnv.TOKEN: has no value (YAML reads `TOKEN:` and `{{TOKEN}}` as "
+        f"null): give the Secret and its key, {{secret: <name>, key: <key>}}",
     ]
 
 
@@ -220,7 +225,8 @@ def elastic_values(command: list[str], args: list[str], group: str = "h100", **f
 def test_torchrun_with_more_processes_than_gpus_is_refused(tmp_path, monkeypatch):
     line = the_line(elastic_values(["torchrun", "--nproc-per-node=8"], ["/code/train.py"]), tmp_path, monkeypatch)
     assert line.startswith(
-        f"{NS}:jobs[0].command[1]: '--nproc-per-node=8' sets torchrun's --nproc-per-node to 8, which the stack derives: 1 "
+        f"{NS}:jobs[0].command[1]: '--nproc-per-node=8' sets torchrun's "
+        "--nproc-per-node to 8, which the stack derives: 1 "
     )
     assert "the GPUs of one p5.4xlarge node of group 'h100'" in line and "PET_NPROC_PER_NODE" in line
     assert "7 of 8 ranks would get no GPU" in line and "remove it" in line
@@ -416,10 +422,14 @@ def test_a_subnet_too_small_for_the_nodes_is_refused_with_the_arithmetic(tmp_pat
         minimal_values(network={"vpcCidr": "10.0.0.0/16", "privateSubnetPrefix": 24}), tmp_path, monkeypatch
     )
     assert line == (
-        f"{NS}:network.privateSubnetPrefix: 24 gives each private subnet 251 addresses (2^8 = 256 minus the 5 AWS reserves), but the GPU AZ's "
-        "subnet needs 320 with every group at maxSize: p4d 2 x 100 (p4d.24xlarge: 2 interfaces x 50 addresses: the primary and the VPC CNI's "
-        "warm one; its 3 efa-only interfaces take none) + system 2 x 60 (ceil(4 nodes / 2 AZs); all 4 interfaces x 15 addresses, the most "
-        "the VPC CNI gives a c5.2xlarge); use privateSubnetPrefix 23 (507 addresses; vpcCidr must hold 3 such blocks) or lower maxSize"
+        f"{NS}:network.privateSubnetPrefix: 24 gives each private subnet 251 addresses "
+        "(2^8 = 256 minus the 5 AWS reserves), but the GPU AZ's "
+        "subnet needs 320 with every group at maxSize: p4d 2 x 100 (p4d.24xlarge: 2 "
+        "interfaces x 50 addresses: the primary and the VPC CNI's "
+        "warm one; its 3 efa-only interfaces take none) + system 2 x 60 (ceil(4 nodes "
+        "/ 2 AZs); all 4 interfaces x 15 addresses, the most "
+        "the VPC CNI gives a c5.2xlarge); use privateSubnetPrefix 23 (507 "
+        "addresses; vpcCidr must hold 3 such blocks) or lower maxSize"
     )
 
 
@@ -472,9 +482,12 @@ def test_a_group_above_eks_default_node_quota_plans_with_a_warning(max_size, war
     assert plan_mod.run_cli("t", None, stdout=out, stderr=err) == plan_mod.EXIT_OK, err.getvalue()
     warnings = [line for line in out.getvalue().splitlines() if "L-BD136A63" in line]
     expected = (
-        f"warning: {NS}:systemNodeGroup.maxSize: 451 is more than 450, EKS's default quota of nodes per managed node group "
-        "('Nodes per managed node group', Service Quotas eks L-BD136A63, adjustable): EKS refuses the group unless the account's "
-        "quota is raised; preflight reads it (aws service-quotas get-service-quota --service-code eks --quota-code L-BD136A63)"
+        f"warning: {NS}:systemNodeGroup.maxSize: 451 is more than 450, EKS's "
+        "default quota of nodes per managed node group "
+        "('Nodes per managed node group', Service Quotas eks L-BD136A63, "
+        "adjustable): EKS refuses the group unless the account's "
+        "quota is raised; preflight reads it (aws service-quotas "
+        "get-service-quota --service-code eks --quota-code L-BD136A63)"
     )
     assert warnings == ([expected] if warned else [])
 

@@ -199,16 +199,75 @@ def test_the_package_checker_catches_upward_imports_and_kinds():
     )
 
 
-def test_test_modules_import_no_other_test_module():
-    """What test modules share lives in tests/helpers.py (fixtures in conftest.py): pytest imports a test
-    module under its own name, so one imported again from another module runs twice, under two names."""
+def _imported_files(source: str, where: Path) -> list[tuple[int, Path]]:
+    """(line, file) for every module of the repository ``source`` (the file ``where``) imports, at any
+    depth, relative imports too: ``import a.b``, ``from a.b import c`` (a.b, and a/b/c.py if c is a
+    module) and, as pytest's rootdir imports allow, a bare ``test_x`` or ``conftest`` next to ``where``."""
     found = []
-    for path in sorted((ROOT / "tests").glob("*.py")):
-        for line, module in imports_of(path.read_text()):
-            last = module.split(".")[-1] if module.startswith("tests.") else module
-            if module.startswith(("tests.test_", "test_")) or last == "conftest" or module == "conftest":
-                found.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [(node.lineno, alias.name.split(".")) for alias in node.names]
+            bases = [ROOT, where.parent]
+        elif isinstance(node, ast.ImportFrom):
+            module = (node.module or "").split(".") if node.module else []
+            if node.level:
+                base = where.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+                bases = [base]
+            else:
+                bases = [ROOT, where.parent]
+            names = [(node.lineno, module)] + [(node.lineno, [*module, alias.name]) for alias in node.names]
+        else:
+            continue
+        for line, parts in names:
+            for base in bases:
+                path = base.joinpath(*parts) if parts else base
+                for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+                    if parts and candidate.is_file():
+                        found.append((line, candidate))
+    return found
+
+
+def imports_of_test_modules(path: Path, source: str) -> list[str]:
+    """The imports of ``source`` (the file ``path``, under tests/) of a test module or a conftest."""
+    return [
+        f"{path.relative_to(ROOT)}:{line} imports {file.relative_to(ROOT)}"
+        for line, file in _imported_files(source, path)
+        if file.name.startswith("test_") or file.name == "conftest.py"
+    ]
+
+
+def test_test_modules_import_no_other_test_module():
+    """What test modules share lives in tests/helpers.py or a tests/**/<topic>_helpers-like module that is
+    not a test module (fixtures in conftest.py): pytest imports a test module under its own name, so one
+    imported again from another module runs twice, under two names. Every module under tests/, the
+    integration tests' too."""
+    paths = sorted((ROOT / "tests").rglob("*.py"))
+    assert ROOT / "tests" / "integration" / "test_etcd_sizes.py" in paths
+    found = [v for path in paths for v in imports_of_test_modules(path, path.read_text())]
     assert found == []
+
+
+def test_the_test_module_checker_catches_imports_of_test_modules():
+    where = ROOT / "tests" / "integration" / "test_etcd_sizes.py"
+    for source in (
+        "from tests.integration.test_etcd_members import JOIN_TIME\n",
+        "def f():\n    import tests.integration.test_elastic_rendezvous\n",
+        "from tests.integration import test_elastic_rendezvous\n",
+        "from .test_etcd_members import plan_etcd\n",
+        "from . import test_etcd_members\n",
+        "import test_etcd_members\n",
+        "from tests.test_layers import imports_of\n",
+        "from tests.conftest import dev_values\n",
+        "from ..conftest import dev_values\n",
+    ):
+        assert len(imports_of_test_modules(where, source)) == 1, source
+    fine = (
+        "from tests.integration.etcd_helpers import heal\nfrom tests.helpers import ROOT\n"
+        "from tests.integration.etcd_local import LocalEtcd\nimport pytest\nfrom .elastic_helpers import STACK\n"
+    )
+    assert imports_of_test_modules(where, fine) == []
 
 
 def unit_imports(layer: str) -> dict[str, dict[str, list[str]]]:

@@ -217,7 +217,8 @@ def maskrcnn_request(security_groups: list[str], subnets: list[str]) -> dict[str
             "runtime": "sagemaker",
             "nodeGroup": "p4d",
             "nodes": 2,
-            "image": "763104351884.dkr.ecr.us-west-2.amazonaws.com/tensorflow-training:2.18.0-gpu-py310-cu125-ubuntu22.04-sagemaker",
+            "image": "763104351884.dkr.ecr.us-west-2.amazonaws.com/"
+            "tensorflow-training:2.18.0-gpu-py310-cu125-ubuntu22.04-sagemaker",
             "command": ["python", "/opt/ml/input/data/efs/code/maskrcnn/train.py"],
             "args": ["--data_dir", "/opt/ml/input/data/fsx/coco", "--images_per_gpu", "4", "--epochs", "24"],
             "activeDeadlineSeconds": 172800,
@@ -268,9 +269,11 @@ def test_create_job_starts_the_job_in_the_given_region(network):
 @pytest.mark.parametrize(
     "message",
     [
-        "Could not assume role arn:aws:iam::123456789012:role/gpu-training-maskrcnn-sm. Please ensure that the role exists and allows principal 'sagemaker.amazonaws.com' to assume the role.",
+        "Could not assume role arn:aws:iam::123456789012:role/gpu-training-maskrcnn-sm. Please ensure that the "
+        "role exists and allows principal 'sagemaker.amazonaws.com' to assume the role.",
         'Unauthorized to List objects under S3 URL "s3://my-training-output/maskrcnn/checkpoints/"',
-        "Access denied for repository: tensorflow-training in registry ID: 763104351884. Please check if your ECR repository and image exist and role has permissions.",
+        "Access denied for repository: tensorflow-training in registry ID: 763104351884. Please "
+        "check if your ECR repository and image exist and role has permissions.",
     ],
 )
 def test_create_job_retries_while_the_role_propagates(message, clock):
@@ -1585,7 +1588,9 @@ def _described(request: dict[str, Any], status: str, **changes: Any) -> dict[str
         "TrainingJobName": request["TrainingJobName"],
         "TrainingJobArn": _arn(request["TrainingJobName"]),
         "ModelArtifacts": {
-            "S3ModelArtifacts": f"{request['OutputDataConfig']['S3OutputPath']}{request['TrainingJobName']}/output/model.tar.gz"
+            "S3ModelArtifacts": (
+                f"{request['OutputDataConfig']['S3OutputPath']}{request['TrainingJobName']}/output/model.tar.gz"
+            )
         },
         "TrainingJobStatus": status,
         "SecondaryStatus": "Training" if status == "InProgress" else status,
@@ -1603,7 +1608,10 @@ def _described(request: dict[str, Any], status: str, **changes: Any) -> dict[str
 def _name_taken(request: dict[str, Any], described: dict[str, Any]) -> tuple[Any, Stubber]:
     sm = boto3.client("sagemaker", region_name=REGION)
     stub = Stubber(sm)
-    message = f"Training job names must be unique within an AWS account and region, and a training job with this name already exists ({described['TrainingJobArn']})"
+    message = (
+        "Training job names must be unique within an AWS account and region, and a training "
+        f"job with this name already exists ({described['TrainingJobArn']})"
+    )
     stub.add_client_error("create_training_job", "ResourceInUse", message, 400, expected_params=request)
     stub.add_response("describe_training_job", described, {"TrainingJobName": request["TrainingJobName"]})
     return sm, stub

@@ -229,7 +229,8 @@ def run_cli(
         session = session_factory(cfg.region)
         identity = session.client("sts", region_name=cfg.region).get_caller_identity()
         stdout.write(
-            f"Preflight of {cfg.project}/{cfg.stack}: account {identity.get('Account')} as {identity.get('Arn')}, region {cfg.region}\n"
+            f"Preflight of {cfg.project}/{cfg.stack}: account "
+            f"{identity.get('Account')} as {identity.get('Arn')}, region {cfg.region}\n"
         )
         results = run_checks(cfg, session, f"Pulumi.{stack}.yaml")
     except NoCredentialsError:

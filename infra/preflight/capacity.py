@@ -76,7 +76,8 @@ def _check_windows(ctx: _Context) -> list[CheckResult]:
                     WARN,
                     f"capacity block window (GPU group {g.name})",
                     node_scaling.held_back_text(block),
-                    f"a change to {node_scaling.HELD_BACK_TEXT} of group {g.name} waits for the first `pulumi up` after "
+                    f"a change to {node_scaling.HELD_BACK_TEXT} of group {g.name} "
+                    "waits for the first `pulumi up` after "
                     f"{node_scaling.utc_text(block.end)}; the preview warns while it is held back",
                 )
             )
@@ -113,7 +114,8 @@ def _reservation_line(
                 FAIL,
                 check,
                 f"does not exist in {ctx.cfg.region} for this account",
-                f"check capacityReservationId of group {g.name} in {ctx.stack_file} (and that aws:region is the reservation's region)",
+                f"check capacityReservationId of group {g.name} in {ctx.stack_file} "
+                "(and that aws:region is the reservation's region)",
             )
         ]
     problems, fixes = [], []
@@ -129,7 +131,8 @@ def _reservation_line(
         how = "'auto' picked" if ctx.cfg.gpu_availability_zone == "auto" else "config sets"
         problems.append(f"it is in {az} but the GPU AZ is {ctx.gpu_az} ({how})")
         fixes.append(
-            f"set {stack_config.NAMESPACE}:gpuAvailabilityZone: {az} in {ctx.stack_file} or use a reservation in {ctx.gpu_az}"
+            f"set {stack_config.NAMESPACE}:gpuAvailabilityZone: {az} in "
+            f"{ctx.stack_file} or use a reservation in {ctx.gpu_az}"
         )
     if state in _DEAD_RESERVATION_STATES:
         problems.append(f"its state is {state}")
@@ -214,12 +217,14 @@ def _capacity_block_lines(
     warnings = []
     if count < g.max_size:
         problems.append(
-            f"it holds {count} instances but the group scales to maxSize {g.max_size} in its window: the launches beyond {count} fail"
+            f"it holds {count} instances but the group scales to maxSize {g.max_size} "
+            f"in its window: the launches beyond {count} fail"
         )
         fixes.append(f"set maxSize: {count} for group {g.name}")
     elif count > g.max_size:
         warnings.append(
-            f"it holds {count} instances and the group uses at most {g.max_size}: {count - g.max_size} paid for and left idle"
+            f"it holds {count} instances and the group uses at most {g.max_size}: "
+            f"{count - g.max_size} paid for and left idle"
         )
     window = g.capacity_block_window
     where = f"capacity.start: {_when(start)} and capacity.end: {_when(end)}"
@@ -227,11 +232,15 @@ def _capacity_block_lines(
         want_start, want_end = (_utc(w) for w in window)
         if (want_start, want_end) != (start, end):
             problems.append(
-                f"its window is {_when(start)} to {_when(end)}, the group's is {_when(want_start)} to {_when(want_end)}: the group would scale at the wrong times"
+                f"its window is {_when(start)} to {_when(end)}, the group's is {_when(want_start)} to "
+                f"{_when(want_end)}: the group would scale at the wrong times"
             )
             fixes.append(f"set {where} for group {g.name}")
     label = f"capacity block {block_id}" if block_id else "capacity block"
-    detail = f"{label} of {count} x {cr.get('InstanceType')} in {cr.get('AvailabilityZone')}, {source.get('State') or cr.get('State')}, {_when(start)} to {_when(end)}"
+    detail = (
+        f"{label} of {count} x {cr.get('InstanceType')} in {cr.get('AvailabilityZone')}, "
+        f"{source.get('State') or cr.get('State')}, {_when(start)} to {_when(end)}"
+    )
     if problems:
         return [CheckResult(FAIL, check, f"{detail}: " + "; ".join(problems), "; ".join(fixes))]
     if warnings:
@@ -248,7 +257,8 @@ def _capacity_block_lines(
             CheckResult(
                 PASS,
                 check,
-                f"{detail} (group maxSize {g.max_size}); the group is sized by hand: set {where} in {ctx.stack_file} and it follows the "
+                f"{detail} (group maxSize {g.max_size}); the group is sized by hand: set "
+                f"{where} in {ctx.stack_file} and it follows the "
                 f"window by itself ({g.max_size} nodes at the start, 0 {CAPACITY_BLOCK_DRAIN_TEXT} before the end)",
             )
         ]
@@ -265,8 +275,10 @@ def _money(fee: Any, currency: Any) -> str:
 
 def _offering_text(o: dict[str, Any]) -> str:
     return (
-        f"{o.get('CapacityBlockOfferingId')} in {o.get('AvailabilityZone')}: {o.get('InstanceCount')} x {o.get('InstanceType')}, "
-        f"{_when(_utc(o.get('StartDate')))} to {_when(_utc(o.get('EndDate')))} ({o.get('CapacityBlockDurationHours')} h), "
+        f"{o.get('CapacityBlockOfferingId')} in {o.get('AvailabilityZone')}: "
+        f"{o.get('InstanceCount')} x {o.get('InstanceType')}, "
+        f"{_when(_utc(o.get('StartDate')))} to {_when(_utc(o.get('EndDate')))} "
+        f"({o.get('CapacityBlockDurationHours')} h), "
         f"upfront {_money(o.get('UpfrontFee'), o.get('CurrencyCode'))}"
     )
 
@@ -348,17 +360,21 @@ def _offerings_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: st
             CheckResult(
                 FAIL,
                 check,
-                f"EC2 offers {asked} only in {', '.join(azs)}, not in the GPU AZ {ctx.gpu_az}: a block there cannot serve the group",
-                f"set {stack_config.NAMESPACE}:gpuAvailabilityZone to one of {', '.join(azs)} in {ctx.stack_file}, or try other dates",
+                f"EC2 offers {asked} only in {', '.join(azs)}, not in the GPU AZ "
+                f"{ctx.gpu_az}: a block there cannot serve the group",
+                f"set {stack_config.NAMESPACE}:gpuAvailabilityZone to one of "
+                f"{', '.join(azs)} in {ctx.stack_file}, or try other dates",
             )
         ]
     shown = "; ".join(_offering_text(x) for x in usable[:MAX_OFFERINGS_SHOWN])
     more = f" (and {len(usable) - MAX_OFFERINGS_SHOWN} more)" if len(usable) > MAX_OFFERINGS_SHOWN else ""
     first = usable[0]
     how = (
-        f"nothing is bought. To buy one with `pulumi up` (irreversible: the upfront fee is charged at once), set capacity.offering.offeringId: "
+        "nothing is bought. To buy one with `pulumi up` (irreversible: the upfront fee "
+        "is charged at once), set capacity.offering.offeringId: "
         f"{first.get('CapacityBlockOfferingId')}, capacity.start: {_when(_utc(first.get('StartDate')))}, capacity.end: "
-        f"{_when(_utc(first.get('EndDate')))} and capacity.offering.purchase: true for group {g.name} (or those of another offering)"
+        f"{_when(_utc(first.get('EndDate')))} and capacity.offering.purchase: true "
+        f"for group {g.name} (or those of another offering)"
     )
     return [CheckResult(PASS, check, f"{len(usable)} offering(s) in {ctx.gpu_az}: {shown}{more}; {how}")]
 
@@ -387,7 +403,8 @@ def _purchase_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: str
             CheckResult(
                 FAIL,
                 check,
-                f"EC2 does not offer {offering_id} (or no longer) for {g.max_size} x {g.instance_type} at the offering's duration and dates: "
+                f"EC2 does not offer {offering_id} (or no longer) for {g.max_size} x "
+                f"{g.instance_type} at the offering's duration and dates: "
                 "`pulumi up` would fail to buy it",
                 "run preflight with purchase: false to list the current offerings and choose another",
             )
@@ -396,7 +413,8 @@ def _purchase_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: str
     if ctx.gpu_az is not None and match.get("AvailabilityZone") != ctx.gpu_az:
         problems.append(f"it is in {match.get('AvailabilityZone')} but the GPU AZ is {ctx.gpu_az}")
         fixes.append(
-            f"set {stack_config.NAMESPACE}:gpuAvailabilityZone: {match.get('AvailabilityZone')} or choose an offering in {ctx.gpu_az}"
+            f"set {stack_config.NAMESPACE}:gpuAvailabilityZone: "
+            f"{match.get('AvailabilityZone')} or choose an offering in {ctx.gpu_az}"
         )
     window = g.capacity_block_window
     start, end = _utc(match.get("StartDate")), _utc(match.get("EndDate"))
@@ -409,7 +427,8 @@ def _purchase_line(ctx: _Context, g: stack_config.GpuNodeGroupConfig, check: str
         CheckResult(
             WARN,
             check,
-            f"`pulumi up` WILL BUY {_offering_text(match)}. The purchase is irreversible: the fee is charged at once and never refunded",
+            f"`pulumi up` WILL BUY {_offering_text(match)}. The purchase is "
+            "irreversible: the fee is charged at once and never refunded",
             "go ahead only if this is the block you mean to pay for; otherwise set purchase: false",
         )
     ]

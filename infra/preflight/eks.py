@@ -99,12 +99,16 @@ def support_window(
     if ends is not None and pinned is not None and ends != pinned:
         source += f"; facts/versions.py pins {pinned.isoformat()}: update it"
     left = (end - today).days
-    bump = f"set cluster.kubernetesVersion in {stack_file} to the next minor (one facts/versions.py supports) and `pulumi up`"
+    bump = (
+        f"set cluster.kubernetesVersion in {stack_file} to the next minor "
+        "(one facts/versions.py supports) and `pulumi up`"
+    )
     if left <= 0:
         return CheckResult(
             FAIL,
             check,
-            f"ended {end.isoformat()} ({source}): with the STANDARD upgrade policy EKS upgrades the control plane to the next minor, "
+            f"ended {end.isoformat()} ({source}): with the STANDARD upgrade policy "
+            "EKS upgrades the control plane to the next minor, "
             f"and `pulumi up` with {version} pinned would try to downgrade it",
             bump,
         )
@@ -112,7 +116,8 @@ def support_window(
         return CheckResult(
             WARN,
             check,
-            f"ends {end.isoformat()}, in {_n(left, 'day')} ({source}); then EKS upgrades the control plane itself and the next refreshed "
+            f"ends {end.isoformat()}, in {_n(left, 'day')} ({source}); then EKS "
+            "upgrades the control plane itself and the next refreshed "
             f"`pulumi up` would try to downgrade it",
             bump + " before then",
         )

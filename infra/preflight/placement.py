@@ -120,7 +120,8 @@ def _gpu_az_fix(ctx: _Context, deployed: list[DeployedGpuSubnet]) -> str:
         return f"set {az_key} to the AZ to keep ({' or '.join(kept)}) in {ctx.stack_file}"
     if cfg.gpu_availability_zone == "auto" and kept and candidates:
         return (
-            f"choose GPU types {kept[0]} offers, or move the GPU AZ on purpose: set {az_key} to one of {_list(candidates)} in {ctx.stack_file} "
+            f"choose GPU types {kept[0]} offers, or move the GPU AZ on purpose: set "
+            f"{az_key} to one of {_list(candidates)} in {ctx.stack_file} "
             "(that replaces the GPU node groups and FSx for Lustre)"
         )
     if cfg.gpu_availability_zone == "auto" or not candidates:
@@ -192,8 +193,10 @@ def _type_results(ctx: _Context) -> list[CheckResult]:
                 CheckResult(
                     FAIL,
                     check,
-                    f"offered in {_list(azs)} but not in subnet AZ {', '.join(missing)}: system nodes could not start there",
-                    f"set systemNodeGroup.instanceType in {ctx.stack_file} to a type offered in {', '.join(ctx.subnet_azs or [])}",
+                    f"offered in {_list(azs)} but not in subnet AZ "
+                    f"{', '.join(missing)}: system nodes could not start there",
+                    f"set systemNodeGroup.instanceType in {ctx.stack_file} to a type "
+                    f"offered in {', '.join(ctx.subnet_azs or [])}",
                 )
             )
             continue
@@ -226,7 +229,8 @@ def _check_efa(ctx: _Context) -> list[CheckResult]:
                 CheckResult(
                     FAIL,
                     check,
-                    f"EC2 reports no EFA support for {g.instance_type}; the group would wire {g.efa_interfaces} EFA interface(s)",
+                    f"EC2 reports no EFA support for {g.instance_type}; the group "
+                    f"would wire {g.efa_interfaces} EFA interface(s)",
                     f"set efa: false for group {g.name} in {ctx.stack_file}",
                 )
             )
@@ -235,7 +239,8 @@ def _check_efa(ctx: _Context) -> list[CheckResult]:
                 CheckResult(
                     FAIL,
                     check,
-                    f"the group wires {g.efa_interfaces} EFA interfaces (instance catalog) but EC2 reports at most {it.efa_interfaces} for {g.instance_type}",
+                    f"the group wires {g.efa_interfaces} EFA interfaces (instance catalog) but EC2 "
+                    f"reports at most {it.efa_interfaces} for {g.instance_type}",
                     "correct the instance catalog (facts/catalog.py) to what EC2 reports",
                 )
             )

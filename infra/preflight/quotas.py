@@ -80,7 +80,8 @@ def _check_quotas(ctx: _Context) -> list[CheckResult]:
                     CheckResult(
                         SKIP,
                         f"{capacity_type} vCPU quota for {family.upper()} instances",
-                        f"no Service Quotas code known for {family.upper()} instances; check it in the Service Quotas console",
+                        f"no Service Quotas code known for {family.upper()} instances; "
+                        "check it in the Service Quotas console",
                     )
                 )
                 continue
@@ -113,7 +114,8 @@ def _quota_line(
                 SKIP,
                 check,
                 f"the quota cannot be read here ({err}); {needed:g} vCPUs needed at maxSize ({parts}). Check it with: "
-                f"aws service-quotas get-service-quota --region {ctx.cfg.region} --service-code ec2 --quota-code {code}",
+                f"aws service-quotas get-service-quota --region {ctx.cfg.region} "
+                f"--service-code ec2 --quota-code {code}",
             )
         ]
     if value >= needed:
@@ -127,7 +129,8 @@ def _quota_line(
         CheckResult(
             FAIL,
             check,
-            f"{value:g} vCPUs ({source}) but {needed:g} are needed at maxSize ({parts}){note}: short by {short:g} vCPUs",
+            f"{value:g} vCPUs ({source}) but {needed:g} are needed at maxSize "
+            f"({parts}){note}: short by {short:g} vCPUs",
             f"request at least {needed:g} (aws service-quotas request-service-quota-increase --region {ctx.cfg.region} "
             f"--service-code ec2 --quota-code {code} --desired-value {needed:g}) or lower maxSize in {ctx.stack_file}",
         )
@@ -159,7 +162,8 @@ def _node_group_line(ctx: _Context, check: str) -> list[CheckResult]:
                 SKIP,
                 check,
                 f"the quota cannot be read here ({err}); the largest group has maxSize {largest}. Check it with: "
-                f"aws service-quotas get-service-quota --region {cfg.region} --service-code {service} --quota-code {code}",
+                f"aws service-quotas get-service-quota --region {cfg.region} "
+                f"--service-code {service} --quota-code {code}",
             )
         ]
     over = [f"{group}: maxSize {size}" for group, size in sizes if size > value]
@@ -172,7 +176,8 @@ def _node_group_line(ctx: _Context, check: str) -> list[CheckResult]:
             FAIL,
             check,
             f"{value:g} nodes ({source}) per node group, but {', '.join(over)}: EKS refuses the group",
-            f"request at least {largest} (aws service-quotas request-service-quota-increase --region {cfg.region} --service-code {service} "
+            f"request at least {largest} (aws service-quotas request-service-quota-increase --region "
+            f"{cfg.region} --service-code {service} "
             f"--quota-code {code} --desired-value {largest}) or lower maxSize in {ctx.stack_file}",
         )
     ]
@@ -231,7 +236,8 @@ def _check_sagemaker_quotas(ctx: _Context) -> list[CheckResult]:
                 CheckResult(
                     SKIP,
                     check,
-                    f"not listed by Service Quotas here; {count} instances needed ({parts}). Check it with: aws service-quotas list-service-quotas "
+                    f"not listed by Service Quotas here; {count} instances needed ({parts}). "
+                    "Check it with: aws service-quotas list-service-quotas "
                     f"--region {cfg.region} --service-code sagemaker --query \"Quotas[?QuotaName=='{name}']\"",
                 )
             )
@@ -248,8 +254,10 @@ def _check_sagemaker_quotas(ctx: _Context) -> list[CheckResult]:
                 CheckResult(
                     FAIL,
                     check,
-                    f"{value:g} ({source}) but the SageMaker jobs use {count} instances ({parts}): short by {count - value:g}",
-                    f"request at least {count} (aws service-quotas request-service-quota-increase --region {cfg.region} --service-code sagemaker "
+                    f"{value:g} ({source}) but the SageMaker jobs use {count} "
+                    f"instances ({parts}): short by {count - value:g}",
+                    f"request at least {count} (aws service-quotas request-service-quota-increase --region "
+                    f"{cfg.region} --service-code sagemaker "
                     f"--quota-code {code} --desired-value {count}) or lower the jobs' nodes in {ctx.stack_file}",
                 )
             )

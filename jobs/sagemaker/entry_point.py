@@ -80,25 +80,38 @@ def args_to_hyperparameters(args: Sequence[str]) -> dict[str, str] | str:
         name, eq, value = arg[2:].partition("=")
         if not eq:
             if i + 1 >= len(args) or args[i + 1].startswith("--"):
-                return f"{arg!r} has no value: SageMaker passes script arguments as --name value hyperparameters; give it one (e.g. {arg}=true)"
+                return (
+                    f"{arg!r} has no value: SageMaker passes script arguments as --name "
+                    f"value hyperparameters; give it one (e.g. {arg}=true)"
+                )
             value = args[i + 1]
             i += 2
         else:
             i += 1
         if len(name) < 2:
             # SageMaker's containers pass a one-letter hyperparameter back as -x, not --x.
-            return f"{arg!r} is not allowed with runtime 'sagemaker': hyperparameter names need two characters or more (SageMaker passes a one-letter name back as -{name})"
+            return (
+                f"{arg!r} is not allowed with runtime 'sagemaker': hyperparameter names need two "
+                f"characters or more (SageMaker passes a one-letter name back as -{name})"
+            )
         if name.startswith(RESERVED_HYPERPARAMETER_PREFIX) or name in RESERVED_HYPERPARAMETERS:
-            return f"{arg!r} is not allowed: hyperparameters starting with {RESERVED_HYPERPARAMETER_PREFIX!r}, {' and '.join(RESERVED_HYPERPARAMETERS)} are SageMaker's own"
+            return (
+                f"{arg!r} is not allowed: hyperparameters starting with {RESERVED_HYPERPARAMETER_PREFIX!r}, "
+                f"{' and '.join(RESERVED_HYPERPARAMETERS)} are SageMaker's own"
+            )
         if value.startswith("-") and not _NEGATIVE_NUMBER.match(value):
             return (
-                f"--{name} {value!r}: a value starting with '-' (other than a negative number) is not allowed with runtime 'sagemaker': "
+                f"--{name} {value!r}: a value starting with '-' (other than a negative "
+                "number) is not allowed with runtime 'sagemaker': "
                 "SageMaker passes it back as --name value, and the script's parser would read it as an option"
             )
         if name in out:
             return f"--{name} is given twice; a hyperparameter has one value"
         if len(name) > MAX_HYPERPARAMETER_KEY or len(json.dumps(value)) > MAX_HYPERPARAMETER_VALUE:
-            return f"--{name} is too long for a hyperparameter (names up to {MAX_HYPERPARAMETER_KEY} characters, values up to {MAX_HYPERPARAMETER_VALUE})"
+            return (
+                f"--{name} is too long for a hyperparameter (names up to "
+                f"{MAX_HYPERPARAMETER_KEY} characters, values up to {MAX_HYPERPARAMETER_VALUE})"
+            )
         out[name] = value
     if len(out) > MAX_HYPERPARAMETERS - STACK_HYPERPARAMETERS:
         return f"{len(out)} arguments are more than SageMaker's {MAX_HYPERPARAMETERS} hyperparameters leave room for"

@@ -21,11 +21,13 @@ class S3Input(SpecModel):
     s3_uri: str = Field(description="`s3://bucket/prefix` to read (every object whose key starts with the prefix)")
     mode: Literal["File", "FastFile", "Pipe"] = Field(
         "File",
-        description="`File` copies it before training starts, `FastFile` streams files on first read, `Pipe` streams through a FIFO",
+        description="`File` copies it before training starts, `FastFile` streams files "
+        "on first read, `Pipe` streams through a FIFO",
     )
     distribution: Literal["FullyReplicated", "ShardedByS3Key"] = Field(
         "FullyReplicated",
-        description="`FullyReplicated`: every instance gets all of it; `ShardedByS3Key`: each instance a share of the objects",
+        description="`FullyReplicated`: every instance gets all of it; "
+        "`ShardedByS3Key`: each instance a share of the objects",
     )
 
 
@@ -40,7 +42,8 @@ class SageMakerOptions(SpecModel):
     )
     source_dir: str | None = Field(
         None,
-        description="the code SageMaker puts in /opt/ml/code: an `s3://.../sourcedir.tar.gz`, or a directory in the image or on a volume (default: the entry script's directory)",
+        description="the code SageMaker puts in /opt/ml/code: an `s3://.../sourcedir.tar.gz`, or a directory "
+        "in the image or on a volume (default: the entry script's directory)",
     )
     entry_point: str | None = Field(
         None, description="the entry script's path inside sourceDir (default: the script in command/args)"
@@ -59,12 +62,14 @@ class SageMakerOptions(SpecModel):
     max_wait_seconds: int | None = Field(
         None,
         ge=1,
-        description="spot: how long to wait for capacity plus run, at least the max runtime (default: twice the max runtime, at most 28 days)",
+        description="spot: how long to wait for capacity plus run, at least the max runtime "
+        "(default: twice the max runtime, at most 28 days)",
     )
     volume_size_gib: int = Field(
         100,
         ge=1,
         le=16384,
         alias="volumeSizeGiB",
-        description="EBS storage per instance, GiB; on types with local NVMe (ml.p3dn, ml.p4d, ml.p5) SageMaker uses the NVMe instead, and refuses more than it holds",
+        description="EBS storage per instance, GiB; on types with local NVMe (ml.p3dn, ml.p4d, ml.p5) "
+        "SageMaker uses the NVMe instead, and refuses more than it holds",
     )

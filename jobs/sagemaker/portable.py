@@ -41,11 +41,13 @@ class PortableJob(GpuJob):
 
     runtime: Literal["eks", "sagemaker"] = Field(
         "eks",
-        description="`eks`: the kind's Kubernetes job on the cluster; `sagemaker`: a SageMaker training job in the stack's VPC",
+        description="`eks`: the kind's Kubernetes job on the cluster; `sagemaker`: a "
+        "SageMaker training job in the stack's VPC",
     )
     node_group: str | None = Field(  # type: ignore[assignment]
         None,
-        description="the GPU node group the job runs on (required with runtime eks; with sagemaker it picks the ml. type unless sagemaker.instanceType does)",
+        description="the GPU node group the job runs on (required with runtime eks; with sagemaker "
+        "it picks the ml. type unless sagemaker.instanceType does)",
     )
     sagemaker: SageMakerOptions | None = Field(
         None, description="SageMaker settings, read with runtime sagemaker (docs/jobs.md)"
@@ -83,7 +85,8 @@ class PortableJob(GpuJob):
                 problems.append(
                     Problem(
                         f"{k}.inputs",
-                        "S3 input channels are SageMaker's: with runtime 'eks' copy the data onto a volume (a data-stage job) and mount it, or use runtime 'sagemaker'",
+                        "S3 input channels are SageMaker's: with runtime 'eks' copy the data onto a volume "
+                        "(a data-stage job) and mount it, or use runtime 'sagemaker'",
                     )
                 )
             return
@@ -110,22 +113,26 @@ class PortableJob(GpuJob):
             problems.append(
                 Problem(
                     f"{key}.sagemaker.volumeSizeGiB",
-                    f"{self.sm.volume_size_gib} is more than the {nvme} GB of local NVMe storage of {instance.name}: SageMaker gives such a type "
-                    f"its NVMe storage instead of an EBS volume and refuses a larger size; use at most {nvme}, or leave volumeSizeGiB out",
+                    f"{self.sm.volume_size_gib} is more than the {nvme} GB of local NVMe "
+                    f"storage of {instance.name}: SageMaker gives such a type "
+                    "its NVMe storage instead of an EBS volume and refuses a larger size; "
+                    f"use at most {nvme}, or leave volumeSizeGiB out",
                 )
             )
         if self.efa is True and not instance.efa_supported:
             problems.append(
                 Problem(
                     f"{key}.efa",
-                    f"true is not allowed: {instance.name} has no EFA; use an EFA type ({', '.join(catalog.SAGEMAKER_EFA_TYPES)}) or drop efa",
+                    f"true is not allowed: {instance.name} has no EFA; use an EFA type "
+                    f"({', '.join(catalog.SAGEMAKER_EFA_TYPES)}) or drop efa",
                 )
             )
         elif self.efa is False and instance.efa_supported:
             problems.append(
                 Problem(
                     f"{key}.efa",
-                    f"false is not allowed with runtime 'sagemaker' on {instance.name}: SageMaker attaches EFA to it and its launchers turn it on; "
+                    f"false is not allowed with runtime 'sagemaker' on {instance.name}: "
+                    "SageMaker attaches EFA to it and its launchers turn it on; "
                     "drop efa, or pick a type without EFA with sagemaker.instanceType",
                 )
             )
@@ -151,7 +158,8 @@ class PortableJob(GpuJob):
             problems.append(
                 Problem(
                     f"{key}.nodeGroup",
-                    f"{spec_checks.fmt(self.node_group)} is not a GPU node group of this stack (known: {known}); with runtime 'sagemaker' set sagemaker.instanceType instead",
+                    f"{spec_checks.fmt(self.node_group)} is not a GPU node group of this stack (known: "
+                    f"{known}); with runtime 'sagemaker' set sagemaker.instanceType instead",
                 )
             )
             return None
@@ -160,7 +168,8 @@ class PortableJob(GpuJob):
             problems.append(
                 Problem(
                     f"{key}.sagemaker.instanceType",
-                    f"is required: node group {g.name!r} runs {g.instance.name}, which has no SageMaker training equivalent in the catalog",
+                    f"is required: node group {g.name!r} runs {g.instance.name}, which has "
+                    "no SageMaker training equivalent in the catalog",
                 )
             )
             return None
@@ -180,18 +189,21 @@ class PortableJob(GpuJob):
         if at is None:
             return Problem(
                 "command",
-                f"{spec_checks.fmt(line)} names no {'/'.join(self.SCRIPT_SUFFIXES)} entry script, which SageMaker needs as sagemaker_program",
+                f"{spec_checks.fmt(line)} names no {'/'.join(self.SCRIPT_SUFFIXES)} entry "
+                "script, which SageMaker needs as sagemaker_program",
             )
         launcher = tuple(line[:at])
         if not any(_launcher_matches(launcher, allowed) for allowed in self.LAUNCHERS):
             return Problem(
                 "command",
-                f"{spec_checks.fmt(list(launcher))} before the entry script is not what SageMaker runs for a {self.kind!r} job; use {self.LAUNCHER_TEXT}",
+                f"{spec_checks.fmt(list(launcher))} before the entry script is not what "
+                f"SageMaker runs for a {self.kind!r} job; use {self.LAUNCHER_TEXT}",
             )
         if line[at].endswith(".sh") and launcher:
             return Problem(
                 "command",
-                f"{spec_checks.fmt(list(launcher))} before the shell script {line[at]!r}: SageMaker runs a .sh entry script with /bin/sh, so give it alone",
+                f"{spec_checks.fmt(list(launcher))} before the shell script {line[at]!r}: "
+                "SageMaker runs a .sh entry script with /bin/sh, so give it alone",
             )
         hyper = args_to_hyperparameters(line[at + 1 :])
         if isinstance(hyper, str):

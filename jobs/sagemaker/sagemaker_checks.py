@@ -99,7 +99,8 @@ def _check_name(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{key}.name",
-                f"{spec_checks.fmt(job.name)} is too long for runtime 'sagemaker': the training job name adds {training_job_suffix(job.run)!r} "
+                f"{spec_checks.fmt(job.name)} is too long for runtime 'sagemaker': the "
+                f"training job name adds {training_job_suffix(job.run)!r} "
                 f"and SageMaker allows {TRAINING_JOB_NAME_MAX} characters; shorten it to at most {room}",
             )
         )
@@ -122,7 +123,8 @@ def _check_secret_env(job: SageMakerSpec, key: str, problems: list[Problem]) -> 
         problems.append(
             Problem(
                 f"{key}.secretEnv.{name}",
-                "Kubernetes Secrets do not reach SageMaker jobs: read the secret in the script (Secrets Manager) or use runtime 'eks'",
+                "Kubernetes Secrets do not reach SageMaker jobs: read the secret in "
+                "the script (Secrets Manager) or use runtime 'eks'",
             )
         )
 
@@ -146,7 +148,8 @@ def _check_deadline(job: SageMakerSpec, key: str, problems: list[Problem]) -> No
         problems.append(
             Problem(
                 f"{key}.activeDeadlineSeconds",
-                f"{job.active_deadline_seconds} is more than SageMaker's longest max runtime, {MAX_RUNTIME_LIMIT} (28 days)",
+                f"{job.active_deadline_seconds} is more than SageMaker's longest "
+                f"max runtime, {MAX_RUNTIME_LIMIT} (28 days)",
             )
         )
 
@@ -156,7 +159,8 @@ def _check_instance_type(sm: SageMakerOptions, k: str, problems: list[Problem]) 
         problems.append(
             Problem(
                 f"{k}.instanceType",
-                f"{spec_checks.fmt(sm.instance_type)} is not a SageMaker GPU training type of the catalog; use one of {', '.join(catalog.SAGEMAKER_TYPES)}",
+                f"{spec_checks.fmt(sm.instance_type)} is not a SageMaker GPU training type of the "
+                f"catalog; use one of {', '.join(catalog.SAGEMAKER_TYPES)}",
             )
         )
 
@@ -187,7 +191,8 @@ def _check_spot(job: SageMakerSpec, k: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{k}.spot",
-                "true needs checkpointS3Uri: a spot interruption restarts the job, which resumes from /opt/ml/checkpoints only if it is synced to S3",
+                "true needs checkpointS3Uri: a spot interruption restarts the job, which "
+                "resumes from /opt/ml/checkpoints only if it is synced to S3",
             )
         )
     if sm.max_wait_seconds is not None:
@@ -199,7 +204,8 @@ def _check_spot(job: SageMakerSpec, k: str, problems: list[Problem]) -> None:
             problems.append(
                 Problem(
                     f"{k}.maxWaitSeconds",
-                    f"{sm.max_wait_seconds} is less than the max runtime ({job.max_runtime_seconds} s); it must be at least that",
+                    f"{sm.max_wait_seconds} is less than the max runtime "
+                    f"({job.max_runtime_seconds} s); it must be at least that",
                 )
             )
         elif sm.max_wait_seconds > MAX_RUNTIME_LIMIT:
@@ -212,7 +218,8 @@ def _check_spot(job: SageMakerSpec, k: str, problems: list[Problem]) -> None:
 
 
 def _check_inputs(job: SageMakerSpec, k: str, problems: list[Problem]) -> None:
-    """The S3 inputs: channel names unique among them and the volumes, S3 URIs, and at most SageMaker's channel count."""
+    """The S3 inputs: channel names unique among them and the volumes, S3 URIs, and at most SageMaker's
+    channel count."""
     sm = job.sm
     channels: dict[str, str] = {v.name: f"volumes[{j}]" for j, v in enumerate(job.volumes)}
     for j, s3 in enumerate(sm.inputs):
@@ -238,8 +245,10 @@ def _check_inputs(job: SageMakerSpec, k: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{k}.inputs",
-                f"{len(sm.inputs)} S3 inputs and {len(job.volumes)} volumes make {len(job.volumes) + len(sm.inputs)} input channels; "
-                f"SageMaker takes at most {SAGEMAKER_INPUT_CHANNELS_MAX} (each volume is a channel too): read several prefixes through one channel's common prefix",
+                f"{len(sm.inputs)} S3 inputs and {len(job.volumes)} volumes make "
+                f"{len(job.volumes) + len(sm.inputs)} input channels; "
+                f"SageMaker takes at most {SAGEMAKER_INPUT_CHANNELS_MAX} (each volume is a channel "
+                "too): read several prefixes through one channel's common prefix",
             )
         )
 
@@ -250,7 +259,8 @@ def _check_environment(job: SageMakerSpec, key: str, problems: list[Problem]) ->
         problems.append(
             Problem(
                 f"{key}.env",
-                f"{len(job.env)} variables are too many for SageMaker: at most {MAX_ENVIRONMENT - len(EFA_ENV_NAMES)} besides the EFA settings",
+                f"{len(job.env)} variables are too many for SageMaker: at most "
+                f"{MAX_ENVIRONMENT - len(EFA_ENV_NAMES)} besides the EFA settings",
             )
         )
     for name, value in job.env.items():
@@ -258,7 +268,8 @@ def _check_environment(job: SageMakerSpec, key: str, problems: list[Problem]) ->
             problems.append(
                 Problem(
                     f"{key}.env.{name}",
-                    f"is {len(env_text(value))} characters long; SageMaker takes environment values up to {MAX_ENVIRONMENT_VALUE}",
+                    f"is {len(env_text(value))} characters long; SageMaker takes "
+                    f"environment values up to {MAX_ENVIRONMENT_VALUE}",
                 )
             )
 
@@ -277,7 +288,8 @@ def _check_entry(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
                 problems.append(
                     Problem(
                         f"{key}.sagemaker.sourceDir",
-                        f"{spec_checks.fmt(sm.source_dir)} is not a .tar.gz: SageMaker unpacks an S3 source directory from a gzipped tar",
+                        f"{spec_checks.fmt(sm.source_dir)} is not a .tar.gz: SageMaker "
+                        "unpacks an S3 source directory from a gzipped tar",
                     )
                 )
         elif not sm.source_dir.startswith("/") or ".." in sm.source_dir.split("/"):
@@ -302,7 +314,8 @@ def _check_entry(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{key}.sagemaker.entryPoint",
-                f"{spec_checks.fmt(sm.entry_point)} is not allowed: a {'/'.join(job.SCRIPT_SUFFIXES)} path relative to sourceDir",
+                f"{spec_checks.fmt(sm.entry_point)} is not allowed: a "
+                f"{'/'.join(job.SCRIPT_SUFFIXES)} path relative to sourceDir",
             )
         )
     elif (
@@ -315,7 +328,8 @@ def _check_entry(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{key}.sagemaker.sourceDir",
-                f"{spec_checks.fmt(sm.source_dir)} does not contain the entry script {entry.script!r}; set sagemaker.entryPoint",
+                f"{spec_checks.fmt(sm.source_dir)} does not contain the entry script "
+                f"{entry.script!r}; set sagemaker.entryPoint",
             )
         )
         return
@@ -330,8 +344,10 @@ def _check_entry(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{key}.sagemaker.sourceDir" if sm.source_dir else f"{key}.command",
-                f"the code directory would be {source}, the root of a volume: SageMaker's container copies the whole directory into "
-                "/opt/ml/code; keep the code in a directory of its own (e.g. /opt/ml/input/data/efs/code/<job>) or give sourceDir",
+                f"the code directory would be {source}, the root of a volume: "
+                "SageMaker's container copies the whole directory into "
+                "/opt/ml/code; keep the code in a directory of its own (e.g. "
+                "/opt/ml/input/data/efs/code/<job>) or give sourceDir",
             )
         )
         return
@@ -341,7 +357,8 @@ def _check_entry(job: SageMakerSpec, key: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{key}.{where}",
-                f"the entry script would be {program!r}, which SageMaker's container refuses: a relative path of letters, digits and "
+                f"the entry script would be {program!r}, which SageMaker's container "
+                "refuses: a relative path of letters, digits and "
                 "'._+-/', without '.' or '..' parts (name the script plainly, e.g. train.py or src/train.py)",
             )
         )
@@ -352,7 +369,8 @@ def _check_uri_length(uri: str, k: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 k,
-                f"{spec_checks.fmt(uri)} is {len(uri)} characters long; SageMaker takes S3 URIs of at most {SAGEMAKER_S3_URI_MAX}",
+                f"{spec_checks.fmt(uri)} is {len(uri)} characters long; SageMaker "
+                f"takes S3 URIs of at most {SAGEMAKER_S3_URI_MAX}",
             )
         )
 

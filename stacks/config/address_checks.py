@@ -28,7 +28,10 @@ def gpu_node_addresses(g: GpuNodeGroupConfig) -> tuple[int, str]:
     further = [s for s in layout if (s.card, s.device) != (0, 0)]
     ena = sum(1 for s in further if s.interface_type != EFA_ONLY)
     per_interface = addresses.INTERFACES[it.name][1]
-    how = f"{1 + addresses.VPC_CNI_WARM_ENI_TARGET} interfaces x {per_interface} addresses: the primary and the VPC CNI's warm one"
+    how = (
+        f"{1 + addresses.VPC_CNI_WARM_ENI_TARGET} interfaces x {per_interface} "
+        "addresses: the primary and the VPC CNI's warm one"
+    )
     if ena:
         how += f", and {ena} more interface(s) with an address each"
     if len(further) > ena:
@@ -80,17 +83,19 @@ def check_subnet_addresses(
     default = "" if "private_subnet_prefix" in n.model_fields_set else " (the default)"
     best = _smallest_prefix(need)
     fix = (
-        f"use privateSubnetPrefix {best} ({addresses.subnet_addresses(best):,} addresses; vpcCidr must hold {n.availability_zone_count + 1} "
+        f"use privateSubnetPrefix {best} ({addresses.subnet_addresses(best):,} "
+        f"addresses; vpcCidr must hold {n.availability_zone_count + 1} "
         "such blocks) or lower maxSize"
         if best is not None
-        else f"no prefix the stack takes holds that much (/{_PREFIXES[0]}: {addresses.subnet_addresses(_PREFIXES[0]):,}): lower maxSize"
+        else f"no prefix the stack takes holds that much (/{_PREFIXES[0]}: "
+        f"{addresses.subnet_addresses(_PREFIXES[0]):,}): lower maxSize"
     )
     problems.append(
         Problem(
             f"{NAMESPACE}:network.privateSubnetPrefix",
-            f"{n.private_subnet_prefix}{default} gives each private subnet {have:,} addresses (2^{32 - n.private_subnet_prefix} = {2 ** (32 - n.private_subnet_prefix):,} minus the "
-            f"{addresses.SUBNET_RESERVED} AWS reserves), but the GPU AZ's subnet needs {need:,} with every group at maxSize: "
-            + " + ".join(p[1] for p in parts)
-            + f"; {fix}",
+            f"{n.private_subnet_prefix}{default} gives each private subnet {have:,} addresses "
+            f"(2^{32 - n.private_subnet_prefix} = {2 ** (32 - n.private_subnet_prefix):,} minus the "
+            f"{addresses.SUBNET_RESERVED} AWS reserves), but the GPU AZ's subnet "
+            f"needs {need:,} with every group at maxSize: " + " + ".join(p[1] for p in parts) + f"; {fix}",
         )
     )

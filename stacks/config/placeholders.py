@@ -25,7 +25,8 @@ def placeholders(cfg: StackConfig) -> list[Problem]:
                 found.append(
                     Problem(
                         f"{NAMESPACE}:cluster.endpointPublicAccessCidrs[{i}]",
-                        f"{cidr!r} is in {block}, a range reserved for documentation (RFC 5737) that no client has: with it nobody "
+                        f"{cidr!r} is in {block}, a range reserved for documentation (RFC "
+                        "5737) that no client has: with it nobody "
                         "reaches the public endpoint; put the public CIDR of your network or CI runners there",
                     )
                 )
@@ -35,8 +36,10 @@ def placeholders(cfg: StackConfig) -> list[Problem]:
             found.append(
                 Problem(
                     f"{NAMESPACE}:cluster.adminPrincipals[{i}]",
-                    f"{arn!r} is in {account}, the example account of AWS's documentation, not yours: its access entry would make "
-                    "nobody of yours an admin; put the ARN of your own admin role there (aws sts get-caller-identity shows your account)",
+                    f"{arn!r} is in {account}, the example account of AWS's "
+                    "documentation, not yours: its access entry would make "
+                    "nobody of yours an admin; put the ARN of your own admin role there "
+                    "(aws sts get-caller-identity shows your account)",
                 )
             )
     for i, team in enumerate(cfg.queues.teams):
@@ -45,8 +48,10 @@ def placeholders(cfg: StackConfig) -> list[Problem]:
             found.append(
                 Problem(
                     f"{NAMESPACE}:queues.teams[{i}].roleArn",
-                    f"{team.role_arn!r} is in {account}, the example account of AWS's documentation, not yours: its access entry would "
-                    f"let nobody of yours submit jobs to team {team.name!r}; put the ARN of the team's own IAM role there",
+                    f"{team.role_arn!r} is in {account}, the example account of AWS's "
+                    "documentation, not yours: its access entry would "
+                    f"let nobody of yours submit jobs to team {team.name!r}; put "
+                    "the ARN of the team's own IAM role there",
                 )
             )
     for i, job in enumerate(cfg.jobs):
@@ -55,7 +60,8 @@ def placeholders(cfg: StackConfig) -> list[Problem]:
             found.append(
                 Problem(
                     f"{NAMESPACE}:jobs[{i}].image",
-                    f"{job.image!r} is in the ECR registry of {account}, the example account of AWS's documentation: no image can be "
+                    f"{job.image!r} is in the ECR registry of {account}, the example "
+                    "account of AWS's documentation: no image can be "
                     "pulled from it; push the image to your own registry and name it there",
                 )
             )

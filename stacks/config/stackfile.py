@@ -102,8 +102,10 @@ def _merged_when_read_again(value: dict[str, Any], path: KeyPath) -> dict[str, A
     if not isinstance(merged, (dict, list)) or not all(isinstance(source, dict) for source in sources):
         raise _ReadAgainError(
             (*path, "<<"),
-            "the key '<<' is a merge key when the Pulumi CLI reads the stack file again (yaml.v3 writes it back unquoted), "
-            'and then its value must be a map or a list of maps (the CLI stops with "map merge requires map or sequence of '
+            "the key '<<' is a merge key when the Pulumi CLI reads the stack "
+            "file again (yaml.v3 writes it back unquoted), "
+            "and then its value must be a map or a list of maps (the CLI stops "
+            'with "map merge requires map or sequence of '
             'maps as the value"); rename the key',
         )
     out = {k: v for k, v in value.items() if k != "<<"}
@@ -221,7 +223,8 @@ def _config_problem(found: Found) -> str:
         return too_deep_message()
     if found.kind == "nonfinite":
         return (
-            f"{found.message}, which Pulumi cannot hand to a program: its CLI writes config values as JSON and stops with "
+            f"{found.message}, which Pulumi cannot hand to a program: its CLI "
+            "writes config values as JSON and stops with "
             '"json: unsupported value"; write a number, or quote it for text'
         )
     return found.message
@@ -270,14 +273,16 @@ def _stack_values(project: str, data: str | bytes, file_name: str) -> tuple[Any,
             problems.append(
                 Problem(
                     raw,
-                    "is not a config key: Pulumi takes `<namespace>:<name>`, or a name of this project without a namespace",
+                    "is not a config key: Pulumi takes `<namespace>:<name>`, or a "
+                    "name of this project without a namespace",
                 )
             )
         elif full in written:
             problems.append(
                 Problem(
                     full,
-                    f"is set twice in {file_name}, as {written[full]!r} and {raw!r}, and Pulumi would take either; keep one",
+                    f"is set twice in {file_name}, as {written[full]!r} and {raw!r}, "
+                    "and Pulumi would take either; keep one",
                 )
             )
         else:

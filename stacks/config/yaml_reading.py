@@ -30,7 +30,8 @@ _TAG = "tag:yaml.org,2002:"
 # yaml.v3 resolve.go allowedTimestampFormats as Go's time.Parse reads them: a date, then a time after
 # T or t with a zone (Z or +hh:mm), or after a space with none; a fraction after '.' or ','.
 _TIMESTAMP = re.compile(
-    r"([0-9]{4})-([0-9]{1,2})-([0-9]{1,2})(?:([Tt ])([0-9]{1,2}):([0-9]{1,2}):([0-9]{1,2})(?:[.,]([0-9]+))?(Z|[-+][0-9]{2}:[0-9]{2})?)?"
+    r"([0-9]{4})-([0-9]{1,2})-([0-9]{1,2})(?:([Tt "
+    r"])([0-9]{1,2}):([0-9]{1,2}):([0-9]{1,2})(?:[.,]([0-9]+))?(Z|[-+][0-9]{2}:[0-9]{2})?)?"
 )
 
 
@@ -184,9 +185,15 @@ class _Composer(Composer):
             target is None or target.end_mark is None
         ):  # no anchor, or one still open: the alias is inside it
             name, line = event.anchor, event.start_mark.line + 1
-            why = f"is inside its own anchor &{name}, so its value would contain itself (the Pulumi CLI stops with \"anchor '{name}' value contains itself\")"
+            why = (
+                f"is inside its own anchor &{name}, so its value would contain itself (the Pulumi "
+                f"CLI stops with \"anchor '{name}' value contains itself\")"
+            )
             if target is None:
-                why = f"has no anchor &{name} before it (the Pulumi CLI stops with \"unknown anchor '{name}' referenced\")"
+                why = (
+                    f"has no anchor &{name} before it (the Pulumi CLI stops with "
+                    f"\"unknown anchor '{name}' referenced\")"
+                )
             raise _Refused(self.path(), f"the alias *{name} (line {line}) {why}")
         self.count(1, 0, event.start_mark.line + 1)
         self.below.append([0, 0])
@@ -213,8 +220,10 @@ class _Composer(Composer):
         if self.aliased > 100 and self.decoded > 1000 and self.aliased / self.decoded > ratio:
             raise _Refused(
                 self.path()[:2],  # (in a stack file, the config key)
-                f"YAML aliases expand to too much: {self.aliased} of the first {self.decoded} values read come from aliases (line {line}), "
-                f"more than the {ratio:.0%} the Pulumi CLI's YAML reader allows, and it stops with \"document contains excessive "
+                f"YAML aliases expand to too much: {self.aliased} of the first "
+                f"{self.decoded} values read come from aliases (line {line}), "
+                f"more than the {ratio:.0%} the Pulumi CLI's YAML reader allows, and "
+                'it stops with "document contains excessive '
                 'aliasing"; write the values out or nest fewer aliases',
             )
 
@@ -256,7 +265,8 @@ class _Composer(Composer):
                 if not all(isinstance(source, MappingNode) for source in sources):
                     raise _Refused(
                         path,
-                        f"a merge key `<<` (line {line}) takes a map, an alias of a map, or a list of those (the Pulumi CLI stops with "
+                        f"a merge key `<<` (line {line}) takes a map, an alias of a map, or "
+                        "a list of those (the Pulumi CLI stops with "
                         '"map merge requires map or sequence of maps as the value")',
                     )
             elif not isinstance(key, str):
@@ -266,7 +276,8 @@ class _Composer(Composer):
                 self.found.append(
                     Found(
                         (*path, key_node.value),
-                        f"the key {fmt(key_node.value)} (line {line}) is {what} in YAML, and Pulumi takes only text keys (its CLI stops "
+                        f"the key {fmt(key_node.value)} (line {line}) is {what} in YAML, and "
+                        "Pulumi takes only text keys (its CLI stops "
                         f'with "expected only string keys"): quote it, "{key_node.value}"',
                     )
                 )

@@ -88,7 +88,8 @@ def _container(spec: Mapping[str, Any], name: str, init: bool = False) -> dict[s
     containers = spec.get("initContainers" if init else "containers") or []
     found = [c for c in containers if c.get("name") == name]
     assert found, (
-        f"the etcd StatefulSet has no {'init ' if init else ''}container {name!r}: {[c.get('name') for c in containers]}"
+        f"the etcd StatefulSet has no {'init ' if init else ''}container "
+        f"{name!r}: {[c.get('name') for c in containers]}"
     )
     return found[0]
 
@@ -229,7 +230,8 @@ class LocalEtcd:
             if "configMap" in volume:
                 cm = self.config_maps.get(volume["configMap"]["name"])
                 assert cm is not None, (
-                    f"the plan has no ConfigMap {volume['configMap']['name']!r} in {self.namespace} for volume {mount['name']}"
+                    f"the plan has no ConfigMap {volume['configMap']['name']!r} in "
+                    f"{self.namespace} for volume {mount['name']}"
                 )
                 for key, text in (cm.get("data") or {}).items():
                     (local / key).write_text(text)
@@ -317,7 +319,8 @@ class LocalEtcd:
         if c.failures >= int(probe.get("failureThreshold", 3)):
             with c.log.open("ab") as out:
                 out.write(
-                    f"--- kubelet: {'liveness' if c.started else 'startup'} probe failed {c.failures} times: stopping {c.name}\n".encode()
+                    f"--- kubelet: {'liveness' if c.started else 'startup'} probe "
+                    f"failed {c.failures} times: stopping {c.name}\n".encode()
                 )
             _stop(c.process)
 

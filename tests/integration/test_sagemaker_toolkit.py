@@ -118,17 +118,20 @@ def toolkit_root() -> Path:
     if not (root / "src" / "sagemaker_training" / "environment.py").is_file():
         if override:
             pytest.fail(
-                f"{SOURCE_VAR}={override!r} is not an unpacked {TOOLKIT_PACKAGE} sdist (no src/sagemaker_training/environment.py)"
+                f"{SOURCE_VAR}={override!r} is not an unpacked {TOOLKIT_PACKAGE} "
+                "sdist (no src/sagemaker_training/environment.py)"
             )
         pytest.skip(
-            f"{TOOLKIT_PACKAGE} {TOOLKIT_VERSION} source is not at {root}: run `bash scripts/test_integration.sh`, which downloads and unpacks it "
+            f"{TOOLKIT_PACKAGE} {TOOLKIT_VERSION} source is not at {root}: run `bash "
+            "scripts/test_integration.sh`, which downloads and unpacks it "
             f"(or set {SOURCE_VAR} to an unpacked sdist)"
         )
     info = (root / "PKG-INFO").read_text(errors="replace")
     version = re.search(r"^Version: (\S+)$", info, re.MULTILINE)
     if version is None or version.group(1) != TOOLKIT_VERSION:
         pytest.fail(
-            f"{root} is {TOOLKIT_PACKAGE} {version.group(1) if version else '?'}, this test is written against {TOOLKIT_VERSION}"
+            f"{root} is {TOOLKIT_PACKAGE} {version.group(1) if version else '?'}, "
+            f"this test is written against {TOOLKIT_VERSION}"
         )
     return root
 
