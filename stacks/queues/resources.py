@@ -140,6 +140,7 @@ class Flavor:
         return {r: self.nodes * self.per_node[r] for r in RESOURCES}
 
     sizing: str  # how the group comes to hold ``nodes`` (``GroupSupply.text``)
+    first_nodes: int = 0  # the nodes the group starts with (``desiredSize``): fewer when the autoscaler adds them
 
 
 @dataclass(frozen=True)
@@ -185,4 +186,5 @@ def flavor_of(g: Any, autoscaling_enabled: bool, services: NodeServices) -> Flav
         node_labels=labels,
         tolerations=[dict(GPU_TOLERATION)] + [toleration(t.model_dump(by_alias=True)) for t in g.taints],
         sizing=supply.text,
+        first_nodes=g.desired_size,
     )
