@@ -24,7 +24,7 @@ import yaml
 from components import node_scaling, operators
 from facts import catalog, versions
 from facts.paths import PROJECT_ROOT
-from infra import critical_path, invariants, offline, plan_cache, releases
+from infra import critical_path, invariants, offline, plan_cache, releases, teardown
 from infra.plan_text import json_text, manifests_yaml
 from stacks import config as stack_config
 from stacks import cost, queues
@@ -172,6 +172,7 @@ def summary(
     lines.append(critical_path.describe(critical_path.estimate(result.records)).rstrip("\n"))
     lines.append("")
     lines.append(cost.describe(cost.estimate(cfg)).rstrip("\n"))
+    lines.append(teardown.describe(result.records).rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 

@@ -219,7 +219,7 @@ def _intended(a: Admission, f: Flavor, admitted: Sequence[Admission]) -> list[st
     nodes are still to come from the autoscaler."""
     d = a.demand
     if not a.at_once:
-        ahead = [x.demand.job for x in admitted if x.demand.queue == d.queue and x.demand.flavor == d.flavor]
+        ahead = [x.demand.job for x in admitted if x.demand.flavor == d.flavor]  # its queue's or the cohort's
         after = f"after {', '.join(ahead)} finish{'es' if len(ahead) == 1 else ''}" if ahead else "once quota is free"
         return [f"intended: Kueue holds it and admits it {after} (alone it fits the queue)"]
     per_node = f.per_node.get(GPU, 0)
