@@ -7,12 +7,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+import pytest
 import yaml
 
 from infra.releases import RELEASE
 from stacks import queues
+from stacks.config.stackfile import read_stack_config
 from stacks.queues.resources import GPU
-from tests.helpers import cfg_of, dev_values, minimal_values, nccl_job
+from tests.helpers import ROOT, cfg_of, dev_values, minimal_values, nccl_job
 
 RELEASE_LINE = re.compile(r"^  Helm release (\S+) installs (\d+): (.*)$")
 
@@ -85,3 +87,62 @@ def test_a_fixed_group_with_its_nodes_running_has_no_such_line():
     assert plan is not None
     text = queues.describe(plan, "v")
     assert "admitted at once" in text and "intended:" not in text
+
+
+def test_the_teardown_lines_name_what_the_plan_protects_and_retains(prod_plan, dev_plan):
+    from infra import teardown
+
+    text = teardown.describe(prod_plan.records)
+    custom = [r for r in prod_plan.records if r.custom]
+    protected = [r.name for r in custom if r.options.get("protect")]
+    retained = [r.name for r in custom if r.options.get("retainOnDelete")]
+    refused = [r.name for r in prod_plan.records if r.inputs.get("deletionProtection") is True]
+    assert protected and retained and refused, "prod protects its data stores, keeps the FSx key, and EKS refuses"
+    lines = {line.split(" (", 1)[0].strip(): line for line in text.splitlines()[1:]}
+    for kind, names in (("protected", protected), ("deletion protection on at AWS", refused), ("retained", retained)):
+        assert [n.split(" (")[0] for n in lines[kind].split("): ", 1)[1].split(", ")] == names, lines[kind]
+    kept = len(set(protected) | set(retained) | {n for n in refused if n in {r.name for r in custom}})
+    assert text.startswith(f"Tear-down (`pulumi destroy`): deletes {len(custom) - kept} cloud/Kubernetes resources")
+    dev_custom = sum(1 for r in dev_plan.records if r.custom)
+    assert teardown.describe(dev_plan.records) == (
+        f"Tear-down (`pulumi destroy`): deletes all {dev_custom} cloud/Kubernetes resources; none protected or retained\n"
+    )
+
+
+def test_plan_help_and_the_readme_name_every_file_the_plan_writes(dev_plan_command, capsys):
+    from infra.__main__ import main
+
+    written = sorted(p.name for p in dev_plan_command.out.iterdir())
+    assert len(written) == 5
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "five files" in help_text and all(name in help_text for name in written)
+    quick_start = ROOT.joinpath("README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "five files" in quick_start and all(
+        f"`{name}`" in quick_start or f"/{name}`" in quick_start for name in written
+    )
+
+
+def test_the_readme_environment_table_gives_each_group_its_capacity_type():
+    text = ROOT.joinpath("README.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| GPU groups |"))
+    cells = [c.strip() for c in row.strip("|").split("|")][1:]
+    for cell, stack in zip(cells, ("dev", "prod"), strict=True):
+        cfg = cfg_of(read_stack_config(stack, ROOT)[1], stack)
+        for g in cfg.gpu_node_groups:
+            assert re.search(rf"\b{g.name} \({re.escape(g.capacity_type)}\b", cell), (
+                stack,
+                g.name,
+                g.capacity_type,
+                cell,
+            )
+
+
+def test_the_queue_table_in_the_job_reference_is_the_dev_plans(dev_plan_command):
+    text = (ROOT / "docs" / "jobs.md").read_text()
+    start = text.index("    Queues (Kueue")
+    block = [line[4:] for line in text[start:].split("\n\n", 1)[0].splitlines()]
+    printed = dev_plan_command.stdout.splitlines()
+    at = printed.index(block[0])
+    assert printed[at : at + len(block)] == block
