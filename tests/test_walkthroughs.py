@@ -17,6 +17,7 @@ The blocks, in the order they appear under each ``## `` heading:
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -158,7 +159,16 @@ def plan_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("walkthrough-plan-cache")
 
 
+def set_up() -> None:
+    """The walkthroughs call scripts/plan.sh, whose set-up must have nothing to do (no pip from a test)."""
+    want = hashlib.sha256((ROOT / "requirements.txt").read_bytes() + (ROOT / "requirements-dev.txt").read_bytes())
+    stamp = ROOT / ".venv" / ".requirements.sha256"
+    assert stamp.exists() and stamp.read_text().strip() == want.hexdigest(), "run: bash scripts/bootstrap.sh"
+    assert all((ROOT / ".tools" / "bin" / tool).exists() for tool in ("helm", "kubectl")), "run: bash scripts/plan.sh"
+
+
 def walk(title: str, tmp_path: Path, cache: Path) -> None:
+    set_up()
     steps = sections(DOC.read_text())
     proj, home = project_copy(tmp_path), tmp_path / "home"
     home.mkdir()
