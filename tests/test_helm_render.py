@@ -168,7 +168,10 @@ def test_a_tampered_chart_is_refused(tmp_path):
 def test_the_plan_command_writes_what_the_releases_install(dev_plan_command):
     assert dev_plan_command.code == 0
     out = dev_plan_command.stdout
-    assert "Helm release nvidia-device-plugin installs" in out and "DaemonSet/aws-efa-k8s-device-plugin" in out
+    assert (
+        "Helm release nvidia-device-plugin installs" in out
+        and "aws-efa-k8s-device-plugin installs 1: 1 DaemonSet" in out
+    )
     import yaml
 
     docs = list(

@@ -562,6 +562,12 @@ def test_the_support_window_is_checked_from_the_pin_when_eks_does_not_answer(ses
 # ---------------------------------------------------------------------------------------------
 
 
+def preflight_cfg(stack: str):
+    from infra.plan import load_config
+
+    return load_config(stack, ROOT)
+
+
 def _project(tmp_path: Path, stack: str, change: Callable[[dict], None] | None = None, text: str | None = None) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
@@ -577,10 +583,10 @@ def test_cli_exit_0_for_dev(aws, capsys, monkeypatch):
     assert main(["preflight", "--stack", "dev"]) == 0
     out = capsys.readouterr().out
     # The region is the stack's (us-west-2), not AWS_DEFAULT_REGION (eu-central-1).
-    assert (
-        out.splitlines()[0]
-        == "Preflight of gpu-training/dev: account 123456789012 as arn:aws:sts::123456789012:user/moto, region us-west-2"
-    )
+    lines = out.splitlines()
+    assert lines[0] == "Preflight of gpu-training/dev, region us-west-2"
+    assert lines[1].startswith("PASS  placeholders from the examples")  # before any AWS call
+    assert lines[2] == "AWS account 123456789012 as arn:aws:sts::123456789012:user/moto"
     assert "PASS  GPU AZ: 'auto' picked us-west-2b" in out
     assert "FAIL" not in out
     assert out.splitlines()[-1].startswith("Ready:")
@@ -619,7 +625,25 @@ def test_cli_without_credentials_exits_1_with_one_line(monkeypatch, tmp_path, ca
     assert main(["preflight", "--stack", "dev"]) == 1
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1 and captured.err.startswith("error: no AWS credentials found")
-    assert "Traceback" not in captured.err and captured.out == ""
+    assert "Traceback" not in captured.err
+    assert captured.out.splitlines()[1:] == [
+        "PASS  placeholders from the examples: none (no documentation CIDR, no example account)"
+    ]
+
+
+def test_cli_without_credentials_still_reports_the_placeholders_first(monkeypatch, tmp_path, capsys):
+    """Prod's example values are found before any AWS call, so a newcomer without an account sees them."""
+    from stacks.config.placeholders import placeholders
+
+    clean_aws_env(monkeypatch, tmp_path)
+    expected = placeholders(preflight_cfg("prod"))
+    assert expected, "prod carries the examples' placeholders"
+    assert main(["preflight", "--stack", "prod"]) == 1
+    captured = capsys.readouterr()
+    fails = [line for line in captured.out.splitlines() if line.startswith("FAIL  placeholders from the examples")]
+    assert [p.key for p in expected] == [p.key for p in expected if any(p.key in line for line in fails)]
+    assert len(fails) == len(expected)
+    assert f"({len(expected)} checks above failed already)" in captured.err and "Traceback" not in captured.err
 
 
 # ---------------------------------------------------------------------------------------------

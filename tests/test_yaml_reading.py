@@ -3,7 +3,7 @@ hands it (stacks/config/yaml_reading.py: ruamel.yaml set to read as the CLI's ya
 stacks/config/stackfile.py: what the CLI does with the file then).
 
 ``RULES`` is the table: a config value as written in a stack file, and what the program gets for it
-or the refusal, naming the key. The README's rules ("Configuration reference") are rows, and so are
+or the refusal, naming the key. The rules of docs/config.md ("How stack files are read") are rows, and so are
 the cases of yaml.v3's own tests. Where plain ruamel.yaml reads a row otherwise, the row says what
 ruamel reads and ``test_where_plain_ruamel_reads_otherwise`` checks that it still does: those are
 the reader's adjustments, each named by the behaviour it follows.
@@ -74,14 +74,14 @@ ALIAS_BOMB = "".join(
 )
 
 RULES = [
-    # The README: `yes`, `no`, `on`, `off` and `22:30` are text, only true/false are booleans ...
-    Rule("yes", "yes", "README; resolve.go:52-53, the resolveMap (YAML 1.2)"),
-    Rule("no", "no", "README"),
-    Rule("on", "on", "README"),
-    Rule("off", "off", "README"),
-    Rule("22:30", "22:30", "README; resolve.go:165 (base 60 dropped in YAML 1.2)"),
-    Rule("true", "true", "README; MarshalString writes a boolean's JSON"),
-    Rule("false", "false", "README"),
+    # docs/config.md: `yes`, `no`, `on`, `off` and `22:30` are text, only true/false are booleans ...
+    Rule("yes", "yes", "docs/config.md; resolve.go:52-53, the resolveMap (YAML 1.2)"),
+    Rule("no", "no", "docs/config.md"),
+    Rule("on", "on", "docs/config.md"),
+    Rule("off", "off", "docs/config.md"),
+    Rule("22:30", "22:30", "docs/config.md; resolve.go:165 (base 60 dropped in YAML 1.2)"),
+    Rule("true", "true", "docs/config.md; MarshalString writes a boolean's JSON"),
+    Rule("false", "false", "docs/config.md"),
     Rule("True", "true", "decode_test.go:121"),
     Rule("FALSE", "false", "decode_test.go:130"),
     Rule("Yes", "Yes", "resolve.go:52-53"),
@@ -92,15 +92,15 @@ RULES = [
     Rule(
         "0755",
         "493",
-        "README; resolve.go:192, Go's strconv.ParseInt with base 0 (yaml.v3 keeps YAML 1.1's octal)",
+        "docs/config.md; resolve.go:192, Go's strconv.ParseInt with base 0 (yaml.v3 keeps YAML 1.1's octal)",
         ruamel=755,
     ),
-    Rule("0o755", "493", "README; resolve.go:192"),
-    Rule("0x1F", "31", "README; resolve.go:192"),
+    Rule("0o755", "493", "docs/config.md; resolve.go:192"),
+    Rule("0x1F", "31", "docs/config.md; resolve.go:192"),
     Rule("0X1F", "31", "resolve.go:192: Go takes the prefix in either case", ruamel="0X1F"),
-    Rule("1_000", "1000", "README; resolve.go:191 (every _ removed first)"),
-    Rule("1e3", "1000", "README; resolve.go:204, a float, read again as the int 1000"),
-    Rule("'0755'", "0755", "README: quote a value meant as text"),
+    Rule("1_000", "1000", "docs/config.md; resolve.go:191 (every _ removed first)"),
+    Rule("1e3", "1000", "docs/config.md; resolve.go:204, a float, read again as the int 1000"),
+    Rule("'0755'", "0755", "docs/config.md: quote a value meant as text"),
     Rule("10", "10", "decode_test.go:56"),
     Rule("0b10", "2", "decode_test.go:59"),
     Rule("0xA", "10", "decode_test.go:62"),
@@ -138,13 +138,13 @@ RULES = [
     Rule("0x", "0x", "resolve.go:264"),
     Rule("p4d.24xlarge", "p4d.24xlarge", "resolve.go:264"),
     # Nothing: "" (the CLI warns "No value for configuration key"); a key without a value means the section's defaults.
-    Rule("", "", "README; decode_test.go:190"),
+    Rule("", "", "docs/config.md; decode_test.go:190"),
     Rule("~", "", "decode_test.go:193"),
     Rule("null", "", "decode_test.go:196"),
     Rule("''", "", "a quoted empty text"),
     Rule("nULL", "nULL", "resolve.go:54, the resolveMap"),
     # Merge keys work; `<<` is one only where a key is.
-    Rule("{<<: {a: 1, b: 1}, b: 2}", {"a": 1, "b": 2}, "README; decode.go merge: keys written in the map win"),
+    Rule("{<<: {a: 1, b: 1}, b: 2}", {"a": 1, "b": 2}, "docs/config.md; decode.go merge: keys written in the map win"),
     Rule("<<", "<<", "resolve.go:59; decode.go isMerge: a merge key only where a key is", ruamel=ConstructorError),
     Rule("'<<'", "<<", "quoted: text"),
     Rule(
@@ -168,7 +168,7 @@ RULES = [
     Rule(
         "{a: 1, a: 2}",
         Refused("project:x.a", "the key 'a' is written twice in one map (lines 2 and 2); keep one"),
-        "README; decode.go d.uniqueKeys",
+        "docs/config.md; decode.go d.uniqueKeys",
     ),
     Rule(
         "{a: 1, 'a': 2}", Refused("project:x.a", "written twice"), "decode.go: keys compared as written, not as values"
@@ -176,7 +176,7 @@ RULES = [
     Rule(
         "&x {a: *x}",
         Refused("project:x.a", "the alias *x (line 2) is inside its own anchor &x"),
-        "README; decode.go d.alias",
+        "docs/config.md; decode.go d.alias",
         ruamel=dict,
     ),
     Rule("&x [*x]", Refused("project:x[0]", "anchor 'x' value contains itself"), "decode.go d.alias", ruamel=list),
@@ -188,13 +188,13 @@ RULES = [
     Rule(
         ALIAS_BOMB,
         Refused("project:x", "document contains excessive aliasing"),
-        "README; decode_test.go:953, decode.go allowedAliasRatio",
+        "docs/config.md; decode_test.go:953, decode.go allowedAliasRatio",
         ruamel=dict,
     ),
     Rule(
         "{1: a}",
         Refused("project:x.1", "is a number in YAML, and Pulumi takes only text keys"),
-        "README; loaders.go SimplifyMarshalledProject",
+        "docs/config.md; loaders.go SimplifyMarshalledProject",
         ruamel=dict,
     ),
     Rule("{~: a}", Refused("project:x.~", "is null in YAML"), "loaders.go SimplifyMarshalledProject", ruamel=dict),
@@ -210,7 +210,9 @@ RULES = [
         "loaders.go SimplifyMarshalledProject",
         ruamel=dict,
     ),
-    Rule(".inf", Refused("project:x", UNSUPPORTED), "README; resolve.go:57, then json.Marshal", ruamel=math.inf),
+    Rule(
+        ".inf", Refused("project:x", UNSUPPORTED), "docs/config.md; resolve.go:57, then json.Marshal", ruamel=math.inf
+    ),
     Rule(".Inf", Refused("project:x", "infinity"), "decode_test.go:74"),
     Rule("-.Inf", Refused("project:x", UNSUPPORTED), "decode_test.go:77"),
     Rule("+.INF", Refused("project:x", UNSUPPORTED), "resolve.go:58"),

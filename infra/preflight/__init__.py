@@ -132,17 +132,29 @@ def _check_placeholders(cfg: stack_config.StackConfig, stack_file: str) -> list[
     return [CheckResult(FAIL, check, f"{p.key}: {p.message}", f"replace it in {stack_file}") for p in found]
 
 
+def offline_checks(cfg: stack_config.StackConfig, stack_file: str) -> list[CheckResult]:
+    """The checks that need no AWS call: the CLI prints them before it asks AWS anything, so they
+    show even without credentials."""
+    return _check_placeholders(cfg, stack_file)
+
+
 def run_checks(
-    cfg: stack_config.StackConfig, session: Any, stack_file: str | None = None, today: datetime.date | None = None
+    cfg: stack_config.StackConfig,
+    session: Any,
+    stack_file: str | None = None,
+    today: datetime.date | None = None,
+    *,
+    offline: bool = True,
 ) -> list[CheckResult]:
     """Run every check against the account and region ``session`` reaches; one result per line.
     ``today``: the date the support window is measured from (default: today).
 
     AWS errors of a single call become that check's FAIL (or SKIP when the endpoint does not
-    implement it); credential and connection errors (botocore's own) propagate.
+    implement it); credential and connection errors (botocore's own) propagate. ``offline``: begin
+    with ``offline_checks`` (the CLI runs those first, on their own).
     """
     stack_file = stack_file or f"Pulumi.{cfg.stack}.yaml"
-    results: list[CheckResult] = _check_placeholders(cfg, stack_file)
+    results: list[CheckResult] = offline_checks(cfg, stack_file) if offline else []
     facts: dict[str, Any] = {}
 
     def region() -> list[CheckResult]:
@@ -178,9 +190,10 @@ def run_checks(
 # ---------------------------------------------------------------------------------------------
 
 
-def report(results: list[CheckResult], out: TextIO) -> int:
-    """Print the results, one line each, and a verdict; returns the exit code."""
-    for r in results:
+def report(results: list[CheckResult], out: TextIO, shown: int = 0) -> int:
+    """Print the results, one line each (but the first ``shown``, printed already), and a verdict;
+    returns the exit code."""
+    for r in results[shown:]:
         out.write(r.line() + "\n")
     failed = [r for r in results if r.status == FAIL]
     skipped = sum(1 for r in results if r.status == SKIP)
@@ -225,16 +238,19 @@ def run_cli(
     if cfg is None:
         return EXIT_BAD_CONFIG
 
+    stack_file = f"Pulumi.{stack}.yaml"
+    stdout.write(f"Preflight of {cfg.project}/{cfg.stack}, region {cfg.region}\n")
+    first = offline_checks(cfg, stack_file)  # before any AWS call: they show without credentials too
+    for r in first:
+        stdout.write(r.line() + "\n")
     try:
         session = session_factory(cfg.region)
         identity = session.client("sts", region_name=cfg.region).get_caller_identity()
-        stdout.write(
-            f"Preflight of {cfg.project}/{cfg.stack}: account "
-            f"{identity.get('Account')} as {identity.get('Arn')}, region {cfg.region}\n"
-        )
-        results = run_checks(cfg, session, f"Pulumi.{stack}.yaml")
+        stdout.write(f"AWS account {identity.get('Account')} as {identity.get('Arn')}\n")
+        results = first + run_checks(cfg, session, stack_file, offline=False)
     except NoCredentialsError:
-        print(_NO_CREDENTIALS, file=stderr)
+        failed = sum(1 for r in first if r.status == FAIL)
+        print(_NO_CREDENTIALS + (f" ({_n(failed, 'check')} above failed already)" if failed else ""), file=stderr)
         return EXIT_FAILED
     except ClientError as err:  # the credentials were refused (expired, invalid)
         code, message = _error_code(err)
@@ -245,4 +261,4 @@ def run_cli(
     except BotoCoreError as err:  # partial credentials, unknown profile, endpoint unreachable...
         print(f"error: cannot reach AWS: {_one_line(err, 300)}", file=stderr)
         return EXIT_FAILED
-    return report(results, stdout)
+    return report(results, stdout, shown=len(first))

@@ -1,6 +1,6 @@
 """The stack config's models: every key a user sets per environment in ``Pulumi.<env>.yaml``.
 
-Each field carries a one-line description; the README's configuration reference is checked
+Each field carries a one-line description; the configuration reference (docs/config.md) is checked
 against these models (tests/test_docs.py), so a key is documented exactly where it is declared.
 Checks that need more than one field, or the catalog, live in ``stacks/config/cross_checks.py``.
 """

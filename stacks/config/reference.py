@@ -1,6 +1,7 @@
-"""The README's configuration reference, generated from the config models: one row per key, with
-its default and the description declared on the field. ``scripts/config_reference.py --write``
-puts it into README.md; a test checks the README holds exactly this text."""
+"""The configuration reference's key tables (docs/config.md), generated from the config models: one
+row per key, with its default and the description declared on the field.
+``scripts/config_reference.py --write`` puts them into docs/config.md; a test checks it holds exactly
+this text."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def _table(rows: list[tuple[str, str, str]]) -> list[str]:
 
 
 def markdown() -> str:
-    """The generated part of the README's configuration reference."""
+    """The generated part of the configuration reference (docs/config.md)."""
     stack_rows = [("aws:region", "required", "AWS region, e.g. `us-west-2`")] + list(_rows(StackConfig, ""))
     lines = [
         BEGIN,

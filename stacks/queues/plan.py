@@ -226,12 +226,34 @@ def describe(plan: QueuePlan, kueue_version: str) -> str:
                     what += ", launcher counted"
                 if d.placement is not None:
                     what += f", placement {d.placement}"
-                if a.at_once:
-                    verdict = "admitted at once"
-                elif a.short is not None:
-                    r, need, room = a.short
-                    verdict = f"waits: {human(r, need)} {r} with the jobs before it, the queue holds {human(r, room)}"
-                else:
-                    verdict = "waits"
-                lines.append(f"      ({what}) {verdict}")
+                lines.append(f"      ({what}) {_verdict(a)}")
+                lines += [f"      {why}" for why in _intended(a, f, [x for x in admissions.values() if x.at_once])]
     return "\n".join(lines) + "\n"
+
+
+def _verdict(a: Admission) -> str:
+    if a.at_once:
+        return "admitted at once"
+    if a.short is not None:
+        r, need, room = a.short
+        return f"waits: {human(r, need)} {r} with the jobs before it, the queue holds {human(r, room)}"
+    return "waits"
+
+
+def _intended(a: Admission, f: Flavor, admitted: Sequence[Admission]) -> list[str]:
+    """Why a job that waits on an empty cluster is meant to (a job that can never fit is a config
+    error, so one that waits fits once the jobs before it are done), and when an admitted job's
+    nodes are still to come from the autoscaler."""
+    d = a.demand
+    if not a.at_once:
+        ahead = [x.demand.job for x in admitted if x.demand.flavor == d.flavor]  # its queue's or the cohort's
+        after = f"after {', '.join(ahead)} finish{'es' if len(ahead) == 1 else ''}" if ahead else "once quota is free"
+        return [f"intended: Kueue holds it and admits it {after} (alone it fits the queue)"]
+    per_node = f.per_node.get(GPU, 0)
+    nodes = -(-d.total[GPU] // per_node) if per_node else 0
+    if f.autoscaled and nodes > f.first_nodes:
+        return [
+            f"intended: its pods wait for nodes; the Cluster Autoscaler grows group {f.name} from {f.first_nodes} "
+            f"to the {nodes} node{'s' if nodes != 1 else ''} they need"
+        ]
+    return []

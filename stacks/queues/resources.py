@@ -154,6 +154,8 @@ class Flavor:
         """The levels of the flavor's Topology, coarse to fine (empty without one)."""
         return topology.levels(self.network_layers)
 
+    first_nodes: int = 0  # the nodes the group starts with (``desiredSize``): fewer when the autoscaler adds them
+
 
 @dataclass(frozen=True)
 class GroupSupply:
@@ -200,4 +202,5 @@ def flavor_of(g: Any, autoscaling_enabled: bool, services: NodeServices) -> Flav
         sizing=supply.text,
         network_layers=topology.group_layers(g.instance, g.efa_interfaces),
         windowed=supply.windowed,
+        first_nodes=g.desired_size,
     )
