@@ -186,7 +186,7 @@ class ResilientJob(GpuJob):
 
 SAGEMAKER_TEXT = {
     "progress": "is not allowed with runtime 'sagemaker': the stack's progress guard runs in the job's pods on EKS; "
-    "on SageMaker, bound the run with sagemaker.maxRuntimeSeconds (SageMaker has no log-based hang detection of its own); "
+    "on SageMaker, bound the run with activeDeadlineSeconds (its MaxRuntimeInSeconds); "
     "or use runtime 'eks'",
     "checkpoints": "is not allowed with runtime 'sagemaker': on SageMaker use sagemaker.checkpointS3Uri (SageMaker syncs "
     "/opt/ml/checkpoints to it and back when a job starts again); or use runtime 'eks'",

@@ -2,7 +2,7 @@
 
 The example runs AWS's pytorch-training image, which has no python-etcd (facts/images.py), so it
 rendezvous with ``c10d``: training-operator v1.9.4 points PET_RDZV_ENDPOINT at ``<name>-worker-0`` and
-the container's port 23456 (test_elastic_rendezvous.operator_pod_env), and torch's c10d backend lets
+the container's port 23456 (elastic_helpers.operator_pod_env), and torch's c10d backend lets
 the agent whose host the endpoint names host the store. Here the job's nodes are torchrun agents on
 this machine with the endpoint on 127.0.0.1: each agent is then a candidate host, the first to bind
 the port hosts the store and the others join it as clients (c10d_rendezvous_backend._create_tcp_store).
@@ -25,7 +25,7 @@ pytest.importorskip(
     reason="torch is not installed: run `bash scripts/test_integration.sh`, which installs requirements-integration.txt",
 )
 
-from tests.integration.test_elastic_rendezvous import (
+from tests.integration.elastic_helpers import (
     LOCAL_NPROC,
     RUN_TIMEOUT,
     WORKER,
