@@ -180,8 +180,9 @@ class ResilientJob(GpuJob):
 
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
         super().check_environment(key, problems, env)
-        if self.checkpoints is not None and getattr(self, "runtime", "eks") == "eks":
-            spec_checks.check_volume(self.checkpoints.volume, env.volumes, f"{key}.checkpoints.volume", problems)
+        c = self.checkpoints
+        if c is not None and c.volume in VOLUME_CHOICES and getattr(self, "runtime", "eks") == "eks":
+            spec_checks.check_volume(c.volume, env.volumes, f"{key}.checkpoints.volume", problems)
 
 
 SAGEMAKER_TEXT = {

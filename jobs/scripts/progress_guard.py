@@ -130,6 +130,7 @@ class Guard:
         self.pattern = re.compile(args.log_pattern) if args.log_pattern else None
         self.watching = bool(args.log_pattern or args.heartbeat_file) and watched(env)
         self.child: subprocess.Popen | None = None
+        self.pumps: list[threading.Thread] = []  # the threads that copy the child's output
 
     def sign(self) -> None:
         self.last_sign = time.monotonic()
@@ -174,7 +175,9 @@ class Guard:
         self.child = subprocess.Popen(command, env=env, stdout=pipe, stderr=pipe)
         if pipe is not None:
             for source, sink in ((self.child.stdout, sys.stdout), (self.child.stderr, sys.stderr)):
-                threading.Thread(target=self.pump, args=(source, sink), daemon=True).start()
+                pump = threading.Thread(target=self.pump, args=(source, sink), daemon=True)
+                pump.start()
+                self.pumps.append(pump)
         return self.child
 
     def stop_hung(self, why: str) -> int:
@@ -193,7 +196,13 @@ class Guard:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+        self.drain()
         return HANG_EXIT
+
+    def drain(self) -> None:
+        """Let the pumps pass on what the child wrote last (its own children may hold the pipes: not forever)."""
+        for pump in self.pumps:
+            pump.join(5.0)
 
     def run(self) -> int:
         child = self.start()
@@ -208,6 +217,7 @@ class Guard:
         while True:
             try:
                 code = child.wait(tick)
+                self.drain()
                 return code if code >= 0 else 128 - code
             except subprocess.TimeoutExpired:
                 pass

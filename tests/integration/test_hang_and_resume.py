@@ -287,17 +287,16 @@ def test_c_a_checkpoint_cut_off_mid_write_is_not_offered(cluster: Cluster) -> No
 
 
 def test_d_the_restart_bound_is_honoured(cluster: Cluster) -> None:
-    """(d) The first rank hangs at step 1 in every attempt: it is stopped maxRestarts + 1 times on its node,
-    then torchrun gives up and the container fails (for the pod's backoffLimit to count)."""
+    """(d) The first rank hangs at step 1 in every attempt: each guard stops it, each torchrun restarts its
+    workers at most maxRestarts times (TORCHELASTIC_RESTART_COUNT never passes it), then gives up and exits
+    non-zero: the container fails, for the pod's backoffLimit to count. No worker finishes."""
     nodes = cluster.start_job("d", {"RESUME_IT_HANG_AT": "1", "RESUME_IT_HANG_RESTARTS": "99"})
     codes = wait_all(nodes, RUN_TIMEOUT + 60)
+    stops = {n.label: n.output.count(HANG_MESSAGE) for n in nodes}
+    assert sum(stops.values()) >= MAX_RESTARTS + 1, f"guard stops per node {stops}:\n" + story(nodes)
     for n in nodes:
-        stopped = n.output.count(HANG_MESSAGE)
-        assert stopped <= MAX_RESTARTS + 1, f"{n.label}: stopped {stopped}x, more than maxRestarts + 1:\n" + story(
-            nodes
-        )
+        assert stops[n.label] <= MAX_RESTARTS + 1, f"{n.label}: stopped {stops[n.label]}x:\n" + story(nodes)
         restarts = {r["restart_count"] for r in records(n, "start")}
         assert max(restarts, default=0) <= MAX_RESTARTS, f"{n.label}: restart counts {restarts}:\n" + story(nodes)
-    assert any(n.output.count(HANG_MESSAGE) == MAX_RESTARTS + 1 for n in nodes), story(nodes)
     assert all(code not in (0, None) for code in codes.values()), f"exit codes {codes}:\n" + story(nodes)
     assert not any(records(n, "done") for n in nodes), story(nodes)
