@@ -280,6 +280,11 @@ class JobBuildError(ValueError):
 DIGEST_KEY_SPELLINGS = {"volumeSizeGiB": "volumeSizeGib"}
 
 
+# Fields added after runs were named from the spec: left out of the digest while unset, so that adding
+# them to the models does not rename (and re-run) a job that does not use them.
+DIGEST_UNSET_LEFT_OUT = frozenset({"progress", "checkpoints"})
+
+
 def _digest_keys(value: Any) -> Any:
     if isinstance(value, dict):
         return {DIGEST_KEY_SPELLINGS.get(k, k): _digest_keys(v) for k, v in value.items()}
@@ -312,6 +317,7 @@ class JobBase(SpecModel):
         """The first ``length`` hex digits of the sha256 of ``salt`` and the spec (its canonical
         JSON, without the ``exclude`` fields), one per line: what names a run."""
         dumped = _digest_keys(self.model_dump(mode="json", by_alias=True, exclude=set(exclude)))
+        dumped = {k: v for k, v in dumped.items() if not (k in DIGEST_UNSET_LEFT_OUT and v is None)}
         spec = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256("\n".join([*salt, spec]).encode()).hexdigest()[:length]
 
