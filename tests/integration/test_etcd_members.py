@@ -41,8 +41,7 @@ pytest.importorskip(
     reason="torch is not installed: run `bash scripts/test_integration.sh`, which installs requirements-integration.txt",
 )
 
-from tests.integration.etcd_local import BACKOFF_FIRST, LocalEtcd, http
-from tests.integration.test_elastic_rendezvous import (
+from tests.integration.elastic_helpers import (
     LOCAL_NPROC,
     RUN_TIMEOUT,
     EtcdServer,
@@ -57,6 +56,7 @@ from tests.integration.test_elastic_rendezvous import (
     require_elastic_jobs,
     wait_all,
 )
+from tests.integration.etcd_local import BACKOFF_FIRST, LocalEtcd, http
 
 REPLICAS = 3
 # Seconds per member for etcd to start, join and elect, on top of what the member script waits: etcd lets
