@@ -238,8 +238,8 @@ class BurnIn(pulumi.ComponentResource):
     def __init__(self, name: str, args: BurnInArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gputraining:components:BurnIn", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": PART_OF}
-        meta = {"name": NAME, "namespace": NAMESPACE, "labels": labels}
+        labels: dict[str, str] = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": PART_OF}
+        meta = k8s.meta.v1.ObjectMetaArgs(name=NAME, namespace=NAMESPACE, labels=labels)
         role = pod_identity_role(
             f"{name}-role",
             description=f"Burn-in of {args.cluster_name}'s GPU nodes: marks a failed node's instance Unhealthy",
@@ -261,35 +261,37 @@ class BurnIn(pulumi.ComponentResource):
         # pods already run there (list), record events.
         cluster_role = k8s.rbac.v1.ClusterRole(
             f"{name}-clusterrole",
-            metadata={"name": NAME, "labels": labels},
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=NAME, labels=labels),
             rules=[
-                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-                {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+                k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["get", "patch"]),
+                k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["pods"], verbs=["list"]),
+                k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["events"], verbs=["create"]),
             ],
             opts=child,
         )
         k8s.rbac.v1.ClusterRoleBinding(
             f"{name}-binding",
-            metadata={"name": NAME, "labels": labels},
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
-            subjects=[{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}],
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=NAME, labels=labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=NAME),
+            subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=NAME, namespace=NAMESPACE)],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_role, account]),
         )
         data = files(args.groups)
         config = k8s.core.v1.ConfigMap(f"{name}-scripts", metadata=meta, data=data, opts=child)
         digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+        # The pod spec is built as the Kubernetes API writes it (camelCase), which the provider takes as is.
+        spec: Any = {
+            "selector": {"matchLabels": labels},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {"gputraining/burn-in-sha256": digest}},
+                "spec": pod_spec(args),
+            },
+        }
         self.daemon_set = k8s.apps.v1.DaemonSet(
             f"{name}-daemonset",
             metadata=meta,
-            spec={
-                "selector": {"matchLabels": labels},
-                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}},
-                "template": {
-                    "metadata": {"labels": labels, "annotations": {"gputraining/burn-in-sha256": digest}},
-                    "spec": pod_spec(args),
-                },
-            },
+            spec=spec,
             # Its pods get AWS credentials at admission: the association must exist first.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[association, config, account]),
         )

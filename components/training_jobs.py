@@ -69,14 +69,17 @@ class TrainingJobs(pulumi.ComponentResource):
             identity = self._pod_identity(name, spec, ctx, args)
             created: list[pulumi.Resource] = list(identity)
             accounts: list[pulumi.Resource] = []
+            config_maps: list[pulumi.Resource] = []  # what the job's pods mount (the progress guard)
             for manifest in build_manifests(spec, ctx):
-                waits_for = list(args.depends_on)
+                waits_for = list(args.depends_on) + config_maps
                 if manifest["kind"] == "Job":
                     waits_for += identity + accounts
                 res = self._register(name, manifest, waits_for)
                 created.append(res)
                 if manifest["kind"] == "ServiceAccount":
                     accounts.append(res)
+                if manifest["kind"] == "ConfigMap":
+                    config_maps.append(res)
             self.resources[spec.name] = created
 
         self.job_names = [j.name for j in enabled]
@@ -95,6 +98,8 @@ class TrainingJobs(pulumi.ComponentResource):
         opts = pulumi.ResourceOptions(parent=self, depends_on=depends_on)
         if (api, kind) == ("v1", "ServiceAccount"):
             return k8s.core.v1.ServiceAccount(rname, metadata=meta, opts=opts)
+        if (api, kind) == ("v1", "ConfigMap"):
+            return k8s.core.v1.ConfigMap(rname, metadata=meta, data=manifest["data"], opts=opts)
         cls = _CORE_CLASSES.get((api, kind))
         if cls is not None:
             res: pulumi.Resource = cls(rname, metadata=meta, spec=manifest["spec"], opts=opts)

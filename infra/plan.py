@@ -26,6 +26,8 @@ from facts import catalog, versions
 from facts.paths import PROJECT_ROOT
 from infra import critical_path, invariants, offline, plan_cache, releases, teardown
 from infra.plan_text import json_text, manifests_yaml
+from jobs import resilience
+from jobs.base import GpuJob
 from stacks import config as stack_config
 from stacks import cost, queues
 from stacks.config.placeholders import placeholders
@@ -164,6 +166,7 @@ def summary(
         lines.append(f"  {rendered.note}")
     elif rendered is not None:
         lines += [release_line(name, objects) for name, objects in rendered.per_release.items()]
+    lines += job_lines(cfg)
     queue_plan = queues.plan_for(cfg)
     if queue_plan is not None:
         lines.append("")
@@ -182,6 +185,20 @@ def release_line(name: str, objects: list[str]) -> str:
     kinds = Counter(o.split("/", 1)[0] for o in objects)
     by_kind = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
     return f"  Helm release {name} installs {len(objects)}: {by_kind}"
+
+
+def job_lines(cfg: stack_config.StackConfig) -> list[str]:
+    """Per enabled GPU job: its kind and runtime, and whether hang detection and checkpoints are on."""
+    jobs = [j for j in cfg.jobs if j.enabled and isinstance(j, GpuJob)]
+    if not jobs:
+        return []
+    lines = ["", 'GPU jobs (hang detection and checkpoints: docs/jobs.md, "Hangs and resume"):']
+    for j in jobs:
+        hang, saved = resilience.describe(j)
+        lines.append(f"  {j.name:<22} {j.kind} on {getattr(j, 'runtime', 'eks')}")
+        lines.append(f"  {'':<22} hang detection {hang}")
+        lines.append(f"  {'':<22} checkpoints {saved}")
+    return lines
 
 
 def gpu_az_lines(cfg: stack_config.StackConfig, result: offline.PlanResult) -> list[str]:

@@ -284,7 +284,7 @@ class JobBuildError(ValueError):
 DIGEST_KEY_SPELLINGS = {"volumeSizeGiB": "volumeSizeGib"}
 # Keys added after runs were named from the spec: left out while unset, so a spec without them
 # keeps its name (and its run).
-DIGEST_LEFT_OUT_UNSET = ("placement", "placementLayer")
+DIGEST_LEFT_OUT_UNSET = ("placement", "placementLayer", "progress", "checkpoints")
 
 
 def _digest_keys(value: Any) -> Any:

@@ -101,9 +101,9 @@ def _torchrun_dest(name: str) -> str | None:
     return dests.pop() if len(dests) == 1 else None
 
 
-def torchrun_options(line: Sequence[str], start: int) -> list[Written]:
-    """torchrun's options in ``line`` from ``start`` up to the training script (its first positional
-    argument): what follows the script is the script's own."""
+def _torchrun_walk(line: Sequence[str], start: int) -> tuple[list[Written], int]:
+    """Every torchrun option in ``line`` from ``start``, and where the training script (its first
+    positional argument) is: what follows the script is the script's own."""
     found = []
     i = start
     while i < len(line) and line[i].startswith("-") and line[i] != "--":
@@ -116,7 +116,20 @@ def torchrun_options(line: Sequence[str], start: int) -> list[Written]:
             else:
                 found.append(Written(i, line[i], dest, value if eq else None))
         i += 2 if takes_value else 1
-    return [w for w in found if w.option in TORCHRUN_DERIVED]
+    if i < len(line) and line[i] == "--":
+        i += 1
+    return found, i
+
+
+def torchrun_options(line: Sequence[str], start: int) -> list[Written]:
+    """torchrun's options in ``line`` from ``start`` up to the training script that the stack derives."""
+    return [w for w in _torchrun_walk(line, start)[0] if w.option in TORCHRUN_DERIVED]
+
+
+def torchrun_script(line: Sequence[str], start: int) -> tuple[int, list[Written]]:
+    """Where the training script is in ``line`` and every torchrun option before it."""
+    found, at = _torchrun_walk(line, start)
+    return at, found
 
 
 def derived_option_problems(

@@ -18,6 +18,7 @@ from facts.problems import Problem
 from jobs import launchers, pod, spec_checks
 from jobs.base import EFA_ENV_NAMES, GpuJob, GroupFacts, JobsContext, JobTarget, Manifest
 from jobs.launchers import Derived
+from jobs.resilience import ResilientJob
 from jobs.sagemaker import MAX_HYPERPARAMETER_VALUE, PortableJob
 
 MPIJOB_API_VERSION = MPIJOB.api_version  # the MPI operator's (facts/operators.py)
@@ -89,11 +90,15 @@ class MpiBase(GpuJob):
         """What the launcher runs: mpirun over every GPU of every worker."""
         return mpirun_command(self, target, forward)
 
+    def rank_command(self) -> list[str]:
+        """What mpirun runs on every rank."""
+        return list(self.command) + list(self.args)
+
     def build(self, ctx: JobsContext) -> list[Manifest]:
         return [mpijob(self, ctx, self.derived_env())]
 
 
-class MpiJobSpec(PortableJob, MpiBase):
+class MpiJobSpec(PortableJob, MpiBase, ResilientJob):
     """Any MPI program (Horovod/TensorFlow, ...) as an MPIJob; ``command`` is what mpirun runs.
     With ``runtime: sagemaker``, a SageMaker training job whose framework container runs the
     script under mpirun (``sagemaker_mpi_enabled``), one process per GPU."""
@@ -109,6 +114,15 @@ class MpiJobSpec(PortableJob, MpiBase):
 
     def entry_line(self) -> list[str]:
         return list(self.command) + list(self.args)
+
+    def rank_command(self) -> list[str]:
+        return self.guard_command(list(self.command)) + list(self.args)
+
+    def derived_env(self) -> dict[str, str]:
+        return {**super().derived_env(), **self.resilience_env()}
+
+    def build(self, ctx: JobsContext) -> list[Manifest]:
+        return [*self.guard_config_map(ctx), *super().build(ctx)]
 
     def sagemaker_distribution(self, instance: InstanceType, environment: Mapping[str, str]) -> dict[str, Any]:
         # SageMaker's MPI launcher starts the ranks over SSH like mpi-operator does: the env reaches
@@ -180,7 +194,7 @@ def mpirun_command(spec: MpiBase, target: JobTarget, forward: Sequence[str]) -> 
     ]
     for name in ["PATH", "LD_LIBRARY_PATH", *forward]:
         cmd += ["-x", name]
-    return cmd + list(spec.mpirun_args) + list(spec.command) + list(spec.args)
+    return cmd + list(spec.mpirun_args) + spec.rank_command()
 
 
 def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dict[str, Any]:
@@ -201,6 +215,10 @@ def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dic
         "resources": copy.deepcopy(LAUNCHER_RESOURCES),
     }
     worker = w.container("worker", spec.worker_command, None)
+    worker_pod = w.pod_spec([worker])
+    if isinstance(spec, ResilientJob):
+        # The ranks run in the workers (through sshd): the guard, the checkpoints and the grace period are theirs.
+        spec.equip(worker_pod, worker, ctx)
     return {
         "apiVersion": MPIJOB_API_VERSION,
         "kind": MPIJOB.kind,
@@ -224,7 +242,7 @@ def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dic
                     # Always set: an omitted Worker.replicas is 0 and the job never starts.
                     "replicas": spec.nodes,
                     "restartPolicy": "Never",
-                    "template": pod.template(spec, w.pod_spec([worker]), "worker", ctx),
+                    "template": pod.template(spec, worker_pod, "worker", ctx),
                 },
             },
         },

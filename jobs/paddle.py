@@ -12,12 +12,13 @@ from pydantic import Field
 from facts.operators import PADDLEJOB, TRAINING_OPERATOR
 from facts.problems import Problem
 from jobs import pod
-from jobs.base import GpuJob, Int32, JobsContext, Manifest
+from jobs.base import Int32, JobsContext, Manifest
+from jobs.resilience import ResilientJob
 
 PSERVER_RESOURCES = {"requests": {"cpu": "4", "memory": "8Gi"}}
 
 
-class PaddleSpec(GpuJob):
+class PaddleSpec(ResilientJob):
     """PaddlePaddle as a PaddleJob: collective (trainers only) or ps (parameter servers + trainers).
     In training-operator v1 the parameter servers are the ``Master`` replicas."""
 
@@ -51,9 +52,12 @@ class PaddleSpec(GpuJob):
             )
 
     def build(self, ctx: JobsContext) -> list[Manifest]:
-        w = pod.gpu_worker(self, ctx)
-        # The training operator requires a container named "paddle" in every replica.
-        trainer = w.container("paddle", self.command, self.args)
+        w = pod.gpu_worker(self, ctx, self.resilience_env())
+        # The training operator requires a container named "paddle" in every replica. The trainers run
+        # under the progress guard when the job has progress or checkpoints (jobs/resilience.py).
+        trainer = w.container("paddle", self.guard_command(list(self.command)), self.args)
+        trainer_pod = w.pod_spec([trainer])
+        self.equip(trainer_pod, trainer, ctx)
         replicas: dict[str, Any] = {}
         if self.parameter_servers:
             # PS mode: the Master replicas are the parameter servers (training-operator v1 knows only
@@ -79,9 +83,10 @@ class PaddleSpec(GpuJob):
         replicas["Worker"] = {
             "replicas": self.nodes,
             "restartPolicy": "OnFailure",
-            "template": pod.template(self, w.pod_spec([trainer]), "trainer", ctx),
+            "template": pod.template(self, trainer_pod, "trainer", ctx),
         }
         return [
+            *self.guard_config_map(ctx),
             {
                 "apiVersion": PADDLEJOB.api_version,
                 "kind": PADDLEJOB.kind,
@@ -91,5 +96,5 @@ class PaddleSpec(GpuJob):
                     "runPolicy": {"cleanPodPolicy": "Running", **self.bounds()},
                     PADDLEJOB.replica_specs: replicas,
                 },
-            }
+            },
         ]

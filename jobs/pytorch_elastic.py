@@ -22,6 +22,7 @@ from facts.problems import Problem
 from jobs import launchers, pod
 from jobs.base import GroupFacts, Int32, JobBuildError, JobEnvironment, JobsContext, Manifest
 from jobs.launchers import Derived
+from jobs.resilience import GUARD_PATH, GUARD_PYTHON, ResilientJob
 from jobs.sagemaker import PortableJob
 
 TRAINING_API_VERSION = PYTORCHJOB.api_version  # the training operator's (facts/operators.py)
@@ -30,9 +31,12 @@ ETCD_BACKENDS = ("etcd", "etcd-v2")
 # The port of c10d's rendezvous on worker 0: the training operator's default `pytorchjob-port`
 # (pkg/apis/kubeflow.org/v1/pytorch_defaults.go; the stack sets no port of its own).
 PYTORCHJOB_PORT = 23456
+# What torchrun gives its workers (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, read by torch 2.13; older torchruns wait a fixed 30 s) between SIGTERM and SIGKILL when
+# the pod is stopped: the pod's grace period less this margin, for torchrun's own exit.
+SHUTDOWN_MARGIN = 10
 
 
-class PyTorchElasticSpec(PortableJob):
+class PyTorchElasticSpec(PortableJob, ResilientJob):
     """PyTorch DDP with TorchElastic as a PyTorchJob with elasticPolicy. ``nodes`` is the number of
     workers to start with; min/max default to it (fixed size) and ``nodes`` defaults to minNodes.
     With ``runtime: sagemaker``, a SageMaker training job whose framework container starts torchrun
@@ -182,11 +186,41 @@ class PyTorchElasticSpec(PortableJob):
             problems,
         )
 
+    def worker_line(self) -> tuple[list[str], list[str]]:
+        """The ``pytorch`` container's command and args: the job's own, or with the progress guard
+        (``jobs/resilience.py``) around each worker: torchrun starts the guard as its training script
+        (``python -u progress_guard.py``) and the guard starts the job's script with the same interpreter."""
+        if not self.guarded:
+            return list(self.command), list(self.args)
+        line = self.entry_line()
+        start = launchers.torchrun_start(line)
+        if start is None:  # not torchrun: the guard wraps the whole command
+            return self.guard_command(list(self.command)), list(self.args)
+        at, options = launchers.torchrun_script(line, start)
+        given = {w.option: w.at for w in options}
+        guard = [*self.guard_options(), "--same-python", "--"]
+        if "no_python" in given:  # torchrun runs the command as it is: the guard starts it as it is
+            return [*line[:at], GUARD_PYTHON, GUARD_PATH, *guard[:-2], "--"], list(line[at:])
+        if "module" in given:  # `-m module`: the guard runs `python -u -m module`
+            head = [a for i, a in enumerate(line[:at]) if i != given["module"]]
+            return [*head, GUARD_PATH, *guard, "-m"], list(line[at:])
+        return [*line[:at], GUARD_PATH, *guard], list(line[at:])
+
+    def worker_env(self) -> dict[str, str]:
+        """Env of the workers besides the job's: the checkpoint directory and torchrun's time to stop them."""
+        env = self.resilience_env()
+        if self.checkpoints is not None:
+            env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(self.checkpoints.grace_period_seconds - SHUTDOWN_MARGIN)
+        return env
+
     def build(self, ctx: JobsContext) -> list[Manifest]:
-        w = pod.gpu_worker(self, ctx)
+        w = pod.gpu_worker(self, ctx, self.worker_env())
         # The training operator requires a container named "pytorch"; it sets PET_* (rendezvous,
         # nnodes min:max, nproc per node, max restarts) for torchrun / torch.distributed.run.
-        container = w.container("pytorch", self.command, self.args)
+        command, args = self.worker_line()
+        container = w.container("pytorch", command, args)
+        worker_pod = w.pod_spec([container])
+        self.equip(worker_pod, container, ctx)
         policy: dict[str, Any] = {
             "rdzvBackend": self.rendezvous,
             "rdzvId": self.rendezvous_id,
@@ -202,6 +236,7 @@ class PyTorchElasticSpec(PortableJob):
             policy["rdzvHost"], policy["rdzvPort"] = etcd_host_port(ctx.etcd_endpoint)
         # c10d: the operator points the rendezvous at <name>-worker-0.
         return [
+            *self.guard_config_map(ctx),
             {
                 "apiVersion": TRAINING_API_VERSION,
                 "kind": PYTORCHJOB.kind,
@@ -217,11 +252,11 @@ class PyTorchElasticSpec(PortableJob):
                         "Worker": {
                             "replicas": self.elastic_max,
                             "restartPolicy": "OnFailure",
-                            "template": pod.template(self, w.pod_spec([container]), "worker", ctx),
+                            "template": pod.template(self, worker_pod, "worker", ctx),
                         }
                     },
                 },
-            }
+            },
         ]
 
 

@@ -120,10 +120,13 @@ def test_each_example_produces_the_objects_of_its_kind(examples_plan, job):
     if not job.get("enabled", True):
         assert objects == [], "a disabled job emits nothing"
         return
-    assert {(o["apiVersion"], o["kind"]) for o in objects} == EMITS[job["kind"]]
-    assert len(objects) == len(EMITS[job["kind"]])
+    # A job with progress or checkpoints also ships the progress guard in a ConfigMap <name>-guard.
+    guarded = bool(job.get("progress") or job.get("checkpoints"))
+    expected = EMITS[job["kind"]] | ({("v1", "ConfigMap")} if guarded else set())
+    assert {(o["apiVersion"], o["kind"]) for o in objects} == expected
+    assert len(objects) == len(expected)
     for o in objects:
-        assert o["metadata"]["name"] == job["name"]
+        assert o["metadata"]["name"] == (f"{job['name']}-guard" if o["kind"] == "ConfigMap" else job["name"])
         assert o["metadata"]["namespace"] == "training"
     if job["kind"] == "data-stage":
         types = {(r.type, r.name) for r in examples_plan.records}
@@ -139,7 +142,7 @@ def test_gpu_examples_get_the_groups_gpus(examples_plan):
     for job in ALL_JOBS:
         if job["kind"] not in J.GPU_KINDS or not job.get("enabled", True) or _on_sagemaker(job):
             continue
-        (cr,) = _objects_of(examples_plan, job["name"])
+        (cr,) = [o for o in _objects_of(examples_plan, job["name"]) if o["kind"] != "ConfigMap"]
         it = groups[job["nodeGroup"]]
         workers = [
             c

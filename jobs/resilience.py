@@ -1,0 +1,292 @@
+"""Hang detection and auto-resume for the training kinds (``pytorch-elastic``, ``mpi``, ``paddle``; docs/jobs.md,
+"Hangs and resume").
+
+A job with ``progress`` or ``checkpoints`` runs each worker under the progress guard
+(``jobs/scripts/progress_guard.py``), shipped in a ConfigMap of the job (``<name>-guard``) mounted at
+``/opt/gputraining``:
+
+- ``progress``: how the job shows progress (a log pattern or a heartbeat file) and how long it may go
+  without it; the guard stops a worker that goes quiet (exit 124) so that the job's own restart machinery
+  acts: torchrun's worker-group restart (bounded by ``maxRestarts``), the pod retries of MPI and Paddle
+  jobs (bounded by ``backoffLimit``);
+- ``checkpoints``: one directory per job and run on a shared volume (``<path>/<job>/run-<run>``, mounted at
+  ``mountPath``; the same across restarts and re-creations of the job, a new one when ``run`` is bumped).
+  The workers get its path in ``CHECKPOINT_DIR`` and the newest complete checkpoint in ``RESUME_FROM`` (a
+  directory holding a ``COMPLETE`` file, written last); the pods get ``gracePeriodSeconds`` to save on
+  SIGTERM.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from facts.problems import Problem
+from jobs import spec_checks
+from jobs.base import GpuJob, JobEnvironment, JobsContext, Manifest, SpecModel
+from jobs.pod import claim, labels
+
+GUARD_SCRIPT = (Path(__file__).parent / "scripts" / "progress_guard.py").read_text()
+GUARD_DIR = "/opt/gputraining"
+GUARD_FILE = "progress_guard.py"
+GUARD_PATH = f"{GUARD_DIR}/{GUARD_FILE}"
+GUARD_VOLUME = "progress-guard"
+# The interpreter that starts the guard where no launcher does (MPI ranks, Paddle trainers).
+GUARD_PYTHON = "python3"
+CHECKPOINT_DIR_ENV = "CHECKPOINT_DIR"
+RESUME_ENV = "RESUME_FROM"
+COMPLETE_MARKER = "COMPLETE"  # the guard's MARKER
+HANG_EXIT = 124  # the guard's HANG_EXIT
+# Bounds of the progress windows: 5 s (a test; a real job needs minutes) to 7 days.
+MIN_WINDOW, MAX_WINDOW = 5, 7 * 24 * 3600
+# The grace period to save on SIGTERM: 30 s (torchrun's own default shutdown timeout) to 1 hour. A spot
+# interruption comes 2 minutes before the instance goes, so past about 110 s a save on spot races the end.
+MIN_GRACE, MAX_GRACE, DEFAULT_GRACE = 30, 3600, 110
+SPOT_NOTICE = 120
+RESERVED_ENV = {
+    CHECKPOINT_DIR_ENV: "is the job's checkpoint directory, set by the stack with `checkpoints`",
+    RESUME_ENV: "is the newest complete checkpoint, set by the progress guard at each start",
+}
+
+
+class Progress(SpecModel):
+    """How a job shows progress, and how long it may go without it (hang detection)."""
+
+    log_pattern: str | None = Field(
+        None, description="a Python regular expression; a line of the first rank's output that matches it is progress"
+    )
+    heartbeat_file: str | None = Field(
+        None, description="an absolute path in the container that the first rank touches to show progress"
+    )
+    startup_seconds: int = Field(
+        1800, description="the longest wait for the first sign after a worker starts (5..604800)"
+    )
+    interval_seconds: int = Field(600, description="the longest wait between two signs (5..604800)")
+
+
+class Checkpoints(SpecModel):
+    """Where a job keeps its checkpoints, on one of the stack's shared volumes (auto-resume)."""
+
+    volume: str = Field(description="`fsx` or `efs`: the stack's shared volume that holds the checkpoints")
+    path: str = Field("checkpoints", description="the folder on the volume; the job's is <path>/<job>/run-<run>")
+    mount_path: str = Field("/checkpoints", description="where the workers see the job's folder (CHECKPOINT_DIR)")
+    grace_period_seconds: int = Field(
+        DEFAULT_GRACE, description="terminationGracePeriodSeconds: the time to save on SIGTERM (30..3600)"
+    )
+
+
+class ResilientJob(GpuJob):
+    """A GPU kind whose workers can run under the progress guard."""
+
+    progress: Progress | None = Field(None, description="hang detection (docs/jobs.md, 'Hangs and resume')")
+    checkpoints: Checkpoints | None = Field(
+        None, description="a checkpoint directory and resume (docs/jobs.md, 'Hangs and resume')"
+    )
+
+    @property
+    def guarded(self) -> bool:
+        return self.progress is not None or self.checkpoints is not None
+
+    def checkpoint_folder(self) -> str:
+        """The job's folder on its checkpoint volume, relative to the volume's root."""
+        assert self.checkpoints is not None
+        return posixpath.join(self.checkpoints.path.strip("/"), self.name, f"run-{self.run}")
+
+    def resilience_env(self) -> dict[str, str]:
+        """Env of the workers: the checkpoint directory."""
+        return {CHECKPOINT_DIR_ENV: self.checkpoints.mount_path} if self.checkpoints is not None else {}
+
+    def guard_options(self) -> list[str]:
+        out: list[str] = []
+        p = self.progress
+        if p is not None:
+            out += ["--log-pattern", p.log_pattern] if p.log_pattern is not None else []
+            out += ["--heartbeat-file", p.heartbeat_file] if p.heartbeat_file is not None else []
+            out += ["--startup-seconds", str(p.startup_seconds), "--interval-seconds", str(p.interval_seconds)]
+        if self.checkpoints is not None:
+            out += ["--checkpoint-dir", self.checkpoints.mount_path]
+        return out
+
+    def guard_command(self, command: list[str]) -> list[str]:
+        """``command`` under the guard, started by python3 (MPI ranks, Paddle trainers); unchanged without it."""
+        if not self.guarded:
+            return list(command)
+        return [GUARD_PYTHON, GUARD_PATH, *self.guard_options(), "--", *command]
+
+    def guard_config_map(self, ctx: JobsContext) -> list[Manifest]:
+        """The ConfigMap that carries the guard (none for a job without it)."""
+        if not self.guarded:
+            return []
+        return [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": self.guard_config_map_name, "namespace": ctx.namespace, "labels": labels(self)},
+                "data": {GUARD_FILE: GUARD_SCRIPT},
+            }
+        ]
+
+    @property
+    def guard_config_map_name(self) -> str:
+        return f"{self.name}-guard"
+
+    def equip(self, pod_spec: dict[str, Any], container: dict[str, Any], ctx: JobsContext) -> None:
+        """Give a worker pod the guard, the checkpoint folder and the grace period to save."""
+        if not self.guarded:
+            return
+        volumes = pod_spec.setdefault("volumes", [])
+        mounts = container.setdefault("volumeMounts", [])
+        volumes.append({"name": GUARD_VOLUME, "configMap": {"name": self.guard_config_map_name}})
+        mounts.append({"name": GUARD_VOLUME, "mountPath": GUARD_DIR, "readOnly": True})
+        # `kubectl describe pod` shows the guard's message (or the log's end) of a container that failed.
+        container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+        c = self.checkpoints
+        if c is None:
+            return
+        if not any(v["name"] == c.volume for v in volumes):
+            volumes.append({"name": c.volume, "persistentVolumeClaim": {"claimName": claim(ctx, self, c.volume)}})
+        mounts.append({"name": c.volume, "mountPath": c.mount_path, "subPath": self.checkpoint_folder()})
+        pod_spec["terminationGracePeriodSeconds"] = c.grace_period_seconds
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def check(self, key: str, problems: list[Problem]) -> None:
+        super().check(key, problems)
+        for name in RESERVED_ENV:
+            if name in self.env or name in self.secret_env:
+                where = "env" if name in self.env else "secretEnv"
+                problems.append(Problem(f"{key}.{where}.{name}", f"is not allowed: {name} {RESERVED_ENV[name]}"))
+        runtime = getattr(self, "runtime", "eks")
+        for field in ("progress", "checkpoints"):
+            if getattr(self, field) is not None and runtime != "eks":
+                problems.append(Problem(f"{key}.{field}", SAGEMAKER_TEXT[field]))
+        if self.progress is not None:
+            check_progress(self.progress, f"{key}.progress", problems)
+        if self.checkpoints is not None:
+            check_checkpoints(self.checkpoints, f"{key}.checkpoints", problems)
+            taken = [(v.mount_path, j) for j, v in enumerate(self.volumes)]
+            mp = posixpath.normpath(self.checkpoints.mount_path)
+            for path, j in taken:
+                if posixpath.normpath(path) == mp:
+                    problems.append(
+                        Problem(
+                            f"{key}.checkpoints.mountPath", f"{spec_checks.fmt(mp)} is used by volumes[{j}] already"
+                        )
+                    )
+
+    def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
+        super().check_environment(key, problems, env)
+        c = self.checkpoints
+        if c is not None and c.volume in VOLUME_CHOICES and getattr(self, "runtime", "eks") == "eks":
+            spec_checks.check_volume(c.volume, env.volumes, f"{key}.checkpoints.volume", problems)
+
+
+SAGEMAKER_TEXT = {
+    "progress": "is not allowed with runtime 'sagemaker': the stack's progress guard runs in the job's pods on EKS; "
+    "on SageMaker, bound the run with activeDeadlineSeconds (its MaxRuntimeInSeconds); "
+    "or use runtime 'eks'",
+    "checkpoints": "is not allowed with runtime 'sagemaker': on SageMaker use sagemaker.checkpointS3Uri (SageMaker syncs "
+    "/opt/ml/checkpoints to it and back when a job starts again); or use runtime 'eks'",
+}
+
+
+def check_progress(p: Progress, k: str, problems: list[Problem]) -> None:
+    """One sign (a log pattern or a heartbeat file), a valid regex that does not match every line,
+    an absolute heartbeat path, windows in range."""
+    if (p.log_pattern is None) == (p.heartbeat_file is None):
+        problems.append(Problem(k, "needs exactly one of logPattern and heartbeatFile (how the job shows progress)"))
+    if p.log_pattern is not None:
+        check_pattern(p.log_pattern, f"{k}.logPattern", problems)
+    if p.heartbeat_file is not None:
+        path = p.heartbeat_file
+        if not path.startswith("/") or ".." in path.split("/") or path.endswith("/"):
+            problems.append(
+                Problem(
+                    f"{k}.heartbeatFile",
+                    f"{spec_checks.fmt(path)} is not allowed: an absolute file path in the container without '..', like '/tmp/heartbeat'",
+                )
+            )
+    for name, value in (("startupSeconds", p.startup_seconds), ("intervalSeconds", p.interval_seconds)):
+        check_range(value, MIN_WINDOW, MAX_WINDOW, f"{k}.{name}", problems)
+
+
+def check_pattern(pattern: str, k: str, problems: list[Problem]) -> None:
+    """A Python regular expression (what the guard compiles) that an empty line does not match."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as err:
+        problems.append(
+            Problem(k, f"{spec_checks.fmt(pattern)} is not a valid Python regular expression ({err}); e.g. 'step \\d+'")
+        )
+        return
+    if compiled.search("") is not None:
+        problems.append(
+            Problem(
+                k,
+                f"{spec_checks.fmt(pattern)} is not allowed: it matches an empty line, so any output would count as progress; "
+                "give a pattern of what the job prints when it progresses, e.g. 'step \\d+'",
+            )
+        )
+
+
+def check_range(value: int, low: int, high: int, k: str, problems: list[Problem]) -> None:
+    if not low <= value <= high:
+        problems.append(Problem(k, f"{value} is out of range: {low} to {high} seconds"))
+
+
+def check_checkpoints(c: Checkpoints, k: str, problems: list[Problem]) -> None:
+    """A volume name the stack knows, a folder inside it, an absolute mount path, a grace period in range."""
+    if c.volume not in VOLUME_CHOICES:
+        problems.append(
+            Problem(
+                f"{k}.volume",
+                f"{spec_checks.fmt(c.volume)} is not a shared volume: use one of {', '.join(VOLUME_CHOICES)}",
+            )
+        )
+    if c.path.startswith("/") or ".." in c.path.split("/") or not c.path.strip("/"):
+        problems.append(
+            Problem(
+                f"{k}.path",
+                f"{spec_checks.fmt(c.path)} is not allowed: a folder relative to the volume's root without '..', like 'checkpoints'",
+            )
+        )
+    mp = c.mount_path
+    norm = posixpath.normpath(mp) if mp.startswith("/") else mp
+    if not mp.startswith("/") or ".." in mp.split("/") or norm in ("/", "/dev/shm", GUARD_DIR):
+        problems.append(
+            Problem(
+                f"{k}.mountPath",
+                f"{spec_checks.fmt(mp)} is not allowed: an absolute path like '/checkpoints' (not '/', /dev/shm or {GUARD_DIR})",
+            )
+        )
+    check_range(c.grace_period_seconds, MIN_GRACE, MAX_GRACE, f"{k}.gracePeriodSeconds", problems)
+
+
+VOLUME_CHOICES = ("fsx", "efs")
+
+
+def restart_bound(spec: GpuJob) -> str:
+    """What bounds the restarts after a hang, in words."""
+    max_restarts = getattr(spec, "max_restarts", None)
+    if max_restarts is not None:
+        return f"torchrun restarts the worker group up to {max_restarts}x (maxRestarts), then the pod fails (backoffLimit {spec.backoff_limit})"
+    return f"the pod fails and is retried up to {spec.backoff_limit}x (backoffLimit)"
+
+
+def describe(spec: GpuJob) -> tuple[str, str]:
+    """(hang detection, checkpoints) of a job for the plan's job table."""
+    if not isinstance(spec, ResilientJob):
+        return "n/a for this kind", "n/a for this kind"
+    p, c = spec.progress, spec.checkpoints
+    hang = "off"
+    if p is not None:
+        sign = f"log /{p.log_pattern}/" if p.log_pattern is not None else f"heartbeat {p.heartbeat_file}"
+        hang = f"on: {sign}, first within {p.startup_seconds}s, then every {p.interval_seconds}s; {restart_bound(spec)}"
+    saved = "off"
+    if c is not None:
+        saved = f"on: {c.volume} folder {spec.checkpoint_folder()} at {c.mount_path}, {c.grace_period_seconds}s to save on SIGTERM"
+    return hang, saved

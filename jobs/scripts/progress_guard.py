@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""The progress guard: the stack runs every worker of a job with ``progress`` or ``checkpoints`` under it
+(docs/jobs.md, "Hangs and resume"). Python 3.8+ standard library only; shipped in the job's ConfigMap
+(``jobs/resilience.py``) and started as the worker's command:
+
+    python3 progress_guard.py [--log-pattern RE | --heartbeat-file PATH] [--startup-seconds N]
+        [--interval-seconds N] [--checkpoint-dir DIR] [--same-python] -- COMMAND [ARGS...]
+
+It
+
+- offers the newest complete checkpoint: with ``--checkpoint-dir``, the child gets ``RESUME_FROM``, the
+  path of the newest directory under DIR that holds a ``COMPLETE`` file (newest = last in natural order
+  of the names: ``step-99`` < ``step-100``); a directory without it (a save cut off mid-write) is never
+  offered;
+- watches progress in the first rank of the job only (RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or
+  PADDLE_TRAINER_ID is 0, or none is set): a line of the child's output matching ``--log-pattern``, or a
+  newer modification time of ``--heartbeat-file``. With no sign for ``--startup-seconds`` after the
+  start, or for ``--interval-seconds`` after the last sign, it writes why to stderr and to the
+  container's termination message, stops the child (SIGTERM to its process group, SIGKILL after
+  STOP_SECONDS) and exits 124, so that the job's own restart machinery acts: torchrun restarts the
+  worker group (within maxRestarts), MPI and Paddle pods fail and are retried (within backoffLimit);
+- passes SIGTERM on to the child (under torchrun the child already has it: torchrun signals the
+  worker's whole process group) and exits with the child's code, so a worker can save on SIGTERM.
+
+``--same-python`` runs COMMAND with this interpreter (``sys.executable -u COMMAND...``): torchrun starts
+the guard as it would start the training script, and the guard starts the script the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+HANG_EXIT = 124  # as timeout(1): the command ran out of time
+STOP_SECONDS = 10.0  # from SIGTERM to SIGKILL when the guard stops a hung child
+MARKER = "COMPLETE"  # written last into a checkpoint directory: the checkpoint is whole
+RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PADDLE_TRAINER_ID")
+TERMINATION_LOG = "/dev/termination-log"
+PREFIX = "progress-guard:"
+
+
+def natural_key(name: str) -> list:
+    """``step-99`` before ``step-100``: digit runs compare as numbers."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part]
+
+
+def newest_complete(directory: str) -> tuple[str | None, list[str]]:
+    """(the newest complete checkpoint under ``directory`` or None, the names passed over as incomplete)."""
+    try:
+        names = sorted(os.listdir(directory), key=natural_key)
+    except FileNotFoundError:
+        return None, []
+    incomplete: list[str] = []
+    for name in reversed(names):
+        path = os.path.join(directory, name)
+        if not os.path.isdir(path) or name.startswith("."):
+            continue
+        if os.path.isfile(os.path.join(path, MARKER)):
+            return path, incomplete
+        incomplete.append(name)
+    return None, incomplete
+
+
+def watched(env: dict) -> bool:
+    """Whether this process is the job's first rank (the one whose progress the guard watches)."""
+    for var in RANK_VARS:
+        value = env.get(var)
+        if value is not None and value.strip() != "":
+            return value.strip() == "0"
+    return True
+
+
+def overdue(now: float, started: float, last_sign: float | None, startup: float, interval: float) -> str | None:
+    """Why the worker counts as hung at ``now``, or None while it is within its window."""
+    if last_sign is None:
+        if now - started > startup:
+            return f"no progress within {startup:g}s of the start (startupSeconds)"
+        return None
+    if now - last_sign > interval:
+        return f"no progress for {now - last_sign:.1f}s since the last sign (intervalSeconds {interval:g})"
+    return None
+
+
+def parse(argv: list) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="progress_guard")
+    sign = parser.add_mutually_exclusive_group()
+    sign.add_argument("--log-pattern", help="a line of output matching this regex is progress")
+    sign.add_argument("--heartbeat-file", help="a newer modification time of this file is progress")
+    parser.add_argument("--startup-seconds", type=float, default=1800.0)
+    parser.add_argument("--interval-seconds", type=float, default=600.0)
+    parser.add_argument("--checkpoint-dir")
+    parser.add_argument("--same-python", action="store_true", help="run COMMAND with this interpreter")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.command[:1] == ["--"]:
+        args.command = args.command[1:]
+    if not args.command:
+        parser.error("no command after --")
+    return args
+
+
+def say(text: str) -> None:
+    sys.stderr.write(f"{PREFIX} {text}\n")
+    sys.stderr.flush()
+
+
+def terminate_message(text: str) -> None:
+    """The container's termination message (``kubectl describe pod``: Last State, Message)."""
+    try:
+        with open(TERMINATION_LOG, "w") as out:
+            out.write(f"{PREFIX} {text}\n")
+    except OSError:
+        pass
+
+
+class Guard:
+    def __init__(self, args: argparse.Namespace, env: dict):
+        self.args = args
+        self.env = env
+        self.started = time.monotonic()
+        self.started_wall = time.time()
+        self.last_sign: float | None = None
+        self.last_wall: float | None = None  # the heartbeat file's last modification time seen
+        self.pattern = re.compile(args.log_pattern) if args.log_pattern else None
+        self.watching = bool(args.log_pattern or args.heartbeat_file) and watched(env)
+        self.child: subprocess.Popen | None = None
+        self.pumps: list[threading.Thread] = []  # the threads that copy the child's output
+
+    def sign(self) -> None:
+        self.last_sign = time.monotonic()
+
+    def pump(self, source, sink) -> None:
+        """Copy the child's output line by line, noting lines that match the pattern."""
+        for raw in iter(source.readline, b""):
+            sink.buffer.write(raw)
+            sink.flush()
+            if self.pattern is not None and self.pattern.search(raw.decode("utf-8", "replace")):
+                self.sign()
+
+    def heartbeat(self) -> None:
+        try:
+            mtime = os.stat(self.args.heartbeat_file).st_mtime
+        except OSError:
+            return
+        if mtime >= self.started_wall and (self.last_wall is None or mtime > self.last_wall):
+            self.last_wall = mtime
+            self.sign()
+
+    def start(self) -> subprocess.Popen:
+        command = list(self.args.command)
+        if self.args.same_python:
+            command = [sys.executable, "-u", *command]
+        env = dict(self.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")  # progress lines reach the guard as they are written
+        if self.args.checkpoint_dir:
+            os.makedirs(self.args.checkpoint_dir, exist_ok=True)
+            newest, skipped = newest_complete(self.args.checkpoint_dir)
+            env.pop("RESUME_FROM", None)
+            if newest is not None:
+                env["RESUME_FROM"] = newest
+            if watched(self.env):
+                passed = f"; passed over (no {MARKER} file): {', '.join(skipped)}" if skipped else ""
+                say(
+                    f"resuming from {newest}{passed}"
+                    if newest
+                    else f"no complete checkpoint in {self.args.checkpoint_dir}: starting fresh{passed}"
+                )
+        pipe = subprocess.PIPE if self.watching and self.pattern is not None else None
+        self.child = subprocess.Popen(command, env=env, stdout=pipe, stderr=pipe)
+        if pipe is not None:
+            for source, sink in ((self.child.stdout, sys.stdout), (self.child.stderr, sys.stderr)):
+                pump = threading.Thread(target=self.pump, args=(source, sink), daemon=True)
+                pump.start()
+                self.pumps.append(pump)
+        return self.child
+
+    def stop_hung(self, why: str) -> int:
+        child = self.child
+        assert child is not None
+        sign = (
+            f"a line matching /{self.args.log_pattern}/" if self.pattern else f"a touch of {self.args.heartbeat_file}"
+        )
+        text = f"worker hung: {why}; progress is {sign}. Stopping it (exit {HANG_EXIT}) so that the job restarts it"
+        say(text)
+        terminate_message(text)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stop_group(child.pid)
+        try:
+            child.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        self.drain()
+        return HANG_EXIT
+
+    def drain(self) -> None:
+        """Let the pumps pass on what the child wrote last (its own children may hold the pipes: not forever)."""
+        for pump in self.pumps:
+            pump.join(5.0)
+
+    def run(self) -> int:
+        child = self.start()
+        forward = "TORCHELASTIC_RUN_ID" not in self.env  # torchrun signals the whole group itself
+
+        def on_term(signum, frame) -> None:
+            if forward and child.poll() is None:
+                child.send_signal(signum)
+
+        signal.signal(signal.SIGTERM, on_term)
+        tick = max(0.05, min(1.0, self.args.interval_seconds / 20, self.args.startup_seconds / 20))
+        while True:
+            try:
+                code = child.wait(tick)
+                self.drain()
+                return code if code >= 0 else 128 - code
+            except subprocess.TimeoutExpired:
+                pass
+            if not self.watching:
+                continue
+            if self.args.heartbeat_file:
+                self.heartbeat()
+            why = overdue(
+                time.monotonic(), self.started, self.last_sign, self.args.startup_seconds, self.args.interval_seconds
+            )
+            if why is not None:
+                return self.stop_hung(why)
+
+
+def stop_group(pid: int) -> None:
+    """SIGTERM to the child and, when the guard leads its process group (as a torchrun worker or a
+    container's PID 1), to every process of it (the child's own workers): the guard ignores it."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+        if os.getpgid(0) == os.getpid():
+            os.killpg(os.getpid(), signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+
+
+def main(argv: list | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    return Guard(args, dict(os.environ)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
