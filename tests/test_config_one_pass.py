@@ -19,7 +19,9 @@ from infra import offline
 from infra.plan import offline_placement_check
 from stacks import config as stack_config
 from stacks.config.errors import parse
+from stacks.config.loading import PlacementAsk
 from stacks.config.models import ConfigModel
+from stacks.placement import AwsRegionFacts, RegionFacts
 from tests.helpers import NS, ROOT, minimal_values
 
 AZ = f"{NS}:gpuAvailabilityZone"
@@ -349,3 +351,35 @@ def test_the_program_reports_the_gpu_az_with_the_other_problems():
     assert f"  - {AZ}: 'us-west-2a' does not offer p3dn.24xlarge" in message
     assert f"  - {NS}:jobs[0].colour: unknown key 'colour'" in message
     assert f"  - {NS}:jobs[0].nodeGroup: 'p4d' is not a GPU node group of this stack" in message
+
+
+def _ask(**over: Any) -> PlacementAsk:
+    fields: dict[str, Any] = {
+        "project": "gpu-training",
+        "stack": "test",
+        "region": "us-west-2",
+        "requested": "us-west-2a",
+        "gpu_types": ["p3dn.24xlarge"],
+        "availability_zone_count": 2,
+        "tags": {},
+    }
+    return PlacementAsk(**{**fields, **over})
+
+
+def test_the_programs_check_says_nothing_where_it_cannot_look(monkeypatch):
+    """Without the stack's tags its GPU subnet cannot be found, and a lookup that fails (no
+    credentials) is left to the placement after the config, which reports it."""
+    facts = AwsRegionFacts()
+
+    def no_credentials(gpu_types: list[str], tags: dict[str, str]) -> RegionFacts:
+        raise RuntimeError("no credentials")
+
+    monkeypatch.setattr(facts, "facts", no_credentials)
+    assert facts.check(_ask()) == []
+    answered = RegionFacts(offline.region_azs("us-west-2"), offline.az_offerings("us-west-2"))
+    monkeypatch.setattr(facts, "facts", lambda gpu_types, tags: answered)
+    assert facts.check(_ask(tags=None)) == []
+    assert [p.key for p in facts.check(_ask())] == [AZ]
+    assert [p.key for p in facts.check(_ask(requested="auto", availability_zone_count=6))] == [
+        f"{NS}:network.availabilityZoneCount"
+    ]
