@@ -1,4 +1,5 @@
-"""Command line: `python -m infra plan --stack dev [--out DIR] [--config-file PATH]`, `python -m infra preflight --stack dev`."""
+"""Command line: `python -m infra plan --stack dev [--out DIR] [--config-file PATH]`, `python -m infra preflight --stack dev`,
+`python -m infra diff BASE HEAD`."""
 
 from __future__ import annotations
 
@@ -32,6 +33,15 @@ def main(argv: list[str] | None = None) -> int:
     p_pre.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
     p_pre.add_argument("--cwd", help="the project folder holding Pulumi.yaml (default: this project)")
 
+    from infra.diff.cli import DESCRIPTION, add_arguments
+
+    p_diff = sub.add_parser(
+        "diff",
+        help="compare two plan folders: what `pulumi up` would replace (-/+), update in place (~), add and remove",
+        description=DESCRIPTION,
+    )
+    add_arguments(p_diff)
+
     args = parser.parse_args(argv)
     if args.command == "plan":
         from infra.plan import run_cli
@@ -41,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         from infra.preflight import run_cli as run_preflight
 
         return run_preflight(args.stack, root=args.cwd)
+    if args.command == "diff":
+        from infra.diff.cli import run as run_diff
+
+        return run_diff(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

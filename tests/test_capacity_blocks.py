@@ -231,19 +231,13 @@ def test_plan_summary_and_pr_diff_say_the_purchase_in_words(tmp_path, monkeypatc
         in lines
     )
 
-    import importlib.util
+    from infra.diff import cli as plan_diff
 
-    spec = importlib.util.spec_from_file_location(
-        "plan_diff", Path(__file__).resolve().parent.parent / "scripts" / "plan_diff.py"
-    )
-    assert spec and spec.loader
-    plan_diff = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plan_diff)
     reserved = block_group()
     _write_plan(values_with(reserved), tmp_path / "base")
     _write_plan(values_with(purchase_group()), tmp_path / "head")
     out = io.StringIO()
-    plan_diff.main([str(tmp_path / "base"), str(tmp_path / "head")], out=out)
+    assert plan_diff.main([str(tmp_path / "base"), str(tmp_path / "head")], out=out) == 0
     text = out.getvalue()
     assert f"**This change BUYS a Capacity Block:** `pulumi up` purchases offering `{OFFERING_ID}`" in text
     assert "irreversible" in text

@@ -75,21 +75,18 @@ def test_the_plan_prints_and_writes_it(dev_plan_command):
 
 
 def test_the_pr_diff_shows_the_change_in_cost(tmp_path):
-    import importlib.util
+    from infra.diff import cli as plan_diff
 
-    spec = importlib.util.spec_from_file_location("plan_diff", ROOT / "scripts" / "plan_diff.py")
-    assert spec and spec.loader
-    plan_diff = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plan_diff)
     base, head = tmp_path / "base", tmp_path / "head"
     for folder, maximum in ((base, 100.0), (head, 144.02)):
         folder.mkdir()
         (folder / "resources.json").write_text("[]")
+        (folder / "outputs.json").write_text("{}")
         (folder / "cost.json").write_text(
             json.dumps({"region": "us-west-2", "date": "2026-07", "idlePerHour": 1.08, "maximumPerHour": maximum})
         )
     out = io.StringIO()
-    plan_diff.main([str(base), str(head)], out=out)
+    assert plan_diff.main([str(base), str(head)], out=out) == 0
     assert "every group at its maximum $100.00/h → $144.02/h (**+$44.02/h**)" in out.getvalue()
     assert "idle $1.08/h;" in out.getvalue()
 

@@ -4,7 +4,7 @@
   against Pulumi's own project-file schema (vendored, tests/data/pulumi): an `up` sends the node
   groups' live desired sizes, not the first ones kept by ``ignoreChanges``;
 - the offline plan's resources.json records each resource's options (protect, retainOnDelete,
-  ignoreChanges, deleteBeforeReplace, aliases), so a pull request's plan diff shows them;
+  ignoreChanges, replaceOnChanges, deleteBeforeReplace, aliases), so a pull request's plan diff shows them;
 - the FSx KMS key outlives `pulumi destroy` when a final backup is taken (the backup needs it), and
   its ARN is a stack output; seen through resources.json;
 - capacity-block groups are not autoscaled, and ``autoscale: true`` on one is refused.

@@ -1,9 +1,10 @@
-"""scripts/plan_diff.py: the markdown difference of two offline plans, for pull-request comments."""
+"""`python -m infra diff BASE HEAD` (infra/diff/): the difference of two offline plans for a
+reviewer and the pull-request comment: what `pulumi up` would replace (-/+), update in place (~),
+add and remove, the GPU AZ move first."""
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import io
 import json
 import subprocess
@@ -15,11 +16,11 @@ import pytest
 import yaml
 
 from infra import plan as infra_plan
+from infra.diff import cli as plan_diff
+from infra.diff.compare import changed_paths, touches
+from infra.diff.markdown import MARKER
+from infra.diff.replace_fields import RULES, STATEFUL, rule_for
 from tests.helpers import NS, ROOT, dev_values, run_stack
-
-_spec = importlib.util.spec_from_file_location("plan_diff", ROOT / "scripts" / "plan_diff.py")
-plan_diff = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(plan_diff)
 
 
 def _resource(typ: str, name: str, inputs: dict, parent: dict | None = None, deps: list | None = None) -> dict:
@@ -34,10 +35,19 @@ def write_plan(folder: Path, resources: list[dict], manifests: list[dict], outpu
     return folder
 
 
-def run(argv: list[str]) -> str:
+def run(argv: list[Any]) -> str:
     out = io.StringIO()
     assert plan_diff.main([str(a) for a in argv], out=out) == 0
     return out.getvalue()
+
+
+def section(md: str, title: str) -> str:
+    """The text of one ``#### title`` section of the markdown ('' when absent)."""
+    for part in md.split("#### ")[1:]:
+        head, _, body = part.partition("\n")
+        if head == title:
+            return body
+    return ""
 
 
 NET = {"type": "gputraining:components:Network", "name": "network"}
@@ -100,27 +110,27 @@ def synthetic(tmp_path: Path) -> tuple[Path, Path]:
 def test_synthetic_plans(synthetic):
     base, head = synthetic
     md = run([base, head, "--title", "Offline plan: dev"])
-    assert md.startswith(plan_diff.MARKER + "\n### Offline plan: dev\n")
-    assert "Resources: **1 added, 1 removed, 2 changed** (5 → 5)" in md
+    assert md.startswith(MARKER + "\n### Offline plan: dev\n")
+    assert "Resources: **1 to replace, 1 to update in place, 1 to add, 1 to remove** (5 → 5)" in md
     assert "Kubernetes objects: **1 added, 1 removed, 1 changed** (3 → 3)" in md
-    sections = {s.split("\n", 1)[0]: s for s in md.split("#### ")[1:]}
-    assert "| `aws:ec2/natGateway:NatGateway` | `network-nat-a` |" in sections["Resources added"]
-    assert "| `aws:ec2/eip:Eip` | `network-nat-b` |" in sections["Resources removed"]
-    changed = sections["Resources changed"]
-    assert "| `aws:ec2/subnet:Subnet` | `network-private-a` | `inputs.cidrBlock`, `inputs.tags.b` |" in changed
-    assert (
-        "| `aws:eks/nodeGroup:NodeGroup` | `gpu` | `inputs.labels[1]`, `inputs.scalingConfig.maxSize`, `dependsOn` |"
-        in changed
+    # A subnet's CIDR block is replace-on-change; its tags are not, but ride along.
+    assert "| -/+ | `aws:ec2/subnet:Subnet` | `network-private-a` | forced by `inputs.cidrBlock` |" in section(
+        md, "Replaced (`-/+`)"
     )
-    assert "network-vpc" not in changed and "minSize" not in changed  # unchanged things stay out
-    assert "| `Deployment (apps/v1)` | `training/new` |" in sections["Kubernetes objects added"]
-    assert "| `Service (v1)` | `training/old` |" in sections["Kubernetes objects removed"]
-    assert "| `ConfigMap (v1)` | `training/cfg` | `data.k` |" in sections["Kubernetes objects changed"]
+    updated = section(md, "Updated in place (`~`)")
+    assert (
+        "| ~ | `aws:eks/nodeGroup:NodeGroup` | `gpu` | `inputs.labels[1]`, `inputs.scalingConfig.maxSize`, `dependsOn` |"
+        in updated
+    )
+    assert "| + | `aws:ec2/natGateway:NatGateway` | `network-nat-a` |" in section(md, "Added (`+`)")
+    assert "| - | `aws:ec2/eip:Eip` | `network-nat-b` |" in section(md, "Removed (`-`)")
+    assert "network-vpc" not in md.split("#### Added")[0] and "minSize" not in md  # unchanged things stay out
+    assert "| `Deployment (apps/v1)` | `training/new` |" in section(md, "Kubernetes objects added")
+    assert "| `Service (v1)` | `training/old` |" in section(md, "Kubernetes objects removed")
+    assert "| `ConfigMap (v1)` | `training/cfg` | `data.k` |" in section(md, "Kubernetes objects changed")
     assert "Namespace" not in md
-    assert (
-        "`gpuAvailabilityZone`" in sections["Stack outputs changed"]
-        and "vpcId" not in sections["Stack outputs changed"]
-    )
+    outputs = section(md, "Stack outputs changed")
+    assert "`gpuAvailabilityZone`" in outputs and "vpcId" not in outputs
     # The GPU AZ moves (us-west-2b -> us-west-2c): said in words, before anything else.
     first = md.split("\n")[3]
     assert first.startswith(
@@ -131,37 +141,57 @@ def test_synthetic_plans(synthetic):
         and "FSx for Lustre" in first
         and "`gpuAvailabilityZone: auto`" in first
     )
+    # Replacements, then updates, additions, removals.
+    order = [
+        md.index(f"#### {t}") for t in ("Replaced (`-/+`)", "Updated in place (`~`)", "Added (`+`)", "Removed (`-`)")
+    ]
+    assert order == sorted(order)
 
 
 def test_identical_plans_say_so(synthetic):
     base, _ = synthetic
     md = run([base, base])
-    assert "Resources: **0 added, 0 removed, 0 changed** (5 → 5)" in md
+    assert "Resources: **0 to replace, 0 to update in place, 0 to add, 0 to remove** (5 → 5)" in md
     assert "No difference in resources, Kubernetes objects or stack outputs." in md
     assert "####" not in md and "MOVES" not in md
 
 
-def test_new_stack_compares_with_an_empty_plan(synthetic, tmp_path):
+def test_new_stack_says_so_explicitly(synthetic, tmp_path):
     _, head = synthetic
-    md = run([tmp_path / "missing", head, "--base-status", "absent"])
+    md = run([tmp_path / "missing", head, "--base-absent"])
     assert "The base branch has no plan for this stack (new stack)" in md
-    assert "Resources: **5 added, 0 removed, 0 changed** (0 → 5)" in md
+    assert "Resources: **0 to replace, 0 to update in place, 5 to add, 0 to remove** (0 → 5)" in md
     assert "MOVES" not in md  # a new stack has no AZ to move from
 
 
-def test_failed_base_plan_is_noted(synthetic):
+@pytest.mark.parametrize("side", ["base", "head"])
+def test_a_folder_without_a_plan_is_an_error(synthetic, tmp_path, side):
     base, head = synthetic
-    md = run([base, head, "--base-status", "failed"])
-    assert "The offline plan of the base branch failed" in md and "**5 added" in md
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args = [empty, head] if side == "base" else [base, empty]
+    out, err = io.StringIO(), io.StringIO()
+    assert plan_diff.main([str(a) for a in args], out=out, err=err) == 2
+    assert out.getvalue() == ""
+    message = err.getvalue()
+    assert f"{side.upper()} {empty} holds no plan (no resources.json or outputs.json)" in message
+    assert "python -m infra plan --stack STACK --out DIR" in message and "manifests.yaml" in message
+    assert ("--base-absent" in message) == (side == "base")
+
+
+def test_failed_base_plan_is_noted(synthetic, tmp_path):
+    _, head = synthetic
+    md = run([tmp_path / "no-plan", head, "--base-failed"])
+    assert "The offline plan of the base branch failed" in md and "**0 to replace, 0 to update in place, 5 to add" in md
 
 
 def test_failed_head_plan_shows_its_output(synthetic, tmp_path):
-    base, head = synthetic
+    base, _ = synthetic
     log = tmp_path / "head.log"
     log.write_text(
         "error: stack 'dev': invalid stack config (1 problem(s)):\n  - gpu-training:gpuNodeGroups[0].maxSize: 0 is not allowed\n"
     )
-    md = run([base, head, "--head-status", "failed", "--head-log", log])
+    md = run([base, tmp_path / "no-plan", "--head-failed", "--head-log", log])
     assert "**The offline plan of this pull request failed**" in md
     assert "gpuNodeGroups[0].maxSize: 0 is not allowed" in md
     assert "Resources:" not in md
@@ -191,44 +221,218 @@ def test_project_roots_do_not_count_as_a_change(tmp_path):
 
 
 def test_changed_paths():
-    assert plan_diff.changed_paths({"a": {"b": 1, "c": [1, 2]}}, {"a": {"b": 1, "c": [1, 3]}}) == ["a.c[1]"]
-    assert plan_diff.changed_paths({"a": [1]}, {"a": [1, 2]}) == ["a"]
-    assert plan_diff.changed_paths({"a": 1}, {"b": 1}) == ["a", "b"]
-    assert plan_diff.changed_paths(1, 1) == []
+    assert changed_paths({"a": {"b": 1, "c": [1, 2]}}, {"a": {"b": 1, "c": [1, 3]}}) == ["a.c[1]"]
+    assert changed_paths({"a": [1]}, {"a": [1, 2]}) == ["a"]
+    assert changed_paths({"a": 1}, {"b": 1}) == ["a", "b"]
+    assert changed_paths(1, 1) == []
 
 
-def test_runs_as_a_script(synthetic):
-    base, head = synthetic
+def test_a_change_touches_a_field_at_under_or_above_it():
+    assert touches("subnetIds[0]", "subnetIds") and touches("subnetIds", "subnetIds")
+    assert touches("scalingConfig.maxSize", "scalingConfig") and not touches("scalingConfig.maxSize", "subnetIds")
+    assert touches("launchTemplate", "launchTemplate.id")  # the whole block added or removed
+    assert not touches("launchTemplate.version", "launchTemplate.id")
+    assert not touches("subnetIdsExtra", "subnetIds") and not touches("spec.templates", "spec.template")
+    assert touches("spec.containers[3].image", "spec.containers[*].image")
+    assert not touches("spec.containers[3].name", "spec.containers[*].image")
+    assert touches("anything.at.all", "*")
+
+
+def test_the_replace_table_names_its_sources_and_covers_the_stateful_types():
+    # Each entry says where it was read; every stateful type has a rule of its own.
+    for typ, rule in RULES.items():
+        assert rule.fields and "/" in rule.source and (" at " in rule.source or "(this repository)" in rule.source), typ
+        assert bool(rule.note) == bool(rule.note_fields), typ  # a note says which inputs make it worth showing
+    for typ in STATEFUL:
+        assert rule_for(typ) is not None, typ
+    for typ in (
+        "eks:index:Cluster",
+        "aws:fsx/lustreFileSystem:LustreFileSystem",
+        "aws:efs/fileSystem:FileSystem",
+        "aws:eks/nodeGroup:NodeGroup",
+        "aws:kms/key:Key",
+    ):
+        assert typ in STATEFUL
+    # Every Kubernetes kind is replaced on a new name or namespace; some on more.
+    assert rule_for("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue").fields == ("metadata.name", "metadata.namespace")
+    assert "spec.template" in rule_for("kubernetes:batch/v1:Job").fields
+    assert "spec.clusterIP" in rule_for("kubernetes:core/v1:Service").fields
+    assert "parameters" in rule_for("kubernetes:storage.k8s.io/v1:StorageClass").fields
+    assert rule_for("kubernetes:kustomize/v2:Directory") is None and rule_for("aws:ec2/vpc:Vpc") is None
+
+
+def test_the_cli_lists_diff_and_refuses_a_base_without_a_plan(tmp_path):
+    """Through the real CLI: `python -m infra --help` lists the subcommand, and a base folder
+    without a plan exits 2 naming it (the workflow passes --base-absent for a new stack)."""
+    helped = subprocess.run(
+        [sys.executable, "-m", "infra", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert helped.returncode == 0 and "diff" in helped.stdout
+    head = write_plan(tmp_path / "head", [_resource("aws:ec2/vpc:Vpc", "network-vpc", {})], [], {})
+    missing = tmp_path / "base"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "plan_diff.py"), str(base), str(head)],
+        [sys.executable, "-m", "infra", "diff", str(missing), str(head)],
+        cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
-    assert done.returncode == 0, done.stderr
-    assert "**1 added, 1 removed, 2 changed**" in done.stdout
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"BASE {missing} does not exist" in done.stderr and "resources.json" in done.stderr
+    assert "Traceback" not in done.stderr
+    new = subprocess.run(
+        [sys.executable, "-m", "infra", "diff", str(missing), str(head), "--base-absent"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert new.returncode == 0, new.stderr
+    assert "**0 to replace, 0 to update in place, 1 to add, 0 to remove**" in new.stdout
 
 
-def test_real_plans_one_config_value_changed(dev_plan, tmp_path):
-    """The dev plan against the dev plan with the p4d group's maxSize raised from 2 to 4."""
-    values = dev_values()
-    groups = values[f"{NS}:gpuNodeGroups"]
-    p4d = next(g for g in groups if g["name"] == "p4d")
-    assert p4d["maxSize"] != 4
-    p4d["maxSize"] = 4
-    changed = run_stack(values, stack="dev")
-    infra_plan.write_files(dev_plan, tmp_path / "base")
-    infra_plan.write_files(changed, tmp_path / "head")
+# ---------------------------------------------------------------------------------------------
+# Real plans: dev, and dev with one thing changed
+# ---------------------------------------------------------------------------------------------
 
-    md = run([tmp_path / "base", tmp_path / "head", "--title", "Offline plan: dev"])
+
+@pytest.fixture(scope="module")
+def dev_base(dev_plan, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("plans") / "base"
+    infra_plan.write_files(dev_plan, folder)
+    return folder
+
+
+def plan_dev_with(change, folder: Path) -> Path:
+    values = copy.deepcopy(dev_values())
+    change(values)
+    infra_plan.write_files(run_stack(values, stack="dev"), folder)
+    return folder
+
+
+def rows(md: str, title: str) -> list[str]:
+    return [line for line in section(md, title).splitlines() if line.startswith("| ") and not line.startswith("|  |")]
+
+
+def test_the_plan_records_replace_on_changes(dev_base):
+    """The stack's own replace_on_changes (the jobs: a new spec is a new run) is in resources.json."""
+    records = json.loads((dev_base / "resources.json").read_text())
+    jobs = [r for r in records if r["type"] == "kubernetes:kubeflow.org/v1:PyTorchJob"]
+    assert jobs and all(r["options"]["replaceOnChanges"] == ["spec"] for r in jobs)
+    assert all(r["options"]["deleteBeforeReplace"] is True for r in jobs)
+
+
+def test_real_plans_an_in_place_change(dev_plan, dev_base, tmp_path):
+    """The p4d group's maxSize raised from 2 to 4: the node group and the queue's quota (which
+    follows the group's maxSize, stacks/queues/) are updated in place, nothing is replaced."""
+    assert next(g for g in dev_values()[f"{NS}:gpuNodeGroups"] if g["name"] == "p4d")["maxSize"] != 4
+
+    def raise_max(values: dict[str, Any]) -> None:
+        next(g for g in values[f"{NS}:gpuNodeGroups"] if g["name"] == "p4d")["maxSize"] = 4
+
+    head = plan_dev_with(raise_max, tmp_path / "head")
+    md = run([dev_base, head, "--title", "Offline plan: dev"])
     n = len(dev_plan.records)
-    # The node group, and the queue's quota, which follows the group's maxSize (stacks/queues/).
-    assert f"Resources: **0 added, 0 removed, 2 changed** ({n} → {n})" in md
-    rows = [line for line in md.splitlines() if line.startswith("| `") and "maxSize" in line]
-    assert len(rows) == 1 and "`inputs.scalingConfig.maxSize`" in rows[0] and "p4d" in rows[0]
+    assert f"Resources: **0 to replace, 2 to update in place, 0 to add, 0 to remove** ({n} → {n})" in md
+    updated = rows(md, "Updated in place (`~`)")
+    assert len(updated) == 2
+    assert updated[0] == "| ~ | `aws:eks/nodeGroup:NodeGroup` | `gpu-p4d-mng` | `inputs.scalingConfig.maxSize` |"
+    assert updated[1].startswith("| ~ | `kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue` | `queues-clusterqueue-gpu` |")
+    assert "Replaced" not in md and "Added" not in md and "MOVES" not in md
     assert "Kubernetes objects: **0 added, 0 removed, 1 changed**" in md
-    assert (
-        "| `ClusterQueue (kueue.x-k8s.io/v1beta2)` | `gpu` | " in md
-        and "`spec.resourceGroups[0].flavors[0].resources[2].nominalQuota`" in md
-    )
-    assert "Resources added" not in md and "Resources removed" not in md
+    assert "`spec.resourceGroups[0].flavors[0].resources[2].nominalQuota`" in section(md, "Kubernetes objects changed")
+
+
+def test_real_plans_a_replacement(dev_base, tmp_path):
+    """FSx from SCRATCH_2 to PERSISTENT_2: deploymentType is replace-on-change, so FSx is replaced
+    (a new, empty file system: said in words), its PersistentVolume follows its new id, and the
+    new KMS key of a persistent file system is added; the stateful replacement comes first."""
+
+    def persistent(values: dict[str, Any]) -> None:
+        values[f"{NS}:storage"]["fsx"].update(deploymentType="PERSISTENT_2", perUnitStorageThroughput=125)
+
+    head = plan_dev_with(persistent, tmp_path / "head")
+    md = run([dev_base, head])
+    replaced = rows(md, "Replaced (`-/+`)")
+    assert [r.split(" | ")[1:3] for r in replaced] == [
+        ["`aws:fsx/lustreFileSystem:LustreFileSystem`", "`fsx-fs`"],
+        ["`kubernetes:core/v1:PersistentVolume`", "`fsx-pv`"],
+    ]
+    assert replaced[0].startswith("| -/+ |") and "`inputs.deploymentType`" in replaced[0]
+    assert "**a new, empty FSx for Lustre file system**" in replaced[0]
+    assert "`inputs.spec.csi.volumeHandle`" in replaced[1] and "new id of `fsx-fs" in replaced[1]
+    assert "| + | `aws:kms/key:Key` | `fsx-key` |" in section(md, "Added (`+`)")
+    assert md.index("#### Replaced") < md.index("#### Added") and "MOVES" not in md
+
+
+def test_real_plans_a_gpu_az_move(dev_base, tmp_path):
+    """gpuAvailabilityZone pinned to us-west-2c (dev's auto picks us-west-2b): the move is said in
+    words at the very top, then the replacements, stateful first: FSx and the GPU node groups
+    (their subnet), then the rest; the subnets of the old AZ are removed and the new ones added."""
+
+    def move(values: dict[str, Any]) -> None:
+        values[f"{NS}:gpuAvailabilityZone"] = "us-west-2c"
+
+    head = plan_dev_with(move, tmp_path / "head")
+    md = run([dev_base, head, "--title", "Offline plan: dev"])
+    lines = md.splitlines()
+    assert lines[:3] == [MARKER, "### Offline plan: dev", ""]
+    assert lines[3].startswith("**This change MOVES the GPU AZ** from `us-west-2b` to `us-west-2c`")
+    replaced = [r.split(" | ")[1:3] for r in rows(md, "Replaced (`-/+`)")]
+    stateful = [r for r in replaced if r[0].strip("`") in STATEFUL]
+    assert replaced[: len(stateful)] == stateful  # stateful replacements first
+    assert ["`aws:fsx/lustreFileSystem:LustreFileSystem`", "`fsx-fs`"] in stateful
+    assert ["`aws:eks/nodeGroup:NodeGroup`", "`gpu-p4d-mng`"] in stateful
+    assert ["`aws:eks/nodeGroup:NodeGroup`", "`gpu-p3dn-mng`"] in stateful
+    assert ["`kubernetes:core/v1:PersistentVolume`", "`fsx-pv`"] in replaced[len(stateful) :]
+    # The jobs pin the GPU AZ in their spec, and the stack replaces them on a spec change.
+    assert ["`kubernetes:kubeflow.org/v1:PyTorchJob`", "`jobs-resnet50-elastic-pytorchjob`"] in replaced
+    assert "deleted before its replacement is created" in section(md, "Replaced (`-/+`)")
+    assert "| + | `aws:ec2/subnet:Subnet` | `network-private-us-west-2c` |" in section(md, "Added (`+`)")
+    assert "| - | `aws:ec2/subnet:Subnet` | `network-private-us-west-2b` |" in section(md, "Removed (`-`)")
+    order = [
+        md.index(f"#### {t}") for t in ("Replaced (`-/+`)", "Updated in place (`~`)", "Added (`+`)", "Removed (`-`)")
+    ]
+    assert order == sorted(order) and md.index("MOVES") < order[0]
+
+
+def test_a_sagemaker_job_changes_its_tags_in_place_and_anything_else_replaces_it(tmp_path):
+    """This project's dynamic provider (TrainingJobProvider.diff): a training job cannot change."""
+    typ = "pulumi-python:dynamic/gputraining:SageMakerTrainingJob"
+    request = {"TrainingJobName": "bert-1", "HyperParameters": {"epochs": "3"}, "Tags": [{"Key": "team", "Value": "a"}]}
+
+    def job(**changes: Any) -> dict:
+        r = _resource(typ, "jobs-bert", {"region": "us-west-2", "request": {**request, **changes}})
+        return {**r, "options": {"deleteBeforeReplace": True}}
+
+    base = write_plan(tmp_path / "base", [job()], [], {})
+    retagged = write_plan(tmp_path / "retagged", [job(Tags=[{"Key": "team", "Value": "b"}])], [], {})
+    rerun = write_plan(tmp_path / "rerun", [job(HyperParameters={"epochs": "4"})], [], {})
+    md = run([base, retagged])
+    assert rows(md, "Updated in place (`~`)") == [f"| ~ | `{typ}` | `jobs-bert` | `inputs.request.Tags[0].Value` |"]
+    assert "Replaced" not in md
+    (replaced,) = rows(run([base, rerun]), "Replaced (`-/+`)")
+    assert "forced by `inputs.request.HyperParameters.epochs`" in replaced
+    assert "deleted before its replacement is created" in replaced
+
+
+def test_conditional_replacements_are_noted_and_a_new_parent_is_a_new_resource(tmp_path):
+    """EKS replaces a cluster whose encryption is removed (a rule on old and new values, not a
+    field): the row says so when that input changes, not otherwise. A resource under another
+    parent without an alias has a new URN: created anew, the old one deleted."""
+    cluster = _resource("eks:index:Cluster", "cluster-eks", {"encryptionConfigKeyArn": "arn:k1", "version": "1.35"})
+    role = _resource("aws:iam/role:Role", "node", {"path": "/"}, NET)
+    base = write_plan(tmp_path / "base", [cluster, role], [], {})
+    head_cluster = copy.deepcopy(cluster)
+    head_cluster["inputs"].update(encryptionConfigKeyArn="arn:k2", version="1.36")
+    moved = {**role, "parent": {"type": "gputraining:components:Cluster", "name": "cluster"}}
+    md = run([base, write_plan(tmp_path / "head", [head_cluster, moved], [], {})])
+    (updated,) = rows(md, "Updated in place (`~`)")
+    assert updated.startswith("| ~ | `eks:index:Cluster` | `cluster-eks` | `inputs.encryptionConfigKeyArn`")
+    assert "removing encryptionConfigKeyArn also replaces the cluster" in updated
+    (replaced,) = rows(md, "Replaced (`-/+`)")
+    assert replaced == "| -/+ | `aws:iam/role:Role` | `node` | forced by `parent` |"
+    version_only = copy.deepcopy(cluster)
+    version_only["inputs"]["version"] = "1.36"
+    md = run([base, write_plan(tmp_path / "version", [version_only, role], [], {})])
+    assert rows(md, "Updated in place (`~`)") == ["| ~ | `eks:index:Cluster` | `cluster-eks` | `inputs.version` |"]

@@ -182,9 +182,12 @@ def test_offline_plan_diff_job_needs_no_credentials():
     assert any(c["with"].get("ref") == "${{ github.event.pull_request.base.sha }}" for c in checkouts)
     plans = re.findall(r"python -m infra plan --stack \"\$STACK\" --out \"\$RUNNER_TEMP/plan-(base|head)\"", runs(job))
     assert sorted(plans) == ["base", "head"]
-    assert "scripts/plan_diff.py" in runs(job)
+    assert ".venv/bin/python -m infra diff " in runs(job)
+    # A base without the stack is said explicitly (a folder without a plan is an error), as is a
+    # failed side.
+    assert "--base-absent" in runs(job) and "--base-failed" in runs(job) and "--head-failed" in runs(job)
     # The checkouts' folders differ; absolute paths in the plans must not read as changes.
-    assert "--base-root base --head-root head" in runs(job)
+    assert "--base-root ../base --head-root ." in runs(job)
     assert uses(job, "marocchino/sticky-pull-request-comment") or uses(job, "actions/github-script")
     assert installs(job)
 

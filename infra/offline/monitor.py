@@ -127,7 +127,7 @@ class Record:
             "inputs": self.inputs,
         }
         # What `pulumi up` and `destroy` do with the resource beyond its inputs, for reviewers of the
-        # plan diff: protect, retainOnDelete, ignoreChanges, deleteBeforeReplace, aliases.
+        # plan diff: protect, retainOnDelete, ignoreChanges, replaceOnChanges, deleteBeforeReplace, aliases.
         shown = {k: v for k, v in self.options.items() if k in RECORDED_OPTIONS}
         if shown:
             out["options"] = shown
@@ -135,7 +135,7 @@ class Record:
 
 
 # The resource options resources.json records (the provider instance stays in Record.options only).
-RECORDED_OPTIONS = ("protect", "retainOnDelete", "ignoreChanges", "deleteBeforeReplace", "aliases")
+RECORDED_OPTIONS = ("protect", "retainOnDelete", "ignoreChanges", "replaceOnChanges", "deleteBeforeReplace", "aliases")
 
 
 class DuplicateURNError(RuntimeError):
@@ -190,6 +190,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             options["retainOnDelete"] = True
         if request.ignoreChanges:
             options["ignoreChanges"] = sorted(request.ignoreChanges)
+        if request.replaceOnChanges:
+            # The inputs whose change replaces the resource, beyond its provider's own (`python -m infra diff`).
+            options["replaceOnChanges"] = sorted(request.replaceOnChanges)
         if request.deleteBeforeReplace:
             options["deleteBeforeReplace"] = True
         if request.aliases or request.aliasURNs:

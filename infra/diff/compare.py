@@ -1,0 +1,233 @@
+"""Comparing two plans: what each changed resource's change does on `pulumi up`, terraform-style:
+``-/+`` replace (delete and create, or create and delete), ``~`` update in place, ``+`` add, ``-`` remove."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from infra.diff.plans import Plan
+from infra.diff.replace_fields import STATEFUL, rule_for
+
+REPLACE, UPDATE = "-/+", "~"
+_MISSING = object()
+Key = tuple[str, str]
+
+
+def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted paths (``a.b[0].c``) whose values differ between ``old`` and ``new``."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for k in sorted(set(old) | set(new), key=str):
+            path = f"{prefix}.{k}" if prefix else str(k)
+            if k not in old or k not in new:
+                out.append(path)
+            else:
+                out.extend(changed_paths(old[k], new[k], path))
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        out = []
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            out.extend(changed_paths(a, b, f"{prefix}[{i}]"))
+        return out
+    return [] if old == new else [prefix or "(value)"]
+
+
+def resource_changes(old: dict, new: dict) -> list[str]:
+    """What differs between two records of one resource: ``inputs.<path>``, ``parent``, ``dependsOn``, ``options.<key>``."""
+    keys = [f"inputs.{k}" for k in changed_paths(old.get("inputs") or {}, new.get("inputs") or {})]
+    if (old.get("parent") or None) != (new.get("parent") or None):
+        keys.append("parent")
+    if sorted(map(json.dumps, old.get("dependsOn") or [])) != sorted(map(json.dumps, new.get("dependsOn") or [])):
+        keys.append("dependsOn")
+    # protect, retainOnDelete, ignoreChanges, replaceOnChanges, deleteBeforeReplace, aliases.
+    keys += [f"options.{k}" for k in changed_paths(old.get("options") or {}, new.get("options") or {})]
+    return keys
+
+
+@lru_cache(maxsize=1024)
+def _pattern(field_path: str) -> re.Pattern[str]:
+    # "a.b[*].c" -> a path at or under it; "[*]" is any index.
+    body = re.escape(field_path).replace(re.escape("[*]"), r"\[\d+\]")
+    return re.compile(rf"{body}(?:$|[.\[])")
+
+
+def touches(path: str, field_path: str) -> bool:
+    """Whether a change at input ``path`` changes the input ``field_path``: at it, under it, or
+    above it (a whole block added or removed)."""
+    if field_path == "*":
+        return True
+    if _pattern(field_path).match(path):
+        return True
+    return field_path.startswith(path) and field_path[len(path) : len(path) + 1] in (".", "[")
+
+
+@dataclass
+class Change:
+    """One resource in both plans that `pulumi up` would touch."""
+
+    key: Key
+    action: str  # REPLACE or UPDATE
+    paths: list[str]  # what differs (resource_changes)
+    forced_by: list[str] = field(default_factory=list)  # the changed paths that force the replacement
+    follows: list[Key] = field(
+        default_factory=list
+    )  # replaced resources whose new id reaches a replace-on-change input
+    known: bool = True  # False: no replace rule for the type (`pulumi preview` decides)
+    delete_first: bool = False  # deleteBeforeReplace: the old one goes before the new one exists
+
+    @property
+    def stateful(self) -> str | None:
+        """What replacing it means, for the types whose replacement loses data or takes long."""
+        return STATEFUL.get(self.key[0]) if self.action == REPLACE else None
+
+
+def _fields(record: dict) -> tuple[str, ...]:
+    rule = rule_for(record["type"])
+    own = tuple((record.get("options") or {}).get("replaceOnChanges") or ())
+    return (rule.fields if rule else ()) + own
+
+
+def _forces(typ: str, path: str, fields: tuple[str, ...]) -> bool:
+    """Whether a change at input ``path`` of a resource of type ``typ`` replaces it."""
+    rule = rule_for(typ)
+    if rule is not None and any(touches(path, f) and path.startswith(f) for f in rule.in_place):
+        return False
+    return any(touches(path, f) for f in fields)
+
+
+def _leaves(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(path, string) for every string leaf of an input tree."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _leaves(v, f"{prefix}[{i}]")
+    elif isinstance(value, str):
+        yield prefix, value
+
+
+def _identities(key: Key, record: dict) -> list[str]:
+    """The strings by which other resources' inputs name this one: its id, and the resource
+    reference the SDK sends for a component handed over whole."""
+    out = [f"resource:{key[0]}::{record['name']}"]
+    rid = record.get("id")
+    if isinstance(rid, str) and len(rid) >= 8:
+        out.append(rid)
+    return out
+
+
+def classify(key: Key, old: dict, new: dict) -> Change | None:
+    """The change of one resource present in both plans, or None when nothing differs."""
+    paths = resource_changes(old, new)
+    if not paths:
+        return None
+    fields = _fields(new)
+    inputs = [p[len("inputs.") :] for p in paths if p.startswith("inputs.")]
+    forced = [f"inputs.{p}" for p in inputs if _forces(key[0], p, fields)]
+    if "parent" in paths and not (new.get("options") or {}).get("aliases"):
+        forced.append("parent")  # a new URN: created anew and the old one deleted, unless an alias names it
+    known = rule_for(key[0]) is not None or bool(fields)
+    return Change(
+        key,
+        REPLACE if forced else UPDATE,
+        paths,
+        forced_by=forced,
+        known=known or bool(forced),
+        delete_first=bool((new.get("options") or {}).get("deleteBeforeReplace")),
+    )
+
+
+def propagate(base: Plan, head: Plan, changes: dict[Key, Change]) -> None:
+    """Resources that name a replaced resource (by id or reference) are touched too: its new id is
+    unknown until `pulumi up` creates it, so an input holding it changes. In a replace-on-change
+    input that replaces them as well (to a fixed point); elsewhere it updates them in place."""
+    common = [k for k in base.resources if k in head.resources]
+    leaves = {k: list(_leaves(base.resources[k].get("inputs") or {})) for k in common}
+    done: set[Key] = set()
+    while True:
+        replaced = [k for k, c in changes.items() if c.action == REPLACE and k not in done]
+        if not replaced:
+            return
+        done.update(replaced)
+        idents = {i: k for k in replaced for i in _identities(k, base.resources[k])}
+        for k in common:
+            if k in replaced:
+                continue
+            hits = [(p, idents[i]) for p, v in leaves[k] for i in idents if i in v]
+            if hits:
+                _follow(k, base.resources[k], head.resources[k], hits, changes)
+
+
+def _follow(key: Key, old: dict, new: dict, hits: list[tuple[str, Key]], changes: dict[Key, Change]) -> None:
+    fields = _fields(new)
+    change = changes.get(key) or Change(key, UPDATE, [], known=rule_for(key[0]) is not None or bool(fields))
+    for path, source in hits:
+        if source not in change.follows:
+            change.follows.append(source)
+        if _forces(key[0], path, fields):
+            change.action = REPLACE
+            if f"inputs.{path}" not in change.forced_by:
+                change.forced_by.append(f"inputs.{path}")
+        elif f"inputs.{path}" not in change.paths:
+            change.paths.append(f"inputs.{path}")
+    change.delete_first = bool((new.get("options") or {}).get("deleteBeforeReplace"))
+    changes[key] = change
+
+
+def _replace_order(change: Change) -> tuple[int, int, Key]:
+    order = list(STATEFUL)
+    typ = change.key[0]
+    return (0, order.index(typ), change.key) if typ in STATEFUL else (1, 0, change.key)
+
+
+class Diff:
+    """What `pulumi up` would do going from ``base`` to ``head``, in the order a reviewer reads it:
+    replacements (stateful and slow ones first), in-place updates, additions, removals."""
+
+    def __init__(self, base: Plan, head: Plan):
+        self.base, self.head = base, head
+        self.resources_added = sorted(set(head.resources) - set(base.resources))
+        self.resources_removed = sorted(set(base.resources) - set(head.resources))
+        changes: dict[Key, Change] = {}
+        for k in sorted(set(base.resources) & set(head.resources)):
+            c = classify(k, base.resources[k], head.resources[k])
+            if c is not None:
+                changes[k] = c
+        propagate(base, head, changes)
+        self.replaced = sorted((c for c in changes.values() if c.action == REPLACE), key=_replace_order)
+        self.updated = sorted((c for c in changes.values() if c.action == UPDATE), key=lambda c: c.key)
+        self.manifests_added = sorted(set(head.manifests) - set(base.manifests))
+        self.manifests_removed = sorted(set(base.manifests) - set(head.manifests))
+        self.manifests_changed = [
+            (k, changed_paths(base.manifests[k], head.manifests[k]))
+            for k in sorted(set(base.manifests) & set(head.manifests))
+            if base.manifests[k] != head.manifests[k]
+        ]
+        self.outputs_changed = sorted(
+            k
+            for k in set(base.outputs) | set(head.outputs)
+            if base.outputs.get(k, _MISSING) != head.outputs.get(k, _MISSING)
+        )
+
+    @property
+    def resources_changed(self) -> list[Change]:
+        return self.replaced + self.updated
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.resources_added
+            or self.resources_removed
+            or self.replaced
+            or self.updated
+            or self.manifests_added
+            or self.manifests_removed
+            or self.manifests_changed
+            or self.outputs_changed
+        )

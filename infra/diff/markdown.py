@@ -1,0 +1,232 @@
+"""The markdown a pull-request comment (and a terminal) shows of a Diff."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from infra.diff.compare import REPLACE, UPDATE, Change, Diff
+from infra.diff.replace_fields import rule_for
+
+MARKER = "<!-- gpu-training offline plan diff -->"
+CAPACITY_BLOCK = "aws:ec2/capacityBlockReservation:CapacityBlockReservation"
+GPU_AZ = "gpuAvailabilityZone"
+
+
+def _code(text: str) -> str:
+    return "`" + str(text).replace("`", "'").replace("|", "\\|") + "`"
+
+
+def _keys(keys: list[str], limit: int = 8) -> str:
+    shown = ", ".join(_code(k) for k in keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def _table(header: list[str], rows: Iterable[list[str]], max_rows: int) -> list[str]:
+    rows = list(rows)
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows[:max_rows]]
+    if len(rows) > max_rows:
+        out.append(f"\n_... and {len(rows) - max_rows} more_")
+    return out + [""]
+
+
+def _manifest_name(key: tuple[str, str, str, str]) -> str:
+    _, _, ns, name = key
+    return f"{ns}/{name}" if ns else name
+
+
+def _cost_lines(base: dict[str, Any] | None, head: dict[str, Any] | None) -> list[str]:
+    """What the pull request does to the stack's hourly cost (idle, and every group at its maximum)."""
+    if not head:
+        return []
+
+    def money(v: float) -> str:
+        return f"${v:,.2f}/h"
+
+    def change(key: str) -> str:
+        new = float(head[key])
+        if not base:
+            return money(new)
+        old = float(base[key])
+        delta = new - old
+        return (
+            money(new)
+            if abs(delta) < 0.005
+            else f"{money(old)} → {money(new)} (**{'+' if delta > 0 else '-'}${abs(delta):,.2f}/h**)"
+        )
+
+    where = f"on-demand, {head.get('region')} prices of {head.get('date')}"
+    return [f"Cost ({where}): idle {change('idlePerHour')}; every group at its maximum {change('maximumPerHour')}.", ""]
+
+
+def purchases(diff: Diff) -> list[tuple[str, str]]:
+    """(resource name, offering id) of each Capacity Block the head plan buys and the base plan did
+    not: `pulumi up` pays for it at once, irreversibly, so the comment says it in words."""
+    bought = {
+        (r.get("inputs") or {}).get("capacityBlockOfferingId")
+        for k, r in diff.base.resources.items()
+        if k[0] == CAPACITY_BLOCK
+    }
+    new = [
+        (k[1], str((r.get("inputs") or {}).get("capacityBlockOfferingId")))
+        for k, r in diff.head.resources.items()
+        if k[0] == CAPACITY_BLOCK
+    ]
+    return sorted((name, offering) for name, offering in new if offering not in bought)
+
+
+def gpu_az_move(diff: Diff) -> tuple[str, str] | None:
+    """(from, to) when the head plan puts the GPU nodes in another AZ than the base plan (the stack
+    output gpuAvailabilityZone): on a deployed stack that replaces the GPU node groups and FSx, so the
+    comment says it in words, first."""
+    old, new = diff.base.outputs.get(GPU_AZ), diff.head.outputs.get(GPU_AZ)
+    if not diff.base.present or not old or not new or old == new:
+        return None
+    return str(old), str(new)
+
+
+def _gpu_az_move_lines(diff: Diff) -> list[str]:
+    move = gpu_az_move(diff)
+    if move is None:
+        return []
+    return [
+        f"**This change MOVES the GPU AZ** from {_code(move[0])} to {_code(move[1])} (stack output `{GPU_AZ}`). On a deployed stack, "
+        "`pulumi up` replaces every GPU node group (their nodes, and the jobs running on them), FSx for Lustre (a new, empty file system) "
+        "and the training jobs, and moves the GPU subnet. With `gpuAvailabilityZone: auto` a deployed stack keeps its AZ instead, and "
+        "`pulumi preview` refuses the GPU types that AZ does not offer (the offline plan is the plan of a new stack); "
+        "to move on purpose, set `gpuAvailabilityZone` to the new AZ.",
+        "",
+    ]
+
+
+def _why_replaced(c: Change) -> str:
+    parts = []
+    if c.forced_by:
+        parts.append("forced by " + _keys(c.forced_by, limit=4))
+    if c.follows:
+        parts.append("new id of " + ", ".join(_code(f"{n} ({t})") for t, n in c.follows[:3]))
+    if c.stateful:
+        parts.append(f"**{c.stateful}**")
+    if c.delete_first:
+        parts.append("deleted before its replacement is created")
+    return "; ".join(parts)
+
+
+def _why_updated(c: Change) -> str:
+    shown = _keys(c.paths)
+    if c.follows:
+        shown += "; new id of " + ", ".join(_code(f"{n} ({t})") for t, n in c.follows[:3])
+    rule = rule_for(c.key[0])
+    if not c.known:
+        shown += " (no replace-on-change rule recorded for this type: `pulumi preview` decides)"
+    elif (
+        rule is not None
+        and rule.note
+        and any(p == f"inputs.{f}" or p.startswith(f"inputs.{f}") for p in c.paths for f in rule.note_fields)
+    ):
+        shown += f" (note: {rule.note})"
+    return shown
+
+
+def _status_lines(base_status: str, head_status: str, head_log: str) -> list[str]:
+    if head_status != "ok":
+        lines = [
+            "**The offline plan of this pull request failed**, so there is nothing to compare. Its output:",
+            "",
+            "```",
+        ]
+        lines += head_log.rstrip().splitlines()[-40:] or ["(no output)"]
+        return lines + ["```", ""]
+    if base_status == "absent":
+        return ["The base branch has no plan for this stack (new stack): everything below is added.", ""]
+    if base_status == "failed":
+        return ["The offline plan of the base branch failed: everything below is compared with an empty plan.", ""]
+    return []
+
+
+def _resource_sections(diff: Diff, max_rows: int) -> list[str]:
+    lines: list[str] = []
+    if diff.replaced:
+        lines += ["#### Replaced (`-/+`)", ""] + _table(
+            ["", "type", "name", "why"],
+            ([REPLACE, _code(c.key[0]), _code(c.key[1]), _why_replaced(c)] for c in diff.replaced),
+            max_rows,
+        )
+    if diff.updated:
+        lines += ["#### Updated in place (`~`)", ""] + _table(
+            ["", "type", "name", "changed"],
+            ([UPDATE, _code(c.key[0]), _code(c.key[1]), _why_updated(c)] for c in diff.updated),
+            max_rows,
+        )
+    if diff.resources_added:
+        lines += ["#### Added (`+`)", ""] + _table(
+            ["", "type", "name"], (["+", _code(t), _code(n)] for t, n in diff.resources_added), max_rows
+        )
+    if diff.resources_removed:
+        lines += ["#### Removed (`-`)", ""] + _table(
+            ["", "type", "name"], (["-", _code(t), _code(n)] for t, n in diff.resources_removed), max_rows
+        )
+    return lines
+
+
+def _manifest_sections(diff: Diff, max_rows: int) -> list[str]:
+    lines: list[str] = []
+
+    def kind(k: tuple[str, str, str, str]) -> str:
+        return _code(f"{k[1]} ({k[0]})")
+
+    if diff.manifests_added:
+        lines += ["#### Kubernetes objects added", ""] + _table(
+            ["kind", "name"], ([kind(k), _code(_manifest_name(k))] for k in diff.manifests_added), max_rows
+        )
+    if diff.manifests_removed:
+        lines += ["#### Kubernetes objects removed", ""] + _table(
+            ["kind", "name"], ([kind(k), _code(_manifest_name(k))] for k in diff.manifests_removed), max_rows
+        )
+    if diff.manifests_changed:
+        lines += ["#### Kubernetes objects changed", ""] + _table(
+            ["kind", "name", "changed"],
+            ([kind(k), _code(_manifest_name(k)), _keys(c)] for k, c in diff.manifests_changed),
+            max_rows,
+        )
+    return lines
+
+
+def render(
+    diff: Diff, title: str, base_status: str = "ok", head_status: str = "ok", head_log: str = "", max_rows: int = 50
+) -> str:
+    """The comment: the GPU AZ move in words first, the counts, cost, Capacity Blocks bought, then
+    the resources replaced (stateful first), updated in place, added and removed, Kubernetes objects
+    and stack outputs."""
+    lines = [MARKER, f"### {title}", ""]
+    lines += _status_lines(base_status, head_status, head_log)
+    if head_status != "ok":
+        return "\n".join(lines) + "\n"
+    lines += _gpu_az_move_lines(diff)
+    b, h = diff.base, diff.head
+    lines += [
+        f"Resources: **{len(diff.replaced)} to replace, {len(diff.updated)} to update in place, "
+        f"{len(diff.resources_added)} to add, {len(diff.resources_removed)} to remove** ({len(b.resources)} → {len(h.resources)}). "
+        f"Kubernetes objects: **{len(diff.manifests_added)} added, {len(diff.manifests_removed)} removed, "
+        f"{len(diff.manifests_changed)} changed** ({len(b.manifests)} → {len(h.manifests)}).",
+        "",
+    ]
+    lines += _cost_lines(b.cost, h.cost)
+    for name, offering in purchases(diff):
+        lines += [
+            f"**This change BUYS a Capacity Block:** `pulumi up` purchases offering {_code(offering)} (resource {_code(name)}). "
+            "The purchase is irreversible: its upfront fee is charged at once and never refunded (`python -m infra preflight` shows the fee).",
+            "",
+        ]
+    if diff.empty:
+        return "\n".join(lines + ["No difference in resources, Kubernetes objects or stack outputs.", ""]) + "\n"
+    lines += _resource_sections(diff, max_rows) + _manifest_sections(diff, max_rows)
+    if diff.outputs_changed:
+        lines += ["#### Stack outputs changed", "", _keys(diff.outputs_changed, limit=max_rows), ""]
+    lines += [
+        "<sub>Offline plan: the stack's program run against recorded AWS data, no credentials. `-/+` and `~` follow the "
+        "providers' replace-on-change fields (infra/diff/replace_fields.py); `pulumi preview` has the real diff.</sub>",
+        "",
+    ]
+    return "\n".join(lines) + "\n"
