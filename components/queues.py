@@ -80,6 +80,7 @@ class FlavorArgs:
         str, str
     ]  # labels every node of the group has (Kueue adds them to admitted pods' nodeSelector)
     tolerations: Sequence[Mapping[str, str]]  # tolerations of the group's taints (added to admitted pods)
+    topology_name: str | None = None  # the Topology Kueue places the flavor's jobs by (None: by quota alone)
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,8 @@ class QueuesArgs:
     namespace: str = "kueue-system"  # Kueue's own namespace
     teams: Sequence[TeamArgs] = ()  # teams: namespace, access entry, role bindings
     provisioning: ProvisioningArgs | None = None  # the ProvisioningRequest admission check, if any
+    # The Topologies the flavors name: name -> node labels, coarse to fine.
+    topologies: Mapping[str, Sequence[str]] = field(default_factory=dict)
     # Optional APIs Kueue looks for once, when it starts (the ProvisioningRequest CRD): they must exist
     # before the release (``depends_on``), and a change of this list restarts Kueue (a pod annotation).
     apis_at_start: Sequence[str] = ()
@@ -222,20 +225,19 @@ def _object(
 
 
 def queue_objects(args: QueuesArgs) -> list[dict[str, Any]]:
-    """The Kueue objects of the stack, in the order they can be created: priority classes, flavors,
-    the admission check, ClusterQueues, LocalQueues."""
+    """The Kueue objects of the stack, in the order they can be created: priority classes,
+    topologies, flavors, the admission check, ClusterQueues, LocalQueues."""
     out = [
         _object("WorkloadPriorityClass", name, value=value, description=f"gpu-training priority {name!r}")
         for name, value in sorted(args.priorities.items(), key=lambda kv: kv[1])
     ]
+    for name, levels in sorted(args.topologies.items()):
+        out.append(_object("Topology", name, {"levels": [{"nodeLabel": label} for label in levels]}))
     for f in args.flavors:
-        out.append(
-            _object(
-                "ResourceFlavor",
-                f.name,
-                {"nodeLabels": dict(f.node_labels), "tolerations": [dict(t) for t in f.tolerations]},
-            )
-        )
+        rf: dict[str, Any] = {"nodeLabels": dict(f.node_labels), "tolerations": [dict(t) for t in f.tolerations]}
+        if f.topology_name is not None:
+            rf["topologyName"] = f.topology_name
+        out.append(_object("ResourceFlavor", f.name, rf))
     if args.provisioning is not None:
         p = args.provisioning
         out.append(

@@ -29,6 +29,7 @@ __all__ = [
     "SYSTEM_TYPES",
     "CAPACITY_BLOCK_TYPES",
     "CAPACITY_BLOCK_DRAIN",
+    "NETWORK_LAYERS",
     "SAGEMAKER",
     "SAGEMAKER_TYPES",
     "SAGEMAKER_EFA_TYPES",
@@ -108,6 +109,10 @@ class InstanceType:
     # autoscaler treats any value alike for GPU readiness (it only checks the label is there) and
     # reports the type as "not-listed" in its metrics. Not reported by DescribeInstanceTypes.
     accelerator: str | None = None
+    # The layers of the EC2 network the type's instances report (DescribeInstanceTopology) and EKS
+    # labels its nodes with (topology.k8s.aws/network-node-layer-1..N): 3, 4, or 0 where EC2 lists
+    # no topology for the type (``NETWORK_LAYERS``). Not reported by DescribeInstanceTypes.
+    network_layers: int = 0
 
     @property
     def efa_supported(self) -> bool:
@@ -384,6 +389,36 @@ _SYSTEM_ROWS = [
     _cpu("m6i.4xlarge", 16, 64, 12.5),
 ]
 
+# The network layers per type, with where that comes from. EC2 user guide, "Prerequisites for Amazon
+# EC2 topology" (ec2-instance-topology-prerequisites), "Instance types": 3 network nodes for
+# p3dn.24xlarge, p4d.24xlarge, p4de.24xlarge, p5.48xlarge, p5e.48xlarge, p5en.48xlarge,
+# p6e-gb200.36xlarge, g6e.*, g7e.*, hpc*, trn1/trn1n/trn2/trn2u; 4 for p6-b200.48xlarge and
+# p6-b300.48xlarge. EKS user guide, "Place distributed AI/ML workloads with network topology
+# labels" (ml-workload-topology): every node of such a type gets topology.k8s.aws/network-node-layer-1
+# to -3, and -4 only on the four-layer types. Where sources disagree the EC2 list wins, per size:
+# - p5.4xlarge: the family is "p5" in summaries (../shared/REFERENCE.md), but EC2 lists only
+#   p5.48xlarge, so p5.4xlarge gets no topology (its nodes may carry no layer labels);
+# - p6e-gb200.36xlarge: EC2 lists 3 layers, AWS's Containers blog on P6e-GB200 with EKS describes
+#   labels layer-1 to layer-4 on its nodes; the type is refused here (``refusal``), so neither is used;
+# - p3.2xlarge/8xlarge/16xlarge: not listed (no topology).
+# tests/test_catalog.py holds the same as a table with the source of each row.
+TOPOLOGY_SOURCE_EC2 = "EC2 user guide, ec2-instance-topology-prerequisites (Instance types)"
+NETWORK_LAYERS: Mapping[str, tuple[int, str]] = {
+    "p3.2xlarge": (0, TOPOLOGY_SOURCE_EC2 + ": not listed"),
+    "p3.8xlarge": (0, TOPOLOGY_SOURCE_EC2 + ": not listed"),
+    "p3.16xlarge": (0, TOPOLOGY_SOURCE_EC2 + ": not listed"),
+    "p3dn.24xlarge": (3, TOPOLOGY_SOURCE_EC2 + ": 3 network nodes"),
+    "p4d.24xlarge": (3, TOPOLOGY_SOURCE_EC2 + ": 3 network nodes"),
+    "p4de.24xlarge": (3, TOPOLOGY_SOURCE_EC2 + ": 3 network nodes"),
+    "p5.4xlarge": (0, TOPOLOGY_SOURCE_EC2 + ": not listed (only p5.48xlarge of the family)"),
+    "p5.48xlarge": (3, TOPOLOGY_SOURCE_EC2 + ": 3 network nodes"),
+    "p5e.48xlarge": (3, TOPOLOGY_SOURCE_EC2 + ": 3 network nodes"),
+    "p5en.48xlarge": (3, TOPOLOGY_SOURCE_EC2 + ": 3 network nodes"),
+    "p6-b200.48xlarge": (4, TOPOLOGY_SOURCE_EC2 + ": 4 network nodes"),
+    "p6-b300.48xlarge": (4, TOPOLOGY_SOURCE_EC2 + ": 4 network nodes"),
+}
+_GPU_ROWS = [replace(t, network_layers=NETWORK_LAYERS[t.name][0]) for t in _GPU_ROWS]
+
 BUILTIN: Mapping[str, InstanceType] = {t.name: t for t in _GPU_ROWS + _SYSTEM_ROWS}
 GPU_TYPES = tuple(t.name for t in _GPU_ROWS)
 SYSTEM_TYPES = tuple(t.name for t in _SYSTEM_ROWS)
@@ -500,4 +535,5 @@ def from_describe_instance_types(item: Mapping[str, Any]) -> InstanceType:
         architecture=str(archs[0]),
         efa_rdma=known.efa_rdma if known else False,
         accelerator=known.accelerator if known else None,
+        network_layers=known.network_layers if known else 0,
     )

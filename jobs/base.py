@@ -20,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, V
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from facts import topology
 from facts.aws_names import INT32_MAX, INT64_MAX
 from facts.catalog import InstanceType
 from facts.kube import GPU_TAINT, NODE_GROUP_LABEL, ZONE_LABEL
@@ -164,6 +165,7 @@ class JobTarget:
     efa_gbps: float = (
         0  # the bandwidth of the network cards carrying the group's EFA interfaces, Gbit/s (0 without EFA)
     )
+    network_layers: int = 0  # the network layers Kueue places the group's jobs by (0: no topology)
 
     @classmethod
     def from_instance(
@@ -195,6 +197,7 @@ class JobTarget:
             gpu_model=instance.gpu_model,
             network_gbps=instance.network_gbps,
             efa_gbps=instance.efa_gbps if efa_interfaces else 0.0,
+            network_layers=topology.group_layers(instance, efa_interfaces),
         )
 
 
@@ -264,6 +267,7 @@ class JobEnvironment:
     volumes: frozenset[str]  # shared stores that exist ("fsx", "efs")
     operators: frozenset[str]  # the names of the operators installed (facts/operators.py: "mpi", "training")
     etcd_enabled: bool  # the stack runs etcd for PyTorch rendezvous
+    queues: bool = True  # the stack runs Kueue (queues.enabled): it places jobs by topology
 
 
 class JobBuildError(ValueError):
@@ -278,6 +282,9 @@ class JobBuildError(ValueError):
 # Keys whose spelling changed to the documented one after runs were named from the spec: the digest
 # keeps the old spelling, so a renamed key does not rename (and re-run) an existing job.
 DIGEST_KEY_SPELLINGS = {"volumeSizeGiB": "volumeSizeGib"}
+# Keys added after runs were named from the spec: left out while unset, so a spec without them
+# keeps its name (and its run).
+DIGEST_LEFT_OUT_UNSET = ("placement", "placementLayer")
 
 
 def _digest_keys(value: Any) -> Any:
@@ -312,6 +319,7 @@ class JobBase(SpecModel):
         """The first ``length`` hex digits of the sha256 of ``salt`` and the spec (its canonical
         JSON, without the ``exclude`` fields), one per line: what names a run."""
         dumped = _digest_keys(self.model_dump(mode="json", by_alias=True, exclude=set(exclude)))
+        dumped = {k: v for k, v in dumped.items() if not (k in DIGEST_LEFT_OUT_UNSET and v is None)}
         spec = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256("\n".join([*salt, spec]).encode()).hexdigest()[:length]
 
@@ -410,6 +418,18 @@ class GpuJob(RunJob):
         "normal",
         description="`low`, `normal` or `high`: the order in its queue, and a higher one preempts a lower one there",
     )
+    placement: Literal["required", "preferred", "none"] | None = Field(
+        None,
+        description="where Kueue puts the workers in the EC2 network: `required` (all in one domain of `placementLayer`, or wait), "
+        "`preferred` (the smallest domain from that layer up that holds them), `none`; default `preferred` on a group with "
+        "a network topology, nothing elsewhere (docs/jobs.md, Topology-aware placement; ignored with `runtime: sagemaker`)",
+    )
+    placement_layer: int | None = Field(
+        None,
+        ge=1,
+        description="the network layer `placement` asks for, 1 (the top, coarsest) to the finest of the group's type "
+        "(3; 4 on p6-b200/p6-b300); default: the finest",
+    )
 
     def queue_name(self, ctx: JobsContext) -> str | None:
         """The LocalQueue the job waits in, or None when the stack runs no queues."""
@@ -436,6 +456,8 @@ class GpuJob(RunJob):
         for j, v in enumerate(self.volumes):
             if v.sub_path is not None:
                 spec_checks.check_sub_path(v.name, v.sub_path, f"{key}.volumes[{j}].subPath", problems)
+        if self.placement == "none" and self.placement_layer is not None:
+            problems.append(Problem(f"{key}.placementLayer", "is not read with placement 'none': drop one of them"))
 
     def max_workers(self) -> int:
         """The most worker nodes the job can run on at once."""
@@ -469,6 +491,7 @@ class GpuJob(RunJob):
                     f"true is not allowed: node group {g.name!r} runs without EFA ({why}); use an EFA group or drop efa",
                 )
             )
+        spec_checks.check_placement(self.placement, self.placement_layer, g, env.queues, key, problems)
         self.check_group(key, problems, g)
 
     def check_group(self, key: str, problems: list[Problem], group: GroupFacts) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from jobs import topology
 from jobs.base import GpuJob, JobBase, JobsContext, Manifest
 from jobs.data_stage import DataStageSpec
 from jobs.mpi import MpiJobSpec
@@ -30,7 +31,8 @@ KIND_OPERATOR: Mapping[str, str] = {k: op.name for k, cls in JOB_KINDS.items() i
 
 
 def build_manifests(spec: JobBase, ctx: JobsContext) -> list[Manifest]:
-    """The Kubernetes manifests of one job; nothing for a disabled job."""
+    """The Kubernetes manifests of one job, with Kueue's topology annotations on its pod sets
+    (``jobs/topology.py``); nothing for a disabled job."""
     if not spec.enabled:
         return []
-    return spec.build(ctx)
+    return [topology.annotate(m, spec, ctx) for m in spec.build(ctx)]

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from facts import topology
 from facts.aws_names import bucket_problem, image_reference_problem
 from facts.problems import Problem
 from facts.problems import fmt as fmt
@@ -214,4 +215,48 @@ def check_volume(name: str, volumes: Iterable[str], k: str, problems: list[Probl
         on = ", ".join(sorted(available)) or "none"
         problems.append(
             Problem(k, f"{fmt(name)} is not available: its store is not enabled in this stack (enabled stores: {on})")
+        )
+
+
+def check_placement(
+    placement: str | None, layer: int | None, group: Any, queues: bool, key: str, problems: list[Problem]
+) -> None:
+    """A job's ``placement`` and ``placementLayer`` against its node group (``group``: name, instance,
+    efa_interfaces): a placement needs queues and a group with a network topology, and the layer must
+    be one of the group's type."""
+    asks = placement in ("required", "preferred") or layer is not None
+    if not asks:
+        return
+    where = f"{key}.placement" if placement in ("required", "preferred") else f"{key}.placementLayer"
+    what = fmt(placement) if where.endswith(".placement") else str(layer)
+    if not queues:
+        problems.append(
+            Problem(
+                where, f"{what} needs queues (queues.enabled): Kueue places jobs by topology; drop it, or run queues"
+            )
+        )
+        return
+    layers = topology.group_layers(group.instance, group.efa_interfaces)
+    if not layers:
+        it = group.instance
+        why = (
+            f"{it.name} nodes carry no network layer labels (EC2 describes no topology for the type)"
+            if not it.network_layers
+            else "its EFA is off (efa: false), and only EFA groups get a Kueue Topology"
+        )
+        problems.append(
+            Problem(
+                where,
+                f"{what} needs a node group with a network topology, and group {group.name!r} has none: {why}; "
+                "drop placement (Kueue then admits the job by quota alone) or use an EFA group of a type with network layers",
+            )
+        )
+        return
+    if layer is not None and layer > layers:
+        problems.append(
+            Problem(
+                f"{key}.placementLayer",
+                f"{layer} is not a network layer of {group.instance.name} (node group {group.name!r}): its nodes carry "
+                f"{topology.layer_label(1)} to -{layers}; use 1 (the top, coarsest) to {layers} (the finest)",
+            )
         )

@@ -247,6 +247,7 @@ def _autoscaler(s: _Services) -> None:
     if not any(autoscaled(cfg, g) for g in cfg.gpu_node_groups):
         return
     a = cfg.autoscaling
+    plan = queues.plan_for(cfg)
     autoscaler = ClusterAutoscaler(
         "cluster-autoscaler",
         ClusterAutoscalerArgs(
@@ -261,8 +262,8 @@ def _autoscaler(s: _Services) -> None:
             # The API of Kueue's ProvisioningRequest admission check, installed whenever Kueue runs next
             # to the autoscaler, so that Kueue (which looks for it once, at start) has its controller
             # ready and turning `autoscaling.provisioningRequests` on or off needs no restart of Kueue.
-            provisioning_request_crd=versions.PROVISIONING_REQUEST_CRD if queues.plan_for(cfg) is not None else None,
-            serve_provisioning_requests=bool(a.provisioning_requests and cfg.queues.enabled),
+            provisioning_request_crd=versions.PROVISIONING_REQUEST_CRD if plan is not None else None,
+            serve_provisioning_requests=plan is not None and plan.provisioning,
             project_root=PROJECT_ROOT,
             depends_on=[s.cluster.pod_identity_agent],
             tags=s.tags,
@@ -294,7 +295,6 @@ def _queues(s: _Services) -> None:
             for flavor, lim in cq.limits.items()
         }
 
-    scaled = [f.name for f in plan.flavors if f.autoscaled]
     component = Queues(
         "queues",
         QueuesArgs(
@@ -311,14 +311,15 @@ def _queues(s: _Services) -> None:
             fair_sharing=plan.fair_sharing,
             cohort=queues.COHORT,
             covered_resources=covered,
-            flavors=[FlavorArgs(f.name, f.node_labels, f.tolerations) for f in plan.flavors],
+            flavors=[FlavorArgs(f.name, f.node_labels, f.tolerations, f.topology) for f in plan.flavors],
+            topologies=plan.topologies,
             cluster_queues=[
                 ClusterQueueArgs(
                     cq.name,
                     cq.namespaces,
                     quotas(cq),
                     None if cq.fair_share_weight is None else f"{cq.fair_share_weight:g}",
-                    scaled if plan.provisioning else (),
+                    plan.provisioning_flavors,
                 )
                 for cq in plan.cluster_queues
             ],

@@ -2,9 +2,10 @@
 least once (pairwise covering, allpairspy), each planned and checked against the whole-stack
 invariants of ``infra/invariants.py``.
 
-The axes: queues (off, shared, teams), ProvisioningRequests, the autoscaler, how the main GPU group is
-sized (autoscaled, fixed, a Capacity Block with a window, one sized by hand), spot, the GPU type
-(p4d, p5, p5.4xlarge, p6-b200), a SageMaker job beside, the job kind, and etcd's members. Every stack
+The axes: queues (off, shared, teams), ProvisioningRequests (unset, false, true), the autoscaler, how
+the main GPU group is sized (autoscaled, fixed, a Capacity Block with a window, one sized by hand),
+spot, the GPU type (p4d and p5 with three network layers, p5.4xlarge without a topology, p6-b200 with
+four), a SageMaker job beside, the job kind, etcd's members, and the main job's topology placement. Every stack
 also has a second, autoscaled p4d group with a job of its own, as a platform team's would.
 
 A combination that is meant to be refused (a ProvisioningRequest check without the autoscaler, spot
@@ -29,7 +30,7 @@ IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1.0"
 AZ = "us-west-2b"
 AXES: dict[str, list[Any]] = {
     "queues": ["off", "shared", "teams"],
-    "provisioning": [False, True],
+    "provisioning": ["default", False, True],
     "autoscaling": [True, False],
     "sizing": ["autoscaled", "fixed", "block-window", "block-sized"],
     "spot": [False, True],
@@ -37,16 +38,26 @@ AXES: dict[str, list[Any]] = {
     "sagemaker": [False, True],
     "kind": ["mpi", "nccl-test", "pytorch-elastic", "paddle", "paddle-ps", "data-stage", "tensorboard"],
     "etcd": [1, 3],
+    "placement": ["default", "required", "preferred-layer-1", "none"],
 }
+# The GPU types whose EFA groups have a Kueue Topology (the main group's; the second group is p4d).
+TOPOLOGY_TYPES = {n for n in AXES["gpu"] if catalog.BUILTIN[n].network_layers}
 NAMES = list(AXES)
 
 
 def refused_because(c: dict[str, Any]) -> str | None:
     """Why the stack refuses combination ``c`` (a partial one too), or None when it must plan."""
-    if c.get("provisioning") and c.get("queues") == "off":
+    if c.get("provisioning") is True and c.get("queues") == "off":
         return "provisioningRequests without queues"
-    if c.get("provisioning") and c.get("autoscaling") is False:
+    if c.get("provisioning") is True and c.get("autoscaling") is False:
         return "provisioningRequests without the autoscaler"
+    # The second group (p4d, autoscaled, EFA) always has a Topology: Kueue would never see its nodes.
+    if c.get("provisioning") is False and c.get("queues") not in (None, "off") and c.get("autoscaling") is not False:
+        return "provisioningRequests false with an autoscaled Topology group"
+    if c.get("placement") not in (None, "default", "none") and c.get("queues") == "off":
+        return "placement without queues"
+    if c.get("placement") not in (None, "default", "none") and c.get("gpu") not in (None, *TOPOLOGY_TYPES):
+        return "placement on a group without a Topology"
     if c.get("spot") and str(c.get("sizing", "")).startswith("block"):
         return "spot on a Capacity Block"
     return None
@@ -153,7 +164,14 @@ def values_for(c: dict[str, Any]) -> dict[str, Any]:
             "maxSize": 2,
         },
     ]
-    jobs = [_job(c["kind"], "main", "main-job"), _job("nccl-test", "p4d", "p4d-nccl")]
+    placement = {
+        "default": {},
+        "required": {"placement": "required"},
+        "preferred-layer-1": {"placement": "preferred", "placementLayer": 1},
+        "none": {"placement": "none"},
+    }[c["placement"]]
+    main = _job(c["kind"], "main", "main-job", **(placement if c["kind"] not in ("data-stage", "tensorboard") else {}))
+    jobs = [main, _job("nccl-test", "p4d", "p4d-nccl")]
     queues: dict[str, Any] = {"enabled": c["queues"] != "off"}
     if c["queues"] == "teams":
         queues["teams"] = [
@@ -167,7 +185,8 @@ def values_for(c: dict[str, Any]) -> dict[str, Any]:
         gpuAvailabilityZone=AZ,
         gpuNodeGroups=groups,
         queues=queues,
-        autoscaling={"enabled": c["autoscaling"], "provisioningRequests": c["provisioning"]},
+        autoscaling={"enabled": c["autoscaling"]}
+        | ({} if c["provisioning"] == "default" else {"provisioningRequests": c["provisioning"]}),
         etcd={"replicas": c["etcd"]},
         jobs=jobs,
     )
@@ -189,7 +208,7 @@ def test_the_combinations_cover_every_pair_of_values():
     seen = set().union(*(_pairs(c) for c in COMBINATIONS))
     wanted = _wanted_pairs()
     assert len(wanted) > 300 and not wanted - seen, sorted(wanted - seen, key=str)[:5]
-    assert len(COMBINATIONS) < 60  # pairwise, not the product (2 x 3 x 2 x 2 x 4 x 2 x 4 x 2 x 7 x 2)
+    assert len(COMBINATIONS) < 70  # pairwise, not the product (3 x 3 x 2 x 4 x 2 x 4 x 2 x 7 x 2 x 4)
 
 
 @pytest.mark.parametrize("combination", COMBINATIONS, ids=_id)
@@ -207,6 +226,9 @@ REFUSED = [
     ({"queues": "off", "provisioning": True}, "autoscaling.provisioningRequests"),
     ({"autoscaling": False, "provisioning": True}, "autoscaling.provisioningRequests"),
     ({"sizing": "block-window", "spot": True}, "capacityType"),
+    ({"queues": "shared", "provisioning": False}, "autoscaling.provisioningRequests"),
+    ({"placement": "required", "queues": "off"}, "placement"),
+    ({"placement": "required", "queues": "shared", "gpu": "p5.4xlarge"}, "placement"),
 ]
 
 

@@ -88,11 +88,25 @@ def _job_before_its_queue(records: list[Any]) -> None:
     job.depends_on = [d for d in job.depends_on if "localqueue" not in d["name"]]
 
 
+def _no_provisioning_check(records: list[Any]) -> None:
+    for r in records:
+        if r.inputs.get("kind") == "ClusterQueue":
+            r.inputs["spec"].pop("admissionChecksStrategy", None)
+
+
+def _level_outside_the_topology(records: list[Any]) -> None:
+    job = _object(records, "MPIJob")
+    notes = job.inputs["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]
+    notes["kueue.x-k8s.io/podset-preferred-topology"] = "topology.k8s.aws/network-node-layer-4"
+
+
 BREAKS = {
     "quota_within_supply": _raise_quota,
     "jobs_admissible": _job_asks_too_much,
     "pods_fit_their_nodes": _drop_gpu_toleration,
     "admission_checks_have_their_api": _kueue_before_the_api,
+    "topology_flavors_provisioned": _no_provisioning_check,
+    "placements_within_topology": _level_outside_the_topology,
     "team_namespaces_under_policy": _no_policy_binding,
     "created_after_what_they_need": _job_before_its_queue,
 }

@@ -312,7 +312,8 @@ def test_kubernetes_int32_fields_are_bounded(kind, field):
 def test_every_integer_field_of_a_job_that_reaches_kubernetes_is_bounded():
     """Every int field of the job models is an Int32 or Int64, but those that reach no Kubernetes
     integer: a new int field has to choose."""
-    not_kubernetes = {"run", "max_wait_seconds", "volume_size_gib"}
+    # placement_layer reaches Kubernetes inside a label name (topology.k8s.aws/network-node-layer-<n>)
+    not_kubernetes = {"run", "max_wait_seconds", "volume_size_gib", "placement_layer"}
     checked = 0
     for model in [*J.JOB_KINDS.values(), J.SageMakerOptions]:
         hints = typing.get_type_hints(model, include_extras=True)

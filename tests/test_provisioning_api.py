@@ -40,8 +40,11 @@ def _annotation(plan) -> str:
 
 
 def _with_provisioning(on: bool) -> dict[str, Any]:
+    """dev with the option set; its groups without EFA, so that they have no Topology (which would
+    need the check, and `false` is refused then: tests/test_topology.py)."""
     values = dev_values()
     values["gpu-training:autoscaling"] = {**values.get("gpu-training:autoscaling", {}), "provisioningRequests": on}
+    values["gpu-training:gpuNodeGroups"] = [{**g, "efa": False} for g in values["gpu-training:gpuNodeGroups"]]
     return values
 
 

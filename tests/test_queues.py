@@ -106,6 +106,7 @@ def test_every_kueue_object_validates_against_the_vendored_crds(dev_plan, prod_p
         "LocalQueue",
         "AdmissionCheck",
         "ProvisioningRequestConfig",
+        "Topology",
     }
 
 
@@ -158,7 +159,7 @@ def test_the_vendored_files_have_their_pinned_checksums():
     files = [versions.KUEUE_CHART.file, versions.PROVISIONING_REQUEST_CRD.file] + [
         str(p.relative_to(ROOT)) for p in sorted(kueue_crds.CRD_DIR.glob("*.yaml"))
     ]
-    assert len(files) == 8
+    assert len(files) == 9
     for f in files:
         digest = hashlib.sha256((ROOT / f).read_bytes()).hexdigest()
         assert digest in sources, f
@@ -606,10 +607,15 @@ def test_provisioning_requests_on_the_autoscaled_flavors(team_plan):
     assert {v["name"] for v in crd.inputs["spec"]["versions"]} == {"v1", "v1beta1"}
 
 
-def test_no_provisioning_requests_by_default(dev_plan):
+def test_provisioning_requests_by_default_only_on_autoscaled_topology_groups(dev_plan):
+    # dev's groups (p4d, p3dn) are autoscaled EFA groups of types with network layers: Kueue places
+    # their jobs by Topology, on nodes that exist, so the check runs there (docs/jobs.md).
     (ca,) = [r for r in dev_plan.of_type(RELEASE) if r.inputs["name"] == "cluster-autoscaler"]
-    assert "enable-provisioning-requests" not in ca.inputs["values"]["extraArgs"]
-    assert not objects_of(dev_plan, "AdmissionCheck")
+    assert ca.inputs["values"]["extraArgs"]["enable-provisioning-requests"] == "true"
+    (cq,) = objects_of(dev_plan, "ClusterQueue")
+    assert cq["spec"]["admissionChecksStrategy"]["admissionChecks"][0]["onFlavors"] == ["p4d", "p3dn"]
+    plain = run_stack(minimal_values(gpuNodeGroups=[{"name": "v", "instanceType": "p5.4xlarge", "maxSize": 2}]))
+    assert not objects_of(plain, "AdmissionCheck")  # p5.4xlarge has no Topology: no check unless asked
     # The API is there all the same, for Kueue, which looks for it only at its start (test_provisioning_api.py).
     assert [r for r in dev_plan.of_type(CRD) if r.inputs["metadata"]["name"] == queues.PROVISIONING_REQUEST_API]
 

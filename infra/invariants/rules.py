@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from components.queues import PROVISIONING_CONTROLLER
+from facts import topology
 from facts.kube import AUTOSCALE_TAG, NODE_GROUP_LABEL, TEAM_LABEL
 from infra.invariants.view import (
     ASG_TAG,
@@ -236,6 +237,114 @@ def admission_checks_have_their_api(v: StackView) -> list[Violation]:
     return out
 
 
+def _scaled_groups(v: StackView) -> set[str]:
+    """The GPU groups the Cluster Autoscaler scales (their ASG carries the autoscale tag)."""
+    return {
+        v._group_of(r) or ""
+        for r in v.records
+        if r.type == ASG_TAG and (r.inputs.get("tag") or {}).get("key") == AUTOSCALE_TAG
+    }
+
+
+def topology_flavors_provisioned(v: StackView) -> list[Violation]:
+    """Every flavor with a Topology names one the plan creates, and where its group is autoscaled
+    every ClusterQueue runs the ProvisioningRequest check on it: Kueue places by Topology only on
+    Ready nodes, and nothing else asks the autoscaler for them before admission."""
+    out = []
+    topologies = {o["metadata"]["name"] for _, o in v.of_kind("Topology")}
+    checks = {o["metadata"]["name"] for _, o in v.of_kind("AdmissionCheck")}
+    scaled = _scaled_groups(v)
+    for _, flavor in v.of_kind("ResourceFlavor"):
+        name, topology = flavor["metadata"]["name"], flavor["spec"].get("topologyName")
+        if topology is None:
+            continue
+        if topology not in topologies:
+            out.append(
+                Violation(
+                    "topology_flavors_provisioned",
+                    f"flavor {name!r} names Topology {topology!r}, which the plan does not create",
+                )
+            )
+        if name not in scaled:
+            continue
+        for _, cq in v.of_kind("ClusterQueue"):
+            if name not in _quota(cq):
+                continue
+            on = {
+                f
+                for ac in (cq["spec"].get("admissionChecksStrategy") or {}).get("admissionChecks") or []
+                if ac.get("name") in checks
+                for f in ac.get("onFlavors") or []
+            }
+            if name not in on:
+                out.append(
+                    Violation(
+                        "topology_flavors_provisioned",
+                        f"ClusterQueue {cq['metadata']['name']!r}: flavor {name!r} has Topology {topology!r} and an autoscaled group, "
+                        "but no ProvisioningRequest check: its jobs would wait for nodes that nothing asks for",
+                    )
+                )
+    return out
+
+
+def _pod_set_problems(role: str, rs: Mapping[str, Any], levels: tuple[str, ...] | None) -> list[str]:
+    """What is wrong with one pod set's topology annotations on a flavor with ``levels`` (None: no Topology)."""
+    notes = ((rs.get("template") or {}).get("metadata") or {}).get("annotations") or {}
+    level = next((notes[k] for k in topology.LEVEL_ANNOTATIONS.values() if k in notes), None)
+    asks = level is not None or topology.UNCONSTRAINED_ANNOTATION in notes
+    if levels is None:
+        return [f"{role} asks for a topology placement on a flavor without a Topology"] if asks else []
+    if not asks:
+        return [
+            f"{role} has no topology annotation on a Topology flavor (admitted only if every flavor of its queue has one)"
+        ]
+    if level is not None and level not in levels:
+        return [f"{role} asks for level {level!r}, which its flavor's Topology ({', '.join(levels)}) does not have"]
+    return []
+
+
+def _group_problems(groups: Mapping[str, list[tuple[int, str | None]]]) -> list[str]:
+    """Kueue's rule for pod-set groups: exactly two pod sets, one of a single pod, one request."""
+    out = []
+    for name, members in groups.items():
+        if len(members) != 2 or all(count != 1 for count, _ in members) or len({lvl for _, lvl in members}) != 1:
+            out.append(f"pod-set group {name!r} is not two pod sets, one of one pod, asking for one level")
+    return out
+
+
+def placements_within_topology(v: StackView) -> list[Violation]:
+    """Every pod set on a flavor with a Topology asks for a placement, at a level that Topology has;
+    none asks for one on a flavor without; pod-set groups are as Kueue takes them."""
+    out = []
+    levels = {
+        o["metadata"]["name"]: tuple(lv["nodeLabel"] for lv in o["spec"]["levels"]) for _, o in v.of_kind("Topology")
+    }
+    flavors = {
+        o["metadata"]["name"]: levels.get(o["spec"].get("topologyName", ""), ())
+        if o["spec"].get("topologyName")
+        else None
+        for _, o in v.of_kind("ResourceFlavor")
+    }
+    for _, o in v.objects:
+        if o["kind"] not in REPLICA_SPECS or QUEUE_LABEL not in (o["metadata"].get("labels") or {}):
+            continue
+        where = f"{o['kind']}/{o['metadata'].get('namespace', '')}/{o['metadata']['name']}"
+        groups: dict[str, list[tuple[int, str | None]]] = {}
+        for role, rs in (o["spec"].get(REPLICA_SPECS[o["kind"]]) or {}).items():
+            spec = (rs.get("template") or {}).get("spec") or {}
+            group = (spec.get("nodeSelector") or {}).get(NODE_GROUP_LABEL)
+            if group not in flavors:
+                continue
+            notes = ((rs.get("template") or {}).get("metadata") or {}).get("annotations") or {}
+            for problem in _pod_set_problems(role, rs, flavors[group]):
+                out.append(Violation("placements_within_topology", f"{where}: {problem}"))
+            if topology.GROUP_ANNOTATION in notes:
+                level = next((f"{k}={notes[k]}" for k in topology.LEVEL_ANNOTATIONS.values() if k in notes), None)
+                groups.setdefault(notes[topology.GROUP_ANNOTATION], []).append((int(rs.get("replicas", 1)), level))
+        out += [Violation("placements_within_topology", f"{where}: {p}") for p in _group_problems(groups)]
+    return out
+
+
 def team_namespaces_under_policy(v: StackView) -> list[Violation]:
     """Every team namespace is bound to a ValidatingAdmissionPolicy that denies."""
     policies = {o["metadata"]["name"] for _, o in v.of_kind("ValidatingAdmissionPolicy")}
@@ -322,6 +431,8 @@ RULES: tuple[Callable[[StackView], list[Violation]], ...] = (
     jobs_admissible,
     pods_fit_their_nodes,
     admission_checks_have_their_api,
+    topology_flavors_provisioned,
+    placements_within_topology,
     team_namespaces_under_policy,
     created_after_what_they_need,
 )

@@ -26,9 +26,9 @@ from jobs.sagemaker.options import SageMakerOptions
 from jobs.sagemaker.sagemaker_checks import check_sagemaker_runtime
 from jobs.sagemaker.training_job import FileSystemChannel, S3Channel, SageMakerJob
 
-# Fields that only steer the job on EKS (its Kueue queue and priority): they leave the name of a
+# Fields that only steer the job on EKS (its Kueue queue, priority and placement): they leave the name of a
 # SageMaker job alone, so adding them (or changing them) never starts a new SageMaker training run.
-EKS_ONLY_FIELDS = frozenset({"team", "priority"})
+EKS_ONLY_FIELDS = frozenset({"team", "priority", "placement", "placement_layer"})
 
 
 class PortableJob(GpuJob):

@@ -79,6 +79,7 @@ def job_environment(
     storage: StorageConfig | None,
     services: ServicesConfig | None,
     etcd: EtcdConfig | None,
+    queues: Any = None,
 ) -> JobEnvironment:
     """What the stack offers jobs (sections that did not parse count as their defaults)."""
     storage = storage or StorageConfig()
@@ -88,6 +89,7 @@ def job_environment(
         volumes=frozenset(name for name, on in (("efs", storage.efs.enabled), ("fsx", storage.fsx.enabled)) if on),
         operators=frozenset(op.name for op in operators.installed(services)),
         etcd_enabled=(etcd or EtcdConfig()).enabled,
+        queues=True if queues is None else bool(queues.enabled),
     )
 
 
@@ -109,7 +111,11 @@ def parse_job_section(
     invalid |= {g.name for g in groups if g is not None and not gpu_type(g)}
     usable = [g for g in groups if g is not None and g.name not in invalid]
     env = job_environment(
-        usable, sections.or_default("storage"), sections.or_default("services"), sections.or_default("etcd")
+        usable,
+        sections.or_default("storage"),
+        sections.or_default("services"),
+        sections.or_default("etcd"),
+        sections.or_default("queues"),
     )
     specs = parse_jobs(raw, f"{NAMESPACE}:jobs", problems, env, invalid_groups=invalid)
     if sections.queues is not None:

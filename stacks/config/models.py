@@ -373,10 +373,12 @@ class AutoscalingConfig(ConfigModel):
     expander: Literal["least-waste", "most-pods", "random"] = Field(
         "least-waste", description="which group grows when several could: `least-waste`, `most-pods` or `random`"
     )
-    provisioning_requests: bool = Field(
-        False,
+    provisioning_requests: bool | None = Field(
+        None,
         description="a queued job is admitted only once the autoscaler has brought up the nodes of its whole gang (Kueue's ProvisioningRequest "
-        "admission check, `best-effort-atomic-scale-up`; needs `queues.enabled`). On AWS the scale-up is one resize of the group, not atomic",
+        "admission check, `best-effort-atomic-scale-up`; `true` needs `queues.enabled`), on every autoscaled group. On AWS the scale-up is "
+        "one resize of the group, not atomic. Default: on the autoscaled groups with a network topology, where Kueue places jobs only on "
+        "nodes that exist (docs/jobs.md, Topology-aware placement); `false` is refused while there are such groups",
     )
 
     @field_validator("expander", mode="before")

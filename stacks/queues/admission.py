@@ -6,16 +6,19 @@ a queue can ever hold (``reach``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from facts.kube import NODE_GROUP_LABEL
 from facts.operators import REPLICA_SPECS
+from facts.topology import GROUP_ANNOTATION, LEVEL_ANNOTATIONS, UNCONSTRAINED_ANNOTATION
 from jobs.base import PRIORITIES, GpuJob, JobBase, JobBuildError, JobsContext
 from jobs.pod import QUEUE_LABEL
 from jobs.registry import build_manifests
 from stacks.queues.cluster_queues import ClusterQueue
 from stacks.queues.resources import RESOURCES, parse_quantity
+
+TOPOLOGY_ANNOTATIONS = (*LEVEL_ANNOTATIONS.values(), UNCONSTRAINED_ANNOTATION, GROUP_ANNOTATION)
 
 # REPLICA_SPECS (facts/operators.py): the replica maps Kueue reads pod sets from, per kind (one pod
 # set per replica type).
@@ -33,6 +36,18 @@ class PodSet:
     count: int
     per_pod: Mapping[str, int]
     flavor: str | None
+    # Kueue's topology annotations of the pod set (facts/topology.py), as the job object carries them.
+    topology: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def placement(self) -> str | None:
+        """What the pod set asks Kueue for, for the plan: ``required <level>``, ``preferred <level>``,
+        ``unconstrained``, with the group it lands with; None without a topology annotation."""
+        for mode, key in LEVEL_ANNOTATIONS.items():
+            if key in self.topology:
+                group = self.topology.get(GROUP_ANNOTATION)
+                return f"{mode} {self.topology[key]}" + (f" (group {group})" if group else "")
+        return "unconstrained" if UNCONSTRAINED_ANNOTATION in self.topology else None
 
 
 @dataclass(frozen=True)
@@ -50,6 +65,11 @@ class Demand:
     @property
     def flavor(self) -> str | None:
         return next((p.flavor for p in self.pod_sets if p.flavor), None)
+
+    @property
+    def placement(self) -> str | None:
+        """What the workers ask Kueue for (``PodSet.placement``); None without a topology."""
+        return next((p.placement for p in self.pod_sets if p.name == "worker"), None)
 
     @property
     def total(self) -> dict[str, int]:
@@ -85,12 +105,14 @@ def pod_sets(manifest: Mapping[str, Any]) -> list[PodSet]:
     out = []
     for role, rs in replicas.items():
         spec = (rs.get("template") or {}).get("spec") or {}
+        annotations = ((rs.get("template") or {}).get("metadata") or {}).get("annotations") or {}
         out.append(
             PodSet(
                 role.lower(),
                 int(rs.get("replicas", 1)),
                 pod_requests(spec),
                 (spec.get("nodeSelector") or {}).get(NODE_GROUP_LABEL),
+                {k: v for k, v in annotations.items() if k in TOPOLOGY_ANNOTATIONS},
             )
         )
     return out

@@ -57,8 +57,20 @@ class QueuePlan:
     integrations: tuple[str, ...]
     pods_ready_timeout: str
     requeue_limit: int | None
-    provisioning: bool  # the ProvisioningRequest admission check, on the autoscaled flavors
+    # The flavors the ProvisioningRequest admission check runs on (in every ClusterQueue): every
+    # autoscaled flavor with `autoscaling.provisioningRequests: true`; left unset, the autoscaled
+    # flavors with a Topology (``provisioning_flavors``); none with false.
+    provisioning_flavors: tuple[str, ...]
     demands: tuple[Demand, ...]
+
+    @property
+    def provisioning(self) -> bool:
+        return bool(self.provisioning_flavors)
+
+    @property
+    def topologies(self) -> dict[str, tuple[str, ...]]:
+        """The Kueue Topologies the flavors name: name -> levels, one per distinct level list."""
+        return {f.topology: f.levels for f in self.flavors if f.topology is not None}
 
     @property
     def fair_sharing(self) -> bool:
@@ -117,9 +129,23 @@ def build_plan(
         ),
         pods_ready_timeout=queues.pods_ready_timeout,
         requeue_limit=queues.requeue_limit,
-        provisioning=bool(autoscaling.provisioning_requests and any(f.autoscaled for f in flavors)),
+        provisioning_flavors=provisioning_flavors(flavors, autoscaling.provisioning_requests),
         demands=tuple(demands(jobs, ctx, queue_of_team)),
     )
+
+
+def provisioning_flavors(flavors: Sequence[Flavor], requested: bool | None) -> tuple[str, ...]:
+    """The flavors the ProvisioningRequest check runs on, for ``autoscaling.provisioningRequests``
+    ``requested`` (true, false or unset). Kueue places by Topology only on nodes that are there and
+    Ready (v0.19.2 concepts/topology_aware_scheduling, "Capacity calculation"), and no pod asks the
+    autoscaler for a node before its job is admitted: an autoscaled group with a Topology admits
+    nothing beyond the nodes it has unless admission asks the autoscaler first ("ClusterAutoscaler
+    support"). Unset, the check runs on exactly those flavors."""
+    if requested is True:
+        return tuple(f.name for f in flavors if f.autoscaled)
+    if requested is None:
+        return tuple(f.name for f in flavors if f.autoscaled and f.topology is not None)
+    return ()
 
 
 def node_services(cfg: Any) -> NodeServices:
@@ -164,10 +190,7 @@ def describe(plan: QueuePlan, kueue_version: str) -> str:
     ]
     extras = []
     if plan.provisioning:
-        extras.append(
-            f"ProvisioningRequest check {PROVISIONING_CHECK!r} on "
-            + ", ".join(f.name for f in plan.flavors if f.autoscaled)
-        )
+        extras.append(f"ProvisioningRequest check {PROVISIONING_CHECK!r} on " + ", ".join(plan.provisioning_flavors))
     if plan.fair_sharing:
         extras.append("fair sharing between the teams")
     if extras:
@@ -186,6 +209,8 @@ def describe(plan: QueuePlan, kueue_version: str) -> str:
             if len(plan.cluster_queues) > 1:
                 size += f"; borrows {'any' if borrow is None else borrow}, lends {'all' if lend is None else lend}"
             lines.append(f"    flavor {f.name} ({f.instance_type}, {size})")
+            if f.topology is not None:
+                lines.append(f"      topology {f.topology}: " + " > ".join(f.levels))
             lines.append(head)
             lines.append(f"    {'nominal quota':<22}" + "".join(f"{human(r, lim[r].nominal):>12}" for r in _TABLE))
             for d in plan.demands:
@@ -199,6 +224,8 @@ def describe(plan: QueuePlan, kueue_version: str) -> str:
                     what += f", elastic: Kueue reserves maxNodes ({d.elastic_max})"
                 if d.kind in ("mpi", "nccl-test"):
                     what += ", launcher counted"
+                if d.placement is not None:
+                    what += f", placement {d.placement}"
                 if a.at_once:
                     verdict = "admitted at once"
                 elif a.short is not None:

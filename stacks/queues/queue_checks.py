@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from facts import durations
+from facts import durations, topology
 from facts.aws_names import role_arn_problem
 from facts.kube import RESERVED_NAMESPACES
 from facts.problems import Problem
@@ -83,6 +83,7 @@ def check_config(
     if queues.teams and not queues.enabled:
         problems.append(Problem(f"{k}.teams", "teams need queues: set queues.enabled to true (or remove the teams)"))
     _check_provisioning_requests(queues, autoscaling, ns, problems)
+    _check_topology_admission(queues, groups, autoscaling, ns, problems)
     if queues.enabled:
         _check_flavor_tolerations(groups, ns, problems)
     by_group = {g.name: g for g in groups if g is not None}
@@ -125,6 +126,31 @@ def _check_provisioning_requests(queues: Any, autoscaling: Any, ns: str, problem
                 Problem(
                     f"{ns}:autoscaling.provisioningRequests",
                     "true needs autoscaling.enabled: the Cluster Autoscaler serves the requests",
+                )
+            )
+
+
+def _check_topology_admission(
+    queues: Any, groups: Sequence[Any], autoscaling: Any, ns: str, problems: list[Problem]
+) -> None:
+    """`autoscaling.provisioningRequests: false` with an autoscaled group that has a Topology: Kueue
+    places by Topology only on nodes that are there and Ready, and no pod asks the autoscaler for
+    one before its job is admitted, so a job needing more nodes than the group has would wait forever."""
+    if not (queues.enabled and autoscaling is not None and autoscaling.enabled):
+        return
+    if autoscaling.provisioning_requests is not False:
+        return
+    for g in groups:
+        if g is None or getattr(g, "awaiting_capacity_block", False):
+            continue
+        if g.autoscaled and topology.group_layers(g.instance, g.efa_interfaces):
+            problems.append(
+                Problem(
+                    f"{ns}:autoscaling.provisioningRequests",
+                    f"false is not allowed with node group {g.name!r}: it is autoscaled and has a network topology, and Kueue places "
+                    f"its jobs by Topology only on nodes that are there and Ready; no pod asks the autoscaler for a node before its "
+                    f"job is admitted, so a job needing more nodes than are running (the group may be down to minSize {g.min_size}) would wait forever. "
+                    "Leave the key out (the ProvisioningRequest check then runs on such groups) or set it true",
                 )
             )
 

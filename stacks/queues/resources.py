@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from facts import allocatable
+from facts import allocatable, topology
 from facts.kube import (
     ACCELERATOR_LABEL,
     EFA_HUGEPAGES_NODE_MIB,
@@ -140,6 +140,19 @@ class Flavor:
         return {r: self.nodes * self.per_node[r] for r in RESOURCES}
 
     sizing: str  # how the group comes to hold ``nodes`` (``GroupSupply.text``)
+    # The network layers Kueue places the flavor's jobs by (facts/topology.py): 0 = no Topology.
+    network_layers: int = 0
+    windowed: bool = False  # a capacity-block group that follows its block's window
+
+    @property
+    def topology(self) -> str | None:
+        """The name of the flavor's Kueue Topology, or None."""
+        return topology.topology_name(self.network_layers) if self.network_layers else None
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        """The levels of the flavor's Topology, coarse to fine (empty without one)."""
+        return topology.levels(self.network_layers)
 
 
 @dataclass(frozen=True)
@@ -185,4 +198,6 @@ def flavor_of(g: Any, autoscaling_enabled: bool, services: NodeServices) -> Flav
         node_labels=labels,
         tolerations=[dict(GPU_TOLERATION)] + [toleration(t.model_dump(by_alias=True)) for t in g.taints],
         sizing=supply.text,
+        network_layers=topology.group_layers(g.instance, g.efa_interfaces),
+        windowed=supply.windowed,
     )
