@@ -30,6 +30,7 @@ from jobs import resilience
 from jobs.base import GpuJob
 from stacks import config as stack_config
 from stacks import cost, queues
+from stacks.config.loading import PlacementAsk
 from stacks.config.placeholders import placeholders
 from stacks.config.quota_warnings import quota_warnings
 from stacks.config.stackfile import read_stack_config
@@ -38,8 +39,22 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
 
 
 def load_config(stack: str, root: Path | None = None) -> stack_config.StackConfig:
+    """The stack's validated config, without the GPU AZ check (preflight makes it against the account)."""
     project, values = read_stack_config(stack, root or PROJECT_ROOT)
     return stack_config.load(values, project, stack)
+
+
+def offline_placement_check(ask: PlacementAsk) -> list[stack_config.Problem]:
+    """The GPU AZ check of the offline plan, made with the rest of the config: against the AWS
+    offerings the plan's run answers from (recorded), for a new stack as the plan is. A region
+    without recorded offerings is not judged here: the run says so (OfflineDataError)."""
+    from stacks import placement  # imported late: it imports the AWS provider's modules
+
+    try:
+        facts = placement.RegionFacts(offline.region_azs(ask.region), offline.az_offerings(ask.region))
+    except offline.OfflineDataError:
+        return []
+    return placement.placement_problems(ask, facts)
 
 
 # Set by the plan command while it plans: makes, from the stack's config, what sees each
@@ -52,12 +67,13 @@ _on_record: contextvars.ContextVar[Callable[[stack_config.StackConfig], Callable
 def plan(
     stack: str, root: Path | None = None, stack_file: Path | None = None
 ) -> tuple[stack_config.StackConfig, offline.PlanResult]:
-    """Validate the stack's config, then run the program offline. Raises ConfigError first.
+    """Validate the stack's config (the GPU AZ with the rest: ``offline_placement_check``), then
+    run the program offline. Raises ConfigError first.
     ``stack_file``: the stack's config from that file instead of ``Pulumi.<stack>.yaml`` in the
     project root (an example planned in place: examples/<scenario>/)."""
     root = root or PROJECT_ROOT
     project, values = read_stack_config(stack, root, stack_file)
-    cfg = stack_config.load(values, project, stack)
+    cfg = stack_config.load(values, project, stack, placement_check=offline_placement_check)
     from infra import program  # imported late: the program module imports pulumi resources
 
     watch = _on_record.get()

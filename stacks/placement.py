@@ -20,7 +20,9 @@ import pulumi
 import pulumi_aws as aws
 
 from components.network import GPU_SUBNET_TAG
+from facts.problems import Problem
 from stacks.config import NAMESPACE, StackConfig
+from stacks.config.loading import PlacementAsk
 
 KEY = f"{NAMESPACE}:gpuAvailabilityZone"
 # What an AZ move replaces (an explicit move's warning, or what a refused `auto` would cost).
@@ -34,7 +36,11 @@ MOVE_REPLACES = (
 
 
 class PlacementError(Exception):
-    """The configured instance types cannot be placed in the requested AZ(s)."""
+    """The configured instance types cannot be placed in the requested AZ(s): a config problem of ``key``."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.problem = Problem(key, message)
 
 
 @dataclass(frozen=True, order=True)
@@ -43,6 +49,16 @@ class DeployedGpuSubnet:
 
     subnet_id: str
     availability_zone: str
+
+
+@dataclass(frozen=True)
+class RegionFacts:
+    """What the GPU AZ is chosen from: the region's available AZs, the AZs offering each GPU type
+    (type -> AZs) and the stack's GPU subnets already deployed (none: a new stack)."""
+
+    region_azs: list[str]
+    offered: dict[str, set[str]]
+    deployed: tuple[DeployedGpuSubnet, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,24 +110,25 @@ def _common_azs(region_azs: list[str], offered: dict[str, set[str]], gpu_types: 
 def _requested(requested: str, region_azs: list[str], offered: dict[str, set[str]], gpu_types: list[str]) -> str:
     if requested not in region_azs:
         raise PlacementError(
-            f"{KEY}: {requested!r} is not an available AZ of the region; available: {', '.join(region_azs)}"
+            KEY, f"{requested!r} is not an available AZ of the region; available: {', '.join(region_azs)}"
         )
     missing = [t for t in gpu_types if requested not in offered.get(t, set())]
     if missing:
         where = "; ".join(f"{t} is offered in {_offered_in(t, offered)}" for t in missing)
-        raise PlacementError(f"{KEY}: {requested!r} does not offer {', '.join(missing)} ({where})")
+        raise PlacementError(KEY, f"{requested!r} does not offer {', '.join(missing)} ({where})")
     return requested
 
 
 def _first_offering(region_azs: list[str], offered: dict[str, set[str]], gpu_types: list[str]) -> str:
     if not region_azs:
-        raise PlacementError(f"{KEY}: 'auto' found no available AZ in the region")
+        raise PlacementError(KEY, "'auto' found no available AZ in the region")
     candidates = _common_azs(region_azs, offered, gpu_types)
     if not candidates:
         where = "; ".join(f"{t}: {', '.join(sorted(offered.get(t, ()))) or 'none'}" for t in gpu_types)
         raise PlacementError(
-            f"{KEY}: 'auto' found no single AZ that offers every GPU type ({where}); split the "
-            "node groups across stacks or choose types offered together"
+            KEY,
+            f"'auto' found no single AZ that offers every GPU type ({where}); split the "
+            "node groups across stacks or choose types offered together",
         )
     return candidates[0]
 
@@ -126,15 +143,16 @@ def _kept(
             f"{az} ({', '.join(s.subnet_id for s in sorted(deployed) if s.availability_zone == az)})" for az in azs
         )
         raise PlacementError(
-            f"{KEY}: 'auto' keeps the AZ of this stack's GPU subnet, but it has "
+            KEY,
+            f"'auto' keeps the AZ of this stack's GPU subnet, but it has "
             f"GPU subnets in {where} (an interrupted move?); "
-            f"set {KEY} to the AZ to keep: {' or '.join(azs)}"
+            f"set {KEY} to the AZ to keep: {' or '.join(azs)}",
         )
     kept = azs[0]
     missing = [t for t in gpu_types if kept not in offered.get(t, set())]
     if missing:
         raise PlacementError(
-            _kept_az_lacks(kept, sorted(deployed)[0].subnet_id, missing, region_azs, offered, gpu_types)
+            KEY, _kept_az_lacks(kept, sorted(deployed)[0].subnet_id, missing, region_azs, offered, gpu_types)
         )
     return kept
 
@@ -160,7 +178,7 @@ def _kept_az_lacks(
             "would not help: split the groups across stacks"
         )
     return (
-        f"{KEY}: 'auto' keeps {kept}, where this stack already has its GPU "
+        f"'auto' keeps {kept}, where this stack already has its GPU "
         f"subnet ({subnet_id}), and {kept} does not offer "
         f"{', '.join(missing)} ({where}). Choose GPU types {kept} offers, {move}"
     )
@@ -180,9 +198,28 @@ def choose_subnet_azs(gpu_az: str, region_azs: list[str], count: int) -> list[st
     others = [az for az in sorted(region_azs) if az != gpu_az]
     if len(others) < count - 1:
         raise PlacementError(
-            f"{NAMESPACE}:network.availabilityZoneCount: {count} AZs asked for but the region has {len(others) + 1}"
+            f"{NAMESPACE}:network.availabilityZoneCount", f"{count} AZs asked for but the region has {len(others) + 1}"
         )
     return sorted([gpu_az] + others[: count - 1])
+
+
+def placement_problems(ask: PlacementAsk, facts: RegionFacts) -> list[Problem]:
+    """The config problems of placing ``ask`` with ``facts`` (the GPU AZ check of
+    ``stacks.config.load``): the GPU AZ's, and the AZ count's where the network section parsed."""
+    found = []
+    gpu_az = None
+    try:
+        gpu_az = choose_gpu_az(ask.requested, facts.region_azs, facts.offered, ask.gpu_types, facts.deployed)
+    except PlacementError as err:
+        found.append(err.problem)
+    count = ask.availability_zone_count
+    if count is not None and facts.region_azs:
+        try:
+            # The count only depends on how many AZs the region has: any of them stands in for a refused GPU AZ.
+            choose_subnet_azs(gpu_az or sorted(facts.region_azs)[0], facts.region_azs, count)
+        except PlacementError as err:
+            found.append(err.problem)
+    return found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,10 +228,15 @@ def choose_subnet_azs(gpu_az: str, region_azs: list[str], count: int) -> list[st
 
 
 def gpu_subnet_tags(cfg: StackConfig) -> dict[str, str]:
-    """The tags that find this stack's GPU subnet. The network has put them on it since its first
+    """The tags that find this stack's GPU subnet (``subnet_tags`` of its project, stack and tags)."""
+    return subnet_tags(cfg.project, cfg.stack, cfg.tags)
+
+
+def subnet_tags(project: str, stack: str, tags: dict[str, str]) -> dict[str, str]:
+    """The tags that find a stack's GPU subnet. The network has put them on it since its first
     version (the stack's project and stack tags, as stacks/environment.py tags every resource, and
     GPU_SUBNET_TAG), so stacks deployed before this lookup existed are found too."""
-    stack_tags = {"gputraining/project": cfg.project, "gputraining/stack": cfg.stack, **cfg.tags}
+    stack_tags = {"gputraining/project": project, "gputraining/stack": stack, **tags}
     return {
         "gputraining/project": stack_tags["gputraining/project"],
         "gputraining/stack": stack_tags["gputraining/stack"],
@@ -202,9 +244,10 @@ def gpu_subnet_tags(cfg: StackConfig) -> dict[str, str]:
     }
 
 
-def deployed_gpu_subnets(cfg: StackConfig) -> list[DeployedGpuSubnet]:
-    """This stack's GPU subnet(s) in AWS: none for a new stack. Also works in `pulumi preview`."""
-    found = aws.ec2.get_subnets(tags=gpu_subnet_tags(cfg))
+def deployed_gpu_subnets(tags: dict[str, str]) -> list[DeployedGpuSubnet]:
+    """The stack's GPU subnet(s) in AWS, found by ``tags`` (``subnet_tags``): none for a new stack.
+    Also works in `pulumi preview`."""
+    found = aws.ec2.get_subnets(tags=tags)
     return sorted(DeployedGpuSubnet(i, aws.ec2.get_subnet(id=i).availability_zone) for i in (found.ids or []))
 
 
@@ -224,15 +267,46 @@ def _region_facts(gpu_types: list[str]) -> tuple[list[str], dict[str, set[str]]]
     return sorted(zones.names), offered
 
 
-def resolve_placement(cfg: StackConfig) -> Placement:
+class AwsRegionFacts:
+    """The region's facts as AWS answers the program (the provider's invokes, with the stack's
+    credentials and region), each question asked once: the config check and the placement read
+    the same answers."""
+
+    def __init__(self) -> None:
+        self._answers: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], RegionFacts] = {}
+
+    def facts(self, gpu_types: list[str], tags: dict[str, str]) -> RegionFacts:
+        """The facts for placing ``gpu_types`` in the stack whose GPU subnet ``tags`` find."""
+        question = (tuple(sorted(set(gpu_types))), tuple(sorted(tags.items())))
+        if question not in self._answers:
+            region_azs, offered = _region_facts(list(question[0]))
+            self._answers[question] = RegionFacts(region_azs, offered, tuple(deployed_gpu_subnets(tags)))
+        return self._answers[question]
+
+    def check(self, ask: PlacementAsk) -> list[Problem]:
+        """The GPU AZ check of ``stacks.config.load`` against AWS. Without the stack's tags (an
+        invalid tags section) its GPU subnet cannot be looked up: nothing to say then. A lookup
+        that fails (no credentials, say) says nothing either: the config's other problems are
+        reported, and the placement asks again once they are fixed, failing the same way."""
+        if ask.tags is None:
+            return []
+        try:
+            facts = self.facts(ask.gpu_types, subnet_tags(ask.project, ask.stack, ask.tags))
+        except Exception:  # the placement's own lookup repeats it and reports it
+            return []
+        return placement_problems(ask, facts)
+
+
+def resolve_placement(cfg: StackConfig, aws_facts: AwsRegionFacts | None = None) -> Placement:
     """Ask AWS which AZs exist, which offer the GPU types and where the stack's GPU subnet already
-    is, then choose; an explicit move of a deployed stack's GPU AZ is warned about."""
+    is (through ``aws_facts``, which may have the answers already), then choose; an explicit move of
+    a deployed stack's GPU AZ is warned about."""
     gpu_types = cfg.gpu_instance_types
-    region_azs, offered = _region_facts(gpu_types)
-    deployed = deployed_gpu_subnets(cfg)
-    gpu_az = choose_gpu_az(cfg.gpu_availability_zone, region_azs, offered, gpu_types, deployed)
+    facts = (aws_facts or AwsRegionFacts()).facts(gpu_types, gpu_subnet_tags(cfg))
+    region_azs = facts.region_azs
+    gpu_az = choose_gpu_az(cfg.gpu_availability_zone, region_azs, facts.offered, gpu_types, facts.deployed)
     subnet_azs = choose_subnet_azs(gpu_az, region_azs, cfg.network.availability_zone_count)
-    placement = Placement(gpu_az, subnet_azs, tuple(sorted({s.availability_zone for s in deployed})))
+    placement = Placement(gpu_az, subnet_azs, tuple(sorted({s.availability_zone for s in facts.deployed})))
     if placement.moves:
         pulumi.log.warn(az_move_warning(placement.deployed_gpu_availability_zones, gpu_az, subnet_azs))
     return placement

@@ -363,9 +363,10 @@ def test_unknown_key_in_a_node_group():
     _assert_mentions(msg, "unknown key", "'maxsize'")
 
 
-def test_unknown_nested_key_lists_the_allowed_keys():
-    msg = _only_problem(minimal_values(network={"vpcCidrr": "10.0.0.0/16"}), f"{NS}:network.vpcCidrr")
-    _assert_mentions(msg, "availabilityZoneCount", "privateSubnetPrefix", "natGateways")
+def test_unknown_nested_key_lists_the_allowed_keys_when_none_is_close():
+    msg = _only_problem(minimal_values(network={"subnets": 3}), f"{NS}:network.subnets")
+    _assert_mentions(msg, "availabilityZoneCount", "privateSubnetPrefix", "natGateways", "vpcCidr")
+    assert "did you mean" not in msg
 
 
 def test_unknown_namespace():

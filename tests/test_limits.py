@@ -433,8 +433,9 @@ def _numeric_and_flag_fields(model: Any, prefix: str = "") -> typing.Iterator[tu
 
 SECTION_FIELDS = [
     (section, path, kind)
-    for section, (_, model) in models.SECTIONS.items()
-    if isinstance(model, type) and issubclass(model, models.ConfigModel)
+    for section, name in models.SECTIONS.items()
+    if isinstance(model := models.StackConfig.model_fields[name].annotation, type)
+    and issubclass(model, models.ConfigModel)
     for path, kind in _numeric_and_flag_fields(model)
 ] + [("gpuNodeGroups", path, kind) for path, kind in _numeric_and_flag_fields(C.GpuNodeGroupConfig)]
 

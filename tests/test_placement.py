@@ -74,9 +74,9 @@ def test_adding_a_type_the_deployed_az_lacks_is_refused_not_a_move(dev_plan):
     with pytest.raises(pulumi.RunError) as err:
         plan(dev_with(gpuNodeGroups=[*dev_values()[f"{NS}:gpuNodeGroups"], P5EN]), deployed)
     message = str(err.value)
-    assert message.startswith(
-        f"{KEY}: 'auto' keeps us-west-2b, where this stack already has its GPU subnet ({subnet_id})"
-    )
+    # One problem of the config, reported with any others (stacks/config/loading.py).
+    assert message.startswith("invalid stack config (1 problem(s)):\n")
+    assert f"  - {KEY}: 'auto' keeps us-west-2b, where this stack already has its GPU subnet ({subnet_id})" in message
     assert (
         "us-west-2b does not offer p5en.48xlarge (p5en.48xlarge is offered in us-west-2a, us-west-2c, us-west-2d)"
         in message

@@ -233,7 +233,8 @@ BAD_STACK = textwrap.dedent(
 )
 BAD_KEYS = (f"{NS}:foo", f"{NS}:network.vpcCidr", f"{NS}:cluster.kubernetesVersion", f"{NS}:gpuNodeGroups[1].maxSize")
 
-# Valid config, but the pinned AZ does not offer p3dn (the program refuses it at run time).
+# The pinned AZ does not offer p3dn: refused with the config's other checks (the offline plan's recorded
+# offerings; `pulumi up`'s program asks AWS).
 MISPLACED_STACK = textwrap.dedent(
     """\
     config:
@@ -273,7 +274,7 @@ def test_invalid_config_exits_2_with_every_key_on_stderr_and_writes_nothing(proj
     assert not out.exists()
 
 
-def test_placement_refused_by_the_program_exits_2_without_a_traceback(project_root, tmp_path, monkeypatch):
+def test_placement_refused_with_the_config_exits_2_without_a_traceback(project_root, tmp_path, monkeypatch):
     out = tmp_path / "out"
     rc, stdout, stderr = _run_main(["plan", "--stack", "misplaced", "--out", str(out)], monkeypatch)
     assert rc == 2

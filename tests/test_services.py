@@ -1378,27 +1378,33 @@ def test_bad_training_namespace(namespace):
             ["deploymentType", "storageCapacityGiB", "perUnitStorageThroughput", "s3"],
         ),
         ("storage", {"efs": {"encrypted": False}}, "storage.efs.encrypted", ["throughputMode", "performanceMode"]),
-        ("storage", {"deletionProtecton": False}, "storage.deletionProtecton", ["deletionProtection", "efs", "fsx"]),
         (
             "storage",
             {"fsx": {"s3": {"bucket": "ok-bucket", "path": "/x"}}},
             "storage.fsx.s3.path",
             ["bucket", "prefix", "fileSystemPath", "export"],
         ),
-        ("etcd", {"replica": 3}, "etcd.replica", ["replicas", "cpu", "memory", "enabled"]),
-        (
-            "services",
-            {"mpiOperators": False},
-            "services.mpiOperators",
-            ["mpiOperator", "trainingOperator", "nvidiaDevicePlugin", "efaDevicePlugin", "trainingNamespace"],
-        ),
-        ("monitoring", {"dashbord": False}, "monitoring.dashbord", ["dashboard", "enabled", "logRetentionDays"]),
     ],
 )
 def test_unknown_keys_name_the_key_and_what_is_allowed(section, raw, key, allowed):
     bad = key.rsplit(".", 1)[1]
     msg = _only_problem(minimal_values(**{section: raw}), f"{NS}:{key}")
     _assert_mentions(msg, "unknown key", repr(bad), *allowed)
+
+
+@pytest.mark.parametrize(
+    "section,raw,key,meant",
+    [
+        ("storage", {"deletionProtecton": False}, "storage.deletionProtecton", "deletionProtection"),
+        ("etcd", {"replica": 3}, "etcd.replica", "replicas"),
+        ("services", {"mpiOperators": False}, "services.mpiOperators", "mpiOperator"),
+        ("monitoring", {"dashbord": False}, "monitoring.dashbord", "dashboard"),
+    ],
+)
+def test_unknown_keys_close_to_an_allowed_one_name_it(section, raw, key, meant):
+    bad = key.rsplit(".", 1)[1]
+    msg = _only_problem(minimal_values(**{section: raw}), f"{NS}:{key}")
+    assert msg == f"unknown key {bad!r}; did you mean {meant!r}?"
 
 
 def test_monitoring_log_retention_must_be_a_cloudwatch_value():

@@ -1,14 +1,17 @@
 """The typed, validated stack config: everything a user sets per environment in Pulumi.<env>.yaml.
 
 - ``models``: the sections and their fields, each with a one-line description;
-- ``loading``: the engine's flat ``{"ns:key": value}`` map into a ``StackConfig`` (``load``);
-- ``checks``: cross-field checks (CIDRs, catalog types, FSx sizes, names, ...);
-- ``jobs``: the job section, parsed by the job kinds' own models and checks;
-- ``errors``: pydantic's errors as ``Problem``s; ``stackfile``: reading Pulumi.<stack>.yaml.
+- ``loading``: the engine's flat ``{"ns:key": value}`` map into a ``StackConfig`` (``load``, which
+  walks StackConfig's fields: ``SECTIONS``);
+- ``cross_checks``: cross-field checks (CIDRs, catalog types, FSx sizes, names, ...);
+- ``job_entries``: the job section, parsed by the job kinds' own models and checks;
+- ``errors``: pydantic's errors as ``Problem``s ("did you mean" for a key close to an allowed one);
+  ``stackfile``: reading Pulumi.<stack>.yaml.
 
 Keys live in the project's namespace (``gpu-training:<key>``) plus ``aws:region``. Validation runs
 before any resource is registered and reports every problem at once, each naming the config key,
-the bad value and what is allowed (``ConfigError``).
+the bad value and what is allowed (``ConfigError``); ``loading`` says which problems wait for the
+next run because they depend on another.
 """
 
 from facts.problems import ConfigError, Problem

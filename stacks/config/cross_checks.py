@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from facts import aws_names, durations, versions
 from facts.kube import RESERVED_NAMESPACES
@@ -35,6 +36,7 @@ from stacks.config.models import (
     QueuesConfig,
     S3LinkConfig,
     ServicesConfig,
+    StackConfig,
     StorageConfig,
     SystemNodeGroupConfig,
 )
@@ -59,18 +61,25 @@ def known_regions() -> frozenset[str]:
 
 @dataclass(frozen=True)
 class Sections:
-    """The parsed sections the checks (and the job section) look at; None: given but invalid."""
+    """The parsed sections the checks (and the job section) look at, by their StackConfig field
+    names: a section left out is its default, one given but invalid None."""
 
     network: NetworkConfig | None
     cluster: ClusterConfig | None
-    system: SystemNodeGroupConfig | None
-    groups: list[GpuNodeGroupConfig | None]
+    system_node_group: SystemNodeGroupConfig | None
+    gpu_node_groups: list[GpuNodeGroupConfig | None]
     storage: StorageConfig | None
     etcd: EtcdConfig | None
     services: ServicesConfig | None
     monitoring: MonitoringConfig | None
-    autoscaling: AutoscalingConfig | None = None
-    queues: QueuesConfig | None = None
+    autoscaling: AutoscalingConfig | None
+    queues: QueuesConfig | None
+
+    def or_default(self, name: str) -> Any:
+        """Section ``name``, or its default where it was given but invalid (its problems are
+        reported already): what a check against the rest of the stack assumes of it."""
+        value = getattr(self, name)
+        return StackConfig.model_fields[name].get_default(call_default_factory=True) if value is None else value
 
 
 def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: list[Problem]) -> None:
@@ -82,10 +91,10 @@ def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: li
         _check_network(s.network, problems)
     if s.cluster is not None:
         _check_cluster(s.cluster, problems)
-    if s.system is not None:
-        _check_system(s.system, problems)
-    _check_gpu_groups(s.groups, problems)
-    check_subnet_addresses(s.network, s.system, s.groups, problems)
+    if s.system_node_group is not None:
+        _check_system(s.system_node_group, problems)
+    _check_gpu_groups(s.gpu_node_groups, problems)
+    check_subnet_addresses(s.network, s.system_node_group, s.gpu_node_groups, problems)
     if s.storage is not None:
         _check_storage(s.storage, problems)
     if s.etcd is not None:
@@ -97,8 +106,7 @@ def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: li
     if s.queues is not None:
         training = s.services.training_namespace if s.services is not None else None
         admins = s.cluster.admin_principals if s.cluster is not None else []
-        # An autoscaling section left out is its defaults (one given but invalid is reported already).
-        check_queues(s.queues, s.groups, s.autoscaling or AutoscalingConfig(), training, admins, problems, NAMESPACE)
+        check_queues(s.queues, s.gpu_node_groups, s.or_default("autoscaling"), training, admins, problems, NAMESPACE)
     if s.monitoring is not None and s.monitoring.log_retention_days not in LOG_RETENTION_DAYS:
         problems.append(
             Problem(
@@ -127,7 +135,7 @@ def _check_derived_names(cluster_name: str, s: Sections, problems: list[Problem]
             )
         )
         return
-    groups = ["system"] + [f"gpu-{g.name}" for g in s.groups if g is not None]
+    groups = ["system"] + [f"gpu-{g.name}" for g in s.gpu_node_groups if g is not None]
     longest = max(groups, key=len)
     node_group = f"{cluster_name}-{longest}"
     if len(node_group) > aws_names.EKS_NODEGROUP_NAME_MAX:

@@ -1,8 +1,12 @@
 """pydantic's validation errors as config ``Problem``s: each names the full config key, the bad
-value and what is allowed (for an unknown key, the keys the model accepts there)."""
+value and what is allowed (for an unknown key, the nearest key the model accepts there, or all of
+them when none is close)."""
 
 from __future__ import annotations
 
+import copy
+import difflib
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -11,6 +15,21 @@ from facts.problems import Problem
 from facts.problems import fmt as _fmt
 
 T = TypeVar("T", bound=BaseModel)
+
+# How alike an unknown key and an allowed one must be (difflib's ratio, ignoring case) to suggest
+# it: `maxSzie` -> maxSize is 0.86, `nodeGrup` -> nodeGroup 0.94; unrelated keys stay below 0.5.
+CLOSE_KEY = 0.8
+
+
+def unknown_key_advice(key: Any, allowed: Iterable[str]) -> str:
+    """What follows "unknown key" in a message: the nearest allowed key when one is close
+    (``; did you mean 'maxSize'?``), else every allowed key (nothing when none are known)."""
+    allowed = sorted(allowed)
+    by_lower = {a.lower(): a for a in allowed}
+    close = difflib.get_close_matches(key.lower(), by_lower, n=1, cutoff=CLOSE_KEY) if isinstance(key, str) else []
+    if close:
+        return f"; did you mean {_fmt(by_lower[close[0]])}?"
+    return f"; allowed keys are: {', '.join(allowed)}" if allowed else ""
 
 
 def _allowed_keys(model: type, loc: tuple) -> list[str]:
@@ -50,8 +69,7 @@ def pydantic_problems(prefix: str, err: ValidationError, model: type = BaseModel
         kind = e["type"]
         if kind == "extra_forbidden":
             key = e["loc"][-1]
-            allowed = _allowed_keys(model, e["loc"][:-1])
-            msg = f"unknown key {_fmt(key)}" + (f"; allowed keys are: {', '.join(allowed)}" if allowed else "")
+            msg = f"unknown key {_fmt(key)}" + unknown_key_advice(key, _allowed_keys(model, e["loc"][:-1]))
         elif kind == "missing":
             msg = "is required"
         else:
@@ -76,8 +94,48 @@ def yaml_hint(value: Any, kind: str = "string_type") -> str:
 
 
 def parse(model: type[T], prefix: str, raw: Any, problems: list[Problem]) -> T | None:
+    """``raw`` as a ``model``, or None after appending its problems.
+
+    An unknown key does not stop the checks: the value is parsed again without its unknown keys
+    (they mean nothing to the model), and what parses then is returned, so that the checks that
+    read the typed value (cross-field rules, a job's checks, the checks against the rest of the
+    stack) still report the value's other problems in the same run; the caller knows from
+    ``problems`` that the config is refused. A value with a problem of another kind (a wrong type,
+    a missing key) is not returned: the checks after the model read its fields, and a value read
+    in place of the one written would make them report what is not wrong."""
     try:
         return model.model_validate(raw)
     except ValidationError as err:
-        problems.extend(pydantic_problems(prefix, err, model))
+        reported = pydantic_problems(prefix, err, model)
+        problems.extend(reported)
+        stripped = _without_unknown_keys(raw, err)
+    if stripped is None:
         return None
+    try:
+        return model.model_validate(stripped)
+    except ValidationError as err:
+        # Only rules of the whole model (its "after" validators) can fail now and not before.
+        seen = {str(p) for p in reported}
+        problems.extend(p for p in pydantic_problems(prefix, err, model) if str(p) not in seen)
+        return None
+
+
+def _without_unknown_keys(raw: Any, err: ValidationError) -> Any:
+    """A copy of ``raw`` without the keys ``err`` calls unknown, or None when parsing it again
+    would not give a model: ``err`` has no unknown key, or problems of other kinds too."""
+    errors = err.errors(include_url=False)
+    if not errors or any(e["type"] != "extra_forbidden" for e in errors):
+        return None
+    stripped = copy.deepcopy(raw)
+    for e in errors:
+        *path, key = e["loc"]
+        parent = stripped
+        for part in path:
+            try:
+                parent = parent[part]
+            except (KeyError, IndexError, TypeError):
+                return None  # a location through a union's tag: not a place in the value
+        if not isinstance(parent, dict):
+            return None
+        parent.pop(key, None)  # (gone already where YAML aliases share the map)
+    return stripped

@@ -22,7 +22,6 @@ from stacks import queues
 from stacks.config.errors import parse
 from stacks.config.models import (
     NAMESPACE,
-    AutoscalingConfig,
     EtcdConfig,
     GpuNodeGroupConfig,
     ServicesConfig,
@@ -40,7 +39,8 @@ DERIVED_KEYS = {
 }
 
 
-def _gpu_type(g: GpuNodeGroupConfig) -> bool:
+def gpu_type(g: GpuNodeGroupConfig) -> bool:
+    """Whether the group's instance type is a GPU type of the catalog (else its checks say so)."""
     it = catalog.get(g.instance_type)
     return it is not None and it.is_gpu
 
@@ -108,11 +108,17 @@ def parse_job_section(
         str(item.get("name")) for item, g in zip(raw_list, groups, strict=True) if g is None and isinstance(item, dict)
     }
     # A group whose instance type is not a GPU type of the catalog is reported by the group checks.
-    invalid |= {g.name for g in groups if g is not None and not _gpu_type(g)}
+    invalid |= {g.name for g in groups if g is not None and not gpu_type(g)}
     usable = [g for g in groups if g is not None and g.name not in invalid]
-    env = job_environment(usable, sections.storage, sections.services, sections.etcd, getattr(sections, "queues", None))
+    env = job_environment(
+        usable,
+        sections.or_default("storage"),
+        sections.or_default("services"),
+        sections.or_default("etcd"),
+        sections.or_default("queues"),
+    )
     specs = parse_jobs(raw, f"{NAMESPACE}:jobs", problems, env, invalid_groups=invalid)
-    if getattr(sections, "queues", None) is not None:
+    if sections.queues is not None:
         _check_queued_jobs(raw, specs, usable, sections, env, problems)
     return specs
 
@@ -136,17 +142,17 @@ def _check_queued_jobs(
     queues.check_job_teams(keyed, sections.queues, problems)
     if len(problems) > before or not sections.queues.enabled or not groups:
         return
-    storage = sections.storage or StorageConfig()
-    services = sections.services or ServicesConfig()
+    storage: StorageConfig = sections.or_default("storage")
+    services: ServicesConfig = sections.or_default("services")
     plan = queues.build_plan(
         groups=groups,
         queues=sections.queues,
-        autoscaling=sections.autoscaling or AutoscalingConfig(),
+        autoscaling=sections.or_default("autoscaling"),
         training_namespace=services.training_namespace,
         services=queues.NodeServices(
             fsx=storage.fsx.enabled,
             efa_device_plugin=services.efa_device_plugin,
-            monitoring=sections.monitoring.enabled if sections.monitoring is not None else True,
+            monitoring=sections.or_default("monitoring").enabled,
         ),
         operators=sorted(env.operators),
         volumes=sorted(env.volumes),

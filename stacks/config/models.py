@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -493,6 +493,10 @@ class StackConfig(ConfigModel):
 
     model_config = ConfigDict(validate_by_name=True)
 
+    # Fields that are no key of the project namespace: ``load`` fills them in from the engine
+    # (project and stack) and from `aws:region`.
+    FROM_ENGINE: ClassVar[frozenset[str]] = frozenset({"project", "stack", "region"})
+
     project: str = Field(description="Pulumi project name")
     stack: str = Field(description="Pulumi stack name")
     region: str = Field(description="AWS region (`aws:region`)")
@@ -504,7 +508,9 @@ class StackConfig(ConfigModel):
     network: NetworkConfig = Field(NetworkConfig(), description="the VPC")
     cluster: ClusterConfig = Field(ClusterConfig(), description="the EKS control plane")
     system_node_group: SystemNodeGroupConfig = Field(SystemNodeGroupConfig(), description="the system node group")
-    gpu_node_groups: list[GpuNodeGroupConfig] = Field(default_factory=list, description="GPU node groups")
+    gpu_node_groups: list[GpuNodeGroupConfig] = Field(
+        default_factory=list, description="GPU node groups", title="node groups"
+    )
     storage: StorageConfig = Field(StorageConfig(), description="EFS and FSx for Lustre")
     etcd: EtcdConfig = Field(EtcdConfig(), description="etcd for elastic rendezvous")
     services: ServicesConfig = Field(ServicesConfig(), description="cluster services")
@@ -533,23 +539,11 @@ class StackConfig(ConfigModel):
         return next((g for g in self.gpu_node_groups if g.name == name), None)
 
 
-# Top-level keys in the project namespace and the model each one parses into ("jobs": the job
-# section, parsed by stacks/config/job_entries.py).
-SECTIONS: dict[str, tuple[str, Any]] = {
-    "gpuAvailabilityZone": ("gpu_availability_zone", str),
-    "network": ("network", NetworkConfig),
-    "cluster": ("cluster", ClusterConfig),
-    "systemNodeGroup": ("system_node_group", SystemNodeGroupConfig),
-    "gpuNodeGroups": ("gpu_node_groups", list),
-    "storage": ("storage", StorageConfig),
-    "etcd": ("etcd", EtcdConfig),
-    "services": ("services", ServicesConfig),
-    "monitoring": ("monitoring", MonitoringConfig),
-    "autoscaling": ("autoscaling", AutoscalingConfig),
-    "burnIn": ("burn_in", BurnInConfig),
-    "queues": ("queues", QueuesConfig),
-    "jobs": ("jobs", "jobs"),
-    "tags": ("tags", dict),
+# The project namespace's keys (`gpu-training:<key>`) and the StackConfig field each one is: every
+# field by its alias, but the ones ``load`` fills in itself. The loader walks these fields, so a
+# new section is one field of StackConfig.
+SECTIONS: dict[str, str] = {
+    f.alias or name: name for name, f in StackConfig.model_fields.items() if name not in StackConfig.FROM_ENGINE
 }
 
 # Keys of other namespaces that the stack reads or tolerates (provider settings).
