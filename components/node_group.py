@@ -6,7 +6,7 @@ root volume unencrypted, always creates a placement group and cannot target a ca
 reservation or block. This one adds, on top of the same EFA layout:
 - an encrypted gp3 root volume and IMDSv2 required;
 - every EFA interface the type has, card by card from each card's own interface types
-  (``facts.catalog.efa_layout``): the primary interface on card 0 device 0 carries ENA (``efa`` where
+  (``facts.instance_types.efa_layout``): the primary interface on card 0 device 0 carries ENA (``efa`` where
   card 0 takes EFA, else a plain ``interface``, as on p6-b300), and every further card that takes
   EFA gets one at device 1, ``efa-only`` where it lists it (VPC CNI >= 1.18.5);
 - a security group allowing all traffic to and from itself (EFA's requirement), next to the
@@ -47,7 +47,7 @@ from components.node_scaling import (
     held_back_text,
     tag_resource_parts,
 )
-from facts.catalog import InterfaceSlot
+from facts.instance_types import InterfaceSlot
 from facts.kube import AUTOSCALE_TAG, EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, NODE_GROUP_LABEL
 
 EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
@@ -86,7 +86,7 @@ class NodeGroupArgs:
     # to zero CAPACITY_BLOCK_DRAIN before the end (scheduled actions, and inside the window the
     # program itself), and desired_size is then computed from the window; None: no scheduled scaling.
     capacity_block_window: tuple[datetime.datetime, datetime.datetime] | None = None
-    # The launch template's network interfaces, card by card (facts.catalog.efa_layout of the type);
+    # The launch template's network interfaces, card by card (facts.instance_types.efa_layout of the type);
     # empty: no EFA, the primary interface as EKS makes it.
     network_interfaces: Sequence[InterfaceSlot] = ()
     # Placement: "create" a cluster placement group in `availability_zone`, use an "existing" one
@@ -192,7 +192,7 @@ def hugepages_user_data(pages: int) -> str:
 def efa_network_interfaces(
     slots: Sequence[InterfaceSlot], security_group_ids: list[pulumi.Input[str]]
 ) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
-    """The launch-template interfaces of ``slots`` (``facts.catalog.efa_layout``): each on its own
+    """The launch-template interfaces of ``slots`` (``facts.instance_types.efa_layout``): each on its own
     card and device, of its own type, with the group's security groups. Only the primary (card 0,
     device 0) has an IP address of its own to say no public one to."""
     interfaces = []

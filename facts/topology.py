@@ -11,7 +11,7 @@ levels from the highest to the lowest; the hostname label only at the lowest lev
 
 from __future__ import annotations
 
-from facts.catalog import InstanceType
+from facts.instance_types import InstanceType
 
 # EKS's network layer labels: layer n of the EC2 network (1 = the top, the coarsest).
 NETWORK_LAYER_LABEL = "topology.k8s.aws/network-node-layer-{n}"

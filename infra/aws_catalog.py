@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from facts.catalog import InstanceType, from_describe_instance_types
+from facts.catalog import from_describe_instance_types
+from facts.instance_types import InstanceType
 
 
 def describe(names: Iterable[str], session: Any = None, region: str | None = None) -> dict[str, InstanceType]:

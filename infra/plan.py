@@ -22,7 +22,7 @@ from typing import TextIO
 import yaml
 
 from components import node_scaling, operators
-from facts import catalog, versions
+from facts import catalog, instance_types, versions
 from facts.paths import PROJECT_ROOT
 from infra import critical_path, invariants, offline, plan_cache, releases, teardown
 from infra.plan_text import json_text, manifests_yaml
@@ -139,7 +139,7 @@ def summary(
             if g.efa_interfaces
             else ("EFA off" if it.efa_supported else "no EFA")
         )
-        efa_cards = [slot.card for slot in catalog.efa_layout(it) if slot.is_efa] if g.efa_interfaces else []
+        efa_cards = [slot.card for slot in instance_types.efa_layout(it) if slot.is_efa] if g.efa_interfaces else []
         if efa_cards and 0 not in efa_cards:
             efa += f" (cards {min(efa_cards)}-{max(efa_cards)}; card 0 ENA only)"
         lines.append(

@@ -22,7 +22,7 @@ from pydantic_core import PydanticCustomError
 
 from facts import topology
 from facts.aws_names import INT32_MAX, INT64_MAX
-from facts.catalog import InstanceType
+from facts.instance_types import InstanceType
 from facts.kube import GPU_TAINT, NODE_GROUP_LABEL, ZONE_LABEL
 from facts.operators import Operator
 from facts.problems import Problem

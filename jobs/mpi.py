@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from facts.catalog import InstanceType
+from facts.instance_types import InstanceType
 from facts.operators import MPI_OPERATOR, MPIJOB
 from facts.problems import Problem
 from jobs import launchers, pod, spec_checks

@@ -28,7 +28,7 @@ NCCL_TEST_ARGS = ("-b", "8", "-e", "2G", "-f", "2", "-g", "1")
 GATE_SCRIPT = (Path(__file__).parent / "scripts" / "nccl_gate.sh").read_text()
 # Default minimum peak bus bandwidth between nodes: this share of the group's EFA bandwidth, per
 # type: the peak bandwidth (EC2 DescribeInstanceTypes, NetworkCards[].PeakBandwidthInGbps, in the
-# catalog) of the network cards that carry its EFA interfaces (facts.catalog.efa_layout; on
+# catalog) of the network cards that carry its EFA interfaces (facts.instance_types.efa_layout; on
 # p6-b300 cards 1-16, not the ENA-only card 0). The share is from a measurement: AWS measured
 # 42.0 GB/s on 2 x p4d.24xlarge with 4 EFA (84% of 400 Gbit/s = 50 GB/s), 5.9 GB/s with 1 EFA (47%
 # of one 100 Gbit/s interface) and 2.4 GB/s over sockets. 35% fails a p4d on 1 EFA or on sockets,

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from facts import images
-from facts.catalog import InstanceType
+from facts.instance_types import InstanceType
 from facts.operators import PYTORCHJOB, TRAINING_OPERATOR
 from facts.problems import Problem
 from jobs import launchers, pod

@@ -14,7 +14,7 @@ import pulumi
 from components.cluster import Cluster, ClusterArgs
 from components.network import Network, NetworkArgs
 from components.node_group import NodeGroup, NodeGroupArgs
-from facts import catalog, versions
+from facts import instance_types, versions
 from facts.kube import (
     ACCELERATOR_LABEL,
     BURN_IN_TAINT,
@@ -159,7 +159,7 @@ def node_resources(g: GpuNodeGroupConfig) -> dict[str, str]:
     return extended_resources(g.instance, g.efa_interfaces)
 
 
-def extended_resources(instance: catalog.InstanceType, efa_interfaces: int) -> dict[str, str]:
+def extended_resources(instance: instance_types.InstanceType, efa_interfaces: int) -> dict[str, str]:
     """The extended resources a node of ``instance`` with ``efa_interfaces`` EFA interfaces offers:
     its GPUs, and on EFA the interfaces and the huge pages the node reserves at boot."""
     resources = {GPU_RESOURCE: str(instance.gpus)}
@@ -193,7 +193,7 @@ def _gpu_node_group(
         capacity_block_offering_id=g.capacity_block_purchase,
         capacity_block_window=g.capacity_block_window,
         # Every EFA interface of the type, card by card from each card's interface types.
-        network_interfaces=catalog.efa_layout(g.instance) if g.efa_interfaces else (),
+        network_interfaces=instance_types.efa_layout(g.instance) if g.efa_interfaces else (),
         hugepages_2mi=EFA_HUGEPAGES_2MI_PAGES if g.efa_interfaces else 0,
         # Training code runs here: pods cannot reach IMDS (one hop). What needs instance metadata on GPU
         # nodes runs with host networking (VPC CNI, kube-proxy, the EFS CSI node plugin, the CloudWatch

@@ -10,7 +10,7 @@ import botocore.exceptions
 import botocore.session
 import pytest
 
-from facts import catalog, prices
+from facts import catalog, instance_types, prices
 from infra import aws_catalog
 from tests.helpers import RECORDED_EFA_GPU_TYPES, RECORDED_EFA_TYPES, recorded
 
@@ -60,13 +60,13 @@ def aws(aws_module) -> boto3.session.Session:
 
 
 @pytest.fixture(scope="module")
-def described(aws) -> dict[str, catalog.InstanceType]:
+def described(aws) -> dict[str, instance_types.InstanceType]:
     return aws_catalog.describe(list(catalog.BUILTIN), session=aws)
 
 
 def test_describe_returns_every_builtin_type_except_the_old_p3_sizes(described):
     assert set(described) == set(catalog.BUILTIN) - NOT_DESCRIBED
-    assert all(isinstance(v, catalog.InstanceType) and v.name == k for k, v in described.items())
+    assert all(isinstance(v, instance_types.InstanceType) and v.name == k for k, v in described.items())
 
 
 @pytest.mark.parametrize("name", DESCRIBED)
@@ -154,7 +154,7 @@ def test_from_describe_instance_types_without_gpu_or_efa():
     assert (t.efa_interfaces, t.network_cards, t.efa_rdma) == (0, 1, False)
     assert not t.is_gpu and not t.efa_supported
     assert (t.nvme_gb, t.capacity_blocks, t.efa_gbps) == (0, False, 0.0)
-    assert catalog.efa_layout(t) == ()
+    assert instance_types.efa_layout(t) == ()
 
 
 def test_from_describe_instance_types_sums_gpus_and_keeps_the_table_rdma_flag():
@@ -223,14 +223,14 @@ def test_the_newest_types_are_the_recorded_ones():
 
 
 def test_p6_b300_layout_keeps_efa_off_card_0():
-    layout = catalog.efa_layout(catalog.BUILTIN["p6-b300.48xlarge"])
+    layout = instance_types.efa_layout(catalog.BUILTIN["p6-b300.48xlarge"])
     assert [(s.card, s.device, s.interface_type) for s in layout] == [(0, 0, "interface")] + [
         (c, 1, "efa-only") for c in range(1, 17)
     ]
 
 
 def test_p5_4xlarge_layout_is_one_efa_with_ena_on_card_0():
-    assert [(s.card, s.device, s.interface_type) for s in catalog.efa_layout(catalog.BUILTIN["p5.4xlarge"])] == [
+    assert [(s.card, s.device, s.interface_type) for s in instance_types.efa_layout(catalog.BUILTIN["p5.4xlarge"])] == [
         (0, 0, "efa")
     ]
 
@@ -249,7 +249,7 @@ def test_older_types_keep_their_layout():
     ):
         it = catalog.BUILTIN[name]
         expected = [(0, 0, "efa")] + [(c, 1, "efa-only") for c in range(1, it.efa_interfaces)]
-        assert [(s.card, s.device, s.interface_type) for s in catalog.efa_layout(it)] == expected, name
+        assert [(s.card, s.device, s.interface_type) for s in instance_types.efa_layout(it)] == expected, name
 
 
 def _check_layout_against_the_record(item: dict[str, Any]) -> None:
@@ -258,7 +258,7 @@ def _check_layout_against_the_record(item: dict[str, Any]) -> None:
     maximum of EFA interfaces, on as many of the cards that take EFA as that maximum allows."""
     it = catalog.from_describe_instance_types(item)
     cards = {c["NetworkCardIndex"]: c for c in item["NetworkInfo"]["NetworkCards"]}
-    layout = catalog.efa_layout(it)
+    layout = instance_types.efa_layout(it)
     assert layout, it.name
     for slot in layout:
         assert slot.interface_type in cards[slot.card]["InterfaceTypes"], (it.name, slot)
@@ -283,7 +283,7 @@ def test_layout_of_every_recorded_efa_type():
     for name in RECORDED_EFA_TYPES:
         _check_layout_against_the_record(recorded()[name])
     i7ie = catalog.from_describe_instance_types(recorded()["i7ie.48xlarge"])
-    assert i7ie.network_cards == 2 and len(catalog.efa_layout(i7ie)) == 1
+    assert i7ie.network_cards == 2 and len(instance_types.efa_layout(i7ie)) == 1
 
 
 def test_recorded_efa_gpu_types_include_the_newest():
@@ -295,19 +295,19 @@ def test_recorded_efa_gpu_types_include_the_newest():
 
 
 def test_a_layout_the_cards_cannot_hold_is_an_error():
-    it = catalog.InstanceType(
-        "x.large", 2, 4096, efa_interfaces=2, cards=(catalog.NetworkCard(0, ("interface", "efa"), 10.0),)
+    it = instance_types.InstanceType(
+        "x.large", 2, 4096, efa_interfaces=2, cards=(instance_types.NetworkCard(0, ("interface", "efa"), 10.0),)
     )
     with pytest.raises(ValueError, match="take 1 EFA interfaces, not the 2"):
-        catalog.efa_layout(it)
+        instance_types.efa_layout(it)
 
 
 def test_efa_only_on_card_0_when_the_primary_is_plain_ena():
-    card0 = catalog.NetworkCard(0, ("interface", "efa-only"), 10.0)
-    it = catalog.InstanceType(
-        "x.large", 2, 4096, efa_interfaces=2, cards=(card0, catalog.NetworkCard(1, ("interface", "efa"), 10.0))
+    card0 = instance_types.NetworkCard(0, ("interface", "efa-only"), 10.0)
+    it = instance_types.InstanceType(
+        "x.large", 2, 4096, efa_interfaces=2, cards=(card0, instance_types.NetworkCard(1, ("interface", "efa"), 10.0))
     )
-    assert [(s.card, s.device, s.interface_type) for s in catalog.efa_layout(it)] == [
+    assert [(s.card, s.device, s.interface_type) for s in instance_types.efa_layout(it)] == [
         (0, 0, "interface"),
         (0, 1, "efa-only"),
         (1, 1, "efa"),

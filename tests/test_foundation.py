@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from facts import catalog, versions
+from facts import catalog, instance_types, versions
 from infra import offline
 from tests.helpers import minimal_values, run_stack
 from tests.scheduling import MNG, NODE_GROUP
@@ -226,7 +226,7 @@ def test_efa_types_get_every_efa_interface_the_catalog_lists(instance_type):
     nics = lt.inputs["networkInterfaces"]
     # Card by card from each card's interface types (tests/test_catalog.py walks every EFA type of
     # AWS's data): the primary on card 0 device 0 carries ENA, one EFA per further card.
-    layout = catalog.efa_layout(it)
+    layout = instance_types.efa_layout(it)
     assert [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nics] == [
         (s.card, s.device, s.interface_type) for s in layout
     ]

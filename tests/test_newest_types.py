@@ -18,7 +18,7 @@ import pytest
 
 import jobs as J
 from components.node_group import NODE_TEMPLATE, autoscaler_template_tags, efa_network_interfaces
-from facts import catalog
+from facts import catalog, instance_types
 from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_2MI_PAGES, NODE_GROUP_LABEL
 from jobs.nccl_test import DEFAULT_MIN_BUSBW_SHARE
 from stacks.environment import extended_resources
@@ -156,7 +156,7 @@ def test_job_requests_and_the_nccl_gate_match_the_recorded_data(planned):
         assert worker["nodeSelector"][NODE_GROUP_LABEL] == group
         # The gate's default minimum: 35% of the peak bandwidth of the recorded cards that carry EFA.
         efa_cards = {
-            s.card for s in catalog.efa_layout(catalog.from_describe_instance_types(recorded()[t])) if s.is_efa
+            s.card for s in instance_types.efa_layout(catalog.from_describe_instance_types(recorded()[t])) if s.is_efa
         }
         gbps = sum(c["PeakBandwidthInGbps"] for i, c in want["cards"].items() if i in efa_cards)
         launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
@@ -197,7 +197,7 @@ def test_every_recorded_efa_gpu_type_gets_its_cards_tags_and_requests(name):
     it = catalog.from_describe_instance_types(item)
     want = _recorded_expectations(name)
     # The launch template's interfaces, as the node group builds them.
-    interfaces = efa_network_interfaces(catalog.efa_layout(it), ["sg-cluster", "sg-efa"])
+    interfaces = efa_network_interfaces(instance_types.efa_layout(it), ["sg-cluster", "sg-efa"])
     for args in interfaces:
         card = pulumi.get(args, "network_card_index")
         assert pulumi.get(args, "interface_type") in want["cards"][card]["InterfaceTypes"], (name, card)

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from facts import catalog
 from facts.aws_names import INSTANCE_NVME_STORAGE_GB
-from facts.catalog import InstanceType
+from facts.instance_types import InstanceType
 from facts.problems import Problem
 from jobs import spec_checks
 from jobs.base import GpuJob, GroupFacts, JobEnvironment

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from math import ceil
 
-from facts import addresses, catalog
-from facts.catalog import EFA_ONLY
+from facts import addresses, catalog, instance_types
+from facts.instance_types import EFA_ONLY
 from facts.problems import Problem
 from stacks.config.models import NAMESPACE, GpuNodeGroupConfig, NetworkConfig, SystemNodeGroupConfig
 
@@ -24,7 +24,7 @@ _PREFIXES = range(16, 25)
 def gpu_node_addresses(g: GpuNodeGroupConfig) -> tuple[int, str]:
     """The addresses one node of ``g`` takes, and how (for the message)."""
     it = g.instance
-    layout = catalog.efa_layout(it) if g.efa_interfaces else ()
+    layout = instance_types.efa_layout(it) if g.efa_interfaces else ()
     further = [s for s in layout if (s.card, s.device) != (0, 0)]
     ena = sum(1 for s in further if s.interface_type != EFA_ONLY)
     per_interface = addresses.INTERFACES[it.name][1]

@@ -15,7 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from facts import catalog, versions
+from facts import catalog, instance_types, versions
 from jobs.base import JobBase, numbers_and_flags_apart
 
 NAMESPACE = "gpu-training"
@@ -233,7 +233,7 @@ class GpuNodeGroupConfig(ConfigModel):
     _desired = model_validator(mode="before")(_desired_defaults_to_min)
 
     @property
-    def instance(self) -> catalog.InstanceType:
+    def instance(self) -> instance_types.InstanceType:
         it = catalog.get(self.instance_type)
         assert it is not None, "validated config always names a catalog type"
         return it

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import re
 
-from facts import aws_names, catalog
+from facts import aws_names, catalog, instance_types
 from facts.catalog import CAPACITY_BLOCK_DRAIN, CAPACITY_BLOCK_DRAIN_TEXT
 from facts.kube import GPU_TAINT
 from facts.problems import Problem
@@ -62,7 +62,9 @@ def _aware(when: datetime.datetime | None) -> bool:
     return when is None or (when.tzinfo is not None and when.utcoffset() is not None)
 
 
-def _check_capacity(k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | None, problems: list[Problem]) -> None:
+def _check_capacity(
+    k: str, g: GpuNodeGroupConfig, it: instance_types.InstanceType | None, problems: list[Problem]
+) -> None:
     """Capacity Blocks: a type EC2 sells them for, and a consistent `capacity` section (window, offering, purchase)."""
     block = g.capacity_type == "capacity-block"
     _check_block_type(k, g, it, block, problems)
@@ -88,7 +90,7 @@ def _check_capacity(k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | No
 
 
 def _check_block_type(
-    k: str, g: GpuNodeGroupConfig, it: catalog.InstanceType | None, block: bool, problems: list[Problem]
+    k: str, g: GpuNodeGroupConfig, it: instance_types.InstanceType | None, block: bool, problems: list[Problem]
 ) -> None:
     """A Capacity Block of a type EC2 sells them for."""
     if block and it is not None and it.is_gpu and not it.capacity_blocks:
@@ -272,7 +274,7 @@ def _check_group_name(k: str, i: int, g: GpuNodeGroupConfig, seen: dict[str, int
         seen[g.name] = i
 
 
-def _check_group_type(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> catalog.InstanceType | None:
+def _check_group_type(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> instance_types.InstanceType | None:
     """A GPU type of the catalog, not refused, with EFA if the group asks for it; returns the type's catalog entry."""
     it = catalog.get(g.instance_type)
     refused = catalog.refusal(g.instance_type)
