@@ -21,12 +21,12 @@ reservation or block. This one adds, on top of the same EFA layout:
   holds back the changes EKS would apply by upgrading or replacing the group
   (``components.node_scaling.BlockPlan``).
 No subnet is set on the interfaces: EKS picks it from the node group's subnets. The Cluster
-Autoscaler's tags and a capacity block's schedule are worked out in ``components/node_scaling.py``.
+Autoscaler's tags and a capacity block's schedule are worked out in ``components/node_scaling.py``, the
+launch template in ``components/launch_template.py``.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +36,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
+from components.launch_template import LaunchTemplateNodes, launch_template
 from components.node_scaling import NODE_TEMPLATE as NODE_TEMPLATE  # re-exported: the tests read it here
 from components.node_scaling import (
     BlockPlan,
@@ -132,9 +133,6 @@ class NodeGroupArgs:
     )  # tags on the AWS resources, instances and volumes (plus gputraining/node-group)
 
 
-USER_DATA_BOUNDARY = "//gputraining"
-
-
 def _asg_name(resources: Any) -> str:
     """The name of the Auto Scaling group EKS made for a node group (one per group)."""
     groups = resources[0].autoscaling_groups or []
@@ -154,61 +152,6 @@ def _pulumi_eks_child_urn(name: str, parent: pulumi.Resource) -> pulumi.Output[s
     """The URN the node group had as the child of pulumi-eks' ManagedNodeGroup ``<name>-mng``."""
     component = pulumi.create_urn(f"{name}-mng", "eks:index:ManagedNodeGroup", parent=parent)
     return pulumi.create_urn(f"{name}-mng", "aws:eks/nodeGroup:NodeGroup", parent=component)
-
-
-def hugepages_user_data(pages: int) -> str:
-    """Launch-template user data (MIME multi-part, which EKS merges with its own nodeadm config)
-    whose shell part reserves ``pages`` 2 MiB huge pages. cloud-init runs it in cloud-final, and
-    nodeadm starts kubelet only after cloud-final (nodeadm-run.service), so kubelet advertises the
-    pages as hugepages-2Mi. A larger reservation already in place is kept; the sysctl.d file keeps
-    the count across reboots."""
-    script = "\n".join(
-        [
-            "#!/bin/bash",
-            "set -euo pipefail",
-            f"want={pages}",
-            "have=$(cat /proc/sys/vm/nr_hugepages)",
-            'if [ "$have" -lt "$want" ]; then sysctl -w vm.nr_hugepages="$want"; fi',
-            'echo "vm.nr_hugepages = $(cat /proc/sys/vm/nr_hugepages)" > /etc/sysctl.d/90-gputraining-hugepages.conf',
-            "grep -E 'HugePages_(Total|Free)' /proc/meminfo",
-        ]
-    )
-    return "\n".join(
-        [
-            "MIME-Version: 1.0",
-            f'Content-Type: multipart/mixed; boundary="{USER_DATA_BOUNDARY}"',
-            "",
-            f"--{USER_DATA_BOUNDARY}",
-            'Content-Type: text/x-shellscript; charset="us-ascii"',
-            "",
-            script,
-            "",
-            f"--{USER_DATA_BOUNDARY}--",
-            "",
-        ]
-    )
-
-
-def efa_network_interfaces(
-    slots: Sequence[InterfaceSlot], security_group_ids: list[pulumi.Input[str]]
-) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
-    """The launch-template interfaces of ``slots`` (``facts.instance_types.efa_layout``): each on its own
-    card and device, of its own type, with the group's security groups. Only the primary (card 0,
-    device 0) has an IP address of its own to say no public one to."""
-    interfaces = []
-    for slot in slots:
-        primary = slot.card == 0 and slot.device == 0
-        interfaces.append(
-            aws.ec2.LaunchTemplateNetworkInterfaceArgs(
-                network_card_index=slot.card,
-                device_index=slot.device,
-                interface_type=slot.interface_type,
-                security_groups=security_group_ids,
-                delete_on_termination="true",
-                associate_public_ip_address="false" if primary else None,
-            )
-        )
-    return interfaces
 
 
 def _check_args(args: NodeGroupArgs, efa_interfaces: int) -> None:
@@ -249,8 +192,16 @@ class NodeGroup(pulumi.ComponentResource):
         placement_name = self._placement_group(name, args, tags)
         self.capacity_block: aws.ec2.CapacityBlockReservation | None = None
         reservation_id = self._capacity_reservation(name, args, tags, node_group_name)
-        launch_template = self._launch_template(
-            name, args, tags, node_group_name, efa_interfaces, security_group_ids, placement_name, reservation_id
+        nodes = LaunchTemplateNodes(
+            args.instance_type,
+            args.disk_size_gib,
+            args.capacity_type,
+            args.network_interfaces,
+            args.hugepages_2mi,
+            args.imds_hop_limit,
+        )
+        template = launch_template(
+            name, nodes, tags, node_group_name, efa_interfaces, security_group_ids, placement_name, reservation_id, self
         )
 
         labels, taints = _labels_and_taints(name, args, efa_interfaces)
@@ -258,7 +209,7 @@ class NodeGroup(pulumi.ComponentResource):
         block = self._block_plan(args, node_group_name)
         schedule = block.actions if block is not None else ()
         self.node_group: pulumi.Resource = self._node_group(
-            name, args, tags, node_group_name, launch_template, labels, taints + list(args.startup_taints), block
+            name, args, tags, node_group_name, template, labels, taints + list(args.startup_taints), block
         )
         self.labels = labels
         self.taints = taints  # the taints of a node ready for work
@@ -340,76 +291,6 @@ class NodeGroup(pulumi.ComponentResource):
                 resource=self,
             )
         return reservation_id
-
-    def _launch_template(
-        self,
-        name: str,
-        args: NodeGroupArgs,
-        tags: dict[str, str],
-        node_group_name: str,
-        efa_interfaces: int,
-        security_group_ids: list[pulumi.Input[str]],
-        placement_name: pulumi.Input[str] | None,
-        reservation_id: pulumi.Input[str] | None,
-    ) -> aws.ec2.LaunchTemplate:
-        """The launch template: encrypted gp3 root, IMDSv2, the EFA interfaces, placement, capacity target, huge pages."""
-        market_options = None
-        reservation = None
-        if args.capacity_type == "capacity-block":
-            market_options = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
-        if reservation_id:
-            reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
-                capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
-                    capacity_reservation_id=reservation_id
-                )
-            )
-
-        network_interfaces = (
-            efa_network_interfaces(args.network_interfaces, security_group_ids) if args.network_interfaces else None
-        )
-        return aws.ec2.LaunchTemplate(
-            f"{name}-lt",
-            description=f"{node_group_name}: encrypted root, IMDSv2"
-            + (f", {efa_interfaces} EFA" if efa_interfaces else ""),
-            update_default_version=True,
-            block_device_mappings=[
-                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-                    device_name="/dev/xvda",
-                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                        volume_size=args.disk_size_gib,
-                        volume_type="gp3",
-                        encrypted="true",
-                        delete_on_termination="true",
-                    ),
-                )
-            ],
-            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled",
-                http_tokens="required",
-                http_put_response_hop_limit=args.imds_hop_limit,
-            ),
-            # With EFA the interfaces carry the security groups; otherwise the template does.
-            vpc_security_group_ids=None if network_interfaces else security_group_ids,
-            network_interfaces=network_interfaces,
-            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=placement_name) if placement_name else None,
-            instance_market_options=market_options,
-            capacity_reservation_specification=reservation,
-            # Capacity blocks: EKS wants the instance type in the launch template, none on the group.
-            instance_type=args.instance_type if args.capacity_type == "capacity-block" else None,
-            user_data=base64.b64encode(hugepages_user_data(args.hugepages_2mi).encode()).decode()
-            if args.hugepages_2mi
-            else None,
-            tag_specifications=[
-                aws.ec2.LaunchTemplateTagSpecificationArgs(
-                    resource_type="instance", tags={**tags, "Name": node_group_name}
-                ),
-                aws.ec2.LaunchTemplateTagSpecificationArgs(
-                    resource_type="volume", tags={**tags, "Name": node_group_name}
-                ),
-            ],
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
 
     def _block_plan(self, args: NodeGroupArgs, node_group_name: str) -> BlockPlan | None:
         """A capacity block's window at the program's `now` (node_scaling.utc_now, the one clock); None without a window."""

@@ -17,7 +17,8 @@ import pulumi
 import pytest
 
 import jobs as J
-from components.node_group import NODE_TEMPLATE, autoscaler_template_tags, efa_network_interfaces
+from components.launch_template import efa_network_interfaces
+from components.node_group import NODE_TEMPLATE, autoscaler_template_tags
 from facts import catalog, instance_types
 from facts.kube import ACCELERATOR_LABEL, EFA_HUGEPAGES_2MI_PAGES, NODE_GROUP_LABEL
 from jobs.nccl_test import DEFAULT_MIN_BUSBW_SHARE
