@@ -4,7 +4,7 @@
   trailing on its declaration line or on the line directly above it. Read from the source (ast and
   tokenize), nothing imported.
 - Config and job specs: every field of the stack config models (``ConfigModel`` subclasses in
-  ``stacks/config/models.py``) and of the job spec models has a one-line ``description``.
+  ``stacks/config/models.py`` and ``stack_config.py``) and of the job spec models has a one-line ``description``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from jobs.base import SecretKeyRef, VolumeMount
 from jobs.registry import JOB_KINDS
 from stacks.config import models as config_models
+from stacks.config import stack_config
 from tests.helpers import ROOT
 
 COMPONENTS = ROOT / "components"
@@ -186,8 +187,9 @@ def test_checker_reports_undescribed_fields() -> None:
 def _config_models() -> list[type[BaseModel]]:
     return [
         cls
-        for _, cls in inspect.getmembers(config_models, inspect.isclass)
-        if issubclass(cls, config_models.ConfigModel) and cls.__module__ == config_models.__name__ and cls.model_fields
+        for module in (config_models, stack_config)
+        for _, cls in inspect.getmembers(module, inspect.isclass)
+        if issubclass(cls, config_models.ConfigModel) and cls.__module__ == module.__name__ and cls.model_fields
     ]
 
 

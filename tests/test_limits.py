@@ -26,7 +26,7 @@ from facts import aws_names, catalog, durations
 from infra import offline, preflight
 from infra import plan as plan_mod
 from stacks import config as C
-from stacks.config import models, reference
+from stacks.config import models, reference, stack_config
 from stacks.config.placeholders import placeholders
 from tests.helpers import JOBS_KEY, NS, ROOT, minimal_values, run_stack
 from tests.helpers import job_problems as problems_of
@@ -433,8 +433,8 @@ def _numeric_and_flag_fields(model: Any, prefix: str = "") -> typing.Iterator[tu
 
 SECTION_FIELDS = [
     (section, path, kind)
-    for section, name in models.SECTIONS.items()
-    if isinstance(model := models.StackConfig.model_fields[name].annotation, type)
+    for section, name in stack_config.SECTIONS.items()
+    if isinstance(model := stack_config.StackConfig.model_fields[name].annotation, type)
     and issubclass(model, models.ConfigModel)
     for path, kind in _numeric_and_flag_fields(model)
 ] + [("gpuNodeGroups", path, kind) for path, kind in _numeric_and_flag_fields(C.GpuNodeGroupConfig)]

@@ -25,25 +25,27 @@ from stacks.config.cross_checks import (
 )
 from stacks.config.loading import decode_config_values, load
 from stacks.config.models import (
-    FOREIGN_NAMESPACES_ALLOWED,
     NAMESPACE,
-    SECTIONS,
-    AutoscalingConfig,
-    BurnInConfig,
     ClusterConfig,
     EfsConfig,
     EtcdConfig,
     FsxConfig,
     GpuNodeGroupConfig,
-    MonitoringConfig,
     NetworkConfig,
     PlacementGroupConfig,
     S3LinkConfig,
     ServicesConfig,
-    StackConfig,
     StorageConfig,
     SystemNodeGroupConfig,
     Taint,
+)
+from stacks.config.stack_config import (
+    FOREIGN_NAMESPACES_ALLOWED,
+    SECTIONS,
+    AutoscalingConfig,
+    BurnInConfig,
+    MonitoringConfig,
+    StackConfig,
 )
 
 __all__ = [

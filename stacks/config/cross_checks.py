@@ -25,22 +25,19 @@ from facts.problems import fmt as _fmt
 from stacks.config.address_checks import check_subnet_addresses
 from stacks.config.models import (
     NAMESPACE,
-    AutoscalingConfig,
     ClusterConfig,
     EfsConfig,
     EtcdConfig,
     FsxConfig,
     GpuNodeGroupConfig,
-    MonitoringConfig,
     NetworkConfig,
-    QueuesConfig,
     S3LinkConfig,
     ServicesConfig,
-    StackConfig,
     StorageConfig,
     SystemNodeGroupConfig,
 )
 from stacks.config.node_group_checks import _K8S_NAME, _check_gpu_groups, _check_system
+from stacks.config.stack_config import AutoscalingConfig, MonitoringConfig, QueuesConfig, StackConfig
 from stacks.queues import check_config as check_queues
 
 

@@ -34,14 +34,8 @@ from stacks.config import cross_checks
 from stacks.config.errors import parse as _parse
 from stacks.config.errors import unknown_key_advice, yaml_hint
 from stacks.config.job_entries import gpu_type, parse_job_section
-from stacks.config.models import (
-    FOREIGN_NAMESPACES_ALLOWED,
-    NAMESPACE,
-    SECTIONS,
-    ConfigModel,
-    GpuNodeGroupConfig,
-    StackConfig,
-)
+from stacks.config.models import NAMESPACE, ConfigModel, GpuNodeGroupConfig
+from stacks.config.stack_config import FOREIGN_NAMESPACES_ALLOWED, SECTIONS, StackConfig
 
 # How deep a config value may nest maps and lists. This project's values nest a few levels (a
 # job's env: the job list, a job, env); beyond 32 a value is a mistake, and every reader of it

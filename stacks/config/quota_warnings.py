@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from facts import aws_names
 from facts.problems import Problem
-from stacks.config.models import NAMESPACE, StackConfig
+from stacks.config.models import NAMESPACE
+from stacks.config.stack_config import StackConfig
 
 
 def quota_warnings(cfg: StackConfig) -> list[Problem]:
