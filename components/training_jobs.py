@@ -18,9 +18,10 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from jobs.base import JobBase, JobsContext
+from jobs.base import JobBase
 from jobs.pod import JOB_LABEL
 from jobs.registry import build_manifests
+from jobs.targets import JobsContext
 
 POD_IDENTITY_TRUST = {
     "Version": "2012-10-17",

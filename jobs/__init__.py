@@ -3,21 +3,7 @@ share (``jobs/pod.py``), shared checks (``jobs/spec_checks.py``) and the registr
 (``jobs/registry.py``). Pure: imports only ``facts`` and pydantic, never Pulumi or boto3."""
 
 from facts.versions import AWS_CLI_IMAGE, NCCL_TESTS_IMAGE, TENSORBOARD_IMAGE
-from jobs.base import (
-    EFA_ENV_NAMES,
-    GPU_TOLERATION,
-    VOLUME_NAMES,
-    GpuJob,
-    GroupFacts,
-    JobBase,
-    JobBuildError,
-    JobEnvironment,
-    JobsContext,
-    JobTarget,
-    SecretKeyRef,
-    SystemJob,
-    VolumeMount,
-)
+from jobs.base import EFA_ENV_NAMES, VOLUME_NAMES, GpuJob, JobBase, SecretKeyRef, SystemJob, VolumeMount
 from jobs.data_stage import DataStageSpec
 from jobs.mpi import MPIJOB_API_VERSION, SSHD_COMMAND, MpiJobSpec, mpirun_command
 from jobs.nccl_test import NCCL_ALL_REDUCE_PERF, NCCL_TEST_ARGS, NCCL_TESTS_IMAGE_GPU_MODELS, NcclTestSpec
@@ -27,6 +13,7 @@ from jobs.pytorch_elastic import TRAINING_API_VERSION, PyTorchElasticSpec
 from jobs.registry import GPU_KINDS, JOB_KINDS, KIND_OPERATOR, SYSTEM_KINDS, build_manifests
 from jobs.sagemaker import SAGEMAKER_DATA_ROOT, PortableJob, S3Input, SageMakerJob, SageMakerOptions
 from jobs.spec_checks import DNS1035_LABEL, MAX_HOSTNAME
+from jobs.targets import GPU_TOLERATION, GroupFacts, JobBuildError, JobEnvironment, JobsContext, JobTarget
 from jobs.tensorboard import TENSORBOARD_PORT, TensorboardSpec
 
 __all__ = [

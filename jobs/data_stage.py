@@ -11,7 +11,8 @@ from pydantic import Field
 from facts.problems import Problem
 from facts.versions import AWS_CLI_IMAGE
 from jobs import pod, spec_checks
-from jobs.base import JobsContext, Manifest, RunJob, SystemJob
+from jobs.base import Manifest, RunJob, SystemJob
+from jobs.targets import JobsContext
 
 
 class DataStageSpec(SystemJob, RunJob):

@@ -16,10 +16,11 @@ from facts.instance_types import InstanceType
 from facts.operators import MPI_OPERATOR, MPIJOB
 from facts.problems import Problem
 from jobs import launchers, pod, spec_checks
-from jobs.base import EFA_ENV_NAMES, GpuJob, GroupFacts, JobsContext, JobTarget, Manifest
+from jobs.base import EFA_ENV_NAMES, GpuJob, Manifest
 from jobs.launchers import Derived
 from jobs.resilience import ResilientJob
 from jobs.sagemaker import MAX_HYPERPARAMETER_VALUE, PortableJob
+from jobs.targets import GroupFacts, JobsContext, JobTarget
 
 MPIJOB_API_VERSION = MPIJOB.api_version  # the MPI operator's (facts/operators.py)
 # mpi-operator v2 reaches the workers over SSH: they run sshd (the operator mounts the keys).

@@ -13,9 +13,10 @@ from pydantic import Field
 
 from facts.problems import Problem
 from facts.versions import NCCL_TESTS_IMAGE
-from jobs.base import GroupFacts, Int32, JobTarget
+from jobs.base import Int32
 from jobs.mpi import MpiBase, mpirun_command
 from jobs.pod import job_efa_interfaces
+from jobs.targets import GroupFacts, JobTarget
 
 # The default image's NCCL is built for these GPUs only (see facts/versions.py): sm_80 to sm_100,
 # and B300 (compute capability 10.3) runs the sm_100 code (CUDA runs a cubin on any GPU of its

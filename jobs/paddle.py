@@ -12,8 +12,9 @@ from pydantic import Field
 from facts.operators import PADDLEJOB, TRAINING_OPERATOR
 from facts.problems import Problem
 from jobs import pod
-from jobs.base import Int32, JobsContext, Manifest
+from jobs.base import Int32, Manifest
 from jobs.resilience import ResilientJob
+from jobs.targets import JobsContext
 
 PSERVER_RESOURCES = {"requests": {"cpu": "4", "memory": "8Gi"}}
 

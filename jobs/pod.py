@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from facts.kube import EFA_HUGEPAGES_REQUEST, EFA_RESOURCE, GPU_RESOURCE, HUGEPAGES_2MI_RESOURCE, PART_OF
-from jobs.base import EnvValue, GpuJob, JobBase, JobBuildError, JobsContext, JobTarget, RunJob
+from jobs.base import EnvValue, GpuJob, JobBase, RunJob
+from jobs.targets import JobBuildError, JobsContext, JobTarget
 
 JOB_LABEL = "gputraining/job"
 # EFA nodes reserve 5128 x 2 MiB huge pages at boot (facts/kube.py); a worker requests 5120Mi of them.

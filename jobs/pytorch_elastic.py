@@ -20,10 +20,11 @@ from facts.instance_types import InstanceType
 from facts.operators import PYTORCHJOB, TRAINING_OPERATOR
 from facts.problems import Problem
 from jobs import launchers, pod
-from jobs.base import GroupFacts, Int32, JobBuildError, JobEnvironment, JobsContext, Manifest
+from jobs.base import Int32, Manifest
 from jobs.launchers import Derived
 from jobs.resilience import GUARD_PATH, GUARD_PYTHON, ResilientJob
 from jobs.sagemaker import PortableJob
+from jobs.targets import GroupFacts, JobBuildError, JobEnvironment, JobsContext
 
 TRAINING_API_VERSION = PYTORCHJOB.api_version  # the training operator's (facts/operators.py)
 # The backends that rendezvous on the stack's etcd; PyTorch's code for both imports python-etcd.

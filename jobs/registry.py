@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from jobs import topology
-from jobs.base import GpuJob, JobBase, JobsContext, Manifest
+from jobs.base import GpuJob, JobBase, Manifest
 from jobs.data_stage import DataStageSpec
 from jobs.mpi import MpiJobSpec
 from jobs.nccl_test import NcclTestSpec
 from jobs.paddle import PaddleSpec
 from jobs.pytorch_elastic import PyTorchElasticSpec
+from jobs.targets import JobsContext
 from jobs.tensorboard import TensorboardSpec
 
 # kind (the `kind:` value in config) -> its spec class

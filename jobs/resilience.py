@@ -27,8 +27,9 @@ from pydantic import Field
 
 from facts.problems import Problem
 from jobs import spec_checks
-from jobs.base import GpuJob, JobEnvironment, JobsContext, Manifest, SpecModel
+from jobs.base import GpuJob, Manifest, SpecModel
 from jobs.pod import claim, labels
+from jobs.targets import JobEnvironment, JobsContext
 
 GUARD_SCRIPT = (Path(__file__).parent / "scripts" / "progress_guard.py").read_text()
 GUARD_DIR = "/opt/gputraining"

@@ -11,7 +11,8 @@ from pydantic import Field
 from facts.problems import Problem
 from facts.versions import TENSORBOARD_IMAGE
 from jobs import pod, spec_checks
-from jobs.base import JobsContext, Manifest, SystemJob
+from jobs.base import Manifest, SystemJob
+from jobs.targets import JobsContext
 
 TENSORBOARD_PORT = 6006
 

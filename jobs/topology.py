@@ -19,8 +19,9 @@ from typing import Any
 from facts import topology
 from facts.kube import NODE_GROUP_LABEL
 from facts.operators import REPLICA_SPECS
-from jobs.base import GpuJob, JobBase, JobsContext, JobTarget, Manifest
+from jobs.base import GpuJob, JobBase, Manifest
 from jobs.pod import QUEUE_LABEL
+from jobs.targets import JobsContext, JobTarget
 
 WORKER_ROLE = "Worker"
 

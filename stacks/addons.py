@@ -11,7 +11,7 @@ from typing import Any
 
 from facts import versions
 from facts.kube import BURN_IN_TAINT, GPU_TAINT
-from jobs.base import toleration
+from jobs.targets import toleration
 from stacks.config import StackConfig
 
 

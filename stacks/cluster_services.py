@@ -40,8 +40,9 @@ from facts import versions
 from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
 from facts.operators import installed as installed_operators
 from facts.paths import PROJECT_ROOT
-from jobs.base import PRIORITIES, JobsContext, job_targets
+from jobs.base import PRIORITIES
 from jobs.nccl_test import NCCL_TESTS_IMAGE_GPU_MODELS
+from jobs.targets import JobsContext, job_targets
 from stacks import queues
 from stacks.addons import addon_version
 from stacks.config import GpuNodeGroupConfig, StackConfig

@@ -32,8 +32,8 @@ from facts import catalog, versions
 from facts.kube import KUEUE_NAMESPACE, NODE_GROUP_LABEL
 from facts.paths import TOOLS_BIN
 from infra import offline, preflight
-from jobs.base import job_targets
 from jobs.sagemaker import SAGEMAKER_DATA_ROOT
+from jobs.targets import job_targets
 from stacks import config as stack_config
 from stacks.config import GpuNodeGroupConfig, Problem
 from stacks.config.job_entries import group_facts, parse_jobs

@@ -26,7 +26,7 @@ from components.training_jobs import TrainingJobs, TrainingJobsArgs
 from facts import catalog, versions
 from facts.kube import GPU_TAINT, NODE_GROUP_LABEL
 from infra import offline
-from jobs.base import job_targets
+from jobs.targets import job_targets
 from tests import crd_validation
 from tests.crd_validation import CRD_FILES
 from tests.helpers import CLAIMS, GROUP_TYPE, REPLICA_KEY, ROOT, SYSTEM_SELECTOR, TRAIN_IMAGE, built, make_ctx, replicas

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import jobs as J
-from jobs.base import job_targets
+from jobs.targets import job_targets
 from stacks.config import ConfigError
 from tests.helpers import JOB_GROUPS, TRAIN_IMAGE, dev_values
 from tests.helpers import JOBS_KEY as KEY

@@ -51,7 +51,7 @@ PACKAGES = {
 NO_ANNOTATION_CIRCLES = {"jobs.sagemaker", "infra.offline"}
 # What the SageMaker runtime (the base of the kinds with two runtimes) may import of the jobs layer:
 # the pieces every kind shares. The kinds import it, so it never imports a kind or the registry.
-SAGEMAKER_RUNTIME_USES = {"jobs.base", "jobs.spec_checks", "jobs.pod"}
+SAGEMAKER_RUNTIME_USES = {"jobs.base", "jobs.targets", "jobs.spec_checks", "jobs.pod"}
 
 
 def imports_of(source: str) -> list[tuple[int, str]]:

@@ -18,13 +18,14 @@ from facts.aws_names import INSTANCE_NVME_STORAGE_GB
 from facts.instance_types import InstanceType
 from facts.problems import Problem
 from jobs import spec_checks
-from jobs.base import GpuJob, GroupFacts, JobEnvironment
+from jobs.base import GpuJob
 from jobs.pod import efa_env, env_text
 from jobs.sagemaker.entry_point import EntryPoint, _launcher_matches, _program, args_to_hyperparameters
 from jobs.sagemaker.limits import DEFAULT_MAX_RUNTIME, MAX_RETRY_ATTEMPTS, MAX_RUNTIME_LIMIT, NAME_HASH_LENGTH
 from jobs.sagemaker.options import SageMakerOptions
 from jobs.sagemaker.sagemaker_checks import check_sagemaker_runtime
 from jobs.sagemaker.training_job import FileSystemChannel, S3Channel, SageMakerJob
+from jobs.targets import GroupFacts, JobEnvironment
 
 # Fields that only steer the job on EKS (its Kueue queue, priority and placement): they leave the name of a
 # SageMaker job alone, so adding them (or changing them) never starts a new SageMaker training run.

@@ -15,9 +15,10 @@ from facts import catalog, operators
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
 from jobs import spec_checks
-from jobs.base import GroupFacts, JobBase, JobEnvironment
+from jobs.base import JobBase
 from jobs.registry import JOB_KINDS
 from jobs.sagemaker import PortableJob, SageMakerJob
+from jobs.targets import GroupFacts, JobEnvironment
 from stacks import queues
 from stacks.config.errors import parse
 from stacks.config.models import (

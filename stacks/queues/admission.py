@@ -12,9 +12,10 @@ from typing import Any
 from facts.kube import NODE_GROUP_LABEL
 from facts.operators import REPLICA_SPECS
 from facts.topology import GROUP_ANNOTATION, LEVEL_ANNOTATIONS, UNCONSTRAINED_ANNOTATION
-from jobs.base import PRIORITIES, GpuJob, JobBase, JobBuildError, JobsContext
+from jobs.base import PRIORITIES, GpuJob, JobBase
 from jobs.pod import QUEUE_LABEL
 from jobs.registry import build_manifests
+from jobs.targets import JobBuildError, JobsContext
 from stacks.queues.cluster_queues import ClusterQueue
 from stacks.queues.resources import RESOURCES, parse_quantity
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from facts import operators as ops
-from jobs.base import JobBase, JobsContext, job_targets
+from jobs.base import JobBase
+from jobs.targets import JobsContext, job_targets
 from stacks.queues.admission import Admission, Demand, admit_in_order, demands
 from stacks.queues.cluster_queues import (
     COHORT,

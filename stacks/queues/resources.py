@@ -20,7 +20,7 @@ from facts.kube import (
     HUGEPAGES_2MI_RESOURCE,
     NODE_GROUP_LABEL,
 )
-from jobs.base import GPU_TOLERATION, toleration
+from jobs.targets import GPU_TOLERATION, toleration
 
 CPU, MEMORY, GPU, EFA, HUGEPAGES = "cpu", "memory", GPU_RESOURCE, EFA_RESOURCE, HUGEPAGES_2MI_RESOURCE
 # What the ClusterQueues cover, in this order (Kueue checks only these: quotaCheckStrategy
