@@ -1,9 +1,11 @@
 """The typed, validated stack config: everything a user sets per environment in Pulumi.<env>.yaml.
 
-- ``models``: the sections and their fields, each with a one-line description;
+- ``models``: the sections and their fields, each with a one-line description; ``stack_config``:
+  ``StackConfig``, the whole, and the sections that schedule work (autoscaling, teams, queues, ...);
 - ``loading``: the engine's flat ``{"ns:key": value}`` map into a ``StackConfig`` (``load``, which
   walks StackConfig's fields: ``SECTIONS``);
-- ``cross_checks``: cross-field checks (CIDRs, catalog types, FSx sizes, names, ...);
+- ``cross_checks``: cross-field checks (CIDRs, catalog types, names, ...); ``storage_checks``: EFS and
+  FSx (sizes, throughput, backups, S3 link);
 - ``job_entries``: the job section, parsed by the job kinds' own models and checks;
 - ``errors``: pydantic's errors as ``Problem``s ("did you mean" for a key close to an allowed one);
   ``stackfile``: reading Pulumi.<stack>.yaml.
@@ -15,14 +17,7 @@ next run because they depend on another.
 """
 
 from facts.problems import ConfigError, Problem
-from stacks.config.cross_checks import (
-    FSX_CAPACITY_STEP,
-    FSX_THROUGHPUT,
-    LOG_RETENTION_DAYS,
-    RESERVED_NAMESPACES,
-    fsx_capacity_allowed,
-    known_regions,
-)
+from stacks.config.cross_checks import LOG_RETENTION_DAYS, RESERVED_NAMESPACES, known_regions
 from stacks.config.loading import decode_config_values, load
 from stacks.config.models import (
     NAMESPACE,
@@ -47,6 +42,7 @@ from stacks.config.stack_config import (
     MonitoringConfig,
     StackConfig,
 )
+from stacks.config.storage_checks import FSX_CAPACITY_STEP, FSX_THROUGHPUT, fsx_capacity_allowed
 
 __all__ = [
     "FOREIGN_NAMESPACES_ALLOWED",
