@@ -15,6 +15,7 @@ sits below ``stacks/config``), not even from inside a function.
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +42,7 @@ PACKAGES = {
     "jobs.sagemaker": ["limits", "options", "entry_point", "training_job", "sagemaker_checks", "portable"],
     "stacks.queues": ["resources", "cluster_queues", "admission", "plan", "queue_checks"],
     "infra.preflight": ["results", "placement", "quotas", "capacity", "eks"],
-    "infra.invariants": ["view", "rules"],
+    "infra.invariants": ["view", "queue_rules", "rules"],
     "infra.offline": ["region", "deployed", "mocks", "monitor", "engine"],
     "infra.diff": ["replace_fields", "plans", "compare", "markdown", "cli"],
 }
@@ -337,3 +338,48 @@ def test_the_circle_checker_finds_a_circle_through_a_function_level_import():
         (2, "stacks.config.job_entries"),
         (2, "stacks.config.job_entries.job_targets"),
     ]
+
+
+# No product module (everything outside tests/ and the hidden folders: .venv, .tools, .git, caches) is
+# longer than this: a longer one is split along a seam of its concerns (issue 25).
+MAX_MODULE_LINES = 450
+
+
+def product_modules(root: Path = ROOT) -> list[Path]:
+    """Every .py file under ``root`` but those under tests/ and hidden folders (symlinks not followed)."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (here == root and d == "tests"))
+        found += [here / f for f in files if f.endswith(".py")]
+    return sorted(found)
+
+
+def long_modules(paths: list[Path], root: Path = ROOT) -> list[str]:
+    """``path: N lines`` for every module of ``paths`` over MAX_MODULE_LINES lines."""
+    counts = [(path, len(path.read_text().splitlines())) for path in paths]
+    return [
+        f"{path.relative_to(root)}: {n} lines (at most {MAX_MODULE_LINES})"
+        for path, n in counts
+        if n > MAX_MODULE_LINES
+    ]
+
+
+def test_no_product_module_is_over_450_lines():
+    modules = product_modules()
+    assert ROOT / "facts" / "catalog.py" in modules and ROOT / "__main__.py" in modules
+    assert not any(p.is_relative_to(ROOT / "tests") or p.is_relative_to(ROOT / ".venv") for p in modules)
+    assert long_modules(modules) == []
+
+
+def test_the_length_checker_catches_a_long_module(tmp_path: Path):
+    (tmp_path / "facts").mkdir()
+    (tmp_path / "facts" / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    (tmp_path / "facts" / "fine.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_long.py").write_text("x = 1\n" * 1000)
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "long.py").write_text("x = 1\n" * 1000)
+    modules = product_modules(tmp_path)
+    assert modules == [tmp_path / "facts" / "fine.py", tmp_path / "facts" / "long.py"]
+    assert long_modules(modules, tmp_path) == [f"facts{os.sep}long.py: {MAX_MODULE_LINES + 1} lines (at most 450)"]
