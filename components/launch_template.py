@@ -103,11 +103,10 @@ def launch_template(
     if nodes.capacity_type == "capacity-block":
         market_options = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
     if reservation_id:
-        reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
-            capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
-                capacity_reservation_id=reservation_id
-            )
+        target = aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+            capacity_reservation_id=reservation_id
         )
+        reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(capacity_reservation_target=target)
 
     network_interfaces = (
         efa_network_interfaces(nodes.network_interfaces, security_group_ids) if nodes.network_interfaces else None

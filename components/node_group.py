@@ -272,7 +272,8 @@ class NodeGroup(pulumi.ComponentResource):
     def _capacity_reservation(
         self, name: str, args: NodeGroupArgs, tags: dict[str, str], node_group_name: str
     ) -> pulumi.Input[str] | None:
-        """The capacity reservation the launch template targets: the given one, or the Capacity Block bought from the offering."""
+        """The capacity reservation the launch template targets: the given one, or the Capacity Block
+        bought from the offering."""
         reservation_id: pulumi.Input[str] | None = args.capacity_reservation_id
         if args.capacity_block_offering_id:
             # The purchase: PurchaseCapacityBlock at `pulumi up`, paid upfront and irreversible. The
@@ -286,14 +287,16 @@ class NodeGroup(pulumi.ComponentResource):
             )
             reservation_id = self.capacity_block.id
             pulumi.log.warn(
-                f"node group {node_group_name} targets the Capacity Block bought from offering {args.capacity_block_offering_id}: "
-                "the `pulumi up` that first creates it BUYS it, irreversibly (the upfront fee is charged at once and never refunded)",
+                f"node group {node_group_name} targets the Capacity Block bought from offering "
+                f"{args.capacity_block_offering_id}: the `pulumi up` that first creates it BUYS it, irreversibly (the "
+                "upfront fee is charged at once and never refunded)",
                 resource=self,
             )
         return reservation_id
 
     def _block_plan(self, args: NodeGroupArgs, node_group_name: str) -> BlockPlan | None:
-        """A capacity block's window at the program's `now` (node_scaling.utc_now, the one clock); None without a window."""
+        """A capacity block's window at the program's `now` (node_scaling.utc_now, the one clock); None
+        without a window."""
         if args.capacity_block_window is None:
             return None
         block = capacity_block_plan(*args.capacity_block_window, args.max_size)
@@ -381,7 +384,8 @@ class NodeGroup(pulumi.ComponentResource):
     def _autoscaler_tags(
         self, name: str, args: NodeGroupArgs, labels: dict[str, str], taints: list[dict[str, str]]
     ) -> dict[str, str]:
-        """An autoscaled GPU group's Cluster Autoscaler tags, each put on the group's Auto Scaling group; {} when not autoscaled."""
+        """An autoscaled GPU group's Cluster Autoscaler tags, each put on the group's Auto Scaling group;
+        {} when not autoscaled."""
         if not (args.gpu and args.autoscale_resources is not None):
             return {}
         autoscaler_tags = autoscaler_template_tags(labels, taints, args.autoscale_resources, args.autoscale_tag)

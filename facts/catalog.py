@@ -279,12 +279,13 @@ _REFUSED_FAMILIES: Mapping[str, str] = {
     "p6e-gb200": (
         "{name} is not supported: it is sold only as part of an EC2 UltraServer (u-p6e-gb200x36: 9 instances, "
         "u-p6e-gb200x72: 18, of 4 GB200 GPUs each) and only through Capacity Blocks for ML; its CPUs are NVIDIA Grace "
-        "(arm64), so its nodes need the AL2023 ARM NVIDIA AMI (AL2023_ARM_64_NVIDIA) and arm64 builds of every image that "
-        "runs on them, where this stack's GPU groups use the x86_64 AL2023 NVIDIA AMI; and NCCL across the UltraServer's "
-        "NVLink domain needs NVIDIA's DRA driver for GPUs with IMEX channels (ComputeDomain resource claims, Kubernetes "
-        "dynamic resource allocation), which this stack does not install. It would take an arm64 GPU node group, the "
-        "UltraServer's capacity block, the NVIDIA DRA driver with jobs that claim a ComputeDomain instead of requesting "
-        "nvidia.com/gpu, and arm64 job images. Use p6-b200.48xlarge or p6-b300.48xlarge (8 GPUs, x86_64, EFA) instead"
+        "(arm64), so its nodes need the AL2023 ARM NVIDIA AMI (AL2023_ARM_64_NVIDIA) and arm64 builds of every image "
+        "that runs on them, where this stack's GPU groups use the x86_64 AL2023 NVIDIA AMI; and NCCL across the "
+        "UltraServer's NVLink domain needs NVIDIA's DRA driver for GPUs with IMEX channels (ComputeDomain resource "
+        "claims, Kubernetes dynamic resource allocation), which this stack does not install. It would take an arm64 "
+        "GPU node group, the UltraServer's capacity block, the NVIDIA DRA driver with jobs that claim a ComputeDomain "
+        "instead of requesting nvidia.com/gpu, and arm64 job images. Use p6-b200.48xlarge or p6-b300.48xlarge (8 "
+        "GPUs, x86_64, EFA) instead"
     ),
 }
 

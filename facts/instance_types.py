@@ -175,6 +175,7 @@ def efa_layout(it: InstanceType) -> tuple[InterfaceSlot, ...]:
         remaining -= 1
     if remaining > 0:
         raise ValueError(
-            f"{it.name}: its network cards take {it.efa_interfaces - remaining} EFA interfaces, not the {it.efa_interfaces} it lists"
+            f"{it.name}: its network cards take {it.efa_interfaces - remaining} EFA interfaces, not the "
+            f"{it.efa_interfaces} it lists"
         )
     return tuple(slots)

@@ -204,7 +204,8 @@ class JobBase(SpecModel):
             problems.append(
                 Problem(
                     f"{key}.kind",
-                    f"{self.kind!r} jobs need {op.title} ({op.name!r}), which is not enabled in this stack (enabled operators: {on})",
+                    f"{self.kind!r} jobs need {op.title} ({op.name!r}), which is not enabled in this stack (enabled "
+                    f"operators: {on})",
                 )
             )
 
@@ -237,7 +238,8 @@ class RunJob(JobBase):
     backoff_limit: Int32 = Field(
         DEFAULT_BACKOFF_LIMIT,
         ge=0,
-        description="retries before the job is marked Failed and its pods stop (`runPolicy.backoffLimit` / Job `backoffLimit`)",
+        description="retries before the job is marked Failed and its pods stop (`runPolicy.backoffLimit` / Job "
+        "`backoffLimit`)",
     )
     active_deadline_seconds: Int64 | None = Field(
         None, ge=1, description="fail the job once it has run this long (default: no deadline)"
@@ -245,7 +247,8 @@ class RunJob(JobBase):
     ttl_seconds_after_finished: Int32 | None = Field(
         None,
         ge=0,
-        description="delete the finished job this many seconds after it ends (default: keep it; a `pulumi refresh` then `up` would run it again)",
+        description="delete the finished job this many seconds after it ends (default: keep it; a `pulumi refresh` "
+        "then `up` would run it again)",
     )
 
     def bounds(self) -> dict[str, int]:
@@ -268,7 +271,8 @@ class GpuJob(RunJob):
     )
     efa: bool | None = Field(
         None,
-        description="default: EFA wherever the group has it; `true`: the job needs EFA; `false`: run without EFA even on an EFA group",
+        description="default: EFA wherever the group has it; `true`: the job needs EFA; `false`: run without EFA even "
+        "on an EFA group",
     )
     team: str | None = Field(
         None, description="the team whose queue the job waits in (`queues.teams[].name`); default: the shared queue"
@@ -279,9 +283,10 @@ class GpuJob(RunJob):
     )
     placement: Literal["required", "preferred", "none"] | None = Field(
         None,
-        description="where Kueue puts the workers in the EC2 network: `required` (all in one domain of `placementLayer`, or wait), "
-        "`preferred` (the smallest domain from that layer up that holds them), `none`; default `preferred` on a group with "
-        "a network topology, nothing elsewhere (docs/jobs.md, Topology-aware placement; ignored with `runtime: sagemaker`)",
+        description="where Kueue puts the workers in the EC2 network: `required` (all in one domain of "
+        "`placementLayer`, or wait), `preferred` (the smallest domain from that layer up that holds them), `none`; "
+        "default `preferred` on a group with a network topology, nothing elsewhere (docs/jobs.md, Topology-aware "
+        "placement; ignored with `runtime: sagemaker`)",
     )
     placement_layer: int | None = Field(
         None,
@@ -297,7 +302,8 @@ class GpuJob(RunJob):
         queue = ctx.queues.get(self.team or "")
         if queue is None:
             raise JobBuildError(
-                f"job {self.name!r}: team {self.team!r} has no queue in this stack (teams: {sorted(t for t in ctx.queues if t)})"
+                f"job {self.name!r}: team {self.team!r} has no queue in this stack (teams: "
+                f"{sorted(t for t in ctx.queues if t)})"
             )
         return queue
 
@@ -347,7 +353,8 @@ class GpuJob(RunJob):
             problems.append(
                 Problem(
                     f"{key}.efa",
-                    f"true is not allowed: node group {g.name!r} runs without EFA ({why}); use an EFA group or drop efa",
+                    f"true is not allowed: node group {g.name!r} runs without EFA ({why}); use an EFA group or drop "
+                    "efa",
                 )
             )
         spec_checks.check_placement(self.placement, self.placement_layer, g, env.queues, key, problems)

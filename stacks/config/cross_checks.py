@@ -125,8 +125,8 @@ def _check_derived_names(cluster_name: str, s: Sections, problems: list[Problem]
         problems.append(
             Problem(
                 k,
-                f"{_fmt(cluster_name)}{where} is not a valid EKS cluster name: letters, digits, '-' and '_', starting with a "
-                f"letter or digit, at most {aws_names.EKS_CLUSTER_NAME_MAX} characters",
+                f"{_fmt(cluster_name)}{where} is not a valid EKS cluster name: letters, digits, '-' and '_', starting "
+                f"with a letter or digit, at most {aws_names.EKS_CLUSTER_NAME_MAX} characters",
             )
         )
         return
@@ -138,8 +138,9 @@ def _check_derived_names(cluster_name: str, s: Sections, problems: list[Problem]
         problems.append(
             Problem(
                 k,
-                f"{_fmt(cluster_name)}{where} makes the node group name {node_group!r} {len(node_group)} characters long; EKS allows "
-                f"{aws_names.EKS_NODEGROUP_NAME_MAX}: use a cluster name of at most {room} characters (or shorter GPU group names)",
+                f"{_fmt(cluster_name)}{where} makes the node group name {node_group!r} {len(node_group)} characters "
+                f"long; EKS allows {aws_names.EKS_NODEGROUP_NAME_MAX}: use a cluster name of at most {room} characters "
+                "(or shorter GPU group names)",
             )
         )
 
@@ -152,7 +153,8 @@ def check_tags(tags: dict[str, str], problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 k,
-                f"{len(tags)} tags are too many: AWS allows {aws_names.TAGS_PER_RESOURCE} per resource and the stack adds 6; at most {room}",
+                f"{len(tags)} tags are too many: AWS allows {aws_names.TAGS_PER_RESOURCE} per resource and the stack "
+                f"adds 6; at most {room}",
             )
         )
     for key, value in tags.items():
@@ -177,7 +179,8 @@ def _check_autoscaling(a: AutoscalingConfig, problems: list[Problem]) -> None:
             problems.append(
                 Problem(
                     f"{k}.{key}",
-                    f"{_fmt(value)} is not a Go duration ({why}): a number with a unit, ns, us, ms, s, m or h, or several, like 10m, 90s or 1h30m",
+                    f"{_fmt(value)} is not a Go duration ({why}): a number with a unit, ns, us, ms, s, m or h, or "
+                    "several, like 10m, 90s or 1h30m",
                 )
             )
         elif durations.parse_go_duration(value) < 0:
@@ -228,8 +231,8 @@ def _check_network(n: NetworkConfig, problems: list[Problem]) -> None:
             Problem(
                 f"{k}.vpcCidr",
                 f"{_fmt(n.vpc_cidr)} is too small: {n.availability_zone_count} AZs need {needed} "
-                f"/{n.private_subnet_prefix} blocks ({n.availability_zone_count} private subnets + 1 for the public subnets) "
-                f"but it holds {have}; use a larger VPC CIDR or a longer network.privateSubnetPrefix",
+                f"/{n.private_subnet_prefix} blocks ({n.availability_zone_count} private subnets + 1 for the public "
+                f"subnets) but it holds {have}; use a larger VPC CIDR or a longer network.privateSubnetPrefix",
             )
         )
     elif n.private_subnet_prefix + 4 > 28:
@@ -283,15 +286,17 @@ def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
             problems.append(
                 Problem(
                     f"{k}.endpointPublicAccessCidrs[{i}]",
-                    f"{_fmt(cidr)} is not allowed: {why}; give the public IPv4 blocks the API's clients connect from (0.0.0.0/0: anywhere)",
+                    f"{_fmt(cidr)} is not allowed: {why}; give the public IPv4 blocks the API's clients connect from "
+                    "(0.0.0.0/0: anywhere)",
                 )
             )
     if len(c.endpoint_public_access_cidrs) > aws_names.EKS_PUBLIC_ACCESS_CIDRS_MAX:
         problems.append(
             Problem(
                 f"{k}.endpointPublicAccessCidrs",
-                f"{len(c.endpoint_public_access_cidrs)} blocks are too many: EKS takes at most {aws_names.EKS_PUBLIC_ACCESS_CIDRS_MAX} per cluster "
-                "(a quota that cannot be raised); merge neighbouring blocks into larger ones",
+                f"{len(c.endpoint_public_access_cidrs)} blocks are too many: EKS takes at most "
+                f"{aws_names.EKS_PUBLIC_ACCESS_CIDRS_MAX} per cluster (a quota that cannot be raised); merge "
+                "neighbouring blocks into larger ones",
             )
         )
     if not c.endpoint_public_access and not c.endpoint_private_access:
@@ -351,6 +356,7 @@ def _check_services(sv: ServicesConfig, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{k}.trainingNamespace",
-                f"{_fmt(ns)} is not allowed: it belongs to Kubernetes or to a service this stack installs ({', '.join(RESERVED_NAMESPACES)})",
+                f"{_fmt(ns)} is not allowed: it belongs to Kubernetes or to a service this stack installs "
+                f"({', '.join(RESERVED_NAMESPACES)})",
             )
         )

@@ -70,8 +70,9 @@ class NetworkConfig(ConfigModel):
         19,
         ge=16,
         le=24,
-        description="prefix length of each private subnet (8,187 addresses at /19); the GPU AZ's must hold every GPU group at maxSize with the "
-        "addresses the VPC CNI gives each node (100 for a p4d) and its share of the system nodes",
+        description="prefix length of each private subnet (8,187 addresses at /19); the GPU AZ's must hold every GPU "
+        "group at maxSize with the addresses the VPC CNI gives each node (100 for a p4d) and its share of the system "
+        "nodes",
     )
     nat_gateways: Literal["single", "perAz"] = Field(
         "single", description="`single` (cheap, dev) or `perAz` (no cross-AZ egress dependency, prod)"
@@ -158,7 +159,8 @@ class CapacityOfferingConfig(ConfigModel):
 
     duration_hours: int = Field(
         ge=1,
-        description="the block's length in hours, as EC2 sells them: 24-336 in steps of 24 (1-14 days), then 504-4368 in steps of 168 (to 26 weeks)",
+        description="the block's length in hours, as EC2 sells them: 24-336 in steps of 24 (1-14 days), then 504-4368 "
+        "in steps of 168 (to 26 weeks)",
     )
     earliest_start: Timestamp = Field(
         description="the earliest start, ISO 8601 with a time zone (`2026-10-01T00:00:00Z`)"
@@ -169,8 +171,8 @@ class CapacityOfferingConfig(ConfigModel):
     )
     purchase: bool = Field(
         False,
-        description="buy the offering at `pulumi up`: an irreversible purchase, its upfront fee paid at once and never refunded. "
-        "false: preflight only shows the offerings",
+        description="buy the offering at `pulumi up`: an irreversible purchase, its upfront fee paid at once and "
+        "never refunded. false: preflight only shows the offerings",
     )
 
 
@@ -180,15 +182,18 @@ class CapacityConfig(ConfigModel):
 
     start: Timestamp | None = Field(
         None,
-        description="when the block starts, ISO 8601 with a time zone (as preflight shows it; quoted or not): the group scales to maxSize then",
+        description="when the block starts, ISO 8601 with a time zone (as preflight shows it; quoted or not): the "
+        "group scales to maxSize then",
     )
     end: Timestamp | None = Field(
         None,
-        description="when the block ends: the group scales to zero an hour before (EC2 terminates its instances from 30 minutes before)",
+        description="when the block ends: the group scales to zero an hour before (EC2 terminates its instances from "
+        "30 minutes before)",
     )
     offering: CapacityOfferingConfig | None = Field(
         None,
-        description="`{durationHours, earliestStart, latestEnd, offeringId, purchase}`: a block to find, and with `purchase: true` buy",
+        description="`{durationHours, earliestStart, latestEnd, offeringId, purchase}`: a block to find, and with "
+        "`purchase: true` buy",
     )
 
 
@@ -208,30 +213,35 @@ class GpuNodeGroupConfig(ConfigModel):
     )
     capacity: CapacityConfig | None = Field(
         None,
-        description="`capacity-block` groups: `{start, end, offering}`, the block's window (scheduled scaling) and an offering to find or buy",
+        description="`capacity-block` groups: `{start, end, offering}`, the block's window (scheduled scaling) and an "
+        "offering to find or buy",
     )
     efa: bool | None = Field(
         None, description="EFA on (default where the type has it) or `false`; `true` on a type without EFA is an error"
     )
     placement_group: PlacementGroupConfig | None = Field(
         None,
-        description="`{mode: create | existing | none, name}`; default `create` for EFA groups without a reservation or capacity block, else `none`",
+        description="`{mode: create | existing | none, name}`; default `create` for EFA groups without a reservation "
+        "or capacity block, else `none`",
     )
     labels: dict[str, str] = Field(default_factory=dict, description="extra node labels")
     taints: list[Taint] = Field(
         default_factory=list,
-        description="extra node taints `{key, value, effect}`, one per key and effect, at most 49 (the GPU taint is always there)",
+        description="extra node taints `{key, value, effect}`, one per key and effect, at most 49 (the GPU taint is "
+        "always there)",
     )
     burn_in: bool | None = Field(
         None,
-        description='new nodes join tainted and are checked before they take work (`burnIn` of the stack when not set); see "Day two"',
+        description="new nodes join tainted and are checked before they take work (`burnIn` of the stack when not "
+        'set); see "Day two"',
     )
     autoscale: bool | None = Field(
         None,
         description=(
-            "the Cluster Autoscaler sizes the group between minSize and maxSize (with `autoscaling.enabled`); desiredSize then only sets the first size. "
-            "Default true; `capacity-block` groups are never autoscaled (outside the block's window every launch fails): they follow "
-            "`capacity.start`/`capacity.end`, or are sized with desiredSize"
+            "the Cluster Autoscaler sizes the group between minSize and maxSize (with `autoscaling.enabled`); "
+            "desiredSize then only sets the first size. Default true; `capacity-block` groups are never autoscaled "
+            "(outside the block's window every launch fails): they follow `capacity.start`/`capacity.end`, or are "
+            "sized with desiredSize"
         ),
     )
 

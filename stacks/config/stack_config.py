@@ -40,10 +40,11 @@ class AutoscalingConfig(ConfigModel):
     )
     provisioning_requests: bool | None = Field(
         None,
-        description="a queued job is admitted only once the autoscaler has brought up the nodes of its whole gang (Kueue's ProvisioningRequest "
-        "admission check, `best-effort-atomic-scale-up`; `true` needs `queues.enabled`), on every autoscaled group. On AWS the scale-up is "
-        "one resize of the group, not atomic. Default: on the autoscaled groups with a network topology, where Kueue places jobs only on "
-        "nodes that exist (docs/jobs.md, Topology-aware placement); `false` is refused while there are such groups",
+        description="a queued job is admitted only once the autoscaler has brought up the nodes of its whole gang "
+        "(Kueue's ProvisioningRequest admission check, `best-effort-atomic-scale-up`; `true` needs `queues.enabled`), "
+        "on every autoscaled group. On AWS the scale-up is one resize of the group, not atomic. Default: on the "
+        "autoscaled groups with a network topology, where Kueue places jobs only on nodes that exist (docs/jobs.md, "
+        "Topology-aware placement); `false` is refused while there are such groups",
     )
 
     @field_validator("expander", mode="before")
@@ -90,7 +91,8 @@ class TeamConfig(ConfigModel):
     )
     role_arn: str | None = Field(
         None,
-        description="IAM role whose sessions may submit jobs (MPIJobs, PyTorchJobs, PaddleJobs, Jobs) to the team's queue, in its namespace only (an EKS access entry)",
+        description="IAM role whose sessions may submit jobs (MPIJobs, PyTorchJobs, PaddleJobs, Jobs) to the team's "
+        "queue, in its namespace only (an EKS access entry)",
     )
     quotas: list[TeamQuotaConfig] = Field(
         default_factory=list,
@@ -108,16 +110,19 @@ class QueuesConfig(ConfigModel):
 
     enabled: bool = Field(
         True,
-        description="run Kueue: a GPU job is admitted only when its whole gang fits (no half-started jobs holding nodes)",
+        description="run Kueue: a GPU job is admitted only when its whole gang fits (no half-started jobs holding "
+        "nodes)",
     )
     pods_ready_timeout: str = Field(
         "20m",
-        description="how long an admitted job may take until all its pods run (GPU node boot and image pull); then it gives its nodes back and queues again",
+        description="how long an admitted job may take until all its pods run (GPU node boot and image pull); then it "
+        "gives its nodes back and queues again",
     )
     requeue_limit: int | None = Field(
         None,
         ge=0,
-        description="times a job that timed out queues again before it is deactivated (default: no limit; the waits double from 1 minute to 1 hour)",
+        description="times a job that timed out queues again before it is deactivated (default: no limit; the waits "
+        "double from 1 minute to 1 hour)",
     )
     teams: list[TeamConfig] = Field(
         default_factory=list,
@@ -130,13 +135,14 @@ class BurnInConfig(ConfigModel):
 
     enabled: bool = Field(
         True,
-        description="every GPU group's new nodes join with a startup taint that keeps jobs off them until a check has verified "
-        "their GPUs (count, model, ECC, Xid) and EFA interfaces; a failed node stays tainted and is replaced (a group's "
-        "`burnIn` overrides)",
+        description="every GPU group's new nodes join with a startup taint that keeps jobs off them until a check has "
+        "verified their GPUs (count, model, ECC, Xid) and EFA interfaces; a failed node stays tainted and is replaced "
+        "(a group's `burnIn` overrides)",
     )
     loopback_test: bool = Field(
         False,
-        description="the check also runs a short NCCL all-reduce over the node's own GPUs (nccl-tests' all_reduce_perf, a few seconds; V100 groups skip it: the image is built for A100 and newer)",
+        description="the check also runs a short NCCL all-reduce over the node's own GPUs (nccl-tests' "
+        "all_reduce_perf, a few seconds; V100 groups skip it: the image is built for A100 and newer)",
     )
 
 

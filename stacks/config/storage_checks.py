@@ -41,7 +41,8 @@ def _check_efs(e: EfsConfig, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{NAMESPACE}:storage.efs.performanceMode",
-                "'maxIO' is not allowed with throughputMode 'elastic' (EFS offers Elastic throughput with generalPurpose only); use generalPurpose, or throughputMode bursting",
+                "'maxIO' is not allowed with throughputMode 'elastic' (EFS offers Elastic throughput with "
+                "generalPurpose only); use generalPurpose, or throughputMode bursting",
             )
         )
 
@@ -52,7 +53,8 @@ def _check_fsx_capacity(k: str, f: FsxConfig, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{k}.storageCapacityGiB",
-                f"{f.storage_capacity_gib} is not allowed for {f.deployment_type}: use 1200, 2400 or a multiple of {step} GiB",
+                f"{f.storage_capacity_gib} is not allowed for {f.deployment_type}: use 1200, 2400 or a multiple of "
+                f"{step} GiB",
             )
         )
 
@@ -63,7 +65,8 @@ def _check_fsx_throughput(k: str, f: FsxConfig, problems: list[Problem]) -> None
         problems.append(
             Problem(
                 f"{k}.perUnitStorageThroughput",
-                f"{f.per_unit_storage_throughput} is not allowed: {f.deployment_type} has no per-unit throughput setting (PERSISTENT_1/PERSISTENT_2 only)",
+                f"{f.per_unit_storage_throughput} is not allowed: {f.deployment_type} has no per-unit throughput "
+                "setting (PERSISTENT_1/PERSISTENT_2 only)",
             )
         )
     if allowed is not None and f.per_unit_storage_throughput is None:
@@ -77,7 +80,8 @@ def _check_fsx_throughput(k: str, f: FsxConfig, problems: list[Problem]) -> None
         problems.append(
             Problem(
                 f"{k}.perUnitStorageThroughput",
-                f"{_fmt(f.per_unit_storage_throughput)} is not allowed for {f.deployment_type}: use one of {', '.join(map(str, allowed))} (MB/s/TiB)",
+                f"{_fmt(f.per_unit_storage_throughput)} is not allowed for {f.deployment_type}: use one of "
+                f"{', '.join(map(str, allowed))} (MB/s/TiB)",
             )
         )
 
@@ -88,7 +92,8 @@ def _check_fsx_backups(k: str, f: FsxConfig, problems: list[Problem]) -> None:
             problems.append(
                 Problem(
                     f"{k}.backupRetentionDays",
-                    f"{f.backup_retention_days} is not allowed: {f.deployment_type} has no backups (PERSISTENT_1/PERSISTENT_2 only); use 0",
+                    f"{f.backup_retention_days} is not allowed: {f.deployment_type} has no backups "
+                    "(PERSISTENT_1/PERSISTENT_2 only); use 0",
                 )
             )
         if f.final_backup:
@@ -109,7 +114,8 @@ def _check_fsx_s3(k: str, deployment_type: str, s3: S3LinkConfig, problems: list
         problems.append(
             Problem(
                 f"{k}.s3",
-                "an S3 link needs SCRATCH_2, PERSISTENT_1 or PERSISTENT_2 (SCRATCH_1 has no data repository associations)",
+                "an S3 link needs SCRATCH_2, PERSISTENT_1 or PERSISTENT_2 (SCRATCH_1 has no data repository "
+                "associations)",
             )
         )
     why = aws_names.bucket_problem(s3.bucket)
