@@ -1,6 +1,7 @@
 """Instance catalog: the facts about EC2 instance types that everything downstream derives from.
 
-GPU counts, EFA interface counts and network cards are typed here once. The EFA wiring of node
+GPU counts, EFA interface counts and network cards are typed once, in an ``InstanceType``
+(``facts/instance_types.py``), and given here per type. The EFA wiring of node
 groups, the GPU/EFA requests of training jobs, the autoscaler's node-template tags and the NCCL
 gate's default bandwidth read them from an ``InstanceType``; they never repeat a number.
 
