@@ -128,7 +128,8 @@ def jobs_admissible(v: StackView) -> list[Violation]:
                 out.append(
                     Violation(
                         "jobs_admissible",
-                        f"{job} asks for {queues.human(r, wanted)} {r} on flavor {flavor!r}; ClusterQueue {cq!r} can hold {queues.human(r, most)}",
+                        f"{job} asks for {queues.human(r, wanted)} {r} on flavor {flavor!r}; ClusterQueue {cq!r} can "
+                        f"hold {queues.human(r, most)}",
                     )
                 )
     return out
@@ -154,7 +155,10 @@ def _fit_problem(pod: PodTemplate, node: Node, flavor: Mapping[str, Any] | None)
         over = [r for r in queues.RESOURCES if asks.get(r, 0) > node.allocatable[r]]
         if over:
             r = over[0]
-            return f"it asks for {queues.human(r, asks[r])} {r}, one {node.group} node leaves {queues.human(r, node.allocatable[r])} for pods"
+            return (
+                f"it asks for {queues.human(r, asks[r])} {r}, one {node.group} node leaves "
+                f"{queues.human(r, node.allocatable[r])} for pods"
+            )
     return None
 
 
@@ -209,7 +213,8 @@ def admission_checks_have_their_api(v: StackView) -> list[Violation]:
             out.append(
                 Violation(
                     "admission_checks_have_their_api",
-                    f"AdmissionCheck {name!r}: Kueue is not created after the ProvisioningRequest CRD (it looks once, at start)",
+                    f"AdmissionCheck {name!r}: Kueue is not created after the ProvisioningRequest CRD (it looks once, "
+                    "at start)",
                 )
             )
         serving = (
@@ -239,7 +244,8 @@ def admission_checks_have_their_api(v: StackView) -> list[Violation]:
                     out.append(
                         Violation(
                             "admission_checks_have_their_api",
-                            f"ClusterQueue {cq['metadata']['name']!r}: check {ac['name']!r} on flavor {flavor!r}, whose group the autoscaler does not scale",
+                            f"ClusterQueue {cq['metadata']['name']!r}: check {ac['name']!r} on flavor {flavor!r}, "
+                            "whose group the autoscaler does not scale",
                         )
                     )
     return out
@@ -288,8 +294,9 @@ def topology_flavors_provisioned(v: StackView) -> list[Violation]:
                 out.append(
                     Violation(
                         "topology_flavors_provisioned",
-                        f"ClusterQueue {cq['metadata']['name']!r}: flavor {name!r} has Topology {topology!r} and an autoscaled group, "
-                        "but no ProvisioningRequest check: its jobs would wait for nodes that nothing asks for",
+                        f"ClusterQueue {cq['metadata']['name']!r}: flavor {name!r} has Topology {topology!r} and an "
+                        "autoscaled group, but no ProvisioningRequest check: its jobs would wait for nodes that "
+                        "nothing asks for",
                     )
                 )
     return out
@@ -304,7 +311,8 @@ def _pod_set_problems(role: str, rs: Mapping[str, Any], levels: tuple[str, ...] 
         return [f"{role} asks for a topology placement on a flavor without a Topology"] if asks else []
     if not asks:
         return [
-            f"{role} has no topology annotation on a Topology flavor (admitted only if every flavor of its queue has one)"
+            f"{role} has no topology annotation on a Topology flavor (admitted only if every flavor of its queue has "
+            "one)"
         ]
     if level is not None and level not in levels:
         return [f"{role} asks for level {level!r}, which its flavor's Topology ({', '.join(levels)}) does not have"]
