@@ -43,7 +43,8 @@ def test_one_line_per_helm_release_with_counts_by_kind(dev_plan_command, dev_pla
 def _table_lines(text: str, job: str) -> list[str]:
     """The lines of ``job`` in the queue table: its row, its verdict, and what follows it."""
     lines = text.splitlines()
-    i = next(i for i, line in enumerate(lines) if line.strip().startswith(job + " "))
+    table = next(i for i, line in enumerate(lines) if line.startswith("Queues ("))
+    i = next(i for i, line in enumerate(lines) if i > table and line.strip().startswith(job + " "))
     end = next((j for j in range(i + 1, len(lines)) if not lines[j].startswith("      ")), len(lines))
     return lines[i:end]
 
