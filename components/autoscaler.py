@@ -125,7 +125,8 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             # `expanderPriorities`, which this component does not pass: without it the autoscaler
             # skips the priority expander and picks at random.
             raise ValueError(
-                f"{name}: expander {args.expander!r}: the priority expander needs priorities this component does not write"
+                f"{name}: expander {args.expander!r}: the priority expander needs priorities this component does not "
+                "write"
             )
         role = pod_identity_role(
             f"{name}-role",

@@ -160,7 +160,8 @@ def pod_spec(args: BurnInArgs) -> dict[str, Any]:
     ]
     if args.loopback_image:
         run = (
-            f'if [ -f {STATE_DIR}/loopback ]; then {NCCL_ALL_REDUCE_PERF} {LOOPBACK_ARGS} -g "$(nvidia-smi -L | wc -l)" '
+            f"if [ -f {STATE_DIR}/loopback ]; then {NCCL_ALL_REDUCE_PERF} {LOOPBACK_ARGS} "
+            '-g "$(nvidia-smi -L | wc -l)" '
             f"> {STATE_DIR}/loopback.log 2>&1; cat {STATE_DIR}/loopback.log; fi"
         )
         init.append(

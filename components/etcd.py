@@ -185,7 +185,8 @@ class Etcd(pulumi.ComponentResource):
                 pod_management_policy="Parallel",
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    # A new script (any of its files) rolls the members (each rejoins), so every member runs the same one.
+                    # A new script (any of its files) rolls the members (each rejoins), so every member runs
+                    # the same one.
                     metadata=k8s.meta.v1.ObjectMetaArgs(
                         labels=labels, annotations={"gputraining/member-script-sha256": scripts_sha256(scripts)}
                     ),

@@ -43,7 +43,8 @@ def dashboard_body(cluster_name: str, region: str) -> dict:
     for i, (title, metrics) in enumerate(DASHBOARD_METRICS):
         exprs = [
             {
-                "expression": f"SEARCH('{NODE_DIMENSIONS} MetricName=\"{m}\" ClusterName=\"{cluster_name}\"', 'Average', 60)",
+                "expression": f'SEARCH(\'{NODE_DIMENSIONS} MetricName="{m}" ClusterName="{cluster_name}"\', '
+                "'Average', 60)",
                 "id": f"m{j}",
                 "label": m,
             }

@@ -121,7 +121,10 @@ HELD_BACK = (
     "subnetIds",
     "version",
 )
-HELD_BACK_TEXT = "the Kubernetes version, the launch template (disk size, user data, instance and volume tags), the AMI, the instance type, the subnet and the node role"
+HELD_BACK_TEXT = (
+    "the Kubernetes version, the launch template (disk size, user data, instance and volume tags), the AMI, the "
+    "instance type, the subnet and the node role"
+)
 
 Phase = Literal["before", "open", "closing", "draining", "over"]
 
@@ -213,7 +216,8 @@ def held_back_text(plan: BlockPlan) -> str:
     """What an `up` does to the group while its window is open, in words (the preview's warning,
     preflight and the plan summary)."""
     steer = {
-        "open": f"each `pulumi up` brings the group to {plan.size} nodes (maxSize) if it has fewer, until {utc_text(plan.down - SCHEDULE_LEAD)}"
+        "open": f"each `pulumi up` brings the group to {plan.size} nodes (maxSize) if it has fewer, until "
+        f"{utc_text(plan.down - SCHEDULE_LEAD)}"
         + (" (launches fail until the block is active, then succeed)" if plan.now < plan.start else ""),
         "closing": f"the group is left at its size until its scale-down at {utc_text(plan.down)}",
         "draining": "each `pulumi up` brings the group to 0 if the scale-down has not",
@@ -221,8 +225,8 @@ def held_back_text(plan: BlockPlan) -> str:
     opens = "opens" if plan.now < plan.start else "is open"
     return (
         f"its capacity block's window {opens} ({utc_text(plan.start)} to {utc_text(plan.end)}): {steer}; changes to "
-        f"{HELD_BACK_TEXT} are held back until {utc_text(plan.end)} (EKS upgrades a capacity-block group only at desired size 0, "
-        "and replacing it would end the block's nodes); the first `pulumi up` after that applies them"
+        f"{HELD_BACK_TEXT} are held back until {utc_text(plan.end)} (EKS upgrades a capacity-block group only at "
+        "desired size 0, and replacing it would end the block's nodes); the first `pulumi up` after that applies them"
     )
 
 

@@ -89,7 +89,8 @@ def _parse(data: bytes) -> list[dict[str, Any]]:
 
 @dataclass
 class OperatorArgs:
-    operator: Operator  # what to install (facts/operators.py): its pinned manifest (any other file is refused), its release as the output
+    # what to install (facts/operators.py): its pinned manifest (any other file is refused), its release as the output
+    operator: Operator
     project_root: Path = Path(".")  # where the manifest path is relative to (the program's working directory)
 
 
@@ -151,7 +152,8 @@ def register_objects(
 ) -> list[pulumi.CustomResource]:
     """Register manifest objects as typed resources, named ``<name>-<kind>-<object name>``, each as
     its document says (but an empty Secret ``data``): the namespaces and CRDs first, then the rest of
-    the foundation, the front kinds, then the workloads. Each object waits for every object of the stages before its own.
+    the foundation, the front kinds, then the workloads. Each object waits for every object of the stages
+    before its own.
     ``aliases``, when given, names the earlier identities of each object's resource."""
     ordered = sorted(objects, key=lambda o: _stage(o["kind"]))
     earlier: list[pulumi.Resource] = []  # every object of the stages before the current one
@@ -162,12 +164,14 @@ def register_objects(
         cls = KIND_CLASSES.get((obj["apiVersion"], obj["kind"]))
         if cls is None:
             raise ValueError(
-                f"{name}: the manifest holds a {obj['apiVersion']} {obj['kind']}, which this component does not know how to install"
+                f"{name}: the manifest holds a {obj['apiVersion']} {obj['kind']}, which this component does not know "
+                "how to install"
             )
         unknown = set(obj) - {"apiVersion", "kind"} - set(_TOP_LEVEL)
         if unknown:
             raise ValueError(
-                f"{name}: {obj['kind']} {obj['metadata']['name']} has fields {sorted(unknown)} this component does not pass on"
+                f"{name}: {obj['kind']} {obj['metadata']['name']} has fields {sorted(unknown)} this component does not "
+                "pass on"
             )
         kwargs = {_TOP_LEVEL[k]: v for k, v in obj.items() if k in _TOP_LEVEL}
         if obj["kind"] == "Secret" and kwargs.get("data") == {}:

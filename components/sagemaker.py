@@ -90,7 +90,9 @@ class SageMakerTrainingJobs(pulumi.ComponentResource):
                 # IAM role names are at most 64 characters: a prefix of at most 38, plus the provider's 26.
                 name_prefix=f"{job.job[:27]}-sagemaker-",
                 assume_role_policy=json.dumps(SAGEMAKER_TRUST),
-                description=f"SageMaker training job {job.job}: its S3 prefixes, VPC interfaces, logs, metrics and image",
+                description=(
+                    f"SageMaker training job {job.job}: its S3 prefixes, VPC interfaces, logs, metrics and image"
+                ),
                 tags=tags,
                 opts=child,
             )

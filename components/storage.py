@@ -235,7 +235,9 @@ class FsxStoreArgs:
     protect: bool = False  # protect the file system and its KMS key from `pulumi destroy`
     backup_retention_days: int = 0  # days of daily automatic backups (PERSISTENT only; 0: none)
     backup_start_time: str = "03:00"  # UTC HH:MM of the daily backup
-    final_backup: bool = False  # take a backup when the file system is deleted (PERSISTENT only); `pulumi destroy` then leaves the KMS key it is encrypted with
+    # take a backup when the file system is deleted (PERSISTENT only); `pulumi destroy` then leaves the KMS key it is
+    # encrypted with
+    final_backup: bool = False
     cluster_ready: list[pulumi.Resource] = field(default_factory=list)  # what the add-on needs first
     tags: dict[str, str] = field(default_factory=dict)  # tags on every AWS resource of the component
 

@@ -22,7 +22,8 @@ The policy is Pod Security's ``baseline`` profile (the pod-security-admission ch
 - not checked, as in baseline: ``allowPrivilegeEscalation``, ``runAsNonRoot``, volume types beyond
   the two above (restricted-profile rules: without privileged containers or added capabilities, a
   setuid binary gains nothing beyond the container's bounding set, and the stack's images, sshd
-  for MPI among them, run as root); ``securityContext.ulimits`` (baseline from Kubernetes 1.37, a field 1.36 does not have).
+  for MPI among them, run as root); ``securityContext.ulimits`` (baseline from Kubernetes 1.37, a field
+  1.36 does not have).
 
 What it looks at: Pods (created, updated, and their ephemeral containers) and the pod templates of
 Jobs, MPIJobs, PyTorchJobs and PaddleJobs, so that a refused job is refused at ``kubectl apply``
@@ -153,7 +154,10 @@ def _host_in_handlers(c: str) -> str:
 def _apparmor_annotation_bad(t: str) -> str:
     a = f"{t}.metadata.annotations"
     allowed = f"{a}[k] == 'runtime/default' || {a}[k].startsWith('localhost/')"
-    return f"{has_path(t, 'metadata', 'annotations')} && {a}.exists(k, k.startsWith({lit(APPARMOR_ANNOTATION)}) && !({allowed}))"
+    return (
+        f"{has_path(t, 'metadata', 'annotations')} && {a}.exists(k, k.startsWith({lit(APPARMOR_ANNOTATION)}) && "
+        f"!({allowed}))"
+    )
 
 
 NEVER = "is not allowed in a team namespace"
@@ -188,7 +192,8 @@ def _pod_rules() -> list[Rule]:
         Rule(
             "sysctls",
             "template",
-            f"{has_path(s, 'securityContext', 'sysctls')} && {psc}.sysctls.exists(y, !(y.name in {one_of(SAFE_SYSCTLS)}))",
+            f"{has_path(s, 'securityContext', 'sysctls')} && {psc}.sysctls.exists(y, !(y.name in "
+            f"{one_of(SAFE_SYSCTLS)}))",
             f"spec.securityContext.sysctls may only set the namespaced sysctls ({', '.join(SAFE_SYSCTLS)})",
         ),
         Rule(
@@ -245,7 +250,8 @@ def _container_rules(capabilities: Sequence[str]) -> list[Rule]:
         Rule(
             "capabilities",
             "container",
-            f"{has_path(c, 'securityContext', 'capabilities', 'add')} && {sc}.capabilities.add.exists(y, !(y in {one_of(capabilities)}))",
+            f"{has_path(c, 'securityContext', 'capabilities', 'add')} && {sc}.capabilities.add.exists(y, !(y in "
+            f"{one_of(capabilities)}))",
             f"securityContext.capabilities.add may only hold {', '.join(capabilities)}",
         ),
         Rule(
@@ -258,7 +264,8 @@ def _container_rules(capabilities: Sequence[str]) -> list[Rule]:
             "probe-host",
             "container",
             _host_in_handlers(c),
-            f"httpGet.host or tcpSocket.host in a probe or lifecycle handler {never} (the kubelet would connect to it from the node)",
+            f"httpGet.host or tcpSocket.host in a probe or lifecycle handler {never} (the kubelet would connect to it "
+            "from the node)",
         ),
         Rule(
             "proc-mount",

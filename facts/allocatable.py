@@ -60,7 +60,8 @@ ALWAYS = (
         "eks-node-monitoring-agent",
         10,
         30,
-        "aws/eks-node-monitoring-agent chart v1.6.4/v1.6.6 values.yaml (vendored): nodeAgent resources.requests 10m/30Mi",
+        "aws/eks-node-monitoring-agent chart v1.6.4/v1.6.6 values.yaml (vendored): nodeAgent resources.requests "
+        "10m/30Mi",
     ),
 )
 FSX_CSI_NODE = DaemonRequests(

@@ -40,7 +40,10 @@ EKS_NODES_PER_NODEGROUP_DEFAULT = 450
 def bucket_problem(name: str) -> str | None:
     """Why S3 refuses ``name`` as a bucket name, or None."""
     if not _BUCKET.match(name):
-        return "3-63 lower-case letters, digits, '.' and '-', starting and ending with a letter or digit (just the name: no s3:// and no path)"
+        return (
+            "3-63 lower-case letters, digits, '.' and '-', starting and ending with a letter or digit (just the name: "
+            "no s3:// and no path)"
+        )
     if ".." in name:
         return "two periods next to each other"
     try:
@@ -89,7 +92,10 @@ def role_arn_problem(arn: str, example: str = "Team") -> str | None:
     assumed = ASSUMED_ROLE_ARN.match(arn)
     if assumed:
         role = f"arn:{assumed.group(1)}:iam::{assumed.group(2)}:role/{assumed.group(3)}"
-        return f"{fmt(arn)} is an STS session, which EKS access entries refuse; give the role itself: {role} (with its path, if it has one)"
+        return (
+            f"{fmt(arn)} is an STS session, which EKS access entries refuse; give the role itself: {role} (with its "
+            "path, if it has one)"
+        )
     if not IAM_PRINCIPAL_ARN.match(arn):
         return f"{fmt(arn)} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/{example}"
     return None
@@ -133,7 +139,10 @@ def public_access_cidr_problem(cidr: str) -> str | None:
         return "an IPv6 block: the cluster is IPv4, and EKS takes IPv4 blocks only for its public endpoint"
     for block, what in NOT_ON_THE_INTERNET.items():
         if net.subnet_of(ipaddress.IPv4Network(block)):
-            return f"inside {block}, {what}: no client on the internet has such an address, and EKS refuses reserved ranges"
+            return (
+                f"inside {block}, {what}: no client on the internet has such an address, and EKS refuses reserved "
+                "ranges"
+            )
     return None
 
 
@@ -208,7 +217,10 @@ def image_reference_problem(ref: str) -> str | None:
         name, _, tag = ref.rpartition(":") if "@" not in ref else (ref, "", "")
         if name and "/" not in tag and len(tag) > IMAGE_TAG_MAX and _REFERENCE.fullmatch(name):
             return f"the tag is {len(tag)} characters long; tags are at most {IMAGE_TAG_MAX}"
-        return "not of the form [registry/]repository[:tag][@digest] (lower-case repository path components separated by '/', '.', '_' or '-'; a tag of letters, digits, '_', '.' and '-')"
+        return (
+            "not of the form [registry/]repository[:tag][@digest] (lower-case repository path components separated by "
+            "'/', '.', '_' or '-'; a tag of letters, digits, '_', '.' and '-')"
+        )
     named = _ANCHORED_NAME.fullmatch(m.group(1))
     path = named.group(2) if named else m.group(1)
     if len(path) > IMAGE_PATH_MAX:
@@ -271,6 +283,6 @@ def capacity_block_duration_problem(hours: int) -> str | None:
     above = [h for h in CAPACITY_BLOCK_HOURS if h > hours]
     nearest = " or ".join(str(h) for h in (below[-1:] + above[:1]))
     return (
-        "EC2 sells Capacity Blocks of whole days, 1 to 14 days (24-336 hours in steps of 24), then whole weeks up to 26 weeks "
-        f"(504-4368 hours in steps of 168); the nearest are {nearest}"
+        "EC2 sells Capacity Blocks of whole days, 1 to 14 days (24-336 hours in steps of 24), then whole weeks up to "
+        f"26 weeks (504-4368 hours in steps of 168); the nearest are {nearest}"
     )

@@ -9,7 +9,8 @@ per-vCPU rate. p5.4xlarge, p6-b200.48xlarge and p6-b300.48xlarge are that file's
 (p6-b300: us-west-2's only row, usw2-az2). Capacity Blocks are priced per offering (its upfront fee,
 which preflight reads from DescribeCapacityBlockOfferings), not here. EKS: $0.10 per cluster hour in
 standard support (AWS). The NAT gateway, FSx and EFS storage and EBS gp3 figures come from
-third-party copies of AWS's pricing pages and are marked "unverified" below: re-check them with `aws pricing get-products` before relying on them.
+third-party copies of AWS's pricing pages and are marked "unverified" below: re-check them with
+`aws pricing get-products` before relying on them.
 """
 
 from __future__ import annotations

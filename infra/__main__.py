@@ -1,5 +1,5 @@
-"""Command line: `python -m infra plan --stack dev [--out DIR] [--config-file PATH]`, `python -m infra preflight --stack dev`,
-`python -m infra diff BASE HEAD`."""
+"""Command line: `python -m infra plan --stack dev [--out DIR] [--config-file PATH]`,
+`python -m infra preflight --stack dev`, `python -m infra diff BASE HEAD`."""
 
 from __future__ import annotations
 
@@ -23,13 +23,19 @@ def main(argv: list[str] | None = None) -> int:
     p_plan.add_argument(
         "--config-file",
         metavar="PATH",
-        help="read the stack's config from this file instead of Pulumi.<stack>.yaml in the project root, as `pulumi preview "
-        "--config-file` does (an example in place: --stack minimal --config-file examples/minimal/Pulumi.minimal.yaml)",
+        help=(
+            "read the stack's config from this file instead of Pulumi.<stack>.yaml in the project root, as `pulumi "
+            "preview --config-file` does (an example in place: --stack minimal --config-file "
+            "examples/minimal/Pulumi.minimal.yaml)"
+        ),
     )
 
     p_pre = sub.add_parser(
         "preflight",
-        help="check the target AWS account and region (offerings, EFA, quotas, reservations, EKS version) before deploying",
+        help=(
+            "check the target AWS account and region (offerings, EFA, quotas, reservations, EKS version) before "
+            "deploying"
+        ),
         description="Check the stack's AWS account and region with boto3 (standard credential chain and AWS_* "
         "environment variables; region from the stack's aws:region). Exit 0: all checks passed or were skipped; "
         "1: a check failed or no credentials; 2: invalid config.",

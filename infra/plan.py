@@ -125,7 +125,8 @@ def summary(
 ) -> str:
     lines = []
     lines.append(
-        f"Stack {cfg.project}/{cfg.stack} in {cfg.region}: cluster {cfg.cluster_name}, Kubernetes {cfg.cluster.kubernetes_version}"
+        f"Stack {cfg.project}/{cfg.stack} in {cfg.region}: cluster {cfg.cluster_name}, Kubernetes "
+        f"{cfg.cluster.kubernetes_version}"
     )
     lines += gpu_az_lines(cfg, result)
     lines.append("")
@@ -144,13 +145,15 @@ def summary(
             efa += f" (cards {min(efa_cards)}-{max(efa_cards)}; card 0 ENA only)"
         lines.append(
             f"  {g.name:<12} {g.instance_type:<15} {it.gpus} x {it.gpu_model} {it.gpu_memory_mib // 1024} GiB, {efa}, "
-            f"nodes {g.min_size}/{g.desired_size}/{g.max_size} (min/desired/max), {g.capacity_type}, placement {g.placement.mode}"
+            f"nodes {g.min_size}/{g.desired_size}/{g.max_size} (min/desired/max), {g.capacity_type}, placement "
+            f"{g.placement.mode}"
         )
         lines += [f"  {'':<12} {line}" for line in capacity_lines(g)]
     s = cfg.system_node_group
     sys_it = catalog.get(s.instance_type)
     lines.append(
-        f"System node group: {s.instance_type} ({sys_it.summary() if sys_it else '?'}), nodes {s.min_size}/{s.desired_size}/{s.max_size}"
+        f"System node group: {s.instance_type} ({sys_it.summary() if sys_it else '?'}), nodes "
+        f"{s.min_size}/{s.desired_size}/{s.max_size}"
     )
     lines.append("")
 
@@ -169,7 +172,8 @@ def summary(
             by_component.setdefault(top_of[key], Counter())
     custom = sum(1 for r in result.records if r.custom)
     lines.append(
-        f"Resources: {len(result.records)} registered ({custom} cloud/Kubernetes resources, {len(result.records) - custom} components)"
+        f"Resources: {len(result.records)} registered ({custom} cloud/Kubernetes resources, "
+        f"{len(result.records) - custom} components)"
     )
     for comp, counts in by_component.items():
         total = sum(counts.values())
@@ -247,12 +251,14 @@ def capacity_lines(g: stack_config.GpuNodeGroupConfig) -> list[str]:
     offering = g.capacity.offering if g.capacity is not None else None
     if g.capacity_block_purchase:
         out.append(
-            f"PURCHASE: `pulumi up` BUYS Capacity Block offering {g.capacity_block_purchase} ({g.max_size} x {g.instance_type}): "
-            "irreversible, its upfront fee is charged at once and never refunded (preflight shows the fee)"
+            f"PURCHASE: `pulumi up` BUYS Capacity Block offering {g.capacity_block_purchase} ({g.max_size} x "
+            f"{g.instance_type}): irreversible, its upfront fee is charged at once and never refunded (preflight shows "
+            "the fee)"
         )
     elif g.awaiting_capacity_block:
         out.append(
-            "no capacity block yet: the group is not built; preflight lists the offerings (capacity.offering), nothing is bought"
+            "no capacity block yet: the group is not built; preflight lists the offerings (capacity.offering), "
+            "nothing is bought"
         )
     elif offering is not None:
         out.append("capacity.offering is looked up by preflight only: nothing is bought (purchase is false)")
@@ -330,7 +336,8 @@ def run_cli(
 
         watching = _on_record.set(start_rendering)
         try:
-            # (the project's own Pulumi.<stack>.yaml: plan(stack), as it always was; stand-ins for plan take the stack only)
+            # (the project's own Pulumi.<stack>.yaml: plan(stack), as it always was; stand-ins for plan take
+            # the stack only)
             cfg, result = plan(stack) if stack_file is None else plan(stack, stack_file=Path(stack_file))
         except CONFIG_ERRORS as err:
             report_config_error(stack, err, stderr)
@@ -363,7 +370,8 @@ def run_cli(
         for v in violations:
             print(f"error: whole-stack invariant broken: {v}", file=stderr)
         stdout.write(
-            f"Whole-stack invariants: {len(invariants.RULES) - len({v.rule for v in violations})} of {len(invariants.RULES)} hold\n"
+            f"Whole-stack invariants: {len(invariants.RULES) - len({v.rule for v in violations})} of "
+            f"{len(invariants.RULES)} hold\n"
         )
         if out:
             write_releases(rendered, Path(out))

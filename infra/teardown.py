@@ -42,7 +42,10 @@ def _names(records: Sequence[Record]) -> str:
 def describe(records: Sequence[Record]) -> str:
     t = teardown(records)
     if not _kept(t):
-        return f"Tear-down (`pulumi destroy`): deletes all {len(t.deleted)} cloud/Kubernetes resources; none protected or retained\n"
+        return (
+            f"Tear-down (`pulumi destroy`): deletes all {len(t.deleted)} cloud/Kubernetes resources; none protected or "
+            "retained\n"
+        )
     lines = [
         f"Tear-down (`pulumi destroy`): deletes {len(t.deleted)} cloud/Kubernetes resources; it stops at or leaves:"
     ]

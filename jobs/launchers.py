@@ -150,10 +150,11 @@ def derived_option_problems(
         problems.append(
             Problem(
                 key(w.at),
-                f"{fmt(w.text)} sets {launcher}'s {label(w.option)}{given}, which the stack derives: {d.value} ({d.source})"
+                f"{fmt(w.text)} sets {launcher}'s {label(w.option)}{given}, which the stack derives: {d.value} "
+                f"({d.source})"
                 + (f"; {extra}" if extra else "")
-                + "; remove it. A value equal to the derived one is refused too: written here it would not follow the next change of "
-                "the job's nodes or of its node group",
+                + "; remove it. A value equal to the derived one is refused too: written here it would not follow the "
+                "next change of the job's nodes or of its node group",
             )
         )
 
@@ -170,7 +171,10 @@ def ranks_without_gpu(gpus: int) -> Callable[[str], str | None]:
             return None
         n = int(value)
         if n > gpus:
-            return f"with {n} processes on a node of {gpus} GPU{'s' if gpus > 1 else ''}, {n - gpus} of {n} ranks would get no GPU"
+            return (
+                f"with {n} processes on a node of {gpus} GPU{'s' if gpus > 1 else ''}, {n - gpus} of {n} ranks would "
+                "get no GPU"
+            )
         return f"with {n} processes on a node of {gpus} GPUs, {gpus - n} of the GPUs would idle"
 
     return consequence

@@ -47,7 +47,10 @@ class MpiBase(GpuJob):
     command: list[str] = Field(min_length=1, description="what mpirun runs on every rank")
     mpirun: str = Field(
         OPEN_MPI_MPIRUN,
-        description="absolute path of mpirun in the image (the remote daemons start from the same prefix); default: AWS's EFA images",
+        description=(
+            "absolute path of mpirun in the image (the remote daemons start from the same prefix); default: AWS's EFA "
+            "images"
+        ),
     )
 
     def pod_hostnames(self) -> list[str]:
@@ -59,7 +62,8 @@ class MpiBase(GpuJob):
             problems.append(
                 Problem(
                     f"{key}.mpirun",
-                    f"{spec_checks.fmt(self.mpirun)} is not allowed: the absolute path of mpirun in the image, like {OPEN_MPI_MPIRUN}",
+                    f"{spec_checks.fmt(self.mpirun)} is not allowed: the absolute path of mpirun in the image, like "
+                    f"{OPEN_MPI_MPIRUN}",
                 )
             )
 
@@ -70,7 +74,8 @@ class MpiBase(GpuJob):
             "processes": Derived(str(self.nodes * gpus), f"{self.nodes} nodes x {gpus} GPUs of {it}: one rank per GPU"),
             "hosts": Derived(
                 "the MPI operator's hostfile",
-                f"/etc/mpi/hostfile, the job's {self.nodes} workers with {gpus} slots each, which the operator names in OMPI_MCA_orte_default_hostfile",
+                f"/etc/mpi/hostfile, the job's {self.nodes} workers with {gpus} slots each, which the operator names "
+                "in OMPI_MCA_orte_default_hostfile",
             ),
             "per node": Derived(str(gpus), f"slotsPerWorker: one rank per GPU of {it}"),
         }
@@ -105,12 +110,17 @@ class MpiJobSpec(PortableJob, MpiBase, ResilientJob):
     script under mpirun (``sagemaker_mpi_enabled``), one process per GPU."""
 
     LAUNCHERS = ((), ("python",))
-    LAUNCHER_TEXT = "[python, /path/train.py, --name, value...] (python or python3; the container runs it as python -m mpi4py under mpirun)"
+    LAUNCHER_TEXT = (
+        "[python, /path/train.py, --name, value...] (python or python3; the container runs it as python -m mpi4py "
+        "under mpirun)"
+    )
     SCRIPT_SUFFIXES = (".py", ".sh")
 
     kind: Literal["mpi"] = Field(description="`mpi`")
     image: str = Field(
-        description="the training image (with Open MPI and sshd; on SageMaker an ECR image with SageMaker's training toolkit)"
+        description=(
+            "the training image (with Open MPI and sshd; on SageMaker an ECR image with SageMaker's training toolkit)"
+        )
     )
 
     def entry_line(self) -> list[str]:
@@ -143,7 +153,10 @@ class MpiJobSpec(PortableJob, MpiBase, ResilientJob):
         # SageMaker's MPI launcher (sagemaker_training/mpi.py, MasterRunner._create_command) runs
         # mpirun --host <host>:<GPUs>,... -np <instances x GPUs> with the custom options after them.
         n, gpus = self.max_workers(), instance.gpus
-        launcher = f"SageMaker's MPI launcher passes mpirun --host and -np for the training job's {n} instances of {instance.name}"
+        launcher = (
+            f"SageMaker's MPI launcher passes mpirun --host and -np for the training job's {n} instances of "
+            f"{instance.name}"
+        )
         derived = {
             "processes": Derived(str(n * gpus), f"{n} instances x {gpus} GPUs: {launcher}"),
             "hosts": Derived(f"the {n} instances, {gpus} processes each", launcher),
@@ -166,7 +179,8 @@ class MpiJobSpec(PortableJob, MpiBase, ResilientJob):
             problems.append(
                 Problem(
                     f"{key}.mpirunArgs",
-                    f"with the env forwarded, the MPI options come to {len(options)} characters; SageMaker takes {MAX_HYPERPARAMETER_VALUE}",
+                    f"with the env forwarded, the MPI options come to {len(options)} characters; SageMaker takes "
+                    f"{MAX_HYPERPARAMETER_VALUE}",
                 )
             )
         for j, arg in enumerate(self.mpirun_args):
@@ -174,7 +188,8 @@ class MpiJobSpec(PortableJob, MpiBase, ResilientJob):
                 problems.append(
                     Problem(
                         f"{key}.mpirunArgs[{j}]",
-                        f"{spec_checks.fmt(arg)} is not allowed with runtime 'sagemaker': SageMaker splits MPI options on whitespace",
+                        f"{spec_checks.fmt(arg)} is not allowed with runtime 'sagemaker': SageMaker splits MPI options "
+                        "on whitespace",
                     )
                 )
 

@@ -69,7 +69,10 @@ class NcclTestSpec(MpiBase):
         None,
         ge=0,
         alias="minBusBandwidthGBps",
-        description="fail the job when the peak bus bandwidth (GB/s) is lower; default: 35% of the group's EFA bandwidth with 2+ nodes on EFA, else 0",
+        description=(
+            "fail the job when the peak bus bandwidth (GB/s) is lower; default: 35% of the group's EFA bandwidth with "
+            "2+ nodes on EFA, else 0"
+        ),
     )
 
     def gate(self, target: JobTarget) -> tuple[bool, float]:
@@ -107,7 +110,8 @@ class NcclTestSpec(MpiBase):
             problems.append(
                 Problem(
                     f"{key}.image",
-                    f"the default nccl-tests image is built for {', '.join(NCCL_TESTS_IMAGE_GPU_MODELS)} GPUs and cannot run on "
-                    f"node group {group.name!r} ({it.name}, {it.gpu_model}); set image to an nccl-tests build for {it.gpu_model}",
+                    f"the default nccl-tests image is built for {', '.join(NCCL_TESTS_IMAGE_GPU_MODELS)} GPUs and "
+                    f"cannot run on node group {group.name!r} ({it.name}, {it.gpu_model}); set image to an nccl-tests "
+                    f"build for {it.gpu_model}",
                 )
             )

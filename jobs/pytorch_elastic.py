@@ -32,8 +32,9 @@ ETCD_BACKENDS = ("etcd", "etcd-v2")
 # The port of c10d's rendezvous on worker 0: the training operator's default `pytorchjob-port`
 # (pkg/apis/kubeflow.org/v1/pytorch_defaults.go; the stack sets no port of its own).
 PYTORCHJOB_PORT = 23456
-# What torchrun gives its workers (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, read by torch 2.13; older torchruns wait a fixed 30 s) between SIGTERM and SIGKILL when
-# the pod is stopped: the pod's grace period less this margin, for torchrun's own exit.
+# What torchrun gives its workers (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, read by torch 2.13; older torchruns wait a fixed
+# 30 s) between SIGTERM and SIGKILL when the pod is stopped: the pod's grace period less this margin, for torchrun's own
+# exit.
 SHUTDOWN_MARGIN = 10
 
 
@@ -55,7 +56,10 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
     max_restarts: Int32 = Field(3, ge=0, description="restarts of the worker group torchrun allows")
     rendezvous: Literal["etcd", "etcd-v2", "c10d"] = Field(
         "etcd",
-        description="rendezvous backend: `etcd`/`etcd-v2` on the stack's etcd (the image needs `python-etcd`) or `c10d` on worker 0",
+        description=(
+            "rendezvous backend: `etcd`/`etcd-v2` on the stack's etcd (the image needs `python-etcd`) or `c10d` on "
+            "worker 0"
+        ),
     )
 
     @model_validator(mode="before")
@@ -121,10 +125,11 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
         problems.append(
             Problem(
                 f"{key}.rendezvous",
-                f"{self.rendezvous!r}{default} needs the python-etcd package in the image (PyTorch's etcd rendezvous imports it as `etcd`), "
-                f"and image {self.image!r} has none ({known.source} installs none): torchrun would fail at the rendezvous; "
-                "use rendezvous 'c10d' (on worker 0, nothing to install), or an image with python-etcd "
-                "(e.g. built FROM this one with `pip install python-etcd`, pushed to your own registry)",
+                f"{self.rendezvous!r}{default} needs the python-etcd package in the image (PyTorch's etcd rendezvous "
+                f"imports it as `etcd`), and image {self.image!r} has none ({known.source} installs none): torchrun "
+                "would fail at the rendezvous; use rendezvous 'c10d' (on worker 0, nothing to install), or an image "
+                "with python-etcd (e.g. built FROM this one with `pip install python-etcd`, pushed to your own "
+                "registry)",
             )
         )
 
@@ -133,7 +138,8 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
             problems.append(
                 Problem(
                     f"{key}.rendezvous",
-                    f"{self.rendezvous!r} needs the stack's etcd, which is disabled; enable etcd or use rendezvous 'c10d'",
+                    f"{self.rendezvous!r} needs the stack's etcd, which is disabled; enable etcd or use rendezvous "
+                    "'c10d'",
                 )
             )
         super().check_environment(key, problems, env)
@@ -149,7 +155,8 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
         self._check_torchrun_options(key, problems, group)
 
     def _check_torchrun_options(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
-        """torchrun's options in command/args against the PET_* variables the training operator sets (``jobs/launchers.py``)."""
+        """torchrun's options in command/args against the PET_* variables the training operator
+        sets (``jobs/launchers.py``)."""
         line = self.entry_line()
         start = launchers.torchrun_start(line)
         if start is None:

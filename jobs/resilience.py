@@ -190,8 +190,10 @@ SAGEMAKER_TEXT = {
     "progress": "is not allowed with runtime 'sagemaker': the stack's progress guard runs in the job's pods on EKS; "
     "on SageMaker, bound the run with activeDeadlineSeconds (its MaxRuntimeInSeconds); "
     "or use runtime 'eks'",
-    "checkpoints": "is not allowed with runtime 'sagemaker': on SageMaker use sagemaker.checkpointS3Uri (SageMaker syncs "
-    "/opt/ml/checkpoints to it and back when a job starts again); or use runtime 'eks'",
+    "checkpoints": (
+        "is not allowed with runtime 'sagemaker': on SageMaker use sagemaker.checkpointS3Uri (SageMaker syncs "
+        "/opt/ml/checkpoints to it and back when a job starts again); or use runtime 'eks'"
+    ),
 }
 
 
@@ -208,7 +210,8 @@ def check_progress(p: Progress, k: str, problems: list[Problem]) -> None:
             problems.append(
                 Problem(
                     f"{k}.heartbeatFile",
-                    f"{spec_checks.fmt(path)} is not allowed: an absolute file path in the container without '..', like '/tmp/heartbeat'",
+                    f"{spec_checks.fmt(path)} is not allowed: an absolute file path in the container without '..', "
+                    "like '/tmp/heartbeat'",
                 )
             )
     for name, value in (("startupSeconds", p.startup_seconds), ("intervalSeconds", p.interval_seconds)):
@@ -228,8 +231,8 @@ def check_pattern(pattern: str, k: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 k,
-                f"{spec_checks.fmt(pattern)} is not allowed: it matches an empty line, so any output would count as progress; "
-                "give a pattern of what the job prints when it progresses, e.g. 'step \\d+'",
+                f"{spec_checks.fmt(pattern)} is not allowed: it matches an empty line, so any output would count as "
+                "progress; give a pattern of what the job prints when it progresses, e.g. 'step \\d+'",
             )
         )
 
@@ -252,7 +255,8 @@ def check_checkpoints(c: Checkpoints, k: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{k}.path",
-                f"{spec_checks.fmt(c.path)} is not allowed: a folder relative to the volume's root without '..', like 'checkpoints'",
+                f"{spec_checks.fmt(c.path)} is not allowed: a folder relative to the volume's root without '..', like "
+                "'checkpoints'",
             )
         )
     mp = c.mount_path
@@ -261,7 +265,8 @@ def check_checkpoints(c: Checkpoints, k: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{k}.mountPath",
-                f"{spec_checks.fmt(mp)} is not allowed: an absolute path like '/checkpoints' (not '/', /dev/shm or {GUARD_DIR})",
+                f"{spec_checks.fmt(mp)} is not allowed: an absolute path like '/checkpoints' (not '/', /dev/shm or "
+                f"{GUARD_DIR})",
             )
         )
     check_range(c.grace_period_seconds, MIN_GRACE, MAX_GRACE, f"{k}.gracePeriodSeconds", problems)
@@ -274,7 +279,10 @@ def restart_bound(spec: GpuJob) -> str:
     """What bounds the restarts after a hang, in words."""
     max_restarts = getattr(spec, "max_restarts", None)
     if max_restarts is not None:
-        return f"torchrun restarts the worker group up to {max_restarts}x (maxRestarts), then the pod fails (backoffLimit {spec.backoff_limit})"
+        return (
+            f"torchrun restarts the worker group up to {max_restarts}x (maxRestarts), then the pod fails (backoffLimit "
+            f"{spec.backoff_limit})"
+        )
     return f"the pod fails and is retried up to {spec.backoff_limit}x (backoffLimit)"
 
 
@@ -289,5 +297,8 @@ def describe(spec: GpuJob) -> tuple[str, str]:
         hang = f"on: {sign}, first within {p.startup_seconds}s, then every {p.interval_seconds}s; {restart_bound(spec)}"
     saved = "off"
     if c is not None:
-        saved = f"on: {c.volume} folder {spec.checkpoint_folder()} at {c.mount_path}, {c.grace_period_seconds}s to save on SIGTERM"
+        saved = (
+            f"on: {c.volume} folder {spec.checkpoint_folder()} at {c.mount_path}, {c.grace_period_seconds}s to save on "
+            "SIGTERM"
+        )
     return hang, saved

@@ -66,7 +66,8 @@ def check_image(image: str, k: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 k,
-                f"{fmt(image)} is not a valid image reference: {why}; like nvcr.io/nvidia/pytorch:24.01-py3 or <registry>/<repository>@sha256:<64 hex digits>",
+                f"{fmt(image)} is not a valid image reference: {why}; like nvcr.io/nvidia/pytorch:24.01-py3 or "
+                "<registry>/<repository>@sha256:<64 hex digits>",
             )
         )
         return
@@ -77,7 +78,8 @@ def check_image(image: str, k: str, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 k,
-                f"{fmt(image)} is not pinned: give a tag other than 'latest' (or a digest) so every run gets the same image",
+                f"{fmt(image)} is not pinned: give a tag other than 'latest' (or a digest) so every run gets the same "
+                "image",
             )
         )
 
@@ -90,12 +92,15 @@ def env_name_problem(name: str) -> str | None:
     if "=" in name:
         before, _, after = name.partition("=")
         hint = f"; give the value after the colon instead: {before}: {after}" if _ENV_NAME.fullmatch(before) else ""
-        return f"{fmt(name)} is not an environment variable name: a name may not contain '=' (Kubernetes refuses it: its names are printable ASCII other than '='){hint}"
+        return (
+            f"{fmt(name)} is not an environment variable name: a name may not contain '=' (Kubernetes refuses it: its "
+            f"names are printable ASCII other than '='){hint}"
+        )
     if not name:
         return f"{fmt(name)} is not an environment variable name: a name has at least one character ({_ENV_NAME_TEXT})"
     return (
-        f"{fmt(name)} is not an environment variable name the stack takes: {_ENV_NAME_TEXT}, the names a SageMaker training job "
-        "takes too (Kubernetes 1.35 and 1.36 would take any printable ASCII but '=')"
+        f"{fmt(name)} is not an environment variable name the stack takes: {_ENV_NAME_TEXT}, the names a SageMaker "
+        "training job takes too (Kubernetes 1.35 and 1.36 would take any printable ASCII but '=')"
     )
 
 
@@ -247,8 +252,9 @@ def check_placement(
         problems.append(
             Problem(
                 where,
-                f"{what} needs a node group with a network topology, and group {group.name!r} has none: {why}; "
-                "drop placement (Kueue then admits the job by quota alone) or use an EFA group of a type with network layers",
+                f"{what} needs a node group with a network topology, and group {group.name!r} has none: {why}; drop "
+                "placement (Kueue then admits the job by quota alone) or use an EFA group of a type with network "
+                "layers",
             )
         )
         return

@@ -1,4 +1,5 @@
-"""The tests' fixtures: the shared dev and prod plans, the plan command's run, moto. Helpers (functions, configs, specs) are in tests/helpers.py."""
+"""The tests' fixtures: the shared dev and prod plans, the plan command's run, moto.
+Helpers (functions, configs, specs) are in tests/helpers.py."""
 
 from __future__ import annotations
 
@@ -111,7 +112,8 @@ def _shared_plans_stay_unchanged() -> Iterator[None]:
     yield
     changed = [name for name, (fingerprint, before) in _SHARED.items() if fingerprint() != before]
     assert not changed, (
-        f"a test changed the shared {', '.join(changed)} (copy it before changing it); run the tests that use it one module at a time to find which"
+        f"a test changed the shared {', '.join(changed)} (copy it before changing it); run the tests that use it one "
+        "module at a time to find which"
     )
 
 

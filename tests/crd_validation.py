@@ -212,7 +212,8 @@ def _mpijob_replica_errors(rs: dict[str, Any], role: str, restart: str, replicas
     n = rs.get("replicas", replicas)
     if rs.get("restartPolicy", restart) not in ("Never", "OnFailure"):
         errors.append(
-            f"{at}[{role}].restartPolicy: Unsupported value: {rs['restartPolicy']!r}: supported values: Never, OnFailure"
+            f"{at}[{role}].restartPolicy: Unsupported value: {rs['restartPolicy']!r}: supported values: Never, "
+            "OnFailure"
         )
     if not _containers(rs):
         errors.append(f"{at}[{role}].template.spec.containers: Required value: must define at least one container")
@@ -252,7 +253,8 @@ def _mpijob_run_policy_errors(policy: dict[str, Any]) -> list[str]:
     errors = []
     if policy.get("cleanPodPolicy", "None") not in ("None", "Running", "All"):
         errors.append(
-            f"spec.runPolicy.cleanPodPolicy: Unsupported value: {policy['cleanPodPolicy']!r}: supported values: All, None, Running"
+            f"spec.runPolicy.cleanPodPolicy: Unsupported value: {policy['cleanPodPolicy']!r}: supported values: All, "
+            "None, Running"
         )
     for name in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
         if isinstance(policy.get(name), int) and policy[name] < 0:
@@ -304,7 +306,8 @@ def _training_operator_containers(containers: list[dict[str, Any]], role: str, c
             errors.append(f"{at}[{role}].template.spec.containers[{i}].image: Required value: must be required")
     if not any(c.get("name") == container for c in containers):
         errors.append(
-            f"{at}[{role}].template.spec.containers: Required value: must have at least one container with name {container!r}"
+            f"{at}[{role}].template.spec.containers: Required value: must have at least one container with name "
+            f"{container!r}"
         )
     return errors
 

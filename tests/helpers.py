@@ -549,7 +549,8 @@ AGENT_NAMESPACE = "kube-system"  # where EKS installs the add-on (the chart uses
 
 
 def render_agent(chart: str, k8s: str, values: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The agent's ``chart`` rendered by the real helm for Kubernetes ``k8s`` with ``values`` (None: the chart's own)."""
+    """The agent's ``chart`` rendered by the real helm for Kubernetes ``k8s`` with ``values``
+    (None: the chart's own)."""
     cmd = [
         str(HELM),
         "template",

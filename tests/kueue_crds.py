@@ -206,7 +206,10 @@ def _webhook_errors(obj: dict[str, Any]) -> Iterator[str]:
             for j, r in enumerate(f["resources"]):
                 where = f"spec.resourceGroups[{i}].flavors[{f['name']}].resources[{j}]"
                 if j < len(rg["coveredResources"]) and r["name"] != rg["coveredResources"][j]:
-                    yield f"{where}.name: {r['name']} must match the name in coveredResources ({rg['coveredResources'][j]})"
+                    yield (
+                        f"{where}.name: {r['name']} must match the name in coveredResources "
+                        f"({rg['coveredResources'][j]})"
+                    )
                 for key in ("nominalQuota", "borrowingLimit", "lendingLimit"):
                     if key in r:
                         text = str(r[key])

@@ -140,7 +140,8 @@ def test_a_change_inside_the_window_is_held_back_with_the_reason(monkeypatch):
     assert lt.inputs["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 900 and "ignoreChanges" not in lt.options
     (text,) = [w for w in warned if "held back" in w]
     assert text.startswith(
-        "node group gpu-training-test-gpu-h100: its capacity block's window is open (2030-01-01 11:30 UTC to 2030-01-02 11:30 UTC)"
+        "node group gpu-training-test-gpu-h100: its capacity block's window is open (2030-01-01 11:30 UTC to "
+        "2030-01-02 11:30 UTC)"
     )
     assert (
         "held back until 2030-01-02 11:30 UTC" in text and "desired size 0" in text and "the Kubernetes version" in text
@@ -160,8 +161,8 @@ def test_the_plan_summary_says_what_is_held_back(monkeypatch):
     assert g is not None
     lines = plan_cli.capacity_lines(g)
     assert (
-        lines[0]
-        == "block 2030-01-01 11:30 UTC to 2030-01-02 11:30 UTC: scheduled to 2 nodes at its start and to 0 at 2030-01-02 10:30 UTC"
+        lines[0] == "block 2030-01-01 11:30 UTC to 2030-01-02 11:30 UTC: scheduled to 2 nodes at its start and to 0 "
+        "at 2030-01-02 10:30 UTC"
     )
     assert lines[1].startswith("HELD BACK (plan time 2030-01-01 12:30 UTC): its capacity block's window is open")
     monkeypatch.setattr(node_scaling, "utc_now", lambda: START - datetime.timedelta(days=1))

@@ -227,9 +227,9 @@ def test_plan_summary_and_pr_diff_say_the_purchase_in_words(tmp_path, monkeypatc
     lines = "\n".join(plan_cli.capacity_lines(g))
     assert f"PURCHASE: `pulumi up` BUYS Capacity Block offering {OFFERING_ID}" in lines and "irreversible" in lines
     assert (
-        "block 2030-01-01 11:30 UTC to 2030-01-02 11:30 UTC: scheduled to 2 nodes at its start and to 0 at 2030-01-02 10:30 UTC"
-        in lines
-    )
+        "block 2030-01-01 11:30 UTC to 2030-01-02 11:30 UTC: scheduled to 2 nodes at its start and to 0 at 2030-01-02 "
+        "10:30 UTC"
+    ) in lines
 
     from infra.diff import cli as plan_diff
 
@@ -376,9 +376,9 @@ def test_offerings_are_shown_with_their_upfront_price_and_nothing_is_bought(sess
     r = line(run(session, offering_group()), "capacity block offerings (GPU group h100)")
     assert r.status == preflight.PASS, r.line()
     assert (
-        f"{OFFERING_ID} in {AZ}: 2 x p5.48xlarge, 2030-01-01T11:30:00Z to 2030-01-02T11:30:00Z (24 h), upfront $1,234.56 USD"
-        in r.detail
-    )
+        f"{OFFERING_ID} in {AZ}: 2 x p5.48xlarge, 2030-01-01T11:30:00Z to 2030-01-02T11:30:00Z (24 h), upfront "
+        "$1,234.56 USD"
+    ) in r.detail
     assert r.detail.index(OFFERING_ID) < r.detail.index("cb-0fedcba9876543210")  # the earliest first
     assert (
         "nothing is bought" in r.detail

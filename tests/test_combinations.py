@@ -147,7 +147,9 @@ def _sagemaker_job(group: str) -> dict[str, Any]:
         "runtime": "sagemaker",
         "nodeGroup": group,
         "nodes": 2,
-        "image": "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker",
+        "image": (
+            "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker"
+        ),
         "command": ["torchrun"],
         "args": ["/opt/ml/input/data/efs/code/train/main.py"],
         "rendezvous": "c10d",

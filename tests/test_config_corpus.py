@@ -163,7 +163,8 @@ def test_every_generated_config_plans_or_is_refused_naming_its_key(i, tmp_path, 
     "text,expect",
     [
         (
-            "config:\n  gpu-training:tags:\n    env: dev\n  gpu-training:tags:\n    env: prod\n  aws:region: us-west-2\n",
+            "config:\n  gpu-training:tags:\n    env: dev\n"
+            "  gpu-training:tags:\n    env: prod\n  aws:region: us-west-2\n",
             "written twice",
         ),
         ("config:\n  aws:region: us-west-2\n  gpu-training:etcd:\n    cpu: 1\n    cpu: 2\n", "written twice"),

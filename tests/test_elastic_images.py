@@ -66,8 +66,10 @@ def test_aws_pytorch_training_gpu_images_are_known_to_lack_python_etcd(ref: str)
     "ref",
     [
         OWN_COPY,  # another account: a copy, maybe with python-etcd added
-        "763104351884.dkr.ecr.ap-east-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-ec2",  # not that region's account
-        "727897471807.dkr.ecr.cn-north-1.amazonaws.com/pytorch-training:2.6.0-gpu-py312-cu126-ubuntu22.04-ec2",  # China without .cn
+        # not that region's account
+        "763104351884.dkr.ecr.ap-east-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-ec2",
+        # China without .cn
+        "727897471807.dkr.ecr.cn-north-1.amazonaws.com/pytorch-training:2.6.0-gpu-py312-cu126-ubuntu22.04-ec2",
         f"{DLC}:2.5.1-cpu-py311-ubuntu22.04-ec2",  # CPU images are not in the table
         f"{DLC}:2.5.1-gpu-py311-cu121-ubuntu22.04-ec2",  # no 2.5 build for CUDA 12.1
         f"{DLC}:2.11.0-gpu-py312-cu130-ubuntu22.04-ec2",  # a minor not read

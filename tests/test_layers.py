@@ -129,7 +129,8 @@ def test_the_pulumi_program_does_not_load_the_offline_engine():
     code = (
         "import sys; sys.path.insert(0, '.');"
         "import infra.program;"
-        "bad = sorted(m for m in sys.modules if m.split('.')[:2] in (['infra', 'offline'], ['infra', 'plan'], ['infra', 'preflight'], ['infra', 'aws_catalog'], ['infra', 'diff'])"
+        "bad = sorted(m for m in sys.modules if m.split('.')[:2] in (['infra', 'offline'], ['infra', 'plan'], "
+        "['infra', 'preflight'], ['infra', 'aws_catalog'], ['infra', 'diff'])"
         " or m in ('moto', 'boto3', 'stacks.config.stackfile') or m.split('.')[0] == 'ruamel');"
         "print(','.join(bad))"
     )
@@ -159,7 +160,8 @@ def package_violations(package: str, module: str, source: str) -> list[str]:
             and ".".join(name.split(".")[:2]) not in SAGEMAKER_RUNTIME_USES
         ):
             found.append(
-                f"{package}.{module}:{line} imports {name} (the runtime uses only {', '.join(sorted(SAGEMAKER_RUNTIME_USES))})"
+                f"{package}.{module}:{line} imports {name} (the runtime uses only "
+                f"{', '.join(sorted(SAGEMAKER_RUNTIME_USES))})"
             )
     return found
 
@@ -174,7 +176,10 @@ def test_split_packages_import_from_the_bottom_up(package: str):
 
 
 def test_the_package_checker_catches_upward_imports_and_kinds():
-    up = "from typing import TYPE_CHECKING\nfrom stacks.queues.plan import QueuePlan\nif TYPE_CHECKING:\n    from stacks.queues.queue_checks import x\n"
+    up = (
+        "from typing import TYPE_CHECKING\nfrom stacks.queues.plan import QueuePlan\n"
+        "if TYPE_CHECKING:\n    from stacks.queues.queue_checks import x\n"
+    )
     assert package_violations("stacks.queues", "admission", up) == [
         "stacks.queues.admission:2 imports stacks.queues.plan (plan is not below admission)"
     ]

@@ -607,8 +607,15 @@ def test_the_grammar_is_what_is_taken_short_of_the_int64_bound():
     for text, _ in GO_DURATIONS:
         assert durations.SYNTAX.fullmatch(text), text
     beyond = {t for t, _ in GO_DURATION_ERRORS if durations.SYNTAX.fullmatch(t)}
-    assert beyond == {"9223372036854775810ns", "9223372036854775808ns", "-9223372036854775809ns", "9223372036854776us", "3000000h",
-                      "9223372036854775.808us", "9223372036854ms775us808ns"}  # fmt: skip
+    assert beyond == {
+        "9223372036854775810ns",
+        "9223372036854775808ns",
+        "-9223372036854775809ns",
+        "9223372036854776us",
+        "3000000h",
+        "9223372036854775.808us",
+        "9223372036854ms775us808ns",
+    }
 
 
 def test_a_duration_too_long_for_pythons_int_conversion_is_refused_or_read():
@@ -704,7 +711,8 @@ def test_the_offline_engine_refuses_a_duplicate_urn_in_the_engines_words():
         offline.run(lambda: {"c": Component("c").urn}, {"aws:region": "us-west-2"}, project="p", stack="s")
     assert (
         str(err.value)
-        == "Duplicate resource URN 'urn:pulumi:s::p::test:index:Component$aws:s3/bucket:Bucket::bucket'; try giving it a unique name"
+        == "Duplicate resource URN 'urn:pulumi:s::p::test:index:Component$aws:s3/bucket:Bucket::bucket'; try giving "
+        "it a unique name"
     )
 
     def top_level() -> dict[str, Any]:
@@ -736,7 +744,8 @@ def test_a_duplicate_urn_is_an_error_line_not_a_traceback(monkeypatch):
     assert plan_mod.run_cli("dev", None, stdout=out, stderr=err) == plan_mod.EXIT_FAILED
     assert (
         err.getvalue()
-        == "error: stack 'dev': Duplicate resource URN 'urn:pulumi:dev::gpu-training::x:y:Z::a'; try giving it a unique name\n"
+        == "error: stack 'dev': Duplicate resource URN 'urn:pulumi:dev::gpu-training::x:y:Z::a'; try giving it a "
+        "unique name\n"
     )
     assert out.getvalue() == ""
 

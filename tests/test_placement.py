@@ -135,7 +135,10 @@ def test_gpu_subnets_in_two_azs_are_refused_with_auto(dev_plan, dev_in_2c):
     )
     with pytest.raises(
         pulumi.RunError,
-        match=rf"{KEY}: 'auto' keeps the AZ of this stack's GPU subnet, but it has GPU subnets in us-west-2b \(subnet-\w+\) and us-west-2c",
+        match=(
+            rf"{KEY}: 'auto' keeps the AZ of this stack's GPU subnet, but it has GPU subnets in us-west-2b "
+            r"\(subnet-\w+\) and us-west-2c"
+        ),
     ):
         plan(dev_values(), both)
 

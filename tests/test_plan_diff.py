@@ -119,9 +119,9 @@ def test_synthetic_plans(synthetic):
     )
     updated = section(md, "Updated in place (`~`)")
     assert (
-        "| ~ | `aws:eks/nodeGroup:NodeGroup` | `gpu` | `inputs.labels[1]`, `inputs.scalingConfig.maxSize`, `dependsOn` |"
-        in updated
-    )
+        "| ~ | `aws:eks/nodeGroup:NodeGroup` | `gpu` | `inputs.labels[1]`, `inputs.scalingConfig.maxSize`, "
+        "`dependsOn` |"
+    ) in updated
     assert "| + | `aws:ec2/natGateway:NatGateway` | `network-nat-a` |" in section(md, "Added (`+`)")
     assert "| - | `aws:ec2/eip:Eip` | `network-nat-b` |" in section(md, "Removed (`-`)")
     assert "network-vpc" not in md.split("#### Added")[0] and "minSize" not in md  # unchanged things stay out
@@ -189,7 +189,8 @@ def test_failed_head_plan_shows_its_output(synthetic, tmp_path):
     base, _ = synthetic
     log = tmp_path / "head.log"
     log.write_text(
-        "error: stack 'dev': invalid stack config (1 problem(s)):\n  - gpu-training:gpuNodeGroups[0].maxSize: 0 is not allowed\n"
+        "error: stack 'dev': invalid stack config (1 problem(s)):\n"
+        "  - gpu-training:gpuNodeGroups[0].maxSize: 0 is not allowed\n"
     )
     md = run([base, tmp_path / "no-plan", "--head-failed", "--head-log", log])
     assert "**The offline plan of this pull request failed**" in md

@@ -106,7 +106,8 @@ def test_the_teardown_lines_name_what_the_plan_protects_and_retains(prod_plan, d
     assert text.startswith(f"Tear-down (`pulumi destroy`): deletes {len(custom) - kept} cloud/Kubernetes resources")
     dev_custom = sum(1 for r in dev_plan.records if r.custom)
     assert teardown.describe(dev_plan.records) == (
-        f"Tear-down (`pulumi destroy`): deletes all {dev_custom} cloud/Kubernetes resources; none protected or retained\n"
+        f"Tear-down (`pulumi destroy`): deletes all {dev_custom} cloud/Kubernetes resources; none protected or "
+        "retained\n"
     )
 
 

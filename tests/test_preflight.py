@@ -265,7 +265,8 @@ def test_auto_keeps_the_az_of_the_deployed_gpu_subnet(session):
     az = by_check(results, "GPU AZ")
     assert az.status == preflight.PASS
     assert az.detail.startswith(
-        f"'auto' keeps us-west-2c, where this stack already has its GPU subnet ({subnet}), and it offers p3dn.24xlarge, p4d.24xlarge"
+        f"'auto' keeps us-west-2c, where this stack already has its GPU subnet ({subnet}), and it offers "
+        "p3dn.24xlarge, p4d.24xlarge"
     )
     assert "private subnets in us-west-2a, us-west-2c" in by_check(results, "subnet AZs").detail
     # Another stack's GPU subnet does not count.
@@ -280,13 +281,13 @@ def test_auto_refuses_a_type_the_deployed_az_lacks(session):
     az = by_check(results, "GPU AZ")
     assert az.status == preflight.FAIL
     assert (
-        f"'auto' keeps us-west-2b, where this stack already has its GPU subnet ({subnet}), and us-west-2b does not offer p5en.48xlarge"
-        in az.detail
-    )
+        f"'auto' keeps us-west-2b, where this stack already has its GPU subnet ({subnet}), and us-west-2b does not "
+        "offer p5en.48xlarge"
+    ) in az.detail
     assert "p5en.48xlarge is offered in us-west-2a, us-west-2c, us-west-2d" in az.detail
     assert az.fix == (
-        f"choose GPU types us-west-2b offers, or move the GPU AZ on purpose: set {NS}:gpuAvailabilityZone to one of us-west-2c in Pulumi.dev.yaml "
-        "(that replaces the GPU node groups and FSx for Lustre)"
+        f"choose GPU types us-west-2b offers, or move the GPU AZ on purpose: set {NS}:gpuAvailabilityZone to one of "
+        "us-west-2c in Pulumi.dev.yaml (that replaces the GPU node groups and FSx for Lustre)"
     )
 
 

@@ -424,7 +424,8 @@ def test_the_check_runs_by_default_on_autoscaled_topology_flavors_only(mixed):
 def test_false_with_an_autoscaled_topology_group_is_refused_with_the_reason():
     problems = problems_of(minimal_values(autoscaling={"provisioningRequests": False}))
     assert len(problems) == 1 and problems[0].startswith(
-        f"{NS}:autoscaling.provisioningRequests: false is not allowed with node group 'p4d': it is autoscaled and has a network topology"
+        f"{NS}:autoscaling.provisioningRequests: false is not allowed with node group 'p4d': it is autoscaled and has "
+        "a network topology"
     )
     assert "wait forever" in problems[0]
     load(minimal_values(autoscaling={"provisioningRequests": False, "enabled": False}), "gpu-training", "test")

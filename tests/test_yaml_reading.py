@@ -610,7 +610,8 @@ def test_a_deep_value_from_the_engine_is_refused_naming_its_key():
         with pytest.raises(ConfigError) as err:
             load(given, "gpu-training", "x")
         assert [str(p) for p in err.value.problems] == [
-            f"{NS}:tags: nests maps and lists more than {MAX_DEPTH} levels deep; no value of this project's config nests more than a few"
+            f"{NS}:tags: nests maps and lists more than {MAX_DEPTH} levels deep; no value of this project's config "
+            "nests more than a few"
         ]
 
 

@@ -38,7 +38,8 @@ def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
 
 
 def resource_changes(old: dict, new: dict) -> list[str]:
-    """What differs between two records of one resource: ``inputs.<path>``, ``parent``, ``dependsOn``, ``options.<key>``."""
+    """What differs between two records of one resource: ``inputs.<path>``, ``parent``,
+    ``dependsOn``, ``options.<key>``."""
     keys = [f"inputs.{k}" for k in changed_paths(old.get("inputs") or {}, new.get("inputs") or {})]
     if (old.get("parent") or None) != (new.get("parent") or None):
         keys.append("parent")

@@ -91,11 +91,12 @@ def _gpu_az_move_lines(diff: Diff) -> list[str]:
     if move is None:
         return []
     return [
-        f"**This change MOVES the GPU AZ** from {_code(move[0])} to {_code(move[1])} (stack output `{GPU_AZ}`). On a deployed stack, "
-        "`pulumi up` replaces every GPU node group (their nodes, and the jobs running on them), FSx for Lustre (a new, empty file system) "
-        "and the training jobs, and moves the GPU subnet. With `gpuAvailabilityZone: auto` a deployed stack keeps its AZ instead, and "
-        "`pulumi preview` refuses the GPU types that AZ does not offer (the offline plan is the plan of a new stack); "
-        "to move on purpose, set `gpuAvailabilityZone` to the new AZ.",
+        f"**This change MOVES the GPU AZ** from {_code(move[0])} to {_code(move[1])} (stack output `{GPU_AZ}`). On a "
+        "deployed stack, `pulumi up` replaces every GPU node group (their nodes, and the jobs running on them), FSx "
+        "for Lustre (a new, empty file system) and the training jobs, and moves the GPU subnet. With "
+        "`gpuAvailabilityZone: auto` a deployed stack keeps its AZ instead, and `pulumi preview` refuses the GPU "
+        "types that AZ does not offer (the offline plan is the plan of a new stack); to move on purpose, set "
+        "`gpuAvailabilityZone` to the new AZ.",
         "",
     ]
 
@@ -207,16 +208,17 @@ def render(
     b, h = diff.base, diff.head
     lines += [
         f"Resources: **{len(diff.replaced)} to replace, {len(diff.updated)} to update in place, "
-        f"{len(diff.resources_added)} to add, {len(diff.resources_removed)} to remove** ({len(b.resources)} → {len(h.resources)}). "
-        f"Kubernetes objects: **{len(diff.manifests_added)} added, {len(diff.manifests_removed)} removed, "
-        f"{len(diff.manifests_changed)} changed** ({len(b.manifests)} → {len(h.manifests)}).",
+        f"{len(diff.resources_added)} to add, {len(diff.resources_removed)} to remove** ({len(b.resources)} → "
+        f"{len(h.resources)}). Kubernetes objects: **{len(diff.manifests_added)} added, {len(diff.manifests_removed)} "
+        f"removed, {len(diff.manifests_changed)} changed** ({len(b.manifests)} → {len(h.manifests)}).",
         "",
     ]
     lines += _cost_lines(b.cost, h.cost)
     for name, offering in purchases(diff):
         lines += [
-            f"**This change BUYS a Capacity Block:** `pulumi up` purchases offering {_code(offering)} (resource {_code(name)}). "
-            "The purchase is irreversible: its upfront fee is charged at once and never refunded (`python -m infra preflight` shows the fee).",
+            f"**This change BUYS a Capacity Block:** `pulumi up` purchases offering {_code(offering)} (resource "
+            f"{_code(name)}). The purchase is irreversible: its upfront fee is charged at once and never refunded "
+            "(`python -m infra preflight` shows the fee).",
             "",
         ]
     if diff.empty:
@@ -225,8 +227,9 @@ def render(
     if diff.outputs_changed:
         lines += ["#### Stack outputs changed", "", _keys(diff.outputs_changed, limit=max_rows), ""]
     lines += [
-        "<sub>Offline plan: the stack's program run against recorded AWS data, no credentials. `-/+` and `~` follow the "
-        "providers' replace-on-change fields (infra/diff/replace_fields.py); `pulumi preview` has the real diff.</sub>",
+        "<sub>Offline plan: the stack's program run against recorded AWS data, no credentials. `-/+` and `~` follow "
+        "the providers' replace-on-change fields (infra/diff/replace_fields.py); `pulumi preview` has the real "
+        "diff.</sub>",
         "",
     ]
     return "\n".join(lines) + "\n"

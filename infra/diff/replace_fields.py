@@ -40,7 +40,10 @@ _K8S = (
     "pulumi/pulumi-kubernetes provider/pkg/provider/diff.go (forceNew; unchanged since 2026-02-18, "
     "read at 94977969, after v4.32.0; pinned 4.34.2)"
 )
-_EKS = "pulumi/pulumi-eks nodejs/eks/cluster/cluster.ts and provider/cmd/pulumi-resource-eks/schema.json at 7bf0c1b1 (after v4.3.0; pinned 4.4.0)"
+_EKS = (
+    "pulumi/pulumi-eks nodejs/eks/cluster/cluster.ts and provider/cmd/pulumi-resource-eks/schema.json at 7bf0c1b1 "
+    "(after v4.3.0; pinned 4.4.0)"
+)
 
 _EKS_CLUSTER = Rule(
     (
@@ -196,7 +199,8 @@ RULES: dict[str, Rule] = {
     "eks:index:Cluster": Rule(
         ("name", "serviceRole", "bootstrapSelfManagedAddons", "ipFamily", "kubernetesServiceIpAddressRange"),
         f"{_EKS}; {_TF} internal/service/eks/cluster.go at 00555dc5b38f",
-        "removing encryptionConfigKeyArn also replaces the cluster (CustomizeDiff ForceNewIfChange on encryptionConfig)",
+        "removing encryptionConfigKeyArn also replaces the cluster "
+        "(CustomizeDiff ForceNewIfChange on encryptionConfig)",
         ("encryptionConfigKeyArn",),
     ),
     "aws:eks/nodeGroup:NodeGroup": Rule(("clusterName", "nodeRoleArn", *_NODE_GROUP_FIELDS), _NODE_GROUP_SOURCE),
@@ -277,7 +281,9 @@ RULES: dict[str, Rule] = {
 # Replacing these loses data or takes long (or both): listed first, with what the replacement means.
 STATEFUL: dict[str, str] = {
     "eks:index:Cluster": "a new EKS control plane: every node group, add-on and Kubernetes object is created again",
-    "aws:eks/cluster:Cluster": "a new EKS control plane: every node group, add-on and Kubernetes object is created again",
+    "aws:eks/cluster:Cluster": (
+        "a new EKS control plane: every node group, add-on and Kubernetes object is created again"
+    ),
     "aws:fsx/lustreFileSystem:LustreFileSystem": "a new, empty FSx for Lustre file system",
     "aws:efs/fileSystem:FileSystem": "a new, empty EFS file system",
     "aws:eks/nodeGroup:NodeGroup": "new nodes: the pods and jobs on the old ones are stopped",

@@ -100,5 +100,6 @@ class Deployed:
             if s.id == wanted:
                 return s.as_result()
         raise UnknownSubnetError(
-            f"no matching EC2 Subnet found (id {wanted!r}; the simulated deployed stack has {len(self.subnets)} subnets)"
+            f"no matching EC2 Subnet found (id {wanted!r}; the simulated deployed stack has {len(self.subnets)} "
+            "subnets)"
         )

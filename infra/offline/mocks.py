@@ -109,7 +109,10 @@ class OfflineMocks(pulumi_mocks.Mocks):
                 "uniqueId": "AROA" + _digest(name).upper(),
             }
         if typ == "aws:kms/key:Key":
-            key_id = f"{_digest(name, n=8)}-{_digest(name, 'a', n=4)}-{_digest(name, 'b', n=4)}-{_digest(name, 'c', n=4)}-{_digest(name, 'd', n=12)}"
+            key_id = (
+                f"{_digest(name, n=8)}-{_digest(name, 'a', n=4)}-{_digest(name, 'b', n=4)}-"
+                f"{_digest(name, 'c', n=4)}-{_digest(name, 'd', n=12)}"
+            )
             return {"keyId": key_id, "arn": f"arn:aws:kms:{self.region}:{ACCOUNT_ID}:key/{key_id}"}
         if typ == "aws:ec2/launchTemplate:LaunchTemplate":
             return {"latestVersion": 1, "defaultVersion": 1}

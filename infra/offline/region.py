@@ -39,8 +39,9 @@ def az_offerings(region: str) -> dict[str, set[str]]:
             else []
         )
         raise OfflineDataError(
-            f"the offline plan has no recorded AWS offering data for region {region!r} (it has: {', '.join(recorded) or 'none; install the dev requirements'}); "
-            "plan a stack in one of those regions offline, or run `pulumi preview` against AWS"
+            f"the offline plan has no recorded AWS offering data for region {region!r} (it has: "
+            f"{', '.join(recorded) or 'none; install the dev requirements'}); plan a stack in one of those regions "
+            "offline, or run `pulumi preview` against AWS"
         )
     offered: dict[str, set[str]] = {}
     for item in json.loads(gzip.decompress(path.read_bytes())):

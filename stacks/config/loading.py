@@ -54,7 +54,10 @@ TOO_DEEP = _TooDeep()
 
 
 def too_deep_message() -> str:
-    return f"nests maps and lists more than {MAX_DEPTH} levels deep; no value of this project's config nests more than a few"
+    return (
+        f"nests maps and lists more than {MAX_DEPTH} levels deep; no value of this project's config nests more than a "
+        "few"
+    )
 
 
 def decode_config_values(flat: Mapping[str, Any]) -> dict[str, Any]:

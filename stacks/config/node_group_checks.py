@@ -53,7 +53,8 @@ def _check_system(s: SystemNodeGroupConfig, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{k}.minSize",
-                f"{s.min_size} is not allowed: at least 1 (CoreDNS, the operators, etcd and the CSI controllers run on system nodes)",
+                f"{s.min_size} is not allowed: at least 1 (CoreDNS, the operators, etcd and the CSI controllers run on "
+                "system nodes)",
             )
         )
 
@@ -97,8 +98,9 @@ def _check_block_type(
         problems.append(
             Problem(
                 f"{k}.capacityType",
-                f"'capacity-block' is not offered for {g.instance_type}: EC2 sells Capacity Blocks for ML of {', '.join(catalog.CAPACITY_BLOCK_TYPES)} "
-                "(the catalog's types with the capacity-block usage class); use on-demand or spot, or one of those types",
+                f"'capacity-block' is not offered for {g.instance_type}: EC2 sells Capacity Blocks for ML of "
+                f"{', '.join(catalog.CAPACITY_BLOCK_TYPES)} (the catalog's types with the capacity-block usage class); "
+                "use on-demand or spot, or one of those types",
             )
         )
 
@@ -116,7 +118,8 @@ def _check_capacity_time_zones(k: str, c: CapacityConfig, problems: list[Problem
             problems.append(
                 Problem(
                     f"{k}.capacity.{key}",
-                    f"{when.isoformat()} has no time zone; write it in UTC like 2026-10-01T11:30:00Z, as preflight shows it",
+                    f"{when.isoformat()} has no time zone; write it in UTC like 2026-10-01T11:30:00Z, as preflight "
+                    "shows it",
                 )
             )
 
@@ -137,8 +140,8 @@ def _check_capacity_window(k: str, g: GpuNodeGroupConfig, c: CapacityConfig, pro
             problems.append(
                 Problem(
                     f"{k}.capacity.end",
-                    f"{end.isoformat()} is not more than {CAPACITY_BLOCK_DRAIN_TEXT} after capacity.start {start.isoformat()}: the group scales to zero "
-                    f"{CAPACITY_BLOCK_DRAIN_TEXT} before the block ends",
+                    f"{end.isoformat()} is not more than {CAPACITY_BLOCK_DRAIN_TEXT} after capacity.start "
+                    f"{start.isoformat()}: the group scales to zero {CAPACITY_BLOCK_DRAIN_TEXT} before the block ends",
                 )
             )
         if g.min_size or g.desired_size:
@@ -146,9 +149,9 @@ def _check_capacity_window(k: str, g: GpuNodeGroupConfig, c: CapacityConfig, pro
             problems.append(
                 Problem(
                     f"{k}.{key}",
-                    f"{value} is not allowed with capacity.start/end: the group follows the block's window (maxSize nodes from its start, 0 "
-                    f"{CAPACITY_BLOCK_DRAIN_TEXT} before its end, by scheduled actions and, inside the window, by `pulumi up` itself); leave minSize and "
-                    "desiredSize out",
+                    f"{value} is not allowed with capacity.start/end: the group follows the block's window (maxSize "
+                    f"nodes from its start, 0 {CAPACITY_BLOCK_DRAIN_TEXT} before its end, by scheduled actions and, "
+                    "inside the window, by `pulumi up` itself); leave minSize and desiredSize out",
                 )
             )
 
@@ -187,15 +190,17 @@ def _check_purchase(
         problems.append(
             Problem(
                 f"{k}.capacity.offering.purchase",
-                "true needs the offering it buys: set capacity.offering.offeringId and the block's window capacity.start and capacity.end "
-                f"(missing: {', '.join(missing)}) as preflight lists them for the offering you choose",
+                "true needs the offering it buys: set capacity.offering.offeringId and the block's window "
+                f"capacity.start and capacity.end (missing: {', '.join(missing)}) as preflight lists them for the "
+                "offering you choose",
             )
         )
     if g.capacity_reservation_id:
         problems.append(
             Problem(
                 f"{k}.capacity.offering.purchase",
-                f"true would buy a second block: the group already targets {g.capacity_reservation_id}; drop capacityReservationId or purchase",
+                f"true would buy a second block: the group already targets {g.capacity_reservation_id}; drop "
+                "capacityReservationId or purchase",
             )
         )
 
@@ -213,9 +218,9 @@ def _check_offering_size(k: str, g: GpuNodeGroupConfig, o: CapacityOfferingConfi
         problems.append(
             Problem(
                 f"{k}.maxSize",
-                f"{g.max_size} is the instance count of the block capacity.offering looks for, and a Capacity Block holds at most "
-                f"{aws_names.CAPACITY_BLOCK_INSTANCES_MAX} instances; use maxSize {aws_names.CAPACITY_BLOCK_INSTANCES_MAX} or less "
-                "(a second group with a block of its own for more)",
+                f"{g.max_size} is the instance count of the block capacity.offering looks for, and a Capacity Block "
+                f"holds at most {aws_names.CAPACITY_BLOCK_INSTANCES_MAX} instances; use maxSize "
+                f"{aws_names.CAPACITY_BLOCK_INSTANCES_MAX} or less (a second group with a block of its own for more)",
             )
         )
 
@@ -260,7 +265,8 @@ def _check_group_name(k: str, i: int, g: GpuNodeGroupConfig, seen: dict[str, int
         problems.append(
             Problem(
                 f"{k}.name",
-                f"{_fmt(g.name)} is not allowed: lower-case letters, digits and '-', starting and ending with a letter or digit, at most 32 characters",
+                f"{_fmt(g.name)} is not allowed: lower-case letters, digits and '-', starting and ending with a letter "
+                "or digit, at most 32 characters",
             )
         )
     if g.name in seen:
@@ -284,7 +290,8 @@ def _check_group_type(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) ->
         problems.append(
             Problem(
                 f"{k}.instanceType",
-                f"{_fmt(g.instance_type)} is not a GPU type in the instance catalog; use one of {', '.join(catalog.GPU_TYPES)}",
+                f"{_fmt(g.instance_type)} is not a GPU type in the instance catalog; use one of "
+                f"{', '.join(catalog.GPU_TYPES)}",
             )
         )
     elif g.efa and not it.efa_supported:
@@ -304,7 +311,8 @@ def _check_reservation_required(k: str, g: GpuNodeGroupConfig, problems: list[Pr
         problems.append(
             Problem(
                 f"{k}.capacityReservationId",
-                "is required with capacityType 'capacity-block' (the cr-... id of the block), unless capacity.offering looks for one to buy",
+                "is required with capacityType 'capacity-block' (the cr-... id of the block), unless "
+                "capacity.offering looks for one to buy",
             )
         )
 
@@ -324,10 +332,11 @@ def _check_autoscale(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> 
         problems.append(
             Problem(
                 f"{k}.autoscale",
-                "true is not allowed with capacityType 'capacity-block': outside the block's window every launch fails and the "
-                "autoscaler backs off again and again, and EKS needs the group at desired size 0 before an upgrade. Leave it out "
-                "(false is the default here) and give the block's window as capacity.start and capacity.end (the group then scales "
-                "itself), or set desiredSize to the block's instance count for its window, 0 after",
+                "true is not allowed with capacityType 'capacity-block': outside the block's window every launch "
+                "fails and the autoscaler backs off again and again, and EKS needs the group at desired size 0 before "
+                "an upgrade. Leave it out (false is the default here) and give the block's window as capacity.start "
+                "and capacity.end (the group then scales itself), or set desiredSize to the block's instance count "
+                "for its window, 0 after",
             )
         )
 
@@ -353,7 +362,8 @@ def _check_placement_group(k: str, g: GpuNodeGroupConfig, problems: list[Problem
         problems.append(
             Problem(
                 f"{k}.placementGroup.mode",
-                "'create' cannot be combined with a capacity reservation/block; use 'none' or the reservation's own placement group with 'existing'",
+                "'create' cannot be combined with a capacity reservation/block; use 'none' or the reservation's own "
+                "placement group with 'existing'",
             )
         )
 
@@ -364,7 +374,8 @@ def _check_labels(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> Non
             problems.append(
                 Problem(
                     f"{k}.labels.{lk}",
-                    f"{_fmt(lk)} is not an allowed label key (a valid Kubernetes label key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)",
+                    f"{_fmt(lk)} is not an allowed label key (a valid Kubernetes label key outside the kubernetes.io, "
+                    "k8s.io and eks.amazonaws.com domains)",
                 )
             )
         if not _LABEL_VALUE.match(lv):
@@ -377,8 +388,8 @@ def _check_taints(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> Non
         problems.append(
             Problem(
                 f"{k}.taints",
-                f"{len(g.taints)} taints are too many: EKS allows {aws_names.EKS_NODEGROUP_TAINTS_MAX} per node group and the GPU taint is one; "
-                f"at most {aws_names.EKS_NODEGROUP_TAINTS_MAX - 1}",
+                f"{len(g.taints)} taints are too many: EKS allows {aws_names.EKS_NODEGROUP_TAINTS_MAX} per node group "
+                f"and the GPU taint is one; at most {aws_names.EKS_NODEGROUP_TAINTS_MAX - 1}",
             )
         )
     taint_at: dict[tuple[str, str], int] = {}
@@ -387,7 +398,8 @@ def _check_taints(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> Non
             problems.append(
                 Problem(
                     f"{k}.taints[{j}]",
-                    f"{t.key!r} with effect {t.effect} is taints[{taint_at[t.key, t.effect]}] already; a key has one taint per effect",
+                    f"{t.key!r} with effect {t.effect} is taints[{taint_at[t.key, t.effect]}] already; a key has one "
+                    "taint per effect",
                 )
             )
         taint_at.setdefault((t.key, t.effect), j)
@@ -395,7 +407,8 @@ def _check_taints(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> Non
             problems.append(
                 Problem(
                     f"{k}.taints[{j}].key",
-                    f"{_fmt(t.key)} is not an allowed taint key (a valid Kubernetes key outside the kubernetes.io, k8s.io and eks.amazonaws.com domains)",
+                    f"{_fmt(t.key)} is not an allowed taint key (a valid Kubernetes key outside the kubernetes.io, "
+                    "k8s.io and eks.amazonaws.com domains)",
                 )
             )
         if not _LABEL_VALUE.match(t.value):

@@ -21,9 +21,9 @@ def quota_warnings(cfg: StackConfig) -> list[Problem]:
     return [
         Problem(
             f"{NAMESPACE}:{key}.maxSize",
-            f"{size} is more than {default}, EKS's default quota of nodes per managed node group ({name!r}, Service Quotas {service} "
-            f"{code}, adjustable): EKS refuses the group unless the account's quota is raised; preflight reads it "
-            f"(aws service-quotas get-service-quota --service-code {service} --quota-code {code})",
+            f"{size} is more than {default}, EKS's default quota of nodes per managed node group ({name!r}, Service "
+            f"Quotas {service} {code}, adjustable): EKS refuses the group unless the account's quota is raised; "
+            f"preflight reads it (aws service-quotas get-service-quota --service-code {service} --quota-code {code})",
         )
         for key, size in groups
         if size > default

@@ -187,7 +187,8 @@ def describe(plan: QueuePlan, kueue_version: str) -> str:
     """The queue table of the offline plan: per ClusterQueue and flavor the quota, then what each
     enabled job asks for and whether it is admitted at once or waits."""
     lines = [
-        f"Queues (Kueue {kueue_version}, cohort {COHORT}; a job is admitted whole or waits; pods must run within {plan.pods_ready_timeout}):"
+        f"Queues (Kueue {kueue_version}, cohort {COHORT}; a job is admitted whole or waits; pods must run within "
+        f"{plan.pods_ready_timeout}):"
     ]
     extras = []
     if plan.provisioning:

@@ -41,8 +41,8 @@ def check_jobs(plan: QueuePlan, problems: list[Problem], key_prefix: str) -> Non
                     problems.append(
                         Problem(
                             f"{key_prefix}{d.key}",
-                            f"job {d.job!r}: a {p.name} pod asks for {human(r, p.per_pod[r])} {r}, more than one {f.instance_type} node of "
-                            f"group {flavor!r} offers ({human(r, f.per_node[r])})",
+                            f"job {d.job!r}: a {p.name} pod asks for {human(r, p.per_pod[r])} {r}, more than one "
+                            f"{f.instance_type} node of group {flavor!r} offers ({human(r, f.per_node[r])})",
                         )
                     )
         total = d.total
@@ -56,9 +56,9 @@ def check_jobs(plan: QueuePlan, problems: list[Problem], key_prefix: str) -> Non
                 problems.append(
                     Problem(
                         f"{key_prefix}{d.key}.{field}",
-                        f"job {d.job!r} can never be admitted: it asks for {human(r, total[r])} {r} of node group {flavor!r} at once{elastic}, "
-                        f"and {whose} can never hold more than {human(r, most)} (nominal {human(r, lim.nominal)} + borrowing {human(r, borrow)}, "
-                        f"from the group's {f.sizing})",
+                        f"job {d.job!r} can never be admitted: it asks for {human(r, total[r])} {r} of node group "
+                        f"{flavor!r} at once{elastic}, and {whose} can never hold more than {human(r, most)} (nominal "
+                        f"{human(r, lim.nominal)} + borrowing {human(r, borrow)}, from the group's {f.sizing})",
                     )
                 )
                 break
@@ -107,7 +107,8 @@ def _check_pods_ready_timeout(queues: Any, k: str, problems: list[Problem]) -> N
         problems.append(
             Problem(
                 f"{k}.podsReadyTimeout",
-                f"{queues.pods_ready_timeout!r} is not a positive Go duration (Kueue reads it so), like 20m, 1200s or 1h30m",
+                f"{queues.pods_ready_timeout!r} is not a positive Go duration (Kueue reads it so), like 20m, 1200s or "
+                "1h30m",
             )
         )
 
@@ -147,10 +148,11 @@ def _check_topology_admission(
             problems.append(
                 Problem(
                     f"{ns}:autoscaling.provisioningRequests",
-                    f"false is not allowed with node group {g.name!r}: it is autoscaled and has a network topology, and Kueue places "
-                    f"its jobs by Topology only on nodes that are there and Ready; no pod asks the autoscaler for a node before its "
-                    f"job is admitted, so a job needing more nodes than are running (the group may be down to minSize {g.min_size}) would wait forever. "
-                    "Leave the key out (the ProvisioningRequest check then runs on such groups) or set it true",
+                    f"false is not allowed with node group {g.name!r}: it is autoscaled and has a network topology, "
+                    "and Kueue places its jobs by Topology only on nodes that are there and Ready; no pod asks the "
+                    "autoscaler for a node before its job is admitted, so a job needing more nodes than are running "
+                    f"(the group may be down to minSize {g.min_size}) would wait forever. Leave the key out (the "
+                    "ProvisioningRequest check then runs on such groups) or set it true",
                 )
             )
 
@@ -161,8 +163,9 @@ def _check_flavor_tolerations(groups: Sequence[Any], ns: str, problems: list[Pro
             problems.append(
                 Problem(
                     f"{ns}:gpuNodeGroups[{i}].taints",
-                    f"{len(g.taints)} taints are too many with queues: its Kueue ResourceFlavor carries the GPU taint's toleration and one per "
-                    f"taint, at most {MAX_FLAVOR_TOLERATIONS}; use at most {MAX_FLAVOR_TOLERATIONS - 1}",
+                    f"{len(g.taints)} taints are too many with queues: its Kueue ResourceFlavor carries the GPU "
+                    f"taint's toleration and one per taint, at most {MAX_FLAVOR_TOLERATIONS}; use at most "
+                    f"{MAX_FLAVOR_TOLERATIONS - 1}",
                 )
             )
 
@@ -194,21 +197,24 @@ def _check_team_namespace(
         problems.append(
             Problem(
                 where,
-                f"{space!r} is not allowed as the team's namespace: a namespace name (lower-case letters, digits, '-'), not kube-*",
+                f"{space!r} is not allowed as the team's namespace: a namespace name (lower-case letters, digits, "
+                "'-'), not kube-*",
             )
         )
     elif space in RESERVED_NAMESPACES:
         problems.append(
             Problem(
                 where,
-                f"{space!r} is not allowed as the team's namespace: it belongs to Kubernetes or to a service of the stack",
+                f"{space!r} is not allowed as the team's namespace: it belongs to Kubernetes or to a service of the "
+                "stack",
             )
         )
     elif space == training_namespace:
         problems.append(
             Problem(
                 where,
-                f"{space!r} is the training namespace (the stack's own jobs, etcd, the volumes): give the team a namespace of its own",
+                f"{space!r} is the training namespace (the stack's own jobs, etcd, the volumes): give the team a "
+                "namespace of its own",
             )
         )
     if space in spaces:
@@ -228,7 +234,8 @@ def _check_team_role(t: Any, tk: str, admin_principals: Sequence[str], problems:
         problems.append(
             Problem(
                 f"{tk}.roleArn",
-                f"{t.role_arn!r} is in cluster.adminPrincipals too; EKS takes one access entry per principal (and it is admin already)",
+                f"{t.role_arn!r} is in cluster.adminPrincipals too; EKS takes one access entry per principal (and it "
+                "is admin already)",
             )
         )
 
@@ -272,7 +279,8 @@ def _check_team_supply(
             problems.append(
                 Problem(
                     f"{k}.teams",
-                    f"the teams' nodes of node group {name!r} add up to {wanted}, and the group has {size}; lower the teams' nodes or raise the group",
+                    f"the teams' nodes of node group {name!r} add up to {wanted}, and the group has {size}; lower the "
+                    "teams' nodes or raise the group",
                 )
             )
 
