@@ -8,7 +8,10 @@ tests/integration/test_hang_and_resume.py: gloo all-reduces on the CPU, one per 
 - Every ``--save-every`` steps and on SIGTERM, the first rank saves ``<CHECKPOINT_DIR>/step-<n>/state.pt`` and
   then writes ``COMPLETE`` (last: a save cut off before it is never offered).
 - ``RESUME_IT_HANG_AT=<step>`` makes the first rank stop making progress at that step (it sleeps) while
-  TORCHELASTIC_RESTART_COUNT is below ``RESUME_IT_HANG_RESTARTS`` (default 1: only the first attempt hangs).
+  the job has hung fewer than ``RESUME_IT_HANG_RESTARTS`` times (default 1: only the first attempt hangs). The
+  hangs are counted in marker files beside the checkpoint folder, on the shared file system: a restart count
+  is per node (torchrun's agent on a node whose workers restart for a membership change keeps its count), and
+  the first rank may be on another node after a restart.
 
 Each event prints one line ``RESUME {json}`` for the test.
 """
@@ -52,6 +55,19 @@ def save(step: int, value: float) -> str:
     return folder
 
 
+def _hang_markers() -> str:
+    return os.path.dirname(os.path.normpath(os.environ["CHECKPOINT_DIR"]))
+
+
+def _hangs_so_far() -> int:
+    return sum(1 for f in os.listdir(_hang_markers()) if f.startswith(".hang-"))
+
+
+def _count_a_hang() -> None:
+    with open(os.path.join(_hang_markers(), f".hang-{_hangs_so_far()}-{os.getpid()}"), "w"):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=12)
@@ -71,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
 
     hang_at = int(os.environ.get("RESUME_IT_HANG_AT", "-1"))
     hang_restarts = int(os.environ.get("RESUME_IT_HANG_RESTARTS", "1"))
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     while step < args.steps:
-        if rank == 0 and step == hang_at and restart < hang_restarts:
+        if rank == 0 and step == hang_at and _hangs_so_far() < hang_restarts:
+            _count_a_hang()
             report("hanging", step=step)
             time.sleep(3600)
         t = torch.tensor([float(step + 1)])
