@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import yaml
 
 from components.charts import verified
-from components.iam import pod_identity_role, policy_document
+from components.iam import pod_identity_association, pod_identity_role, policy_document
 from facts.kube import AUTOSCALE_TAG
 from facts.versions import Chart, Vendored
 
@@ -135,14 +134,15 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             tags=args.tags,
             parent=self,
         )
-        association = aws.eks.PodIdentityAssociation(
+        association = pod_identity_association(
             f"{name}-pod-identity",
             cluster_name=args.cluster_name,
             namespace=NAMESPACE,
             service_account=SERVICE_ACCOUNT,
-            role_arn=role.arn,
+            role=role,
             tags=args.tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+            parent=self,
+            depends_on=list(args.depends_on),
         )
         extra_args = {
             "scale-down-unneeded-time": args.scale_down_unneeded_time,

@@ -38,10 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.iam import pod_identity_role, policy_document
+from components.iam import pod_identity_association, pod_identity_role, policy_document
 from facts.kube import BURN_IN_LABEL, BURN_IN_TAINT, NODE_GROUP_LABEL, PART_OF
 from jobs.nccl_test import NCCL_ALL_REDUCE_PERF
 
@@ -248,14 +247,15 @@ class BurnIn(pulumi.ComponentResource):
             tags=args.tags,
             parent=self,
         )
-        association = aws.eks.PodIdentityAssociation(
+        association = pod_identity_association(
             f"{name}-pod-identity",
             cluster_name=args.cluster_name,
             namespace=NAMESPACE,
             service_account=NAME,
-            role_arn=role.arn,
+            role=role,
             tags=args.tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+            parent=self,
+            depends_on=list(args.depends_on),
         )
         account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta, opts=child)
         # Only what the check does: read its node, label it and take its taint off (patch), see whether

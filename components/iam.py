@@ -62,3 +62,26 @@ def pod_identity_role(
 
 def policy_document(statements: list[dict[str, Any]]) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": statements})
+
+
+def pod_identity_association(
+    name: str,
+    *,
+    cluster_name: pulumi.Input[str],
+    namespace: str,
+    service_account: str,
+    role: aws.iam.Role,
+    tags: dict[str, str],
+    parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource],
+) -> aws.eks.PodIdentityAssociation:
+    """Binds ``role`` to one service account through EKS Pod Identity (``depends_on``: the agent add-on)."""
+    return aws.eks.PodIdentityAssociation(
+        name,
+        cluster_name=cluster_name,
+        namespace=namespace,
+        service_account=service_account,
+        role_arn=role.arn,
+        tags=tags,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
+    )

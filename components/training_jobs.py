@@ -18,21 +18,11 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.iam import pod_identity_association, pod_identity_trust_policy
 from jobs.base import JobBase
 from jobs.pod import JOB_LABEL
 from jobs.registry import build_manifests
 from jobs.targets import JobsContext
-
-POD_IDENTITY_TRUST = {
-    "Version": "2012-10-17",
-    "Statement": [
-        {
-            "Effect": "Allow",
-            "Principal": {"Service": "pods.eks.amazonaws.com"},
-            "Action": ["sts:AssumeRole", "sts:TagSession"],
-        }
-    ],
-}
 
 
 @dataclass
@@ -129,7 +119,7 @@ class TrainingJobs(pulumi.ComponentResource):
             f"{base}-s3-read",
             # IAM role names are at most 64 characters; a prefix (at most 38) plus AWS's suffix fits.
             name_prefix=f"{spec.name[:30]}-stage-",
-            assume_role_policy=json.dumps(POD_IDENTITY_TRUST),
+            assume_role_policy=pod_identity_trust_policy(),
             description=spec.pod_identity_description(ctx.namespace),
             tags=tags,
             opts=child,
@@ -140,13 +130,14 @@ class TrainingJobs(pulumi.ComponentResource):
             policy=self._partition.apply(lambda p: json.dumps(spec.pod_identity_policy(p))),
             opts=child,
         )
-        association = aws.eks.PodIdentityAssociation(
+        association = pod_identity_association(
             f"{base}-pod-identity",
             cluster_name=ctx.cluster_name,
             namespace=ctx.namespace,
             service_account=spec.name,
-            role_arn=role.arn,
+            role=role,
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+            parent=self,
+            depends_on=list(args.depends_on),
         )
         return [role, policy, association]
