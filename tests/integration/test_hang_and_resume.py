@@ -219,7 +219,7 @@ def test_the_rendered_worker_runs_under_the_guard(objects: list[dict[str, Any]])
 
 def test_a_a_hung_rank_is_stopped_and_the_worker_group_restarts(cluster: Cluster) -> None:
     """(a) The first rank stops at step 3 in the first attempt: the guard stops it after intervalSeconds, the
-    worker group restarts (both nodes), resumes from the newest checkpoint and finishes."""
+    worker group restarts (both nodes, ranks assigned afresh) and finishes."""
     nodes = cluster.start_job("a", {"RESUME_IT_HANG_AT": "3"})
     codes = wait_all(nodes, RUN_TIMEOUT)
     everything = [r for n in nodes for r in records(n)]
@@ -227,13 +227,19 @@ def test_a_a_hung_rank_is_stopped_and_the_worker_group_restarts(cluster: Cluster
     assert hangs, "the first rank never hung:\n" + story(nodes)
     hung_output = [n for n in nodes if HANG_MESSAGE in n.output]
     assert len(hung_output) == 1, "the guard of the first rank did not report the hang:\n" + story(nodes)
-    restarted = [r for r in everything if r["phase"] == "start" and r["restart_count"] >= 1 and r["rank"] == 0]
-    assert restarted, "the worker group did not restart after the hang:\n" + story(nodes)
-    last_step = max(r["time"] for r in everything if r["phase"] == "step" and r["restart_count"] == 0)
-    took = restarted[0]["time"] - last_step
+    # The new round assigns ranks afresh (the hung node may come back as rank 1), so a restart is a node's
+    # new worker after the hang, not a rank; torchrun counts it (TORCHELASTIC_RESTART_COUNT) on the node
+    # whose worker failed only: the other node's restart is a membership change.
+    hung_at = hangs[0]["time"]
+    restarted = {n.label: [r for r in records(n, "start") if r["time"] > hung_at] for n in nodes}
+    assert all(restarted.values()), "the worker group did not restart after the hang:\n" + story(nodes)
+    counted = [r for r in restarted[hung_output[0].label] if r["restart_count"] >= 1]
+    assert counted, "torchrun did not count the hung node's restart:\n" + story(nodes)
+    last_step = max(r["time"] for r in everything if r["phase"] == "step" and r["time"] <= hung_at)
+    took = min(r["time"] for starts in restarted.values() for r in starts) - last_step
     # The guard stops the rank INTERVAL s after its last sign; the restart is a new rendezvous round and
-    # a new gloo world: seconds more.
-    assert INTERVAL <= took <= INTERVAL + 30, f"restart {took:.1f}s after the last progress:\n" + story(nodes)
+    # a new gloo world: seconds more (26 s seen on a loaded CI machine).
+    assert INTERVAL <= took <= INTERVAL + 45, f"restart {took:.1f}s after the last progress:\n" + story(nodes)
     assert codes == {n.label: 0 for n in nodes}, f"exit codes {codes}:\n" + story(nodes)
     done = [r for r in everything if r["phase"] == "done"]
     assert done and all(r["step"] == STEPS for r in done), story(nodes)
