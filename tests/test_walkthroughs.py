@@ -13,7 +13,8 @@ The blocks, in the order they appear under each ``## `` heading:
   that entry, any other is added at the end; any other value replaces the file's.
 - any other block (```` ```sh ````: needs AWS or a cluster) is not run.
 
-"Before you start" runs first for every walkthrough; then the walkthrough's own blocks."""
+"Before you start" runs once, in a first copy; each walkthrough runs its own blocks in a copy of that one
+(what the set-up wrote included), as a reader who did the set-up goes on to any of them."""
 
 from __future__ import annotations
 
@@ -167,16 +168,31 @@ def set_up() -> None:
     assert all((ROOT / ".tools" / "bin" / tool).exists() for tool in ("helm", "kubectl")), "run: bash scripts/plan.sh"
 
 
-def walk(title: str, tmp_path: Path, cache: Path) -> None:
-    set_up()
-    steps = sections(DOC.read_text())
-    proj, home = project_copy(tmp_path), tmp_path / "home"
-    home.mkdir()
-    for step in [*steps[SETUP], *steps[title]]:
+def run_and_match(steps: list[Step], proj: Path, home: Path, cache: Path) -> None:
+    for step in steps:
         printed = run_step(step, proj, home, cache)
         if isinstance(step, Command):
             assert printed is not None
             assert unmatched(step.shown, printed) == [], f"$ {step.line}\n--- printed:\n{printed}"
+
+
+@pytest.fixture(scope="session")
+def set_up_project(tmp_path_factory: pytest.TempPathFactory, plan_cache: Path) -> Path:
+    """The project after "Before you start", run (and its output matched) once: every walkthrough starts
+    from a copy of it, as a reader who did the set-up once goes on to any of them."""
+    set_up()
+    tmp = tmp_path_factory.mktemp("walkthrough-set-up")
+    proj, home = project_copy(tmp), tmp / "home"
+    home.mkdir()
+    run_and_match(sections(DOC.read_text())[SETUP], proj, home, plan_cache)
+    return proj
+
+
+def walk(title: str, tmp_path: Path, cache: Path, set_up_project: Path) -> None:
+    proj, home = tmp_path / "project", tmp_path / "home"
+    shutil.copytree(set_up_project, proj, symlinks=True)
+    home.mkdir()
+    run_and_match(sections(DOC.read_text())[title], proj, home, cache)
 
 
 TITLES = [t for t in sections(DOC.read_text()) if t not in (SETUP, REVIEW)]
@@ -190,13 +206,13 @@ def test_the_walkthroughs_are_there_and_run_commands():
 
 
 @pytest.mark.parametrize("title", TITLES)
-def test_walkthrough(title, tmp_path, plan_cache):
-    walk(title, tmp_path, plan_cache)
+def test_walkthrough(title, tmp_path, plan_cache, set_up_project):
+    walk(title, tmp_path, plan_cache, set_up_project)
 
 
-def test_review_walkthrough(tmp_path, plan_cache):
+def test_review_walkthrough(tmp_path, plan_cache, set_up_project):
     """Runs `python -m infra diff` (issue 26, item 7)."""
-    walk(REVIEW, tmp_path, plan_cache)
+    walk(REVIEW, tmp_path, plan_cache, set_up_project)
 
 
 def test_the_matching_rules():
