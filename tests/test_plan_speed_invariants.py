@@ -9,7 +9,8 @@
   identity, and the program still reads back every input it set.
 - The vendored MPI operator manifest is parsed once per process, with libyaml's loader, and every
   caller gets objects of its own.
-- The garbage collector is paused during a run and restored after it.
+- The garbage collector is paused during a run and restored after it; so is the SDK's stack walk per
+  registration (source positions the offline engine does not record).
 """
 
 from __future__ import annotations
@@ -280,3 +281,25 @@ def test_the_collector_is_paused_during_a_run_and_restored_after():
         assert not gc.isenabled()  # a caller that had it off keeps it off
     finally:
         gc.enable()
+
+
+# ----------------------------------------------------------------------------------------------
+# The SDK's source positions
+# ----------------------------------------------------------------------------------------------
+
+
+def test_a_run_skips_the_sdks_stack_walk_and_restores_it_after():
+    """The SDK walks the Python stack for every registration (a source position for the CLI); the offline
+    engine records none, so a run swaps the walk out, and puts the SDK's own back after the run."""
+    from pulumi.runtime import resource as sdk_registration
+
+    sdk_walk = sdk_registration._get_stack_trace
+    seen = []
+
+    def program():
+        seen.append((sdk_registration._get_stack_trace is sdk_walk, sdk_registration._get_stack_trace().frames))
+        return {}
+
+    offline.run(program, dev_values(), project="gpu-training", stack="dev")
+    assert seen == [(False, [])]
+    assert sdk_registration._get_stack_trace is sdk_walk
