@@ -17,10 +17,10 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
-import yaml
 
 from components.charts import verified
 from components.iam import pod_identity_association, pod_identity_role, policy_document
+from components.operators import load_manifest
 from facts.kube import AUTOSCALE_TAG
 from facts.versions import Chart, Vendored
 
@@ -80,11 +80,11 @@ def autoscaler_policy(cluster_name: str, discovery_tag: str = AUTOSCALE_TAG) -> 
     ]
 
 
-def _crd(path: str, root: Path) -> dict[str, Any]:
-    """The one CustomResourceDefinition of a vendored CRD file."""
-    docs = [d for d in yaml.safe_load_all((root / path).read_text()) if isinstance(d, dict)]
+def _crd(pinned: Vendored, root: Path) -> dict[str, Any]:
+    """The one CustomResourceDefinition of a vendored CRD file (checked against its pin, parsed once)."""
+    docs = load_manifest(root / pinned.file, pinned.sha256)
     if len(docs) != 1 or docs[0].get("kind") != "CustomResourceDefinition":
-        raise ValueError(f"{path}: expected one CustomResourceDefinition")
+        raise ValueError(f"{pinned.file}: expected one CustomResourceDefinition")
     return docs[0]
 
 
@@ -159,7 +159,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         # ship the CRD; the autoscaler only watches the API when the CRD exists when it starts).
         self.provisioning_request_crd: pulumi.Resource | None = None
         if args.provisioning_request_crd is not None:
-            crd = _crd(verified(args.provisioning_request_crd, args.project_root), args.project_root)
+            crd = _crd(args.provisioning_request_crd, args.project_root)
             self.provisioning_request_crd = k8s.apiextensions.v1.CustomResourceDefinition(
                 f"{name}-provisioningrequests-crd",
                 metadata=crd["metadata"],
