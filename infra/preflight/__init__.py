@@ -118,8 +118,12 @@ class _Context:
     # What EKS's DescribeClusterVersions said of the configured version, when it answered.
     eks_version: dict[str, Any] | None = None
 
+    clients: dict[str, Any] = field(default_factory=dict)  # one boto3 client per service, made on first use
+
     def client(self, service: str) -> Any:
-        return self.session.client(service, region_name=self.cfg.region)
+        if service not in self.clients:
+            self.clients[service] = self.session.client(service, region_name=self.cfg.region)
+        return self.clients[service]
 
 
 def _check_placeholders(cfg: stack_config.StackConfig, stack_file: str) -> list[CheckResult]:
