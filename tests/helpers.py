@@ -66,9 +66,15 @@ def minimal_values(**sections: Any) -> dict[str, Any]:
     return values
 
 
-def dev_values() -> dict[str, Any]:
-    _, values = read_stack_config("dev", ROOT)
+@lru_cache(maxsize=None)
+def _committed_values(stack: str) -> dict[str, Any]:
+    _, values = read_stack_config(stack, ROOT)
     return values
+
+
+def dev_values() -> dict[str, Any]:
+    """Pulumi.dev.yaml's config as the engine hands it over (read once per process; a copy of its own)."""
+    return copy.deepcopy(_committed_values("dev"))
 
 
 def load_values(values: dict[str, Any]) -> stack_config.StackConfig:
