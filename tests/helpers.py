@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import textwrap
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,7 @@ def minimal_values(**sections: Any) -> dict[str, Any]:
     return values
 
 
-@lru_cache(maxsize=None)
+@cache
 def _committed_values(stack: str) -> dict[str, Any]:
     _, values = read_stack_config(stack, ROOT)
     return values
