@@ -11,5 +11,7 @@ bash scripts/bootstrap.sh
 .venv/bin/mypy
 .venv/bin/python scripts/config_reference.py --check
 # One worker per core (at most 8: each plans the shared dev and prod stacks once); pass -n 0 to run
-# in this process (a debugger, -x on the first failure in order).
-exec .venv/bin/python -m pytest -n auto --maxprocesses 8 --ignore=tests/integration "$@"
+# in this process (a debugger, -x on the first failure in order). Work stealing: a worker that runs out
+# takes tests queued for another, so a few long tests (the walkthroughs, the combinations) do not leave
+# one core idle at the end.
+exec .venv/bin/python -m pytest -n auto --maxprocesses 8 --dist worksteal --ignore=tests/integration "$@"
