@@ -88,10 +88,10 @@ Int64 = Annotated[int, _at_most(INT64_MAX, "64")]
 
 
 class SpecModel(BaseModel):
-    """Base of every job model: camelCase keys (one spelling each: the alias, never the Python name),
-    unknown keys refused, values frozen. As in the stack
-    config's models (``stacks.config.models.ConfigModel``), a boolean is not a number, a number is
-    not a flag (``numbers_and_flags_apart``), and numbers are finite (``.inf`` is no threshold)."""
+    """Base of every job model, and of the stack config's sections (``stacks.config.models.ConfigModel``):
+    camelCase keys (one spelling each: the alias, never the Python name), unknown keys refused, values
+    frozen, a boolean is not a number, a number is not a flag (``numbers_and_flags_apart``), and numbers
+    are finite (``.inf`` is no threshold)."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,

@@ -17,37 +17,20 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from facts import catalog, instance_types, versions
-from jobs.base import numbers_and_flags_apart
+from jobs.base import SpecModel
 
 NAMESPACE = "gpu-training"
 
 
-class ConfigModel(BaseModel):
-    """Base of every config section: camelCase keys (each key has one spelling, its alias: the Python
-    name, `disk_size_gib`, is no key of the stack file), unknown keys refused, values frozen. A
-    boolean is not a number and a number is not a flag (``jobs.base.numbers_and_flags_apart``:
-    `false` is not 0), and numbers are finite (`.inf` and `.nan` are no sizes or thresholds)."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_alias=True,
-        validate_by_name=False,
-        extra="forbid",
-        frozen=True,
-        strict=False,
-        allow_inf_nan=False,
-    )
-
-    # (pydantic's mypy plugin cannot see the generated aliases, the only names the model takes,
-    # and says so on the class's first decorated member)
-    @field_validator("*", mode="before")  # type: ignore[pydantic-alias]
-    @classmethod
-    def _numbers_and_flags_apart(cls, value: Any, info: ValidationInfo) -> Any:
-        return numbers_and_flags_apart(cls, value, info)
+class ConfigModel(SpecModel):
+    """Base of every config section. The rules are the job specs' (``jobs.base.SpecModel``), one set for
+    every key a user writes: camelCase keys (each key has one spelling, its alias: the Python name,
+    `disk_size_gib`, is no key of the stack file), unknown keys refused, values frozen, a boolean is not
+    a number and a number is not a flag (`false` is not 0), and numbers are finite (`.inf` and `.nan`
+    are no sizes or thresholds)."""
 
 
 def _desired_defaults_to_min(data: Any) -> Any:
