@@ -6,7 +6,7 @@
 - ``FsxStore``: FSx for Lustre in the GPU AZ subnet (never another AZ), TCP 988 and 1018-1023 from
   the nodes and from itself (rules created before the file system), optional S3 link, the
   ``aws-fsx-csi-driver`` add-on with its own role, and a static PV (volumeHandle, dnsname, mountname,
-  real capacity, Retain) + PVC.
+  real capacity, Retain) + PVC (its request is the size it was created with: ``ignoreChanges``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from components.iam import pod_identity_role
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 NFS_PORT = 2049
+CLAIM_REQUEST = "spec.resources.requests"  # the FSx claim's input that keeps its first value (ignoreChanges)
 
 
 @dataclass(frozen=True)
@@ -377,6 +378,16 @@ class FsxStore(pulumi.ComponentResource):
             # A pod can mount it only once the nodes may reach the file servers.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[addon, *node_rules]),
         )
+        # The claim keeps the request it was created with; only the PV follows the file system. A static
+        # claim (storageClassName "") may not grow: the API server's PersistentVolumeClaimResize admission
+        # refuses any larger request of a claim that was not dynamically provisioned (kubernetes
+        # plugin/pkg/admission/storage/persistentvolume/resize/admission.go), and pulumi-kubernetes patches
+        # the request rather than replacing the claim. Nor may it shrink below the capacity it is bound to
+        # (ValidatePersistentVolumeClaimUpdate), so a constant smaller than today's claims (deployed with the
+        # file system's size) would be refused as well. Hence ``ignoreChanges``: a new claim asks for the
+        # size of its day (the PV has the file system's size, which never shrinks in place, so it binds),
+        # and a grown file system leaves every claim as it is. A bound claim's request is not a limit: pods mount
+        # the whole file system. infra/diff/refusals.py says REFUSED for a claim whose request changes.
         self.claim = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-pvc",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=self.CLAIM, namespace=args.namespace),
@@ -388,7 +399,7 @@ class FsxStore(pulumi.ComponentResource):
                     requests={"storage": f"{args.storage_capacity_gib}Gi"}
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[pv]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[pv], ignore_changes=[CLAIM_REQUEST]),
         )
         self.file_system_id = self.file_system.id
         self.dns_name = self.file_system.dns_name

@@ -129,6 +129,7 @@ def summary(
         f"{cfg.cluster.kubernetes_version}"
     )
     lines += gpu_az_lines(cfg, result)
+    lines += refused_lines(result)
     lines.append("")
     lines.append("GPU node groups:")
     if not cfg.gpu_node_groups:
@@ -240,6 +241,17 @@ def gpu_az_lines(cfg: stack_config.StackConfig, result: offline.PlanResult) -> l
     if deployed and gpu_az not in deployed:
         lines.append(f"MOVE: {az_move_warning(deployed, str(gpu_az), subnet_azs)}")
     return lines
+
+
+def refused_lines(result: offline.PlanResult) -> list[str]:
+    """Of a running stack (the engine's simulated deployed stack; none by default): each change its
+    `pulumi up` would send that the API refuses (infra/diff/refusals.py), a line in capitals."""
+    if not result.deployed.resources:
+        return []
+    from infra.diff import refusals
+
+    found = refusals.of_records(list(result.deployed.resources), [r.as_json() for r in result.records])
+    return [f"REFUSED: {r.line()}" for r in found]
 
 
 def capacity_lines(g: stack_config.GpuNodeGroupConfig) -> list[str]:

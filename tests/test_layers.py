@@ -44,7 +44,7 @@ PACKAGES = {
     "infra.preflight": ["results", "placement", "quotas", "capacity", "eks"],
     "infra.invariants": ["view", "queue_rules", "rules"],
     "infra.offline": ["region", "deployed", "mocks", "monitor", "engine"],
-    "infra.diff": ["replace_fields", "plans", "compare", "markdown", "cli"],
+    "infra.diff": ["replace_fields", "plans", "compare", "refusals", "markdown", "cli"],
 }
 # Packages whose modules import none after them even for annotations: no circle under
 # `if TYPE_CHECKING:` either (a module that needs the shape of one above it says what it reads, as

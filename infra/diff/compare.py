@@ -1,8 +1,14 @@
 """Comparing two plans: what each changed resource's change does on `pulumi up`, terraform-style:
-``-/+`` replace (delete and create, or create and delete), ``~`` update in place, ``+`` add, ``-`` remove."""
+``-/+`` replace (delete and create, or create and delete), ``~`` update in place, ``+`` add, ``-`` remove.
+
+An input under one of the new program's ``ignoreChanges`` paths is no change: the Pulumi engine sends the
+value in the state instead (and pulumi-kubernetes drops those paths from its own diff too,
+provider/pkg/provider/provider.go ``req.IgnoreChanges``, read at 94977969).
+"""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Iterator
@@ -10,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from infra.diff.plans import Plan
+from infra.diff.plans import Plan, manifest_key
 from infra.diff.replace_fields import STATEFUL, rule_for
 
 REPLACE, UPDATE = "-/+", "~"
@@ -37,10 +43,47 @@ def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [prefix or "(value)"]
 
 
+def ignored(record: dict) -> tuple[str, ...]:
+    """The record's ``ignoreChanges`` paths."""
+    return tuple((record.get("options") or {}).get("ignoreChanges") or ())
+
+
+def is_ignored(path: str, ignore: tuple[str, ...]) -> bool:
+    """Whether a change at input ``path`` is at or under one of the ``ignore`` paths."""
+    return any(_pattern(f).match(path) for f in ignore)
+
+
+def effective_inputs(old: dict, new: dict) -> dict[str, Any]:
+    """The inputs `pulumi up` sends for ``new``: its own, with each (dotted) ``ignoreChanges`` path
+    taken from ``old`` (the state), or left out where ``old`` has none."""
+    out = copy.deepcopy(new.get("inputs") or {})
+    for path in ignored(new):
+        if "[" in path:
+            continue  # a path into lists: not used by this stack's ignoreChanges
+        *parents, leaf = path.split(".")
+        src: Any = old.get("inputs") or {}
+        dst: Any = out
+        for part in parents:
+            src = src.get(part) if isinstance(src, dict) else None
+            if not isinstance(dst.get(part), dict):
+                dst[part] = {}
+            dst = dst[part]
+        if isinstance(src, dict) and leaf in src:
+            dst[leaf] = copy.deepcopy(src[leaf])
+        else:
+            dst.pop(leaf, None)
+    return out
+
+
 def resource_changes(old: dict, new: dict) -> list[str]:
-    """What differs between two records of one resource: ``inputs.<path>``, ``parent``,
-    ``dependsOn``, ``options.<key>``."""
-    keys = [f"inputs.{k}" for k in changed_paths(old.get("inputs") or {}, new.get("inputs") or {})]
+    """What differs between two records of one resource: ``inputs.<path>`` (but those the new record's
+    ``ignoreChanges`` covers), ``parent``, ``dependsOn``, ``options.<key>``."""
+    ignore = ignored(new)
+    keys = [
+        f"inputs.{k}"
+        for k in changed_paths(old.get("inputs") or {}, new.get("inputs") or {})
+        if not is_ignored(k, ignore)
+    ]
     if (old.get("parent") or None) != (new.get("parent") or None):
         keys.append("parent")
     if sorted(map(json.dumps, old.get("dependsOn") or [])) != sorted(map(json.dumps, new.get("dependsOn") or [])):
@@ -131,9 +174,13 @@ def classify(key: Key, old: dict, new: dict) -> Change | None:
     fields = _fields(new)
     inputs = [p[len("inputs.") :] for p in paths if p.startswith("inputs.")]
     forced = [f"inputs.{p}" for p in inputs if _forces(key[0], p, fields)]
+    rule = rule_for(key[0])
+    if rule is not None and rule.replaces_when is not None:
+        on_values = rule.replaces_when(old.get("inputs") or {}, effective_inputs(old, new))
+        forced += [f"inputs.{f}" for f in on_values if f"inputs.{f}" not in forced]
     if "parent" in paths and not (new.get("options") or {}).get("aliases"):
         forced.append("parent")  # a new URN: created anew and the old one deleted, unless an alias names it
-    known = rule_for(key[0]) is not None or bool(fields)
+    known = rule is not None or bool(fields)
     return Change(
         key,
         REPLACE if forced else UPDATE,
@@ -181,6 +228,17 @@ def _follow(key: Key, old: dict, new: dict, hits: list[tuple[str, Key]], changes
     changes[key] = change
 
 
+def _manifest_ignores(head: Plan) -> dict[tuple[str, str, str, str], tuple[str, ...]]:
+    """The ``ignoreChanges`` of each registered Kubernetes object, by its manifest's key: a change there is
+    none (the object keeps the value in the state)."""
+    out = {}
+    for r in head.resources.values():
+        inputs = r.get("inputs") or {}
+        if r["type"].startswith("kubernetes:") and ignored(r) and "kind" in inputs:
+            out[manifest_key(inputs)] = ignored(r)
+    return out
+
+
 def _replace_order(change: Change) -> tuple[int, int, Key]:
     order = list(STATEFUL)
     typ = change.key[0]
@@ -205,10 +263,18 @@ class Diff:
         self.updated = sorted((c for c in changes.values() if c.action == UPDATE), key=lambda c: c.key)
         self.manifests_added = sorted(set(head.manifests) - set(base.manifests))
         self.manifests_removed = sorted(set(base.manifests) - set(head.manifests))
+        ignore = _manifest_ignores(head)
         self.manifests_changed = [
-            (k, changed_paths(base.manifests[k], head.manifests[k]))
+            (k, paths)
             for k in sorted(set(base.manifests) & set(head.manifests))
             if base.manifests[k] != head.manifests[k]
+            and (
+                paths := [
+                    p
+                    for p in changed_paths(base.manifests[k], head.manifests[k])
+                    if not is_ignored(p, ignore.get(k, ()))
+                ]
+            )
         ]
         self.outputs_changed = sorted(
             k

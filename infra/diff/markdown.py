@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from infra.diff.compare import REPLACE, UPDATE, Change, Diff
+from infra.diff.refusals import of_diff as refusals_of
 from infra.diff.replace_fields import rule_for
 
 MARKER = "<!-- gpu-training offline plan diff -->"
@@ -99,6 +100,25 @@ def _gpu_az_move_lines(diff: Diff) -> list[str]:
         "`gpuAvailabilityZone` to the new AZ.",
         "",
     ]
+
+
+def _refused_lines(diff: Diff, max_rows: int) -> list[str]:
+    """What the API refuses of `pulumi up` on the stack deployed from the base: said first, after a GPU AZ
+    move (infra/diff/refusals.py)."""
+    if not diff.base.present:
+        return []
+    found = refusals_of(diff)
+    if not found:
+        return []
+    head = (
+        f"**`pulumi up` of the deployed stack would FAIL: the API REFUSES {len(found)} change"
+        f"{'s' if len(found) != 1 else ''}** (on update; a new stack would take them):"
+    )
+    return [head, ""] + _table(
+        ["", "type", "name", "change", "rule (source)"],
+        (["REFUSED", _code(r.key[0]), _code(r.key[1]), _code(r.change), f"{r.rule} ({r.source})"] for r in found),
+        max_rows,
+    )
 
 
 def _why_replaced(c: Change) -> str:
@@ -197,14 +217,15 @@ def _manifest_sections(diff: Diff, max_rows: int) -> list[str]:
 def render(
     diff: Diff, title: str, base_status: str = "ok", head_status: str = "ok", head_log: str = "", max_rows: int = 50
 ) -> str:
-    """The comment: the GPU AZ move in words first, the counts, cost, Capacity Blocks bought, then
-    the resources replaced (stateful first), updated in place, added and removed, Kubernetes objects
-    and stack outputs."""
+    """The comment: the GPU AZ move in words first, the changes the API refuses, the counts, cost, Capacity
+    Blocks bought, then the resources replaced (stateful first), updated in place, added and removed,
+    Kubernetes objects and stack outputs."""
     lines = [MARKER, f"### {title}", ""]
     lines += _status_lines(base_status, head_status, head_log)
     if head_status != "ok":
         return "\n".join(lines) + "\n"
     lines += _gpu_az_move_lines(diff)
+    lines += _refused_lines(diff, max_rows)
     b, h = diff.base, diff.head
     lines += [
         f"Resources: **{len(diff.replaced)} to replace, {len(diff.updated)} to update in place, "

@@ -42,7 +42,7 @@ class Plan:
         return cls({}, {}, {}, present=False)
 
 
-def _manifest_key(m: dict) -> tuple[str, str, str, str]:
+def manifest_key(m: dict) -> tuple[str, str, str, str]:
     meta = m.get("metadata") or {}
     return (
         str(m.get("apiVersion", "")),
@@ -79,6 +79,19 @@ def check_plan_folder(folder: Path, side: str) -> None:
     )
 
 
+def index(records: list[dict]) -> dict[tuple[str, str], dict]:
+    """Resources by (type, name), as resources.json lists them; the same type and name under two
+    parents are told apart by parent."""
+    resources: dict[tuple[str, str], dict] = {}
+    for r in records:
+        key = (r["type"], r["name"])
+        if key in resources:
+            parent = (r.get("parent") or {}).get("name", "")
+            key = (r["type"], f"{r['name']} (in {parent})")
+        resources[key] = r
+    return resources
+
+
 def load_plan(folder: Path, root: Path | None = None) -> Plan:
     """Read a plan folder (check_plan_folder first). ``root``: the project folder the plan was made
     from, written as ``<project>`` wherever a value holds it."""
@@ -87,20 +100,14 @@ def load_plan(folder: Path, root: Path | None = None) -> Plan:
     def read(value: Any) -> Any:
         return _relocate(value, prefix) if prefix else value
 
-    resources: dict[tuple[str, str], dict] = {}
-    for r in read(json.loads((folder / "resources.json").read_text())):
-        key = (r["type"], r["name"])
-        if key in resources:  # the same type and name under two parents: tell them apart by parent
-            parent = (r.get("parent") or {}).get("name", "")
-            key = (r["type"], f"{r['name']} (in {parent})")
-        resources[key] = r
+    resources = index(read(json.loads((folder / "resources.json").read_text())))
     manifests: dict[tuple[str, str, str, str], dict] = {}
     # manifests.yaml: the objects the stack registers; releases.yaml: what its Helm releases install.
     for path in (folder / "manifests.yaml", folder / "releases.yaml"):
         if path.exists():
             for doc in yaml.load_all(path.read_text(), Loader=_LOADER):
                 if isinstance(doc, dict):
-                    manifests[_manifest_key(doc)] = read(doc)
+                    manifests[manifest_key(doc)] = read(doc)
     outputs = read(json.loads((folder / "outputs.json").read_text()))
     cost_path = folder / "cost.json"
     cost = json.loads(cost_path.read_text()) if cost_path.exists() else None

@@ -21,7 +21,12 @@ a newer provider version relaxed a rule, the diff says "replace" where `pulumi p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+# (old inputs, new inputs) -> the inputs whose change replaces the resource, for a rule on values.
+Conditional = Callable[[dict[str, Any], dict[str, Any]], tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,34 @@ class Rule:
     note: str = ""  # a replacement the table cannot express (it depends on old and new values)
     note_fields: tuple[str, ...] = ()  # the inputs whose change makes the note worth showing
     in_place: tuple[str, ...] = ()  # inputs under a field that change in place all the same
+    replaces_when: Conditional | None = None  # replacements that depend on the old and new values
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _version(value: Any) -> tuple[int, ...] | None:
+    parts = str(value).split(".") if value is not None else []
+    return tuple(int(p) for p in parts) if parts and all(p.isdigit() for p in parts) else None
+
+
+def lustre_replaces(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, ...]:
+    """FSx for Lustre's replacements on values. storageCapacity: a smaller one, or any change on SCRATCH_1
+    (terraform-provider-aws internal/service/fsx/lustre_file_system.go at 06ee53d9fed4,
+    resourceLustreFileSystemSchemaCustomizeDiff: ``d.ForceNew("storage_capacity")``).
+    fileSystemTypeVersion: a lower version only; a higher one is an in-place upgrade (pulumi-aws 7.51.1,
+    sdk/python/pulumi_aws/fsx/lustre_file_system.py, ``file_system_type_version``: "Changing this value to
+    a higher version triggers an in-place upgrade. Changing to a lower version forces resource
+    replacement")."""
+    out: list[str] = []
+    was, now = _number(old.get("storageCapacity")), _number(new.get("storageCapacity"))
+    if was is not None and now is not None and (now < was or (now != was and new.get("deploymentType") == "SCRATCH_1")):
+        out.append("storageCapacity")
+    v_was, v_now = _version(old.get("fileSystemTypeVersion")), _version(new.get("fileSystemTypeVersion"))
+    if v_was is not None and v_now is not None and v_now < v_was:
+        out.append("fileSystemTypeVersion")
+    return tuple(out)
 
 
 _TF = "hashicorp/terraform-provider-aws"
@@ -217,7 +250,6 @@ RULES: dict[str, Rule] = {
             "deploymentType",
             "driveCacheType",
             "exportPath",
-            "fileSystemTypeVersion",
             "importPath",
             "importedFileChunkSize",
             "kmsKeyId",
@@ -226,9 +258,9 @@ RULES: dict[str, Rule] = {
             "storageType",
             "subnetIds",
         ),
-        f"{_TF} internal/service/fsx/lustre_file_system.go at 06ee53d9fed4",
-        "a smaller storageCapacity, or any storageCapacity change on SCRATCH_1, also replaces it (CustomizeDiff)",
-        ("storageCapacity",),
+        f"{_TF} internal/service/fsx/lustre_file_system.go at 06ee53d9fed4; fileSystemTypeVersion: pulumi-aws "
+        "7.51.1 (a lower version replaces it, a higher one upgrades it in place)",
+        replaces_when=lustre_replaces,
     ),
     "aws:efs/fileSystem:FileSystem": Rule(
         ("availabilityZoneName", "creationToken", "encrypted", "kmsKeyId", "performanceMode"),

@@ -5,7 +5,9 @@ The program looks up what the stack has already made (``stacks/placement.py``: t
 its tags, to keep the GPU AZ). The engine answers those lookups from a ``Deployed``: its subnets,
 as AWS would (``aws.ec2.get_subnets`` by tags and filters, ``aws.ec2.get_subnet`` by id). Tests
 simulate a deployed stack with ``Deployed.from_records``: the subnets an earlier plan registered,
-with the ids, AZs and tags that plan gave them.
+with the ids, AZs and tags that plan gave them, and every record of that plan as the stack's state
+(``resources``, as resources.json lists them), against which the plan of the running stack checks the
+changes the API refuses on update (infra/diff/refusals.py).
 """
 
 from __future__ import annotations
@@ -69,10 +71,13 @@ class Deployed:
     """The deployed stack as the engine answers for it; empty: a new stack."""
 
     subnets: tuple[Subnet, ...] = ()
+    resources: tuple[dict[str, Any], ...] = ()  # the state: each resource as resources.json lists it
 
     @classmethod
     def from_records(cls, records: Iterable[Any]) -> Deployed:
-        """The subnets of a plan's records (``offline.Record``), as a `pulumi up` of that plan left them."""
+        """The subnets and the state of a plan's records (``offline.Record``), as a `pulumi up` of that plan
+        left them."""
+        records = list(records)
         return cls(
             tuple(
                 Subnet(
@@ -84,7 +89,8 @@ class Deployed:
                 )
                 for r in records
                 if r.type == SUBNET_TYPE
-            )
+            ),
+            tuple(r.as_json() for r in records),
         )
 
     def find(self, tags: Mapping[str, str], filters: list[dict[str, Any]] | None = None) -> list[Subnet]:
