@@ -75,6 +75,11 @@ def effective_inputs(old: dict, new: dict) -> dict[str, Any]:
     return out
 
 
+def _deps(record: dict) -> list[str]:
+    """A record's dependsOn, in no order (of the list or of each entry's keys)."""
+    return sorted(json.dumps(d, sort_keys=True) for d in record.get("dependsOn") or [])
+
+
 def resource_changes(old: dict, new: dict) -> list[str]:
     """What differs between two records of one resource: ``inputs.<path>`` (but those the new record's
     ``ignoreChanges`` covers), ``parent``, ``dependsOn``, ``options.<key>``."""
@@ -86,7 +91,7 @@ def resource_changes(old: dict, new: dict) -> list[str]:
     ]
     if (old.get("parent") or None) != (new.get("parent") or None):
         keys.append("parent")
-    if sorted(map(json.dumps, old.get("dependsOn") or [])) != sorted(map(json.dumps, new.get("dependsOn") or [])):
+    if _deps(old) != _deps(new):
         keys.append("dependsOn")
     # protect, retainOnDelete, ignoreChanges, replaceOnChanges, deleteBeforeReplace, aliases.
     keys += [f"options.{k}" for k in changed_paths(old.get("options") or {}, new.get("options") or {})]
