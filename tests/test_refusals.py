@@ -258,6 +258,9 @@ def test_eks_moves_one_minor_up_and_node_groups_never_ahead_of_their_cluster():
     assert refused([cluster("1.35"), group("1.35")], [cluster("1.35"), group("1.36")]) == [
         "ng: version 1.35 -> 1.36: newer than its cluster's 1.35"
     ]
+    assert refused([cluster("1.36"), group("1.36")], [cluster("1.36"), group("1.35")]) == [
+        "ng: version 1.36 -> 1.35: a node group is not rolled back"
+    ]
     held = group("1.36", ignoreChanges=["version"])  # a capacity block's window: the state's version is sent
     assert refused([cluster("1.35"), group("1.35")], [cluster("1.35"), held]) == []
 

@@ -44,10 +44,12 @@ FSX_UPDATE = (
     "the current capacity)"
 )
 EKS_CLUSTER_UPDATE = (
-    "Amazon EKS User Guide, update-cluster.html (UpdateClusterVersion: the next minor version only; no downgrade)"
+    "Amazon EKS User Guide, update-cluster.html, and eksctl's cluster-upgrade page (control plane upgrades one minor "
+    "version at a time; no downgrade)"
 )
 EKS_NODE_GROUP_UPDATE = (
-    "Amazon EKS User Guide, update-managed-node-group.html (a node group's version may not be newer than its cluster's)"
+    "Amazon EKS API reference, UpdateNodegroupVersion (version: the cluster's Kubernetes version at most; a node "
+    "group cannot be rolled back to an earlier version)"
 )
 PULUMI_PROTECT = "Pulumi docs, resource option `protect` (a protected resource is neither deleted nor replaced)"
 
@@ -231,13 +233,15 @@ def cluster_version(key: Key, old: dict, new: dict, ctx: Context) -> list[Refusa
 
 
 def node_group_version(key: Key, old: dict, new: dict, ctx: Context) -> list[Refusal]:
-    """A node group's new version may not be newer than its cluster's (after this `up`)."""
+    """A node group's version never goes back, and never past its cluster's (after this `up`)."""
     if key[0] not in NODE_GROUPS:
         return []
     was, now = (old.get("inputs") or {}).get("version"), effective_inputs(old, new).get("version")
-    mine = _minor(now)
+    before, mine = _minor(was), _minor(now)
     if was == now or mine is None:
         return []
+    if before is not None and mine < before:
+        return [Refusal(key, f"version {was} -> {now}", "a node group is not rolled back", EKS_NODE_GROUP_UPDATE)]
     clusters = [_minor((r.get("inputs") or {}).get("version")) for (t, _), r in ctx.head.items() if t in CLUSTERS]
     known = [c for c in clusters if c is not None]
     if not known or mine <= min(known):
