@@ -313,6 +313,8 @@ def test_the_markdown_says_refused_first(tmp_path: Path):
     row = "| REFUSED | `kubernetes:core/v1:PersistentVolumeClaim` | `c` | `spec.resources.requests.storage 1200Gi"
     assert row + " -> 2400Gi` |" in md
     assert md.index("REFUSES") < md.index("Resources:")
+    updated = "| ~ | `kubernetes:core/v1:PersistentVolumeClaim` | `c` | `inputs.spec.resources.requests.storage`"
+    assert updated + " (**REFUSED**: see above) |" in md
     new_stack = io.StringIO()
     assert plan_diff.main([str(base), str(head), "--base-absent"], out=new_stack) == 0
     assert "REFUSE" not in new_stack.getvalue()  # nothing deployed, nothing to refuse

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from infra.diff.compare import REPLACE, UPDATE, Change, Diff
+from infra.diff.refusals import Refusal
 from infra.diff.refusals import of_diff as refusals_of
 from infra.diff.replace_fields import rule_for
 
@@ -102,12 +103,9 @@ def _gpu_az_move_lines(diff: Diff) -> list[str]:
     ]
 
 
-def _refused_lines(diff: Diff, max_rows: int) -> list[str]:
+def _refused_lines(found: list[Refusal], max_rows: int) -> list[str]:
     """What the API refuses of `pulumi up` on the stack deployed from the base: said first, after a GPU AZ
     move (infra/diff/refusals.py)."""
-    if not diff.base.present:
-        return []
-    found = refusals_of(diff)
     if not found:
         return []
     head = (
@@ -134,8 +132,8 @@ def _why_replaced(c: Change) -> str:
     return "; ".join(parts)
 
 
-def _why_updated(c: Change) -> str:
-    shown = _keys(c.paths)
+def _why_updated(c: Change, refused: set[tuple[str, str]]) -> str:
+    shown = _keys(c.paths) + (" (**REFUSED**: see above)" if c.key in refused else "")
     if c.follows:
         shown += "; new id of " + ", ".join(_code(f"{n} ({t})") for t, n in c.follows[:3])
     rule = rule_for(c.key[0])
@@ -166,7 +164,7 @@ def _status_lines(base_status: str, head_status: str, head_log: str) -> list[str
     return []
 
 
-def _resource_sections(diff: Diff, max_rows: int) -> list[str]:
+def _resource_sections(diff: Diff, max_rows: int, refused: set[tuple[str, str]]) -> list[str]:
     lines: list[str] = []
     if diff.replaced:
         lines += ["#### Replaced (`-/+`)", ""] + _table(
@@ -177,7 +175,7 @@ def _resource_sections(diff: Diff, max_rows: int) -> list[str]:
     if diff.updated:
         lines += ["#### Updated in place (`~`)", ""] + _table(
             ["", "type", "name", "changed"],
-            ([UPDATE, _code(c.key[0]), _code(c.key[1]), _why_updated(c)] for c in diff.updated),
+            ([UPDATE, _code(c.key[0]), _code(c.key[1]), _why_updated(c, refused)] for c in diff.updated),
             max_rows,
         )
     if diff.resources_added:
@@ -225,7 +223,8 @@ def render(
     if head_status != "ok":
         return "\n".join(lines) + "\n"
     lines += _gpu_az_move_lines(diff)
-    lines += _refused_lines(diff, max_rows)
+    found = refusals_of(diff) if diff.base.present else []
+    lines += _refused_lines(found, max_rows)
     b, h = diff.base, diff.head
     lines += [
         f"Resources: **{len(diff.replaced)} to replace, {len(diff.updated)} to update in place, "
@@ -244,7 +243,7 @@ def render(
         ]
     if diff.empty:
         return "\n".join(lines + ["No difference in resources, Kubernetes objects or stack outputs.", ""]) + "\n"
-    lines += _resource_sections(diff, max_rows) + _manifest_sections(diff, max_rows)
+    lines += _resource_sections(diff, max_rows, {r.key for r in found}) + _manifest_sections(diff, max_rows)
     if diff.outputs_changed:
         lines += ["#### Stack outputs changed", "", _keys(diff.outputs_changed, limit=max_rows), ""]
     lines += [
