@@ -12,8 +12,12 @@ DaemonSet have none left over: every StatefulSet spec field but replicas, ordina
 updateStrategy, revisionHistoryLimit, persistentVolumeClaimRetentionPolicy and minReadySeconds is
 forbidden on update (ValidateStatefulSetUpdate), and each of those (selector, serviceName,
 volumeClaimTemplates, podManagementPolicy) is in ``forceNew``, as are the selectors of Deployments and
-DaemonSets. The Kubernetes rules are those of the validation functions named (kubernetes v1.36,
-pkg/apis/<group>/validation/validation.go).
+DaemonSets. The Kubernetes rules are those of the validation functions named (kubernetes,
+pkg/apis/<group>/validation/validation.go): ValidateJobSpecUpdate, ValidateStorageClassUpdate and the
+StatefulSet message were read in the search corpus's newest copies of kubernetes' tree; the claim rules
+are the API's own messages ("spec is immutable after creation except resources.requests and
+volumeAttributesClassName for bound claims", "field can not be less than status.capacity"); the
+volume's volumeMode and the Service's clusterIPs rules are named, not re-read here.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 CLUSTERS = ("eks:index:Cluster", "aws:eks/cluster:Cluster")
 NODE_GROUPS = ("aws:eks/nodeGroup:NodeGroup", "eks:index:ManagedNodeGroup")
 
-_K8S = "kubernetes/kubernetes v1.36"
+_K8S = "kubernetes/kubernetes"
 RESIZE_ADMISSION = (
     "kubernetes/kubernetes plugin/pkg/admission/storage/persistentvolume/resize/admission.go at 11798964 "
     "(PersistentVolumeClaimResize, on by default in the API server)"
