@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 
 from components import burn_in
-from facts.kube import BURN_IN_LABEL, BURN_IN_TAINT, GPU_TAINT, NODE_GROUP_LABEL, STARTUP_TAINT_PREFIX
+from facts.kube import (
+    BURN_IN_LABEL,
+    BURN_IN_TAINT,
+    EKS_TAINT_KEY_MAX,
+    GPU_TAINT,
+    NODE_GROUP_LABEL,
+    STARTUP_TAINT_PREFIX,
+)
 from infra.invariants import tolerates
 from stacks.config import load
 from tests.helpers import dev_values, minimal_values, run_stack
@@ -228,6 +235,23 @@ def test_every_burn_in_group_joins_with_the_startup_taint_and_only_those(burn_in
     for name in ("p4d", "p3dn", "block"):  # autoscaled ones and the capacity block's
         assert startup in groups[name].inputs["taints"], name
     assert startup not in groups["plain"].inputs["taints"]
+
+
+def test_every_planned_taint_key_is_within_the_eks_limit_botocore_models(burn_in_plan):
+    """EKS refuses a node-group taint key over 63 characters (CreateNodegroup, UpdateNodegroupConfig): the
+    bound is read from botocore's EKS model, not retyped; the burn-in key once had 66 and failed every group."""
+    import botocore.session
+
+    shape = botocore.session.get_session().get_service_model("eks").shape_for("taintKey")
+    low, high = shape.metadata["min"], shape.metadata["max"]
+    assert high == EKS_TAINT_KEY_MAX
+    assert low <= len(BURN_IN_TAINT["key"]) <= high, BURN_IN_TAINT["key"]
+    plan, _ = burn_in_plan
+    keys = {t["key"] for r in _node_groups(plan).values() for t in r.inputs["taints"]}
+    assert BURN_IN_TAINT["key"] in keys
+    assert [k for k in keys if not low <= len(k) <= high] == []
+    # The rule fires: the key the branch started with is refused.
+    assert not len(STARTUP_TAINT_PREFIX + "gputraining-burn-in") <= high
 
 
 def test_the_autoscaler_builds_a_group_at_zero_that_jobs_fit(burn_in_plan):
