@@ -82,3 +82,8 @@ BURN_IN_TAINT = {"key": STARTUP_TAINT_PREFIX + "gpu-burn-in", "value": "pending"
 # The burn-in's verdict on each GPU node it checked: `passed`, or `failed-<reason>` (a label value:
 # at most 63 characters of [A-Za-z0-9._-], alphanumeric at both ends).
 BURN_IN_LABEL = "gputraining/burn-in"
+# At most this many of a group's nodes that failed burn-in are replaced in any window of this length;
+# past it a failed node stays tainted and labelled and a Warning event asks a person to look (a check
+# that fails every node of a type would otherwise terminate and relaunch instances forever).
+BURN_IN_MAX_REPLACEMENTS = 3
+BURN_IN_REPLACEMENT_WINDOW_SECONDS = 3600
