@@ -5,27 +5,43 @@ taint, so the kubelet registers the node with it and no training pod ever lands 
 This component runs the check: a DaemonSet in kube-system on those groups' nodes, tolerating every
 taint, whose init containers
 
-1. ``gate`` (``scripts/burn_in.py``): checks only a node that still carries the taint, and releases
-   unchecked one that already runs work (EKS puts a group's new taint on its running nodes too);
+1. ``gate`` (``scripts/burn_in.py``): checks only a node that carries the taint, and releases unchecked
+   one that has served work (a verdict label of one, or pods of its own): EKS puts a group's new taint
+   on its running nodes too (UpdateNodegroupConfig: "the taints to be applied to the nodes in the node
+   group after the update"); a node older than a new one can be at its first check is judged on its
+   present state only, not on its past jobs' ECC counts and Xids;
 2. ``loopback`` (optional, off by default): nccl-tests' ``all_reduce_perf`` over the node's own GPUs;
 3. ``check``: nvidia-smi (every GPU of the type's model, no uncorrectable ECC error, none lost),
    the kernel log (no Xid but the application ones), /sys/class/infiniband (every EFA interface of
    the group), decided by ``scripts/burn_in_decisions.py``; passed: the taint is removed and the node
    labelled ``gputraining/burn-in=passed``; failed: the taint stays, the node is labelled
    ``gputraining/burn-in=failed-<reasons>`` and gets a Warning event ``BurnInFailed``;
-4. ``replace``: after a failure, ``aws autoscaling set-instance-health --health-status Unhealthy
+4. ``replace``: after a failure, while fewer than ``MAX_REPLACEMENTS`` nodes of the group were replaced
+   in the last ``REPLACEMENT_WINDOW_SECONDS`` (the ConfigMap ``REPLACEMENTS``, shared by every node's
+   check), ``aws autoscaling set-instance-health --health-status Unhealthy
    --no-should-respect-grace-period`` on the node's instance; EC2 Auto Scaling then terminates it and
    launches a replacement in the node group's ASG (EKS makes one per managed node group, with the
-   tags ``eks:cluster-name`` and ``eks:nodegroup-name`` this role's policy is scoped by).
+   tags ``eks:cluster-name`` and ``eks:nodegroup-name`` this role's policy is scoped by). Past the bound
+   the node stays tainted and labelled, with a Warning event ``BurnInReplacementHeld``.
+
+The main container, ``watch``, reads its node every ``WATCH_SECONDS`` for the pod's life: a node in
+service that gets the taint after the gate ran (the node group's update reaches running nodes in its
+own time) is released at once, so none is left tainted for good. The DaemonSet is also ordered after
+the node groups (``BurnInArgs.node_groups``), so the ``up`` that turns burn-in on updates them first.
 
 Why not EKS node auto repair: it acts on the conditions the node monitoring agent sets (and on
 NodeReady), never on a taint of ours, and this check does not write the agent's conditions (that would
-fool it). The main container only sleeps, without GPUs (NVIDIA_VISIBLE_DEVICES=void).
+fool it).
 
 GPU access without holding GPUs: no container requests ``nvidia.com/gpu``; the EKS AL2023 NVIDIA AMI
 makes the NVIDIA container runtime containerd's default, and it mounts every GPU, nvidia-smi and NVML
 into a container whose environment says NVIDIA_VISIBLE_DEVICES=all (see facts/versions.py,
 BURN_IN_IMAGE). The check container is privileged to read the kernel log (/dev/kmsg).
+
+What the pod holds of its node for its whole life is its effective request: the larger of its largest
+init container's and the sum of its containers' (Kubernetes, "Init Containers", resource sharing
+within containers); ``facts/allocatable.py`` (BURN_IN, BURN_IN_LOOPBACK) has the figures the queues'
+quotas subtract, and tests/test_burn_in.py holds them to this pod.
 """
 
 from __future__ import annotations
@@ -41,7 +57,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.iam import pod_identity_association, pod_identity_role, policy_document
-from facts.kube import BURN_IN_LABEL, BURN_IN_TAINT, NODE_GROUP_LABEL, PART_OF
+from facts.kube import (
+    BURN_IN_LABEL,
+    BURN_IN_MAX_REPLACEMENTS,
+    BURN_IN_REPLACEMENT_WINDOW_SECONDS,
+    BURN_IN_TAINT,
+    NODE_GROUP_LABEL,
+    PART_OF,
+)
 from jobs.nccl_test import NCCL_ALL_REDUCE_PERF
 
 NAMESPACE = "kube-system"
@@ -51,6 +74,13 @@ DECISIONS = SCRIPT.with_name("burn_in_decisions.py")
 SCRIPT_DIR = "/opt/burn-in"
 STATE_DIR = "/run/burn-in"
 TOLERATE_ALL = [{"operator": "Exists"}]
+# The ConfigMap counting each group's replacements (group -> JSON list of epoch seconds), and the bound:
+# at most MAX_REPLACEMENTS of a group's nodes marked Unhealthy in any REPLACEMENT_WINDOW_SECONDS.
+REPLACEMENTS = f"{NAME}-replacements"
+MAX_REPLACEMENTS = BURN_IN_MAX_REPLACEMENTS
+REPLACEMENT_WINDOW_SECONDS = BURN_IN_REPLACEMENT_WINDOW_SECONDS
+# How often the watch container reads its node.
+WATCH_SECONDS = 15
 # The loopback test: 8 B to 256 MiB, doubling, over every GPU of the node in one process, with a
 # result check per size (-c 1); a few seconds on A100/H100.
 LOOPBACK_ARGS = "-b 8 -e 256M -f 2 -c 1"
@@ -78,6 +108,7 @@ class BurnInArgs:
     replace_image: str  # AWS CLI v2 image that marks a failed instance Unhealthy
     loopback_image: str | None = None  # nccl-tests image of the loopback test; None: no group has it
     depends_on: list[pulumi.Resource] = field(default_factory=list)  # what must exist first (Pod Identity agent)
+    node_groups: list[pulumi.Resource] = field(default_factory=list)  # the burn-in groups: the DaemonSet comes after
     tags: dict[str, str] = field(default_factory=dict)  # tags on the IAM role and the association
 
 
@@ -127,12 +158,17 @@ def files(groups: Sequence[GroupExpectation]) -> dict[str, str]:
 def _env(extra: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "BURN_IN_STATE", "value": STATE_DIR},
         {"name": "BURN_IN_TAINT_KEY", "value": BURN_IN_TAINT["key"]},
         {"name": "BURN_IN_LABEL", "value": BURN_IN_LABEL},
         {"name": "NODE_GROUP_LABEL", "value": NODE_GROUP_LABEL},
         {"name": "BURN_IN_EXPECTED", "value": f"{SCRIPT_DIR}/expected.json"},
+        {"name": "BURN_IN_REPLACEMENTS", "value": REPLACEMENTS},
+        {"name": "BURN_IN_MAX_REPLACEMENTS", "value": str(MAX_REPLACEMENTS)},
+        {"name": "BURN_IN_REPLACEMENT_WINDOW", "value": str(REPLACEMENT_WINDOW_SECONDS)},
+        {"name": "BURN_IN_WATCH_SECONDS", "value": str(WATCH_SECONDS)},
     ]
     env += [{"name": k, "value": v} for k, v in (extra or {}).items()]
     return env
@@ -142,6 +178,11 @@ def _env(extra: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
 GPU_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility,compute"}
 MOUNTS = [{"name": "scripts", "mountPath": SCRIPT_DIR, "readOnly": True}, {"name": "state", "mountPath": STATE_DIR}]
 SMALL = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+# The loopback test's requests are held for the pod's life (an init container's requests count in the
+# pod's effective request), so they are small: the node runs nothing else while it is burnt in, the
+# test may use more CPU (no CPU limit) and up to its memory limit.
+LOOPBACK_RESOURCES = {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"memory": "16Gi"}}
+WATCH_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}
 
 
 def pod_spec(args: BurnInArgs) -> dict[str, Any]:
@@ -170,7 +211,7 @@ def pod_spec(args: BurnInArgs) -> dict[str, Any]:
                 "command": ["/bin/bash", "-c", run],
                 "env": _env(GPU_ENV),
                 "volumeMounts": MOUNTS,
-                "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "16Gi"}},
+                "resources": LOOPBACK_RESOURCES,
             }
         )
     init.append(
@@ -218,11 +259,12 @@ def pod_spec(args: BurnInArgs) -> dict[str, Any]:
         "initContainers": init,
         "containers": [
             {
-                "name": "idle",
+                "name": "watch",
                 "image": args.image,
-                "command": ["sleep", "infinity"],
-                "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
-                "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}, "limits": {"memory": "32Mi"}},
+                "command": [*python, "watch"],
+                "env": _env({"NVIDIA_VISIBLE_DEVICES": "void"}),
+                "volumeMounts": MOUNTS,
+                "resources": WATCH_RESOURCES,
             }
         ],
         "volumes": [
@@ -259,7 +301,8 @@ class BurnIn(pulumi.ComponentResource):
         )
         account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta, opts=child)
         # Only what the check does: read its node, label it and take its taint off (patch), see whether
-        # pods already run there (list), record events.
+        # pods already run there (list), record events; and, in kube-system, read and update the one
+        # ConfigMap that counts the groups' replacements (a Role limited to it by name).
         cluster_role = k8s.rbac.v1.ClusterRole(
             f"{name}-clusterrole",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=NAME, labels=labels),
@@ -277,6 +320,29 @@ class BurnIn(pulumi.ComponentResource):
             subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=NAME, namespace=NAMESPACE)],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_role, account]),
         )
+        counter = k8s.core.v1.ConfigMap(
+            f"{name}-replacements",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=REPLACEMENTS, namespace=NAMESPACE, labels=labels),
+            # The checks write its data; Pulumi only creates it.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["data"]),
+        )
+        counter_role = k8s.rbac.v1.Role(
+            f"{name}-replacements-role",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=REPLACEMENTS, namespace=NAMESPACE, labels=labels),
+            rules=[
+                k8s.rbac.v1.PolicyRuleArgs(
+                    api_groups=[""], resources=["configmaps"], resource_names=[REPLACEMENTS], verbs=["get", "update"]
+                )
+            ],
+            opts=child,
+        )
+        k8s.rbac.v1.RoleBinding(
+            f"{name}-replacements-binding",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=REPLACEMENTS, namespace=NAMESPACE, labels=labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=REPLACEMENTS),
+            subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=NAME, namespace=NAMESPACE)],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[counter_role, account]),
+        )
         data = files(args.groups)
         config = k8s.core.v1.ConfigMap(f"{name}-scripts", metadata=meta, data=data, opts=child)
         digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
@@ -293,7 +359,10 @@ class BurnIn(pulumi.ComponentResource):
             f"{name}-daemonset",
             metadata=meta,
             spec=spec,
-            # Its pods get AWS credentials at admission: the association must exist first.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[association, config, account]),
+            # Its pods get AWS credentials at admission: the association must exist first. After the node
+            # groups: the `up` that turns burn-in on puts the taint on running nodes before the new pods look.
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[association, config, account, counter, *args.node_groups]
+            ),
         )
         self.register_outputs({"daemonSet": NAME})

@@ -87,6 +87,23 @@ CLOUDWATCH = (
     DaemonRequests("dcgm-exporter", 250, 128, "same chart: dcgmExporter 250m/128Mi (NVIDIA nodes)"),
 )
 
+# The burn-in DaemonSet's pod (components/burn_in.py) on the nodes of a group with burn-in: it lives as
+# long as the node, and holds its effective request all that time: the larger of its largest init
+# container's request and the sum of its containers' (Kubernetes docs, "Init Containers", "Resource
+# sharing within containers"), per resource. tests/test_burn_in.py computes it from the planned pod.
+BURN_IN = DaemonRequests(
+    "gputraining-burn-in",
+    50,
+    64,
+    "components/burn_in.py: init containers gate, check, replace 50m/64Mi each (the largest), watch 10m/32Mi",
+)
+BURN_IN_LOOPBACK = DaemonRequests(
+    "gputraining-burn-in",
+    100,
+    512,
+    "components/burn_in.py with the loopback test: its init container's 100m/512Mi is the largest request",
+)
+
 
 def kube_reserved_cpu_m(vcpus: int) -> int:
     """nodeadm's kube-reserved CPU for a node of ``vcpus``, in millicores."""

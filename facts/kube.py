@@ -73,8 +73,17 @@ AUTOSCALE_TAG = "gputraining/autoscale"
 # eks:DescribeNodegroup taints (simulator.SanitizedTemplateNodeInfoFromNodeGroup -> SanitizeTaints), so
 # a pod that does not tolerate it still scales a group up from zero; and it counts a node that carries
 # it as not yet ready (FilterOutNodesWithStartupTaints), so it waits for the node instead of adding more.
+# EKS takes a node-group taint key of 1 to 63 characters whole, prefix included (EKS API reference,
+# `Taint`; botocore's EKS model, shape `taintKey`: min 1, max 63; tests/test_burn_in.py reads the
+# bound from botocore): the prefix is 47, so the name after it is at most 16 (`gpu-burn-in`: 58 in all).
 STARTUP_TAINT_PREFIX = "startup-taint.cluster-autoscaler.kubernetes.io/"
-BURN_IN_TAINT = {"key": STARTUP_TAINT_PREFIX + "gputraining-burn-in", "value": "pending", "effect": "NoSchedule"}
+EKS_TAINT_KEY_MAX = 63
+BURN_IN_TAINT = {"key": STARTUP_TAINT_PREFIX + "gpu-burn-in", "value": "pending", "effect": "NoSchedule"}
 # The burn-in's verdict on each GPU node it checked: `passed`, or `failed-<reason>` (a label value:
 # at most 63 characters of [A-Za-z0-9._-], alphanumeric at both ends).
 BURN_IN_LABEL = "gputraining/burn-in"
+# At most this many of a group's nodes that failed burn-in are replaced in any window of this length;
+# past it a failed node stays tainted and labelled and a Warning event asks a person to look (a check
+# that fails every node of a type would otherwise terminate and relaunch instances forever).
+BURN_IN_MAX_REPLACEMENTS = 3
+BURN_IN_REPLACEMENT_WINDOW_SECONDS = 3600

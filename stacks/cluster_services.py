@@ -71,6 +71,7 @@ class _Services:
     )  # team ("" = none) -> LocalQueue of its jobs; empty without queues
     provisioning_request_crd: pulumi.Resource | None = None  # the ProvisioningRequest API, when installed
     gpu_node_group_names: dict[str, str] = field(default_factory=dict)  # GPU group -> its EKS node group (built ones)
+    gpu_node_groups: dict[str, pulumi.Resource] = field(default_factory=dict)  # GPU group -> its node group resource
 
 
 def build_services(
@@ -81,6 +82,7 @@ def build_services(
     system: NodeGroup,
     tags: dict[str, str],
     gpu_node_group_names: dict[str, str] | None = None,
+    gpu_node_groups: dict[str, pulumi.Resource] | None = None,
 ) -> dict[str, Any]:
     """Cluster services: device plugins, storage, operators, etcd, monitoring, jobs. Every
     Kubernetes object goes through one provider bound to the new cluster."""
@@ -106,6 +108,7 @@ def build_services(
         outputs={"trainingNamespace": cfg.services.training_namespace},
         job_prerequisites=[cluster.pod_identity_agent],
         gpu_node_group_names=dict(gpu_node_group_names or {}),
+        gpu_node_groups=dict(gpu_node_groups or {}),
     )
     for add in (_device_plugins, _burn_in, _efs, _fsx, _operators, _etcd, _monitoring, _autoscaler, _queues):
         add(s)
@@ -160,6 +163,7 @@ def _burn_in(s: _Services) -> None:
             replace_image=versions.BURN_IN_REPLACE_IMAGE,
             loopback_image=versions.BURN_IN_LOOPBACK_IMAGE if any(g.loopback for g in groups) else None,
             depends_on=[s.cluster.pod_identity_agent],
+            node_groups=[s.gpu_node_groups[g.group] for g in groups if g.group in s.gpu_node_groups],
             tags=s.tags,
         ),
         opts=s.k8s_component,

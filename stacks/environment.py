@@ -67,7 +67,14 @@ def build(cfg: StackConfig, placement: Placement | None = None) -> dict[str, Any
         cluster.add_node_monitoring_agent(addon_version(cfg, agent), addon_configuration(cfg, agent), after=[system])
 
     services = build_services(
-        cfg, gpu_az, network, cluster, system, tags, {n: ng.node_group_name for n, ng in gpu_groups.items()}
+        cfg,
+        gpu_az,
+        network,
+        cluster,
+        system,
+        tags,
+        {n: ng.node_group_name for n, ng in gpu_groups.items()},
+        {n: ng.node_group for n, ng in gpu_groups.items()},
     )
 
     return {

@@ -625,7 +625,7 @@ def test_waiting_for_pods_and_requeueing_in_the_kueue_config(dev_plan):
     config = yaml.safe_load(kueue.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])
     wait = config["waitForPodsReady"]
     assert (
-        wait["timeout"] == "20m"
+        wait["timeout"] == "30m"
         and wait["requeuingStrategy"]["backoffBaseSeconds"] == 60
         and wait["requeuingStrategy"]["backoffMaxSeconds"] == 3600
     )

@@ -1,17 +1,28 @@
-"""Burn-in of one GPU node, run by the burn-in DaemonSet's init containers (components/burn_in.py).
+"""Burn-in of one GPU node, run by the burn-in DaemonSet's containers (components/burn_in.py).
 Standard library only; the decisions are burn_in_decisions.py, shipped next to it.
 
-``burn_in.py gate``: whether the node still carries the burn-in taint (and, for a group with the
-loopback test, writes ``<state>/loopback``). A node that lost it (it passed
-before, or someone removed it) is not checked again: burn-in is before work, and a pod restarted on a
-node running jobs must neither run the loopback test on their GPUs nor quarantine the node (the node
-monitoring agent watches running nodes). Writes ``<state>/check`` when the node is to be checked.
+``burn_in.py gate`` (first init container): what to do with the node (``burn_in_decisions.next_step``).
+No burn-in taint: nothing (it passed before, or was released; ``watch`` takes over). A node that has
+served work (a verdict label of one, or pods of its own running) got the taint from its node group's
+update (EKS puts a group's new taints on its running nodes too): released unchecked, never quarantined.
+Otherwise ``<state>/check`` is written (and ``<state>/loopback`` for a group with the loopback test),
+and ``<state>/present-only`` when the node is older than a new node can be at its first check: a node
+that was in service before is judged on what it shows now, not on its past jobs' ECC counts and Xids.
 
 ``burn_in.py check``: runs the tools, decides, and acts on the node through the Kubernetes API:
 passed -> removes the taint and labels the node ``gputraining/burn-in=passed``; failed -> keeps the
-taint, labels ``gputraining/burn-in=failed-<reasons>``, records a Warning event on the node and writes
-the instance ID to ``<state>/replace`` for the next init container, which marks the instance Unhealthy
-in its Auto Scaling group (the group then terminates and replaces it).
+taint, labels ``gputraining/burn-in=failed-<reasons>``, records a Warning event on the node and, while
+fewer than ``BURN_IN_MAX_REPLACEMENTS`` nodes of its group were replaced in the last
+``BURN_IN_REPLACEMENT_WINDOW`` seconds (counted in a ConfigMap every node's check shares), writes the
+instance ID to ``<state>/replace`` for the next init container, which marks the instance Unhealthy in
+its Auto Scaling group. Past the bound the node stays tainted and labelled and a Warning event
+``BurnInReplacementHeld`` says a person must look (a check that fails every node of a type would
+otherwise replace instances forever).
+
+``burn_in.py watch`` (the main container, for the pod's life): every ``BURN_IN_WATCH_SECONDS`` reads
+the node. Seen without the taint and without a verdict, it is labelled ``in-service`` (it takes work);
+a node in service that gets the taint later (the node group's update reached it after the gate ran)
+is released at once (``skipped-in-service``), so no running node is left tainted for good.
 """
 
 from __future__ import annotations
@@ -19,10 +30,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import ssl
 import subprocess
 import sys
+import time
+import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,25 +86,50 @@ def _working_pods(node_name: str) -> list[str]:
     return out
 
 
+def _label(node: dict) -> str:
+    return node["metadata"].get("labels", {}).get(os.environ["BURN_IN_LABEL"], "")
+
+
+def _tainted(node: dict) -> bool:
+    return any(t.get("key") == _taint_key() for t in node.get("spec", {}).get("taints") or [])
+
+
+def _age_seconds(node: dict) -> float:
+    """Seconds since the node object was created (it registers once, when it joins the cluster)."""
+    created = node["metadata"].get("creationTimestamp")
+    if not created:
+        return 0.0
+    return time.time() - datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+
+def _release(node_name: str, node: dict, label: str, why: str) -> None:
+    print(f"{node_name}: {why}: released without a check ({label})")
+    _patch_node(node_name, node, bd.Verdict((), (why,)), label=label)
+
+
 def gate(node_name: str, state: Path, expected_file: Path) -> int:
     node = _node(node_name)
-    taints = node.get("spec", {}).get("taints") or []
-    if not any(t.get("key") == _taint_key() for t in taints):
-        print(f"{node_name}: no burn-in taint (burnt in before, or released by hand): nothing to do")
+    tainted = _tainted(node)
+    working = _working_pods(node_name) if tainted else []
+    step = bd.next_step(tainted, _label(node), _age_seconds(node), working)
+    if step == bd.NOTHING:
+        (state / "in-service").write_text("1")
+        print(f"{node_name}: no burn-in taint (burnt in before, or released): nothing to do")
         return 0
-    working = _working_pods(node_name)
-    if working:
-        # A node that runs work already got the taint afterwards (the first `up` that turned burn-in on
-        # for its group: EKS puts a node group's new taints on its running nodes too). Burn-in is for new
-        # nodes: release it unchecked rather than test GPUs under a job or quarantine the job's node.
-        print(f"{node_name}: already runs {', '.join(working[:5])}: released without a check")
-        _patch_node(node_name, node, bd.Verdict((), ("node already in use",)), label="skipped-in-use")
+    if step == bd.RELEASE_IN_SERVICE:
+        _release(node_name, node, "skipped-in-service", f"in service before ({_label(node)})")
+        return 0
+    if step == bd.RELEASE_IN_USE:
+        _release(node_name, node, "skipped-in-use", f"already runs {', '.join(working[:5])}")
         return 0
     (state / "check").write_text("1")
+    if step == bd.CHECK_PRESENT:
+        (state / "present-only").write_text("1")
     loopback = json.loads(expected_file.read_text()).get(_group(node), {}).get("loopback", False)
     if loopback:
         (state / "loopback").write_text("1")
-    print(f"{node_name}: carries the burn-in taint: checking it" + (" (with the loopback test)" if loopback else ""))
+    how = " on its present state (in service since before the taint)" if step == bd.CHECK_PRESENT else ""
+    print(f"{node_name}: carries the burn-in taint: checking it{how}" + (" with the loopback test" if loopback else ""))
     return 0
 
 
@@ -146,32 +183,82 @@ def _optional(path: Path) -> str | None:
 
 
 def _patch_node(name: str, node: dict, verdict: bd.Verdict, label: str | None = None) -> None:
-    """Label the node with the verdict and, when it passed, remove the taint. A JSON patch whose test
-    of the taints fails (someone changed them meanwhile) fails whole: the pod restarts and reads again."""
+    """Label the node with the verdict and, when it passed and carries the taint, remove the taint. A JSON
+    patch whose test of the taints fails (someone changed them meanwhile) fails whole: read again."""
     taints = node.get("spec", {}).get("taints") or []
-    ops: list[dict] = [{"op": "add", "path": "/metadata/labels/" + os.environ["BURN_IN_LABEL"].replace("/", "~1"), "value": label or verdict.label}]
-    if verdict.passed:
+    key = "/metadata/labels/" + os.environ["BURN_IN_LABEL"].replace("/", "~1")
+    ops: list[dict] = [{"op": "add", "path": key, "value": label or verdict.label}]
+    if verdict.passed and _tainted(node):
+        kept = [t for t in taints if t.get("key") != _taint_key()]
         ops = [{"op": "test", "path": "/spec/taints", "value": taints}, *ops]
-        ops.append({"op": "replace", "path": "/spec/taints", "value": [t for t in taints if t.get("key") != _taint_key()]})
+        ops.append({"op": "replace", "path": "/spec/taints", "value": kept})
     _request("PATCH", f"/api/v1/nodes/{name}", ops, "application/json-patch+json")
 
 
-def _event(node: dict, verdict: bd.Verdict) -> None:
+def _event(node: dict, reason: str, message: str, warning: bool) -> None:
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     meta = node["metadata"]
     namespace = os.environ.get("POD_NAMESPACE", "kube-system")
     body = {
         "metadata": {"generateName": f"{meta['name']}.burn-in-", "namespace": namespace},
         "involvedObject": {"kind": "Node", "name": meta["name"], "uid": meta.get("uid", "")},
-        "reason": "BurnInPassed" if verdict.passed else "BurnInFailed",
-        "message": verdict.message[:1024],
-        "type": "Normal" if verdict.passed else "Warning",
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
         "source": {"component": "gputraining-burn-in", "host": meta["name"]},
         "firstTimestamp": now,
         "lastTimestamp": now,
         "count": 1,
     }
     _request("POST", f"/api/v1/namespaces/{namespace}/events", body)
+
+
+def _replacements_path() -> str:
+    namespace = os.environ.get("POD_NAMESPACE", "kube-system")
+    return f"/api/v1/namespaces/{namespace}/configmaps/{os.environ['BURN_IN_REPLACEMENTS']}"
+
+
+def _claim_replacement(group: str, node_name: str) -> tuple[bool, int]:
+    """Count one replacement of ``group`` in the shared ConfigMap, if the bound allows it: (allowed, how
+    many in the window before this one). An update with a stale resourceVersion is refused (409) and
+    read again, so two nodes failing at once cannot both take the last place."""
+    limit = int(os.environ.get("BURN_IN_MAX_REPLACEMENTS", "3"))
+    window = float(os.environ.get("BURN_IN_REPLACEMENT_WINDOW", "3600"))
+    for _ in range(10):
+        cm = _request("GET", _replacements_path())
+        data = cm.get("data") or {}
+        times = bd.recent(json.loads(data.get(group, "[]")), time.time(), window)
+        if not bd.may_replace(times, time.time(), limit, window):
+            return False, len(times)
+        cm["data"] = {**data, group: json.dumps([*times, time.time()])}
+        try:
+            _request("PUT", _replacements_path(), cm)
+        except urllib.error.HTTPError as e:
+            if e.code == 409:
+                print(f"{node_name}: the replacement count changed meanwhile: reading it again")
+                continue
+            raise
+        return True, len(times)
+    raise RuntimeError("the replacement count kept changing: giving up (the pod restarts and tries again)")
+
+
+def _hand_to_replacement(node: dict, group: str, state: Path) -> None:
+    name = node["metadata"]["name"]
+    allowed, before = _claim_replacement(group, name)
+    if not allowed:
+        limit = os.environ.get("BURN_IN_MAX_REPLACEMENTS", "3")
+        window = int(float(os.environ.get("BURN_IN_REPLACEMENT_WINDOW", "3600")) // 60)
+        message = (
+            f"{before} node(s) of group {group} failed burn-in and were replaced in the last {window} minutes "
+            f"(at most {limit}): this one stays tainted and is not replaced. A check that fails every node of a "
+            "type points at the check, the driver or the AMI, not the hardware: a person must look "
+            f"(kubectl -n kube-system logs {os.environ.get('POD_NAME', 'ds/gputraining-burn-in')} -c check)"
+        )
+        print(f"{name}: {message}", file=sys.stderr)
+        _event(node, "BurnInReplacementHeld", message, warning=True)
+        return
+    provider_id = node.get("spec", {}).get("providerID", "")  # aws:///us-west-2b/i-0123...
+    (state / "replace").write_text(provider_id.rsplit("/", 1)[-1])
 
 
 def check(node_name: str, state: Path, expected_file: Path) -> int:
@@ -187,17 +274,44 @@ def check(node_name: str, state: Path, expected_file: Path) -> int:
     want = table[group]
     expected = bd.Expected(want["gpus"], want["gpuModel"], want["efa"])
     smi = _run(["nvidia-smi", f"--query-gpu={SMI_QUERY}", "--format=csv,noheader"])
-    fi_info = _run(["fi_info", "-p", "efa"]) if shutil.which("fi_info") and expected.efa else None
-    dcgmi = _run(["dcgmi", "diag", "-r", "1"], timeout=600) if shutil.which("dcgmi") else None
+    history = not (state / "present-only").exists()
     verdict = bd.decide(
-        expected, smi, _kernel_log(), _infiniband(), fi_info, _optional(state / "loopback.log"), dcgmi
+        expected, smi, _kernel_log() if history else [], _infiniband(), _optional(state / "loopback.log"), history
     )
     print(f"{node_name} ({group}, {want['instanceType']}): {verdict.message}")
     _patch_node(node_name, node, verdict)
-    _event(node, verdict)
+    _event(node, "BurnInPassed" if verdict.passed else "BurnInFailed", verdict.message, warning=not verdict.passed)
     if not verdict.passed:
-        provider_id = node.get("spec", {}).get("providerID", "")  # aws:///us-west-2b/i-0123...
-        (state / "replace").write_text(provider_id.rsplit("/", 1)[-1])
+        _hand_to_replacement(node, group, state)
+    return 0
+
+
+def watch_once(node_name: str, state: Path) -> None:
+    """One look at the node: label one that works untainted ``in-service``; release one in service that
+    got the taint after the gate ran. A node being judged, or failed, is left as it is."""
+    node = _node(node_name)
+    label = _label(node)
+    if not _tainted(node):
+        if not label:
+            _patch_node(node_name, node, bd.Verdict((), ("in service",)), label="in-service")
+            print(f"{node_name}: takes work without a burn-in verdict: labelled in-service")
+        (state / "in-service").write_text("1")
+        return
+    if label in bd.IN_SERVICE_LABELS or ((state / "in-service").exists() and not label.startswith("failed")):
+        _release(node_name, node, "skipped-in-service", "the taint came after the node was in service")
+
+
+def watch(node_name: str, state: Path) -> int:
+    every = float(os.environ.get("BURN_IN_WATCH_SECONDS", "15"))
+    rounds = int(os.environ.get("BURN_IN_WATCH_ROUNDS", "0"))  # 0: for the pod's life
+    done = 0
+    while rounds == 0 or done < rounds:
+        try:
+            watch_once(node_name, state)
+        except (OSError, ValueError, KeyError) as e:  # the API away a moment, a patch that lost a race: look again
+            print(f"{node_name}: {e}", file=sys.stderr)
+        done += 1
+        time.sleep(every)
     return 0
 
 
@@ -208,7 +322,9 @@ def main(argv: list[str]) -> int:
         return gate(node_name, state, Path(os.environ["BURN_IN_EXPECTED"]))
     if argv[1:] == ["check"]:
         return check(node_name, state, Path(os.environ["BURN_IN_EXPECTED"]))
-    print("usage: burn_in.py gate|check", file=sys.stderr)
+    if argv[1:] == ["watch"]:
+        return watch(node_name, state)
+    print("usage: burn_in.py gate|check|watch", file=sys.stderr)
     return 2
 
 

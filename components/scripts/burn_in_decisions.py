@@ -1,6 +1,7 @@
 """Burn-in decisions: whether a new GPU node is what its instance type must be, from the outputs of
-the real tools. Pure functions over text (no I/O): ``burn_in.py`` runs the tools on the node and
-feeds their outputs here; tests feed recorded outputs (tests/data/burn_in/, each with its source).
+the real tools, and what to do with a node. Pure functions over text and numbers (no I/O):
+``burn_in.py`` runs the tools on the node and feeds their outputs here; tests feed recorded outputs
+(tests/data/burn_in/, each with its source).
 
 What a node must show, against what its group expects (``Expected``: the catalog's GPU count and
 model, the EFA interfaces its launch template gives it):
@@ -13,11 +14,20 @@ model, the EFA interfaces its launch template gives it):
 - no Xid in the kernel log since boot (``NVRM: Xid (PCI:<bus id>): <n>, ...``) but those NVIDIA's Xid
   catalog puts on the application (13, 31, 43, 45): a fresh node runs no application, so any other
   Xid is the hardware or the driver;
-- every EFA interface: the devices of /sys/class/infiniband bound to the ``efa`` driver (and, where
-  ``fi_info -p efa`` is at hand, one ``-rdm`` domain per interface);
+- every EFA interface: the devices of /sys/class/infiniband bound to the ``efa`` driver;
 - optionally, a short NCCL all-reduce over the node's own GPUs (nccl-tests ``all_reduce_perf``) that
-  finishes with no value out of bounds;
-- where a ``dcgmi diag`` report is given, no test marked ``Fail``.
+  finishes with no value out of bounds.
+
+Only tools the check can run: nvidia-smi comes with the node's driver (the NVIDIA container runtime
+mounts the driver's utilities into the container), the kernel log and sysfs from the host. ``fi_info``
+(libfabric, under /opt/amazon/efa on the host) and ``dcgmi`` (DCGM, not part of the driver) are neither
+in the check's image (python slim) nor among what the runtime mounts, so the check does not run them
+and does not claim them.
+
+A node that was in service before it got the taint (the ``up`` that turns burn-in on for a running
+group: EKS puts the group's new taint on its running nodes too) is not judged on its history: the ECC
+counts since the driver loaded and the Xids since boot are its past jobs' and weeks old; only what it
+shows now (GPUs, model, EFA interfaces, the loopback test) counts (``history=False``).
 
 The verdict's label value (``failed-<reasons>`` or ``passed``) follows Kubernetes' label value rules:
 at most 63 characters of [A-Za-z0-9._-], beginning and ending with an alphanumeric.
@@ -36,7 +46,6 @@ LABEL_MAX = 63
 
 _LOST = re.compile(r"Unable to determine the device handle for (?:GPU\s*)?(?P<bus>[0-9A-Fa-f:.]+)\s*:\s*(?P<why>.*)")
 _XID = re.compile(r"NVRM: Xid \(PCI:(?P<bus>[0-9A-Fa-f:.]+)\): (?P<xid>\d+),?\s*(?P<rest>.*)")
-_FI_DOMAIN = re.compile(r"^\s*domain:\s*(?P<domain>\S+)-rdm\s*$")
 _OUT_OF_BOUNDS = re.compile(r"#\s*Out of bounds values\s*:\s*(?P<n>\d+)")
 _BUSBW = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(?P<bw>[0-9.]+)")
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9._-]")
@@ -132,28 +141,6 @@ def efa_devices(sysfs: Sequence[tuple[str, str]]) -> list[str]:
     return sorted(name for name, driver in sysfs if driver == "efa")
 
 
-def fi_info_domains(text: str) -> list[str]:
-    """The EFA RDM domains ``fi_info -p efa`` lists (one per EFA interface), each once."""
-    return sorted({m["domain"] for m in map(_FI_DOMAIN.match, text.splitlines()) if m})
-
-
-def dcgmi_failures(text: str) -> list[str]:
-    """The tests a ``dcgmi diag`` report marks ``Fail``: its table rows ``| <test> | <result> |``, where
-    a result may go on over rows whose test cell is empty (``| | Fail - GPU: 0 |``)."""
-    out: list[str] = []
-    test = ""
-    for line in text.splitlines():
-        if not line.startswith("|"):
-            continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 2:
-            continue
-        test = cells[0] or test
-        if cells[1].lower().startswith("fail") and test not in out:
-            out.append(test)
-    return out
-
-
 def loopback_result(log: str) -> tuple[bool, str]:
     """Whether an ``all_reduce_perf`` log finished with no value out of bounds, and what it measured."""
     bounds = _OUT_OF_BOUNDS.search(log)
@@ -172,8 +159,9 @@ def _model_matches(name: str, model: str) -> bool:
     return model.upper() in re.split(r"[\s\-]+", name.upper())
 
 
-def gpu_findings(expected: Expected, smi_output: str) -> list[Finding]:
-    """What the GPU listing shows wrong: GPUs lost, missing, of another model, with uncorrectable ECC errors."""
+def gpu_findings(expected: Expected, smi_output: str, history: bool = True) -> list[Finding]:
+    """What the GPU listing shows wrong: GPUs lost, missing, of another model, with uncorrectable ECC errors
+    (with ``history``: the volatile count is since the driver loaded)."""
     found: list[Finding] = []
     gpus = parse_gpus(smi_output)
     for bus, why in lost_gpus(smi_output):
@@ -183,11 +171,9 @@ def gpu_findings(expected: Expected, smi_output: str) -> list[Finding]:
     others = sorted({g.name for g in gpus if not _model_matches(g.name, expected.gpu_model)})
     if others:
         found.append(Finding("gpu-model", f"GPU model {', '.join(others)}, expected {expected.gpu_model}"))
-    for g in gpus:
+    for g in gpus if history else ():
         if g.uncorrected_ecc:
-            found.append(
-                Finding("ecc", f"GPU {g.index} ({g.bus_id}): {g.uncorrected_ecc} uncorrectable ECC error(s)")
-            )
+            found.append(Finding("ecc", f"GPU {g.index} ({g.bus_id}): {g.uncorrected_ecc} uncorrectable ECC error(s)"))
     return found
 
 
@@ -196,33 +182,70 @@ def decide(
     smi_output: str,
     kernel_log: Iterable[str] = (),
     sysfs_infiniband: Sequence[tuple[str, str]] = (),
-    fi_info: str | None = None,
     loopback_log: str | None = None,
-    dcgmi_diag: str | None = None,
+    history: bool = True,
 ) -> Verdict:
-    """The node's verdict from what the tools showed (``None``: that tool was not run)."""
-    found = gpu_findings(expected, smi_output)
+    """The node's verdict from what the tools showed (``loopback_log`` None: the test was not run).
+    ``history`` False: a node that served jobs before, judged on its present state (no ECC counts, no Xids)."""
+    found = gpu_findings(expected, smi_output, history)
     notes = [f"{len(parse_gpus(smi_output))} x {expected.gpu_model}"]
-    for bus, xid, text in xids(kernel_log):
-        if xid not in APPLICATION_XIDS:
-            found.append(Finding(f"xid-{xid}", f"Xid {xid} on GPU {bus}: {text}"))
+    if history:
+        for bus, xid, text in xids(kernel_log):
+            if xid not in APPLICATION_XIDS:
+                found.append(Finding(f"xid-{xid}", f"Xid {xid} on GPU {bus}: {text}"))
+    else:
+        notes.append("in service before the taint: ECC counts and Xids since boot not judged")
     efa = efa_devices(sysfs_infiniband)
     if len(efa) < expected.efa:
         present = ", ".join(efa) or "none"
         found.append(Finding("efa-count", f"{len(efa)} EFA interface(s) present ({present}), expected {expected.efa}"))
     elif expected.efa:
         notes.append(f"{len(efa)} EFA")
-    if fi_info is not None and expected.efa and len(fi_info_domains(fi_info)) < expected.efa:
-        listed = len(fi_info_domains(fi_info))
-        found.append(Finding("efa-fi-info", f"fi_info -p efa lists {listed} RDM domain(s), expected {expected.efa}"))
     if loopback_log is not None:
         ok, what = loopback_result(loopback_log)
         if ok:
             notes.append(what)
         else:
             found.append(Finding("loopback", what))
-    if dcgmi_diag is not None:
-        failed = dcgmi_failures(dcgmi_diag)
-        if failed:
-            found.append(Finding("dcgm", f"dcgmi diag failed: {', '.join(failed)}"))
     return Verdict(tuple(found), tuple(notes))
+
+
+# -- what to do with a node ----------------------------------------------------------------------
+
+# Verdict labels of a node that has taken work: passed, released unchecked, or seen working untainted.
+IN_SERVICE_LABELS = frozenset({"passed", "in-service", "skipped-in-use", "skipped-in-service"})
+# A node older than this when the check first looks at it was in service before its group got burn-in
+# (a new node's check starts a minute or two after it joins): judged on its present state only.
+FRESH_SECONDS = 30 * 60
+
+NOTHING, RELEASE_IN_USE, RELEASE_IN_SERVICE, CHECK, CHECK_PRESENT = (
+    "nothing",
+    "release-in-use",
+    "release-in-service",
+    "check",
+    "check-present",
+)
+
+
+def next_step(tainted: bool, label: str, age_seconds: float, working: Sequence[str]) -> str:
+    """What the gate does with a node: nothing (no taint), release it unchecked (it has served work:
+    the taint came with the node group's update), or check it (with its history when it is new)."""
+    if not tainted:
+        return NOTHING
+    if label in IN_SERVICE_LABELS:
+        return RELEASE_IN_SERVICE
+    if working:
+        return RELEASE_IN_USE
+    return CHECK if age_seconds < FRESH_SECONDS else CHECK_PRESENT
+
+
+def recent(times: Iterable[float], now: float, window: float) -> list[float]:
+    """The replacement times within ``window`` seconds before ``now``, oldest first."""
+    return sorted(t for t in times if now - window < t <= now)
+
+
+def may_replace(times: Iterable[float], now: float, limit: int, window: float) -> bool:
+    """Whether one more of a group's nodes may be replaced: fewer than ``limit`` in the last ``window``
+    seconds. A check that fails every node of a type (a driver's new output, a benign Xid) would
+    otherwise terminate and relaunch instances forever."""
+    return len(recent(times, now, window)) < limit

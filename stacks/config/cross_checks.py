@@ -34,7 +34,7 @@ from stacks.config.models import (
     SystemNodeGroupConfig,
 )
 from stacks.config.node_group_checks import _K8S_NAME, _check_gpu_groups, _check_system
-from stacks.config.stack_config import AutoscalingConfig, MonitoringConfig, QueuesConfig, StackConfig
+from stacks.config.stack_config import AutoscalingConfig, BurnInConfig, MonitoringConfig, QueuesConfig, StackConfig
 from stacks.config.storage_checks import check_storage
 from stacks.queues import check_config as check_queues
 
@@ -69,6 +69,7 @@ class Sections:
     monitoring: MonitoringConfig | None
     autoscaling: AutoscalingConfig | None
     queues: QueuesConfig | None
+    burn_in: BurnInConfig | None
 
     def or_default(self, name: str) -> Any:
         """Section ``name``, or its default where it was given but invalid (its problems are
@@ -101,7 +102,16 @@ def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: li
     if s.queues is not None:
         training = s.services.training_namespace if s.services is not None else None
         admins = s.cluster.admin_principals if s.cluster is not None else []
-        check_queues(s.queues, s.gpu_node_groups, s.or_default("autoscaling"), training, admins, problems, NAMESPACE)
+        check_queues(
+            s.queues,
+            s.gpu_node_groups,
+            s.or_default("autoscaling"),
+            training,
+            admins,
+            problems,
+            NAMESPACE,
+            s.or_default("burn_in"),
+        )
     if s.monitoring is not None and s.monitoring.log_retention_days not in LOG_RETENTION_DAYS:
         problems.append(
             Problem(

@@ -154,6 +154,7 @@ def _check_queued_jobs(
             fsx=storage.fsx.enabled,
             efa_device_plugin=services.efa_device_plugin,
             monitoring=sections.or_default("monitoring").enabled,
+            **queues.burn_in_services(groups, sections.or_default("burn_in")),
         ),
         operators=sorted(env.operators),
         volumes=sorted(env.volumes),

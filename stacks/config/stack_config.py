@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from facts.kube import BURN_IN_MAX_REPLACEMENTS, BURN_IN_REPLACEMENT_WINDOW_SECONDS
 from jobs.base import JobBase
 from stacks.config.models import (
     ClusterConfig,
@@ -23,6 +24,7 @@ from stacks.config.models import (
     StorageConfig,
     SystemNodeGroupConfig,
 )
+from stacks.queues.plan import pods_ready_budget
 
 
 class AutoscalingConfig(ConfigModel):
@@ -105,6 +107,11 @@ class TeamConfig(ConfigModel):
     )
 
 
+# What a burn-in group's job admitted before its nodes exist waits for (stacks/queues/plan.py), in minutes.
+_BUDGET = sum(m for _, m in pods_ready_budget(burn_in=True, loopback=False))
+_BUDGET_LOOPBACK = sum(m for _, m in pods_ready_budget(burn_in=True, loopback=True))
+
+
 class QueuesConfig(ConfigModel):
     """Kueue: GPU jobs wait whole in a queue until all their nodes are free, with priorities and teams."""
 
@@ -114,9 +121,10 @@ class QueuesConfig(ConfigModel):
         "nodes)",
     )
     pods_ready_timeout: str = Field(
-        "20m",
-        description="how long an admitted job may take until all its pods run (GPU node boot and image pull); then it "
-        "gives its nodes back and queues again",
+        "30m",
+        description="how long an admitted job may take until all its pods run (GPU node boot, burn-in, image pull); "
+        "then it gives its nodes back and queues again. Refused below what a burn-in group's jobs admitted before "
+        f"their nodes exist need ({_BUDGET}m; {_BUDGET_LOOPBACK}m with the loopback test)",
     )
     requeue_limit: int | None = Field(
         None,
@@ -137,7 +145,8 @@ class BurnInConfig(ConfigModel):
         True,
         description="every GPU group's new nodes join with a startup taint that keeps jobs off them until a check has "
         "verified their GPUs (count, model, ECC, Xid) and EFA interfaces; a failed node stays tainted and is replaced "
-        "(a group's `burnIn` overrides)",
+        f"(at most {BURN_IN_MAX_REPLACEMENTS} of a group's nodes in {BURN_IN_REPLACEMENT_WINDOW_SECONDS // 60} "
+        "minutes; past that it stays tainted and a Warning event asks a person to look; a group's `burnIn` overrides)",
     )
     loopback_test: bool = Field(
         False,

@@ -25,7 +25,18 @@ from stacks.queues.cluster_queues import (
     local_queues,
     team_namespace,
 )
-from stacks.queues.resources import CPU, EFA, GPU, HUGEPAGES, MEMORY, Flavor, NodeServices, flavor_of, human
+from stacks.queues.resources import (
+    CPU,
+    EFA,
+    GPU,
+    HUGEPAGES,
+    MEMORY,
+    Flavor,
+    NodeServices,
+    burn_in_services,
+    flavor_of,
+    human,
+)
 
 # Kueue's integrations are the kinds of the operators installed (facts/operators.py), and batch/job
 # with teams: Kueue's batch-user role lets a team create batch Jobs, which must queue too (the
@@ -33,13 +44,32 @@ from stacks.queues.resources import CPU, EFA, GPU, HUGEPAGES, MEMORY, Flavor, No
 BATCH_JOB = "batch/job"
 
 # waitForPodsReady: an admitted job must have every pod running within `queues.podsReadyTimeout`, or
-# it gives its nodes back and queues again (backoff 1 minute, doubling to 1 hour). The default, 20
-# minutes, covers a GPU node
-# started from zero (autoscaler decision, EC2 launch and join, device plugins, huge pages: about 8
-# minutes on p4d/p5) plus the pull of a 10-20 GB training image onto a fresh root volume (about 10
-# minutes), with room to spare.
+# it gives its nodes back and queues again (backoff 1 minute, doubling to 1 hour). A job admitted
+# before its nodes exist (an autoscaled group above its minSize, with or without ProvisioningRequests;
+# a capacity block's group before its window) spends that time on, one after the other (estimates,
+# in minutes, on the large side; ``pods_ready_budget``):
+NODE_START_MINUTES = 8  # autoscaler decision, EC2 launch and join, device plugins, huge pages (p4d/p5)
+BURN_IN_MINUTES = 2  # the burn-in check (about a minute once the device plugins run) and its small image
+# The loopback test: the nccl-tests image (CUDA, EFA, NCCL: several GB) pulled onto the fresh node, and
+# a few seconds of all_reduce_perf.
+LOOPBACK_MINUTES = 6
+TRAINING_IMAGE_PULL_MINUTES = 10  # a 10-20 GB training image onto a fresh root volume
+# The default, 30 minutes, covers the longest of these (26 with the burn-in's loopback test) with room
+# to spare; a shorter `queues.podsReadyTimeout` than a burn-in group's budget is refused (queue_checks).
 REQUEUE_BACKOFF_BASE_SECONDS = 60
 REQUEUE_BACKOFF_MAX_SECONDS = 3600
+
+
+def pods_ready_budget(burn_in: bool, loopback: bool) -> list[tuple[str, int]]:
+    """What a job admitted before its nodes exist waits for, in order: (what, minutes)."""
+    parts = [("node start", NODE_START_MINUTES)]
+    if burn_in:
+        parts.append(("burn-in check", BURN_IN_MINUTES))
+    if loopback:
+        parts.append(("burn-in loopback test (nccl-tests image pull and run)", LOOPBACK_MINUTES))
+    parts.append(("training image pull", TRAINING_IMAGE_PULL_MINUTES))
+    return parts
+
 
 # ---------------------------------------------------------------------------------------------
 # The plan
@@ -152,7 +182,10 @@ def provisioning_flavors(flavors: Sequence[Flavor], requested: bool | None) -> t
 def node_services(cfg: Any) -> NodeServices:
     """What of a validated ``StackConfig`` runs on every GPU node beside the training pods."""
     return NodeServices(
-        fsx=cfg.storage.fsx.enabled, efa_device_plugin=cfg.services.efa_device_plugin, monitoring=cfg.monitoring.enabled
+        fsx=cfg.storage.fsx.enabled,
+        efa_device_plugin=cfg.services.efa_device_plugin,
+        monitoring=cfg.monitoring.enabled,
+        **burn_in_services(cfg.gpu_node_groups, cfg.burn_in),
     )
 
 

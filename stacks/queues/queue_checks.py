@@ -16,8 +16,8 @@ from facts.problems import Problem
 from jobs.base import JobBase
 from stacks.queues.admission import reach
 from stacks.queues.cluster_queues import RESERVED_TEAM_NAMES, team_namespace
-from stacks.queues.plan import QueuePlan
-from stacks.queues.resources import RESOURCES, group_supply, human
+from stacks.queues.plan import QueuePlan, pods_ready_budget
+from stacks.queues.resources import RESOURCES, burn_in_services, group_supply, human
 
 # Kueue's ResourceFlavor holds at most 8 tolerations: the GPU taint's and the group's own taints.
 MAX_FLAVOR_TOLERATIONS = 8
@@ -75,11 +75,15 @@ def check_config(
     admin_principals: Sequence[str],
     problems: list[Problem],
     ns: str,
+    burn_in: Any = None,
 ) -> None:
     """The queue section on its own and against the GPU groups: names, namespaces, the teams'
-    quotas within the groups, and what needs queues or the autoscaler. ``ns`` is the config namespace."""
+    quotas within the groups, the pods-ready budget of burn-in groups (``burn_in``: the burnIn section),
+    and what needs queues or the autoscaler. ``ns`` is the config namespace."""
     k = f"{ns}:queues"
     _check_pods_ready_timeout(queues, k, problems)
+    if queues.enabled and burn_in is not None and autoscaling is not None:
+        _check_pods_ready_budget(queues, groups, autoscaling, burn_in, k, problems)
     if queues.teams and not queues.enabled:
         problems.append(Problem(f"{k}.teams", "teams need queues: set queues.enabled to true (or remove the teams)"))
     _check_provisioning_requests(queues, autoscaling, ns, problems)
@@ -111,6 +115,42 @@ def _check_pods_ready_timeout(queues: Any, k: str, problems: list[Problem]) -> N
                 "1h30m",
             )
         )
+
+
+def _starts_after_admission(g: Any, autoscaling: Any) -> bool:
+    """Whether a job can be admitted on group ``g``'s quota before the nodes it runs on exist: the quota
+    counts an autoscaled group's maxSize above its minSize, or a capacity block's before its window."""
+    supply = group_supply(g, autoscaling.enabled)
+    return (supply.autoscaled and supply.nodes > g.min_size) or supply.windowed
+
+
+def _check_pods_ready_budget(
+    queues: Any, groups: Sequence[Any], autoscaling: Any, burn_in: Any, k: str, problems: list[Problem]
+) -> None:
+    """A burn-in group's jobs admitted before their nodes exist wait for node start, burn-in (and its
+    loopback test) and the image pull: a shorter podsReadyTimeout evicts them before they can run, and
+    they queue again forever."""
+    try:
+        have = durations.parse_go_duration(queues.pods_ready_timeout) / 60e9
+    except durations.DurationError:
+        return  # reported by _check_pods_ready_timeout
+    ours = burn_in_services(groups, burn_in)
+    for g in groups:
+        if g is None or g.name not in ours["burn_in"] or not _starts_after_admission(g, autoscaling):
+            continue
+        parts = pods_ready_budget(True, g.name in ours["burn_in_loopback"])
+        need = sum(m for _, m in parts)
+        if have < need:
+            spelled = " + ".join(f"{what} {m}m" for what, m in parts)
+            problems.append(
+                Problem(
+                    f"{k}.podsReadyTimeout",
+                    f"{queues.pods_ready_timeout!r} is shorter than a job on group {g.name!r} needs: it is admitted "
+                    f"before its nodes exist ({group_supply(g, autoscaling.enabled).text}), then waits for "
+                    f"{spelled} = {need}m; set at least {need}m",
+                )
+            )
+            return
 
 
 def _check_provisioning_requests(queues: Any, autoscaling: Any, ns: str, problems: list[Problem]) -> None:

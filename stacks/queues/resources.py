@@ -20,6 +20,7 @@ from facts.kube import (
     HUGEPAGES_2MI_RESOURCE,
     NODE_GROUP_LABEL,
 )
+from jobs.nccl_test import NCCL_TESTS_IMAGE_GPU_MODELS
 from jobs.targets import GPU_TOLERATION, toleration
 
 CPU, MEMORY, GPU, EFA, HUGEPAGES = "cpu", "memory", GPU_RESOURCE, EFA_RESOURCE, HUGEPAGES_2MI_RESOURCE
@@ -90,11 +91,26 @@ class NodeServices:
     fsx: bool = True
     efa_device_plugin: bool = True
     monitoring: bool = True
+    burn_in: frozenset[str] = frozenset()  # the GPU groups whose nodes run the burn-in pod
+    burn_in_loopback: frozenset[str] = frozenset()  # those of them whose pod has the loopback test
 
 
-def daemon_requests(efa: bool, services: NodeServices) -> list[allocatable.DaemonRequests]:
-    """The DaemonSets with a pod on a GPU node (with EFA or without) of a stack with ``services``."""
+def burn_in_services(groups: Sequence[Any], burn_in: Any) -> dict[str, frozenset[str]]:
+    """``NodeServices``' burn-in fields from the GPU groups and the ``burnIn`` section: a group's own
+    ``burnIn``, else the stack's; the loopback test on groups whose GPU the nccl-tests image runs on."""
+    on = [g for g in groups if g is not None and (burn_in.enabled if g.burn_in is None else g.burn_in)]
+    loopback = [g for g in on if burn_in.loopback_test and g.instance.gpu_model in NCCL_TESTS_IMAGE_GPU_MODELS]
+    return {"burn_in": frozenset(g.name for g in on), "burn_in_loopback": frozenset(g.name for g in loopback)}
+
+
+def daemon_requests(efa: bool, services: NodeServices, group: str = "") -> list[allocatable.DaemonRequests]:
+    """The DaemonSets with a pod on a node of GPU group ``group`` (with EFA or without) of a stack with
+    ``services``."""
     out = list(allocatable.ALWAYS)
+    if group in services.burn_in_loopback:
+        out.append(allocatable.BURN_IN_LOOPBACK)
+    elif group in services.burn_in:
+        out.append(allocatable.BURN_IN)
     if services.fsx:
         out.append(allocatable.FSX_CSI_NODE)
     if efa and services.efa_device_plugin:
@@ -108,7 +124,7 @@ def node_allocatable(g: Any, services: NodeServices) -> dict[str, int]:
     """What one node of GPU group ``g`` leaves for training pods, per covered resource."""
     it = g.instance
     hugepages = EFA_HUGEPAGES_NODE_MIB if g.efa_interfaces else 0
-    daemons = daemon_requests(bool(g.efa_interfaces), services)
+    daemons = daemon_requests(bool(g.efa_interfaces), services, g.name)
     memory_capacity = int(it.memory_mib * (1 - allocatable.KERNEL_MEMORY_SHARE))
     return {
         CPU: it.vcpus * 1000 - allocatable.kube_reserved_cpu_m(it.vcpus) - sum(d.cpu_m for d in daemons),
