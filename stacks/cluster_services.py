@@ -396,8 +396,7 @@ def _queues(s: _Services) -> None:
     s.outputs["clusterQueues"] = [cq.name for cq in plan.cluster_queues]
     # The jobs' LocalQueues (and priority classes, team namespaces) and Kueue's job webhooks must be there
     # before a job is created: the release, not the component (which would stand for every queue object).
-    s.job_needs.kueue = [component.release]
-    s.job_needs.queue_objects = dict(component.named)
+    s.job_needs.kueue, s.job_needs.queue_objects = [component.release], dict(component.named)
     s.job_needs.namespaces.update(component.namespaces)
 
 
