@@ -208,6 +208,13 @@ class VendoredOperator(pulumi.ComponentResource):
         super().__init__(f"gputraining:components:{op.component}", name, None, opts)
         objects = load_manifest(args.project_root / op.manifest.file, op.manifest.sha256)
         self.objects = register_objects(name, objects, self, self._object_aliases(name))
+        # Its workloads (the last stage): each waits for every other object (CRDs, RBAC, webhooks), and
+        # `pulumi up` waits for them to be ready, so what needs the operator running waits for these.
+        last = max(_stage(o["kind"])[0] for o in objects)
+        staged = sorted(objects, key=lambda o: _stage(o["kind"]))  # register_objects' order (a stable sort)
+        self.ready: list[pulumi.Resource] = [
+            res for obj, res in zip(staged, self.objects, strict=True) if _stage(obj["kind"])[0] == last
+        ]
         self.register_outputs({"version": op.version})
 
     def _object_aliases(self, name: str) -> Callable[[dict[str, Any]], Sequence[pulumi.Alias]] | None:

@@ -345,6 +345,9 @@ class Queues(pulumi.ComponentResource):
             )
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
         self.objects: list[pulumi.Resource] = []
+        self.namespaces: dict[str, pulumi.Resource] = dict(namespaces)  # the team namespaces, by name
+        # Each queue object by (kind, namespace or "", name): what a job names (its LocalQueue, priority class).
+        self.named: dict[tuple[str, str, str], pulumi.Resource] = {}
         for obj in queue_objects(args):
             meta = obj["metadata"]
             ns = meta.get("namespace")
@@ -356,6 +359,7 @@ class Queues(pulumi.ComponentResource):
             self.objects.append(
                 KueueObject(f"{name}-{obj['kind'].lower()}-{(ns + '-') if ns else ''}{meta['name']}", obj, opts)
             )
+            self.named[(obj["kind"], ns or "", meta["name"])] = self.objects[-1]
         for t in args.teams:
             self._team(name, t, namespaces[t.namespace], args)
         self.register_outputs(

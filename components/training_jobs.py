@@ -20,9 +20,31 @@ import pulumi_kubernetes as k8s
 
 from components.iam import pod_identity_association, pod_identity_trust_policy
 from jobs.base import JobBase
-from jobs.pod import JOB_LABEL
+from jobs.pod import JOB_LABEL, PRIORITY_CLASS_LABEL, QUEUE_LABEL
 from jobs.registry import build_manifests
 from jobs.targets import JobsContext
+
+
+@dataclass
+class JobNeeds:
+    """What the stack built that a job's objects may need, each found by what an object names: its
+    namespace, its kind (the operator that runs it), the claims its pods mount, etcd's host, its queue
+    and priority class. An object waits for what it names only, never for a whole component (which
+    Pulumi expands to every child: every job would then wait for hundreds of resources)."""
+
+    namespaces: dict[str, pulumi.Resource] = field(default_factory=dict)  # namespace name -> its Namespace
+    # (apiVersion, kind) -> what shows its operator serving: the operator's workloads, created after its
+    # CRDs and webhook configurations (components/operators.py, VendoredOperator.ready).
+    operators: dict[tuple[str, str], list[pulumi.Resource]] = field(default_factory=dict)
+    # claim name -> its PersistentVolumeClaim (after its volume, which is after the file system is mountable)
+    claims: dict[str, pulumi.Resource] = field(default_factory=dict)
+    etcd_host: str = ""  # an object with a string naming it waits for ``etcd``
+    etcd: list[pulumi.Resource] = field(default_factory=list)  # the members (ready) and the client Service
+    # Kueue's release: a queued job created before its webhooks would start unsuspended, outside the queues.
+    kueue: list[pulumi.Resource] = field(default_factory=list)
+    # (kind, namespace or "", name) -> a Kueue object a job names: its LocalQueue, its WorkloadPriorityClass.
+    queue_objects: dict[tuple[str, str, str], pulumi.Resource] = field(default_factory=dict)
+    pod_identity: list[pulumi.Resource] = field(default_factory=list)  # the Pod Identity agent (associations)
 
 
 @dataclass
@@ -32,9 +54,67 @@ class TrainingJobsArgs:
     jobs: Sequence[JobBase]  # validated job specs; disabled ones emit nothing
     context: JobsContext  # namespace, node-group targets, claims, etcd, placement of system pods
     tags: dict[str, str] = field(default_factory=dict)  # tags on the jobs' AWS resources (IAM roles)
-    # What every job object waits for: the namespace, the operators (their CRDs), the claims,
-    # etcd, the Pod Identity agent. Children do not inherit a component's depends_on.
-    depends_on: list[pulumi.Resource] = field(default_factory=list)
+    # What each job object waits for, by what it names (``needs_of``); children do not inherit a
+    # component's depends_on.
+    needs: JobNeeds = field(default_factory=JobNeeds)
+    depends_on: list[pulumi.Resource] = field(default_factory=list)  # what every job object waits for besides
+
+
+def _named_strings(value: Any, found: list[str]) -> None:
+    """Every string of a manifest (keys' values, at any depth), into ``found``."""
+    if isinstance(value, dict):
+        for v in value.values():
+            _named_strings(v, found)
+    elif isinstance(value, list):
+        for v in value:
+            _named_strings(v, found)
+    elif isinstance(value, str):
+        found.append(value)
+
+
+def _claims_of(value: Any, found: set[str]) -> None:
+    """The PersistentVolumeClaims a manifest's pods mount (``persistentVolumeClaim.claimName``)."""
+    if isinstance(value, dict):
+        claim = value.get("persistentVolumeClaim")
+        if isinstance(claim, dict) and isinstance(claim.get("claimName"), str):
+            found.add(claim["claimName"])
+        for v in value.values():
+            _claims_of(v, found)
+    elif isinstance(value, list):
+        for v in value:
+            _claims_of(v, found)
+
+
+def needs_of(manifest: dict[str, Any], needs: JobNeeds) -> list[pulumi.Resource]:
+    """What the object of ``manifest`` must be created after: its namespace; the operator of its kind;
+    the claims it mounts; etcd, when it names etcd's host; its LocalQueue, priority class and Kueue,
+    when queued (labels of ``jobs/pod.py``)."""
+    meta = manifest.get("metadata") or {}
+    namespace = meta.get("namespace") or ""
+    labels = meta.get("labels") or {}
+    out: list[pulumi.Resource] = []
+    if namespace in needs.namespaces:
+        out.append(needs.namespaces[namespace])
+    out += needs.operators.get((manifest["apiVersion"], manifest["kind"]), [])
+    claims: set[str] = set()
+    _claims_of(manifest.get("spec"), claims)
+    out += [needs.claims[c] for c in sorted(claims) if c in needs.claims]
+    if needs.etcd_host:
+        strings: list[str] = []
+        _named_strings(manifest.get("spec"), strings)
+        if any(needs.etcd_host in s for s in strings):
+            out += needs.etcd
+    if QUEUE_LABEL in labels:
+        out += needs.kueue
+        for key in (("LocalQueue", namespace, labels[QUEUE_LABEL]), _priority_key(labels)):
+            if key is not None and key in needs.queue_objects:
+                out.append(needs.queue_objects[key])
+    return list(dict.fromkeys(out))
+
+
+def _priority_key(labels: dict[str, str]) -> tuple[str, str, str] | None:
+    name = labels.get(PRIORITY_CLASS_LABEL)
+    return None if name is None else ("WorkloadPriorityClass", "", name)
 
 
 _CORE_CLASSES: dict[tuple[str, str], Any] = {
@@ -62,7 +142,7 @@ class TrainingJobs(pulumi.ComponentResource):
             accounts: list[pulumi.Resource] = []
             config_maps: list[pulumi.Resource] = []  # what the job's pods mount (the progress guard)
             for manifest in build_manifests(spec, ctx):
-                waits_for = list(args.depends_on) + config_maps
+                waits_for = list(args.depends_on) + needs_of(manifest, args.needs) + config_maps
                 if manifest["kind"] == "Job":
                     waits_for += identity + accounts
                 res = self._register(name, manifest, waits_for)
@@ -138,6 +218,6 @@ class TrainingJobs(pulumi.ComponentResource):
             role=role,
             tags=tags,
             parent=self,
-            depends_on=list(args.depends_on),
+            depends_on=list(args.depends_on) + args.needs.pod_identity,
         )
         return [role, policy, association]

@@ -35,7 +35,7 @@ from components.queues import (
 )
 from components.sagemaker import SageMakerTrainingJobs, SageMakerTrainingJobsArgs, SharedFileSystem
 from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
-from components.training_jobs import TrainingJobs, TrainingJobsArgs
+from components.training_jobs import JobNeeds, TrainingJobs, TrainingJobsArgs
 from facts import versions
 from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
 from facts.operators import installed as installed_operators
@@ -62,7 +62,7 @@ class _Services:
     k8s_component: pulumi.ResourceOptions  # a component whose children go through the k8s provider
     cluster_ready: list[pulumi.Resource]  # what add-ons wait for
     outputs: dict[str, Any]
-    job_prerequisites: list[pulumi.Resource] = field(default_factory=list)
+    job_needs: JobNeeds = field(default_factory=JobNeeds)  # what the jobs' objects may wait for, by name
     claims: dict[str, str] = field(default_factory=dict)
     file_systems: dict[str, SharedFileSystem] = field(default_factory=dict)  # what SageMaker jobs read
     etcd_endpoint: str | None = None
@@ -106,7 +106,9 @@ def build_services(
         k8s_component=pulumi.ResourceOptions(providers=[provider], depends_on=[system]),
         cluster_ready=[cluster.eks, cluster.pod_identity_agent, system, cluster.coredns],
         outputs={"trainingNamespace": cfg.services.training_namespace},
-        job_prerequisites=[cluster.pod_identity_agent],
+        job_needs=JobNeeds(
+            namespaces={cfg.services.training_namespace: namespace}, pod_identity=[cluster.pod_identity_agent]
+        ),
         gpu_node_group_names=dict(gpu_node_group_names or {}),
         gpu_node_groups=dict(gpu_node_groups or {}),
     )
@@ -194,7 +196,7 @@ def _efs(s: _Services) -> None:
     s.outputs.update(efsFileSystemId=efs.file_system_id, efsClaim=EfsStore.CLAIM)
     s.claims["efs"] = EfsStore.CLAIM
     s.file_systems["efs"] = SharedFileSystem("EFS", efs.file_system_id, efs.security_group_id, ready=efs.mount_targets)
-    s.job_prerequisites.append(efs)
+    s.job_needs.claims[EfsStore.CLAIM] = efs.claim
 
 
 def _fsx(s: _Services) -> None:
@@ -235,13 +237,15 @@ def _fsx(s: _Services) -> None:
         s.outputs["fsxBackupKmsKeyArn"] = fsx.kms_key_arn
     s.claims["fsx"] = FsxStore.CLAIM
     s.file_systems["fsx"] = SharedFileSystem("FSxLustre", fsx.file_system_id, fsx.security_group_id, fsx.mount_name)
-    s.job_prerequisites.append(fsx)
+    s.job_needs.claims[FsxStore.CLAIM] = fsx.claim
 
 
 def _operators(s: _Services) -> None:
     """Every operator (facts/operators.py) whose switch is on, from its vendored manifest."""
     for op in installed_operators(s.cfg.services):
-        s.job_prerequisites.append(operators.install(op, PROJECT_ROOT, s.k8s_component))
+        component = operators.install(op, PROJECT_ROOT, s.k8s_component)
+        for kind in op.kinds:  # a job of the kind waits for the operator to serve it
+            s.job_needs.operators[(kind.api_version, kind.kind)] = component.ready
 
 
 def _etcd(s: _Services) -> None:
@@ -264,7 +268,7 @@ def _etcd(s: _Services) -> None:
     )
     s.outputs["etcdEndpoint"] = etcd.endpoint
     s.etcd_endpoint = etcd.endpoint
-    s.job_prerequisites.append(etcd)
+    s.job_needs.etcd_host, s.job_needs.etcd = etcd.host, [etcd.stateful_set, etcd.client_service]
 
 
 def _monitoring(s: _Services) -> None:
@@ -394,8 +398,10 @@ def _queues(s: _Services) -> None:
     )
     s.job_queues = queues.job_queues(cfg.queues.teams)
     s.outputs["clusterQueues"] = [cq.name for cq in plan.cluster_queues]
-    # The jobs' LocalQueues and Kueue's job webhooks must be there before a job is created.
-    s.job_prerequisites.append(component)
+    # The jobs' LocalQueues (and priority classes, team namespaces) and Kueue's job webhooks must be there
+    # before a job is created: the release, not the component (which would stand for every queue object).
+    s.job_needs.kueue, s.job_needs.queue_objects = [component.release], dict(component.named)
+    s.job_needs.namespaces.update(component.namespaces)
 
 
 def _jobs(s: _Services, provider: k8s.Provider) -> None:
@@ -418,7 +424,7 @@ def _jobs(s: _Services, provider: k8s.Provider) -> None:
                 queues=s.job_queues,
             ),
             tags=s.tags,
-            depends_on=[s.namespace, *s.job_prerequisites],
+            needs=s.job_needs,
         ),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )

@@ -10,6 +10,7 @@ CRD and Kueue validation ``tests/crd_validation.py`` and ``tests/kueue_crds.py``
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import gzip
 import json
@@ -88,6 +89,22 @@ def run_stack(values: dict[str, Any], stack: str = "test") -> offline.PlanResult
 
     stack_config.load(values, "gpu-training", stack)  # raise ConfigError first, like the CLI
     return offline.run(program.main, values, project="gpu-training", stack=stack)
+
+
+class BrokenPlan:
+    """A plan's records and outputs, as the whole-stack invariants read them (``broken_plan``)."""
+
+    def __init__(self, records: list[Any], outputs: dict[str, Any]):
+        self.records, self.outputs = records, outputs
+
+
+def broken_plan(plan: Any, change: Callable[[list[Any]], None]) -> BrokenPlan:
+    """A copy of ``plan`` whose records ``change`` edits in place (inputs and dependencies copied)."""
+    records = [
+        dataclasses.replace(r, inputs=copy.deepcopy(r.inputs), depends_on=list(r.depends_on)) for r in plan.records
+    ]
+    change(records)
+    return BrokenPlan(records, plan.outputs)
 
 
 def clean_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

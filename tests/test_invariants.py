@@ -3,10 +3,7 @@ rule fails on a plan broken the way it guards against (so a rule that can never 
 
 from __future__ import annotations
 
-import copy
 import json
-from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,7 +11,7 @@ import pytest
 from infra import invariants
 from stacks.config import load
 from stacks.config.stackfile import read_stack_config
-from tests.helpers import ROOT, dev_values, minimal_values, run_stack
+from tests.helpers import ROOT, broken_plan, dev_values, minimal_values, run_stack
 
 TEAMS = [{"name": "vision", "quotas": [{"nodeGroup": "p4d", "nodes": 1}]}]
 
@@ -37,18 +34,6 @@ def test_the_repository_stacks_keep_every_invariant(dev_plan, prod_plan):
 def test_the_team_stack_keeps_every_invariant(team_stack):
     plan, cfg = team_stack
     assert invariants.check(plan, cfg) == []
-
-
-class _Plan:
-    def __init__(self, records: list[Any], outputs: dict[str, Any]):
-        self.records, self.outputs = records, outputs
-
-
-def _broken(plan, change: Callable[[list[Any]], None]) -> _Plan:
-    """A copy of ``plan`` whose records ``change`` edits in place."""
-    records = [replace(r, inputs=copy.deepcopy(r.inputs), depends_on=list(r.depends_on)) for r in plan.records]
-    change(records)
-    return _Plan(records, plan.outputs)
 
 
 def _object(records: list[Any], kind: str, name: str | None = None) -> Any:
@@ -130,7 +115,7 @@ BREAKS = {
 @pytest.mark.parametrize("rule", sorted(BREAKS))
 def test_each_rule_fails_on_a_plan_broken_its_way(rule, team_stack):
     plan, cfg = team_stack
-    violations = invariants.check(_broken(plan, BREAKS[rule]), cfg)
+    violations = invariants.check(broken_plan(plan, BREAKS[rule]), cfg)
     assert {v.rule for v in violations} == {rule}, violations
 
 

@@ -19,7 +19,7 @@ from components import etcd, operators
 from facts import versions
 from facts.operators import KINDS, OPERATORS
 from facts.paths import PROJECT_ROOT
-from infra.invariants import tolerates
+from infra.invariants import StackView, tolerates
 from stacks import config as stack_config
 from stacks.config import ConfigError, load
 from tests.helpers import NS, ROOT, dev_values, minimal_values, run_stack
@@ -853,9 +853,13 @@ def test_training_operator_objects_are_ordered(dev_plan):
 
 
 def test_the_jobs_wait_for_every_training_operator_object(dev_plan):
-    children = {(r.type, r.name) for r in _training_children(dev_plan)}
+    """Through the operator's Deployment (after every other object of it), not each object directly."""
+    children = _training_children(dev_plan)
     (job,) = dev_plan.of_type("kubernetes:kubeflow.org/v1:PyTorchJob")
-    assert children <= {(d["type"], d["name"]) for d in job.depends_on}
+    direct = {(d["type"], d["name"]) for d in job.depends_on}
+    every = {(r.type, r.name) for r in children}
+    assert direct & every == {(r.type, r.name) for r in children if r.inputs["kind"] == "Deployment"}
+    assert every <= direct | StackView(list(dev_plan.records), None).needs(job)
 
 
 def test_training_operator_overlay_builds_on_the_vendored_release():

@@ -10,9 +10,8 @@ from typing import Any
 
 from components.queues import PROVISIONING_CONTROLLER
 from facts import topology
-from facts.kube import AUTOSCALE_TAG, NODE_GROUP_LABEL
+from facts.kube import NODE_GROUP_LABEL
 from infra.invariants.view import (
-    ASG_TAG,
     AUTOSCALER_RELEASE,
     CRD,
     KUEUE_RELEASE,
@@ -37,10 +36,19 @@ def _quota(cq: Mapping[str, Any]) -> dict[str, dict[str, Mapping[str, Any]]]:
     return out
 
 
+def _quotas_by_flavor(v: StackView) -> dict[str, list[dict[str, Mapping[str, Any]]]]:
+    """Flavor -> resource -> quota entry, one per ClusterQueue that has the flavor (in the plan's order)."""
+    out: dict[str, list[dict[str, Mapping[str, Any]]]] = {}
+    for _, o in v.of_kind("ClusterQueue"):
+        for flavor, resources in _quota(o).items():
+            out.setdefault(flavor, []).append(resources)
+    return out
+
+
 def quota_within_supply(v: StackView) -> list[Violation]:
     """No flavor is promised more than its group can hold."""
     out = []
-    cqs = [_quota(o) for _, o in v.of_kind("ClusterQueue")]
+    by_flavor = _quotas_by_flavor(v)
     for _, flavor in v.of_kind("ResourceFlavor"):
         group = flavor["metadata"]["name"]
         node = v.nodes.get(group)
@@ -49,9 +57,7 @@ def quota_within_supply(v: StackView) -> list[Violation]:
             continue
         nodes = v.supply(group)
         for r in queues.RESOURCES:
-            promised = sum(
-                queues.parse_quantity(r, q[group][r]["nominalQuota"]) for q in cqs if group in q and r in q[group]
-            )
+            promised = sum(queues.parse_quantity(r, q[r]["nominalQuota"]) for q in by_flavor.get(group, []) if r in q)
             if promised > nodes * node.allocatable[r]:
                 out.append(
                     Violation(
@@ -63,28 +69,50 @@ def quota_within_supply(v: StackView) -> list[Violation]:
     return out
 
 
-def _reach(name: str, flavor: str, resource: str, cqs: Mapping[str, Mapping[str, Any]]) -> int:
-    """The most ClusterQueue ``name`` can hold of ``resource`` on ``flavor``: its nominal quota plus
-    what the rest of its cohort lends, up to its borrowing limit."""
-    own = _quota(cqs[name]).get(flavor, {}).get(resource)
-    if own is None:
-        return 0
-    nominal = queues.parse_quantity(resource, own["nominalQuota"])
-    cohort = cqs[name]["spec"].get("cohortName")
-    lent = 0
-    for other, cq in cqs.items():
-        entry = _quota(cq).get(flavor, {}).get(resource)
-        if other == name or entry is None or cq["spec"].get("cohortName") != cohort or cohort is None:
-            continue
-        lent += queues.parse_quantity(resource, entry.get("lendingLimit", entry["nominalQuota"]))
-    limit = own.get("borrowingLimit")
-    return nominal + (lent if limit is None else min(lent, queues.parse_quantity(resource, limit)))
+def _lends(resource: str, entry: Mapping[str, Any]) -> int:
+    """What a ClusterQueue's quota entry lends its cohort: its lending limit, else its nominal quota."""
+    return queues.parse_quantity(resource, entry.get("lendingLimit", entry["nominalQuota"]))
+
+
+class _Reach:
+    """The most a ClusterQueue can hold of a resource on a flavor: its nominal quota plus what the rest of
+    its cohort lends, up to its borrowing limit. Each ClusterQueue's quota table is read once, and what a
+    cohort lends of each (flavor, resource) summed once, not again for every job that asks."""
+
+    def __init__(self, cqs: Mapping[str, Mapping[str, Any]]):
+        self.cqs = cqs
+        self.tables = {name: _quota(cq) for name, cq in cqs.items()}
+        self._lent: dict[tuple[str, str, str], int] = {}
+
+    def _cohort_lends(self, cohort: str, flavor: str, resource: str) -> int:
+        key = (cohort, flavor, resource)
+        if key not in self._lent:
+            self._lent[key] = sum(
+                _lends(resource, entry)
+                for name, cq in self.cqs.items()
+                if cq["spec"].get("cohortName") == cohort
+                for entry in [self.tables[name].get(flavor, {}).get(resource)]
+                if entry is not None
+            )
+        return self._lent[key]
+
+    def __call__(self, name: str, flavor: str, resource: str) -> int:
+        own = self.tables[name].get(flavor, {}).get(resource)
+        if own is None:
+            return 0
+        nominal = queues.parse_quantity(resource, own["nominalQuota"])
+        cohort = self.cqs[name]["spec"].get("cohortName")
+        # The rest of the cohort: all of it but its own share.
+        lent = 0 if cohort is None else self._cohort_lends(cohort, flavor, resource) - _lends(resource, own)
+        limit = own.get("borrowingLimit")
+        return nominal + (lent if limit is None else min(lent, queues.parse_quantity(resource, limit)))
 
 
 def jobs_admissible(v: StackView) -> list[Violation]:
     """Every queued job fits whole in what its ClusterQueue can ever hold."""
     out = []
     cqs = {o["metadata"]["name"]: o for _, o in v.of_kind("ClusterQueue")}
+    reach = _Reach(cqs)
     local = {
         (o["metadata"].get("namespace"), o["metadata"]["name"]): o["spec"]["clusterQueue"]
         for _, o in v.of_kind("LocalQueue")
@@ -105,11 +133,11 @@ def jobs_admissible(v: StackView) -> list[Violation]:
             continue
         total: dict[tuple[str, str], int] = {}
         for ps in pod_sets(o):
-            flavor = ps.flavor or next(iter(_quota(cqs[cq])), "")
+            flavor = ps.flavor or next(iter(reach.tables[cq]), "")
             for r, amount in ps.per_pod.items():
                 total[(flavor, r)] = total.get((flavor, r), 0) + ps.count * amount
         for (flavor, r), wanted in sorted(total.items()):
-            most = _reach(cq, flavor, r, cqs)
+            most = reach(cq, flavor, r)
             if wanted > most:
                 out.append(
                     Violation(
@@ -215,14 +243,7 @@ def admission_checks_have_their_api(v: StackView) -> list[Violation]:
                     f"AdmissionCheck {name!r}: the Cluster Autoscaler does not serve ProvisioningRequests",
                 )
             )
-    scaled = {
-        g
-        for g in v.nodes
-        if any(
-            r.type == ASG_TAG and (r.inputs.get("tag") or {}).get("key") == AUTOSCALE_TAG and v._group_of(r) == g
-            for r in v.records
-        )
-    }
+    scaled = {g for g in v.nodes if g in v.scaled_groups}
     for _, cq in v.of_kind("ClusterQueue"):
         for ac in (cq["spec"].get("admissionChecksStrategy") or {}).get("admissionChecks") or []:
             for flavor in ac.get("onFlavors") or []:
@@ -237,15 +258,6 @@ def admission_checks_have_their_api(v: StackView) -> list[Violation]:
     return out
 
 
-def _scaled_groups(v: StackView) -> set[str]:
-    """The GPU groups the Cluster Autoscaler scales (their ASG carries the autoscale tag)."""
-    return {
-        v._group_of(r) or ""
-        for r in v.records
-        if r.type == ASG_TAG and (r.inputs.get("tag") or {}).get("key") == AUTOSCALE_TAG
-    }
-
-
 def topology_flavors_provisioned(v: StackView) -> list[Violation]:
     """Every flavor with a Topology names one the plan creates, and where its group is autoscaled
     every ClusterQueue runs the ProvisioningRequest check on it: Kueue places by Topology only on
@@ -253,7 +265,11 @@ def topology_flavors_provisioned(v: StackView) -> list[Violation]:
     out = []
     topologies = {o["metadata"]["name"] for _, o in v.of_kind("Topology")}
     checks = {o["metadata"]["name"] for _, o in v.of_kind("AdmissionCheck")}
-    scaled = _scaled_groups(v)
+    scaled = v.scaled_groups
+    having: dict[str, list[dict[str, Any]]] = {}  # flavor -> the ClusterQueues with a quota of it
+    for _, queue in v.of_kind("ClusterQueue"):
+        for name in _quota(queue):
+            having.setdefault(name, []).append(queue)
     for _, flavor in v.of_kind("ResourceFlavor"):
         name, topology = flavor["metadata"]["name"], flavor["spec"].get("topologyName")
         if topology is None:
@@ -267,9 +283,7 @@ def topology_flavors_provisioned(v: StackView) -> list[Violation]:
             )
         if name not in scaled:
             continue
-        for _, cq in v.of_kind("ClusterQueue"):
-            if name not in _quota(cq):
-                continue
+        for cq in having.get(name, []):
             on = {
                 f
                 for ac in (cq["spec"].get("admissionChecksStrategy") or {}).get("admissionChecks") or []

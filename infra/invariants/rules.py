@@ -21,11 +21,10 @@ from infra.invariants.queue_rules import (
 from infra.invariants.view import (
     ADDON,
     BUILT_IN_GROUPS,
-    CRD,
     KUEUE_RELEASE,
-    RELEASE,
     RELEASE_API_GROUPS,
     Node,
+    PodTemplate,
     StackView,
     Violation,
     lands_on,
@@ -78,22 +77,12 @@ def _api_group(api_version: str) -> str:
 def _kind_source(v: StackView, o: Mapping[str, Any]) -> Any | None:
     """The record that defines the kind of custom object ``o``: its CRD, or the Helm release that ships it."""
     group = _api_group(o["apiVersion"])
-    for r in v.records:
-        if r.type == CRD and r.inputs["spec"]["group"] == group and r.inputs["spec"]["names"]["kind"] == o["kind"]:
-            return r
+    crd = v.crds.get((group, o["kind"]))
+    if crd is not None:
+        return crd
     for release, groups in RELEASE_API_GROUPS.items():
         if group in groups:
             return v.release(release)
-    return None
-
-
-def _namespace_source(v: StackView, namespace: str) -> Any | None:
-    for r, o in v.of_kind("Namespace"):
-        if o["metadata"]["name"] == namespace:
-            return r
-    for r in v.records:
-        if r.type == RELEASE and r.inputs.get("namespace") == namespace and r.inputs.get("createNamespace"):
-            return r
     return None
 
 
@@ -110,7 +99,7 @@ def created_after_what_they_need(v: StackView) -> list[Violation]:
         if _api_group(o["apiVersion"]) not in BUILT_IN_GROUPS:
             needs.append(("the definition of its kind", _kind_source(v, o)))
         if meta.get("namespace"):
-            source = _namespace_source(v, meta["namespace"])
+            source = v.namespaces.get(meta["namespace"])
             if source is not None:
                 needs.append((f"namespace {meta['namespace']!r}", source))
         queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
@@ -147,7 +136,7 @@ def training_pods_avoid_burn_in(v: StackView) -> list[Violation]:
         if pod.kind == "DaemonSet":
             continue
         tolerations = list(pod.spec.get("tolerations") or [])
-        for node in v.nodes.values():
+        for node in v.nodes_for(pod.spec):
             extra = flavors.get(node.group, []) if pod.queued else []
             for t in node.startup_taints:
                 if lands_on(pod.spec, node.labels) and tolerates(tolerations + extra, t):
@@ -168,24 +157,35 @@ def _addon_values(v: StackView, name: str) -> dict[str, Any] | None:
     return json.loads(text) if isinstance(text, str) and text else {}
 
 
-def _needed_daemons(v: StackView, node: Node) -> list[tuple[str, list[Mapping[str, Any]]]]:
+def _needed_daemons(
+    v: StackView, node: Node, agent: dict[str, Any] | None, daemonsets: list[PodTemplate]
+) -> list[tuple[str, list[Mapping[str, Any]]]]:
     """The node's DaemonSets whose tolerations the plan sets: the device plugins, the node monitoring
-    agent's DCGM server, and every DaemonSet object of the plan that lands on the node. (The VPC CNI,
-    kube-proxy, Pod Identity agent, CSI node plugins and CloudWatch agents run with their add-ons'
-    defaults, which tolerate every taint: components/storage.py and components/monitoring.py say where.)"""
+    agent's DCGM server (``agent``: the add-on's values), and every DaemonSet object of the plan that lands on
+    the node (``daemonsets``: those that may, ``_daemonsets_by_group``). (The VPC CNI, kube-proxy, Pod Identity
+    agent, CSI node plugins and CloudWatch agents run with their add-ons' defaults, which tolerate every taint:
+    components/storage.py and components/monitoring.py say where.)"""
     out: list[tuple[str, list[Mapping[str, Any]]]] = []
     for release in (NVIDIA_RELEASE, *((EFA_RELEASE,) if EFA_PRESENT in node.labels.items() else ())):
         r = v.release(release)
         if r is not None:
             out.append((f"Helm release {release}", list((r.inputs.get("values") or {}).get("tolerations") or [])))
-    agent = _addon_values(v, NODE_MONITORING_AGENT)
     if agent is not None:
         out.append(
             (f"{NODE_MONITORING_AGENT} dcgm-server", list((agent.get("dcgmAgent") or {}).get("tolerations") or []))
         )
-    for pod in v.pods():
-        if pod.kind == "DaemonSet" and lands_on(pod.spec, node.labels):
+    for pod in daemonsets:
+        if lands_on(pod.spec, node.labels):
             out.append((pod.owner, list(pod.spec.get("tolerations") or [])))
+    return out
+
+
+def _daemonsets_by_group(v: StackView) -> dict[str, list[PodTemplate]]:
+    """Node group -> the DaemonSet pods that may land on it (``StackView.nodes_for``), in the plan's order."""
+    out: dict[str, list[PodTemplate]] = {}
+    for pod in v.daemonset_pods:
+        for node in v.nodes_for(pod.spec):
+            out.setdefault(node.group, []).append(pod)
     return out
 
 
@@ -194,10 +194,12 @@ def gpu_daemonsets_tolerate_burn_in(v: StackView) -> list[Violation]:
     DaemonSet the node needs (device plugins, the DCGM host engine the node monitoring agent reads),
     each tolerating that taint; else the node never passes, or the agent reports it broken."""
     out = []
+    agent = _addon_values(v, NODE_MONITORING_AGENT)
+    daemonsets = _daemonsets_by_group(v)
     for node in v.nodes.values():
         if not node.startup_taints:
             continue
-        daemons = _needed_daemons(v, node)
+        daemons = _needed_daemons(v, node, agent, daemonsets.get(node.group, []))
         if not any(owner.endswith(f"/{BURN_IN_NAME}") for owner, _ in daemons):
             out.append(
                 Violation(

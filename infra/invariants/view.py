@@ -1,6 +1,9 @@
 """The whole-stack invariants' view of a plan: its records and Kubernetes objects indexed, the
 dependency closure, each node group's node as the scheduler sees it, and scheduling on paper
-(Kubernetes' toleration and selector matching)."""
+(Kubernetes' toleration and selector matching).
+
+Every index is built once per view, in one pass over the records, so that each rule costs about the size
+of the plan (issue 37: a rule that looked each job's needs up in the whole plan grew with its square)."""
 
 from __future__ import annotations
 
@@ -121,11 +124,48 @@ class StackView:
                 out.append((r, r.inputs))
         return out
 
+    @cached_property
+    def _by_kind(self) -> dict[str, list[tuple[Any, dict[str, Any]]]]:
+        out: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
+        for r, o in self.objects:
+            out.setdefault(o["kind"], []).append((r, o))
+        return out
+
     def of_kind(self, kind: str) -> list[tuple[Any, dict[str, Any]]]:
-        return [(r, o) for r, o in self.objects if o["kind"] == kind]
+        return list(self._by_kind.get(kind, []))
+
+    @cached_property
+    def _releases(self) -> dict[str, Any]:
+        """Helm release name -> its first record."""
+        out: dict[str, Any] = {}
+        for r in self.records:
+            if r.type == RELEASE:
+                out.setdefault(r.inputs.get("name"), r)
+        return out
 
     def release(self, name: str) -> Any | None:
-        return next((r for r in self.records if r.type == RELEASE and r.inputs.get("name") == name), None)
+        return self._releases.get(name)
+
+    @cached_property
+    def crds(self) -> dict[tuple[str, str], Any]:
+        """(API group, kind) -> the first CustomResourceDefinition record that defines it."""
+        out: dict[tuple[str, str], Any] = {}
+        for r in self.records:
+            if r.type == CRD:
+                out.setdefault((r.inputs["spec"]["group"], r.inputs["spec"]["names"]["kind"]), r)
+        return out
+
+    @cached_property
+    def namespaces(self) -> dict[str, Any]:
+        """Namespace name -> the record that creates it: its Namespace object, else a Helm release that
+        creates it (``createNamespace``), the first of each."""
+        out: dict[str, Any] = {}
+        for r, o in self._by_kind.get("Namespace", []):
+            out.setdefault(o["metadata"]["name"], r)
+        for r in self.records:
+            if r.type == RELEASE and r.inputs.get("createNamespace") and r.inputs.get("namespace") is not None:
+                out.setdefault(r.inputs["namespace"], r)
+        return out
 
     @cached_property
     def queue_plan(self) -> Any | None:
@@ -151,6 +191,37 @@ class StackView:
         return (target.type, target.name) in self.needs(record)
 
     # -- nodes --
+
+    @cached_property
+    def _owned(self) -> dict[str, list[Any]]:
+        """GPU group -> its autoscaling tags and schedules (in the plan's order)."""
+        out: dict[str, list[Any]] = {}
+        for r in self.records:
+            if r.type in (ASG_TAG, SCHEDULE):
+                group = self._group_of(r)
+                if group is not None:
+                    out.setdefault(group, []).append(r)
+        return out
+
+    @cached_property
+    def scaled_groups(self) -> set[str]:
+        """The GPU groups the Cluster Autoscaler scales (their ASG carries the autoscale tag)."""
+        return {
+            group
+            for group, owned in self._owned.items()
+            if any(r.type == ASG_TAG and (r.inputs.get("tag") or {}).get("key") == AUTOSCALE_TAG for r in owned)
+        }
+
+    @cached_property
+    def _eks_node_groups(self) -> dict[str, Any]:
+        """GPU group -> its first EKS node group record."""
+        out: dict[str, Any] = {}
+        for r in self.records:
+            if r.type == EKS_NODE_GROUP:
+                group = (r.inputs.get("labels") or {}).get(NODE_GROUP_LABEL)
+                if group is not None:
+                    out.setdefault(group, r)
+        return out
 
     def _group_of(self, record: Any) -> str | None:
         """The GPU group a node-group-side AWS record belongs to (its NodeGroup component gpu-<group>)."""
@@ -195,23 +266,38 @@ class StackView:
 
     def supply(self, group: str) -> int:
         """The nodes group ``group`` can have, from the AWS side of the plan."""
-        ng = [
-            r
-            for r in self.records
-            if r.type == EKS_NODE_GROUP and (r.inputs.get("labels") or {}).get(NODE_GROUP_LABEL) == group
-        ]
-        if not ng:
+        ng = self._eks_node_groups.get(group)
+        if ng is None:
             return 0
-        scaling = ng[0].inputs.get("scalingConfig") or {}
-        owned = [r for r in self.records if r.type in (ASG_TAG, SCHEDULE) and self._group_of(r) == group]
-        if any(r.type == ASG_TAG and (r.inputs.get("tag") or {}).get("key") == AUTOSCALE_TAG for r in owned):
+        scaling = ng.inputs.get("scalingConfig") or {}
+        if group in self.scaled_groups:
             return int(scaling.get("maxSize", 0))
-        scheduled = [int(r.inputs.get("desiredCapacity", 0)) for r in owned if r.type == SCHEDULE]
+        scheduled = [int(r.inputs.get("desiredCapacity", 0)) for r in self._owned.get(group, []) if r.type == SCHEDULE]
         return max([int(scaling.get("desiredSize", 0)), *scheduled])
+
+    def nodes_for(self, pod: Mapping[str, Any]) -> list[Node]:
+        """The nodes ``pod`` may land on as far as its node selector's group label goes (every node when it
+        names none): a node of another group does not carry the label's value. ``lands_on`` decides."""
+        group = (pod.get("nodeSelector") or {}).get(NODE_GROUP_LABEL)
+        if group is None:
+            return list(self.nodes.values())
+        node = self.nodes.get(group)
+        return [node] if node is not None and node.labels.get(NODE_GROUP_LABEL) == group else []
 
     # -- pods --
 
     def pods(self) -> Iterator[PodTemplate]:
+        yield from self._pods
+
+    @cached_property
+    def daemonset_pods(self) -> list[PodTemplate]:
+        return [p for p in self._pods if p.kind == "DaemonSet"]
+
+    @cached_property
+    def _pods(self) -> list[PodTemplate]:
+        return list(self._pod_templates())
+
+    def _pod_templates(self) -> Iterator[PodTemplate]:
         for _, o in self.objects:
             kind, meta, spec = o["kind"], o.get("metadata") or {}, o.get("spec") or {}
             where = f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}"
