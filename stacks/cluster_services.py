@@ -1,10 +1,7 @@
-"""The cluster services of one environment, from a validated ``StackConfig``, one short function
-each: the device plugins, EFS and FSx, the operators, etcd, monitoring, the Cluster Autoscaler,
-Kueue and the queues, and the jobs (on EKS, and as SageMaker training jobs). ``build_services``
-registers them in that order, every Kubernetes object through one provider bound to the new
-cluster; ``stacks/environment.py`` calls it once the cluster and the system nodes exist.
+"""The cluster services of one environment, one short function each (device plugins, EFS and FSx,
+operators, etcd, monitoring, autoscaler, Kueue and queues, jobs on EKS and SageMaker), registered in
+that order by ``build_services`` through one provider bound to the cluster (stacks/environment.py).
 """
-
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -398,8 +395,7 @@ def _queues(s: _Services) -> None:
     )
     s.job_queues = queues.job_queues(cfg.queues.teams)
     s.outputs["clusterQueues"] = [cq.name for cq in plan.cluster_queues]
-    # The jobs' LocalQueues (and priority classes, team namespaces) and Kueue's job webhooks must be there
-    # before a job is created: the release, not the component (which would stand for every queue object).
+    # Before a job: its LocalQueue, priority class and Kueue's webhooks (the release, not the whole component).
     s.job_needs.kueue, s.job_needs.queue_objects = [component.release], dict(component.named)
     s.job_needs.namespaces.update(component.namespaces)
 
