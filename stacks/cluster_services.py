@@ -2,6 +2,7 @@
 operators, etcd, monitoring, autoscaler, Kueue and queues, jobs on EKS and SageMaker), registered in
 that order by ``build_services`` through one provider bound to the cluster (stacks/environment.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
