@@ -17,7 +17,7 @@ import sys
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
@@ -394,7 +394,7 @@ def run_cli(
     return EXIT_FAILED if violations or kube.refusals else EXIT_OK
 
 
-def api_checks(objects: list[dict]) -> kube_check_module.Report:
+def api_checks(objects: list[dict[str, Any]]) -> kube_check_module.Report:
     """The Kubernetes objects against the API server's rules and their CRDs (infra/api_checks/kube_check.py)."""
     from infra.api_checks import kube_check  # imported late: cel-python and jsonschema, for the plan only
 

@@ -24,7 +24,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import celpy
@@ -203,7 +203,14 @@ def _values_at(value: Any, path: tuple[str, ...], where: str = "") -> Iterator[t
 
 
 def _cel_holds(rule: str, value: Any) -> bool:
-    result = _program(rule).evaluate({"self": celpy.json_to_cel(value)})
+    """Whether ``rule`` holds for ``self`` = ``value``. cel-python interprets a rule's parse tree (some
+    ms a time): a value met again (every flavor's same tolerations) is answered from memory."""
+    return _cel_verdict(rule, json.dumps(value, sort_keys=True))
+
+
+@lru_cache(maxsize=4096)
+def _cel_verdict(rule: str, value_json: str) -> bool:
+    result = _program(rule).evaluate({"self": celpy.json_to_cel(json.loads(value_json))})
     return isinstance(result, celpy.celtypes.BoolType) and bool(result)
 
 

@@ -260,7 +260,8 @@ def refusals(obj: Mapping[str, Any]) -> list[Refusal]:
     """What the API server refuses of ``obj`` by the rules above (its schema apart)."""
     c = _Checker(obj)
     kind = obj.get("kind")
-    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    raw = obj.get("spec")
+    spec: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     _name(c, obj)
     c.metadata("metadata", obj.get("metadata"))
     if kind == "Pod":
