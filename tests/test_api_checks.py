@@ -275,7 +275,7 @@ def test_every_custom_object_of_dev_is_checked_against_its_crd(dev_objects):
     custom = [o for o in dev_objects if kube_crds.group_of(o["apiVersion"]) not in kube_crds.BUILTIN_GROUPS]
     assert {o["kind"] for o in custom} >= {"ClusterQueue", "ResourceFlavor", "Topology", "MPIJob", "PyTorchJob"}
     index = kube_crds.CrdIndex(dev_objects)
-    assert all((kube_crds.group_of(o["apiVersion"]), o["kind"]) in index.by_kind for o in custom)
+    assert all((kube_crds.group_of(o["apiVersion"]), o["kind"]) in index.by_kind for o in custom)  # the plan's own
     assert [str(r) for o in custom for r in index.refusals(o)] == []
 
 
@@ -327,9 +327,11 @@ def test_a_custom_object_without_its_crd_is_refused(dev_objects):
 
 
 def test_the_vendored_kueue_crds_stand_in_only_when_the_chart_is_not_rendered(dev_objects):
-    rendered = kube_crds.CrdIndex(dev_objects).by_kind[("kueue.x-k8s.io", "ClusterQueue")]
-    vendored = kube_crds.CrdIndex([]).by_kind[("kueue.x-k8s.io", "ClusterQueue")]
-    assert rendered is not vendored and rendered["spec"]["versions"] == vendored["spec"]["versions"]
+    rendered = kube_crds.CrdIndex(dev_objects).crd_of("kueue.x-k8s.io", "ClusterQueue")
+    vendored = kube_crds.CrdIndex([]).crd_of("kueue.x-k8s.io", "ClusterQueue")
+    assert rendered is not None and vendored is not None and rendered is not vendored
+    assert rendered["spec"]["versions"] == vendored["spec"]["versions"]
+    assert kube_crds.CrdIndex([]).crd_of("kubeflow.org", "MPIJob") is None  # only Kueue's are vendored so
 
 
 def test_each_crd_version_is_compiled_once(dev_objects):
@@ -483,3 +485,25 @@ def test_a_ninth_flavor_node_label_is_refused_at_load():
     values["gpu-training:gpuNodeGroups"][0]["labels"].popitem()
     load_values(values)
     load_values(minimal_values(gpuNodeGroups=_groups(1, labels=7), queues={"enabled": False}))
+
+
+def test_the_kept_cel_parser_parses_as_cel_pythons_own(monkeypatch, dev_objects):
+    """The parser kube_crds keeps in .cache/cel/ is cel-python's, same grammar and options: every CEL
+    rule of the plan's CRDs parses to the same tree with both."""
+    from celpy.celparser import CELParser
+
+    kube_crds._environment()
+    kept = CELParser.CEL_PARSER
+    assert kept is not None
+    monkeypatch.setattr(CELParser, "CEL_PARSER", None)
+    own = CELParser()  # builds cel-python's own
+    rules = {
+        r.rule
+        for crd in dev_objects
+        if crd["kind"] == "CustomResourceDefinition"
+        for v in crd["spec"]["versions"]
+        for r in kube_crds.cel_rules(v["schema"]["openAPIV3Schema"])
+    }
+    assert len(rules) >= 10
+    for rule in rules:
+        assert kept.parse(rule) == own.parse(rule), rule

@@ -22,21 +22,27 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
+from pathlib import Path
 from typing import Any
 
 import celpy
 import jsonschema
+import lark
 import yaml
+from celpy.celparser import CELParser
 
 from facts import versions
 from facts.aws_names import INT32_MAX, INT64_MAX
 from facts.paths import PROJECT_ROOT
+from infra import plan_cache
 from infra.api_checks.kube_objects import Refusal, object_id, shown
 
 CRD_KIND = "CustomResourceDefinition"
+KUEUE_GROUP = "kueue.x-k8s.io"
 # The API groups the API server serves itself (no CRD defines their kinds).
 BUILTIN_GROUPS = frozenset(
     {
@@ -155,13 +161,39 @@ def apply_defaults(schema: Mapping[str, Any], value: Any) -> None:
 # CEL rules (x-kubernetes-validations)
 # ---------------------------------------------------------------------------------------------
 
-_ENV = celpy.Environment()
+# cel-python 0.5.0's parser, as celpy/celparser.py builds it (lark, LALR, from its cel.lark grammar);
+# tests/test_api_checks.py checks that both parse every CRD rule of the plan alike.
+_PARSER_OPTIONS: dict[str, Any] = {
+    "parser": "lalr",
+    "start": "expr",
+    "debug": True,
+    "g_regex_flags": re.M,
+    "lexer_callbacks": {"IDENT": CELParser.ambiguous_literals},
+    "propagate_positions": True,
+    "maybe_placeholders": False,
+    "priority": "invert",
+    "tree_class": lark.Tree,
+}
+
+
+@cache
+def _environment() -> celpy.Environment:
+    """cel-python's environment. Building its parser's LALR tables takes about 0.3 s, a sixth of a plan:
+    lark keeps them in .cache/cel/ (infra/plan_cache.py) and uses them only while the grammar, the
+    options and lark's version are those they were built from (lark checks a hash of them)."""
+    folder = plan_cache.folder("cel")
+    if folder is not None and CELParser.CEL_PARSER is None:
+        folder.mkdir(parents=True, exist_ok=True)
+        grammar = (Path(celpy.__file__).parent / "cel.lark").read_text()
+        CELParser.CEL_PARSER = lark.Lark(grammar, cache=str(folder / "cel-parser.lark"), **_PARSER_OPTIONS)
+    return celpy.Environment()
 
 
 @cache
 def _program(rule: str) -> Any:
     """A CEL rule compiled once per process."""
-    return _ENV.program(_ENV.compile(rule))
+    env = _environment()
+    return env.program(env.compile(rule))
 
 
 @dataclass(frozen=True)
@@ -307,8 +339,13 @@ class CrdIndex:
         for o in objects:
             if o.get("kind") == CRD_KIND:
                 self.by_kind[(o["spec"]["group"], o["spec"]["names"]["kind"])] = o
-        for crd in vendored_kueue_crds():
-            self.by_kind.setdefault((crd["spec"]["group"], crd["spec"]["names"]["kind"]), crd)
+
+    def crd_of(self, group: str, kind: str) -> Mapping[str, Any] | None:
+        """The CRD of a kind: the plan's, else (Kueue's chart not rendered) the vendored one."""
+        found = self.by_kind.get((group, kind))
+        if found is None and group == KUEUE_GROUP:
+            found = next((c for c in vendored_kueue_crds() if c["spec"]["names"]["kind"] == kind), None)
+        return found
 
     def refusals(self, obj: Mapping[str, Any]) -> list[Refusal]:
         """What the API server refuses of a custom object by its CRD ([] for a built-in kind)."""
@@ -316,7 +353,7 @@ class CrdIndex:
         group = group_of(api_version)
         if group in BUILTIN_GROUPS:
             return []
-        crd = self.by_kind.get((group, kind))
+        crd = self.crd_of(group, kind)
         if crd is None:
             return [
                 Refusal(

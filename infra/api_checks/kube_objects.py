@@ -177,17 +177,18 @@ def _pod_spec(c: _Checker, field: str, spec: Mapping[str, Any]) -> None:
 def _pod_templates(value: Any, field: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """Every pod template in ``value`` (a ``template`` with a ``spec.containers``), at any depth: the
     workloads' and the job operators' replica specs alike (their pods are created from them)."""
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         for key, sub in value.items():
             at = f"{field}.{key}" if field else str(key)
-            spec = sub.get("spec") if key == "template" and isinstance(sub, Mapping) else None
-            if isinstance(spec, Mapping) and isinstance(spec.get("containers"), list):
+            spec = sub.get("spec") if key == "template" and isinstance(sub, dict) else None
+            if isinstance(spec, dict) and isinstance(spec.get("containers"), list):
                 yield at, sub
-            else:
+            elif isinstance(sub, (dict, list)):
                 yield from _pod_templates(sub, at)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            yield from _pod_templates(item, f"{field}[{i}]")
+            if isinstance(item, (dict, list)):
+                yield from _pod_templates(item, f"{field}[{i}]")
 
 
 def _service(c: _Checker, spec: Mapping[str, Any]) -> None:
@@ -266,7 +267,8 @@ def refusals(obj: Mapping[str, Any]) -> list[Refusal]:
     c.metadata("metadata", obj.get("metadata"))
     if kind == "Pod":
         _pod_spec(c, "spec", spec)
-    for field, template in _pod_templates(spec, "spec"):
+    templates = _pod_templates(spec, "spec") if kind != "CustomResourceDefinition" else iter(())
+    for field, template in templates:
         c.metadata(f"{field}.metadata", template.get("metadata"))
         _pod_spec(c, f"{field}.spec", template["spec"])
     selector = spec.get("selector")
