@@ -223,6 +223,14 @@ BREAKS = [
     ),
     (
         "Service",
+        lambda o: len(o["spec"]["ports"]) > 1,
+        _set("spec.ports[1].name", ""),
+        "spec.ports[1].name",
+        "required when a Service has more than one port",
+        "validateServicePort",
+    ),
+    (
+        "Service",
         None,
         _set("spec.ports[0].targetPort", "web--tls"),
         "spec.ports[0].targetPort",

@@ -192,8 +192,19 @@ def _pod_templates(value: Any, field: str) -> Iterator[tuple[str, Mapping[str, A
 
 
 def _service(c: _Checker, spec: Mapping[str, Any]) -> None:
-    for i, port in enumerate(spec.get("ports") or []):
-        if port.get("name"):
+    ports = spec.get("ports") or []
+    for i, port in enumerate(ports):
+        if len(ports) > 1 and not port.get("name"):  # validateServicePort's requireName
+            c.out.append(
+                Refusal(
+                    c.id,
+                    f"spec.ports[{i}].name",
+                    "''",
+                    "required when a Service has more than one port",
+                    f"validateServicePort, {CORE}",
+                )
+            )
+        elif port.get("name"):
             c.rule(
                 f"spec.ports[{i}].name",
                 str(port["name"]),

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from facts import durations, topology
+from facts import catalog, durations, topology
 from facts.aws_names import role_arn_problem
 from facts.kube import ACCELERATOR_LABEL, NODE_GROUP_LABEL, RESERVED_NAMESPACES
 from facts.problems import Problem
@@ -195,16 +195,17 @@ def _check_flavor_count(groups: Sequence[Any], ns: str, problems: list[Problem])
 
 def _check_flavor_node_labels(groups: Sequence[Any], ns: str, problems: list[Problem]) -> None:
     for i, g in enumerate(groups):
-        if g is None:
+        it = catalog.get(g.instance_type) if g is not None else None
+        if g is None or it is None:  # a type the catalog does not have: its group's problem
             continue
-        keys = {NODE_GROUP_LABEL, *g.labels} | ({ACCELERATOR_LABEL} if g.instance.accelerator else set())
+        keys = {NODE_GROUP_LABEL, *g.labels} | ({ACCELERATOR_LABEL} if it.accelerator else set())
         if len(keys) > MAX_FLAVOR_NODE_LABELS:
             problems.append(
                 Problem(
                     f"{ns}:gpuNodeGroups[{i}].labels",
                     f"{len(g.labels)} labels are too many with queues: the group's Kueue ResourceFlavor carries them "
                     f"with the stack's own ({len(keys - set(g.labels))}: the node-group label"
-                    f"{' and the accelerator label' if g.instance.accelerator else ''}), {len(keys)} node labels, and "
+                    f"{' and the accelerator label' if it.accelerator else ''}), {len(keys)} node labels, and "
                     f"Kueue's CRD (resourceflavors.kueue.x-k8s.io, spec.nodeLabels) takes at most "
                     f"{MAX_FLAVOR_NODE_LABELS}; use at most {MAX_FLAVOR_NODE_LABELS - len(keys - set(g.labels))}",
                 )
