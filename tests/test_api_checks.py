@@ -515,3 +515,11 @@ def test_the_kept_cel_parser_parses_as_cel_pythons_own(monkeypatch, dev_objects)
     assert len(rules) >= 10
     for rule in rules:
         assert kept.parse(rule) == own.parse(rule), rule
+
+
+def test_without_helm_the_vendored_kueue_crds_check_the_queues(monkeypatch, tmp_path):
+    """No helm (the releases not rendered): the queue objects are checked against Kueue's vendored CRDs."""
+    monkeypatch.setattr(releases, "HELM", tmp_path / "no-helm")
+    stdout, stderr = io.StringIO(), io.StringIO()
+    assert plan_mod.run_cli("dev", None, stdout=stdout, stderr=stderr) == plan_mod.EXIT_OK, stderr.getvalue()
+    assert "Helm release(s) not rendered" in stdout.getvalue() and "objects checked — all accepted" in stdout.getvalue()
