@@ -196,9 +196,10 @@ KUEUE_CHART = Chart(
     source="kubernetes-sigs/kueue, charts/kueue at tag v0.19.2 with the release packaging's image values",
 )
 KUEUE_IMAGE_REPOSITORY = "registry.k8s.io/kueue/kueue"
-# Kueue's CRDs of the kinds the stack emits (config/components/crd/bases at the tag, verbatim), for
-# the tests only: every queue object is validated against them (the chart installs the same schemas,
-# which a test checks). Checksums per file in manifests/vendor/SOURCES.md.
+# Kueue's CRDs of the kinds the stack emits (config/components/crd/bases at the tag, verbatim): the
+# tests validate every queue object against them, and the plan's CRD check (infra/api_checks) when the
+# chart's own (the same schemas, which a test checks) were not rendered. Not read at `pulumi up`.
+# Checksums per file in manifests/vendor/SOURCES.md.
 KUEUE_CRDS = "manifests/vendor/kueue-v0.19.2-crds"
 
 # The Helm charts the stack installs, each from its vendored package (the tests render and check

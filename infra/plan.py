@@ -17,7 +17,7 @@ import sys
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
@@ -34,6 +34,9 @@ from stacks.config.loading import PlacementAsk
 from stacks.config.placeholders import placeholders
 from stacks.config.quota_warnings import quota_warnings
 from stacks.config.stackfile import read_stack_config
+
+if TYPE_CHECKING:
+    from infra.api_checks import kube_check as kube_check_module
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
 
@@ -385,6 +388,11 @@ def run_cli(
             f"Whole-stack invariants: {len(invariants.RULES) - len({v.rule for v in violations})} of "
             f"{len(invariants.RULES)} hold\n"
         )
+        # Every Kubernetes object, the Helm releases' too, as the API server would take it.
+        kube = api_checks(result.kubernetes_objects() + rendered.objects)
+        for refusal in kube.refusals:
+            print(f"error: {refusal}", file=stderr)
+        stdout.write(kube.line() + "\n")
         if out:
             write_releases(rendered, Path(out))
             extra = f", {out}/releases.yaml" if rendered.objects else ""
@@ -395,7 +403,14 @@ def run_cli(
             # to go: spare the collector, when it is turned on again, a pass over the run's objects,
             # and the interpreter's exit a last full collection over everything (about 0.1 s).
             gc.freeze()
-    return EXIT_FAILED if violations else EXIT_OK
+    return EXIT_FAILED if violations or kube.refusals else EXIT_OK
+
+
+def api_checks(objects: list[dict[str, Any]]) -> kube_check_module.Report:
+    """The Kubernetes objects against the API server's rules and their CRDs (infra/api_checks/kube_check.py)."""
+    from infra.api_checks import kube_check  # imported late: cel-python and jsonschema, for the plan only
+
+    return kube_check.check(objects)
 
 
 def _is_the_command() -> bool:

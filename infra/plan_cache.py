@@ -3,8 +3,10 @@ redo the slow parts that gave the same result before: the Helm renders (infra/re
 parsed operator manifests (components/operators.py).
 
 All of it is in .cache/ in the project, ignored by git (``GPU_TRAINING_PLAN_CACHE`` names another
-folder; set to nothing, nothing is kept): .cache/helm-renders/ and .cache/manifests/. Removing the
-folder is always safe: whatever is missing is made again.
+folder; set to nothing, nothing is kept): .cache/helm-renders/ and .cache/manifests/; and
+.cache/cel/, cel-python's parser tables for the plan's CRD check, in lark's own cache format (lark
+keeps a hash of the grammar, options and its version in the file and rebuilds on a mismatch;
+infra/api_checks/kube_crds.py). Removing the folder is always safe: whatever is missing is made again.
 
 An entry is one file named by its key, a sha256 over everything its content depends on (``key``),
 and holds its key and its content's sha256 before the content. It is written to a temporary file

@@ -3,12 +3,10 @@ the stack installs (the vendored operator manifests, manifests/vendor): no file 
 repository.
 
 ``schema_errors``: the openAPIV3Schema of the CRD version the object names, the way the API server
-applies it to a custom resource: the schema's ``default``s filled in first (structural defaulting),
-then the object validated, ``format: int32/int64`` as ranges, ``x-kubernetes-int-or-string``,
-``nullable`` and ``x-kubernetes-list-type: set/map`` as the API server reads them. The API server
-*prunes* fields its schema does not declare, without a word: a typo (``slotPerWorker``) is lost, so
-strict mode reports them. CEL rules (``x-kubernetes-validations``) are not evaluated: none of the
-stack's three CRDs has one where the jobs write.
+applies it to a custom resource, by the plan's own check (infra/api_checks/kube_crds.py): the
+schema's ``default``s filled in first (structural defaulting), then the object validated, its CEL
+rules evaluated. The API server *prunes* fields its schema does not declare, without a word: a typo
+(``slotPerWorker``) is lost, so the check reports them.
 
 ``operator_errors``: what the operator refuses after its own defaulting, from its source:
 - MPIJob v2beta1: mpi-operator v0.8.2 (release-0.8 at b10758da), pkg/apis/kubeflow/v2beta1/default.go
@@ -21,25 +19,19 @@ Paths are written as Kubernetes field paths (``spec.mpiReplicaSpecs[Worker].repl
 
 from __future__ import annotations
 
-import copy
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
-from facts.aws_names import INT32_MAX, INT64_MAX
 from facts.operators import OPERATORS
 from facts.paths import PROJECT_ROOT
+from infra.api_checks import kube_crds, kube_rules
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_RANGES = {"int32": (-INT32_MAX - 1, INT32_MAX), "int64": (-INT64_MAX - 1, INT64_MAX)}
 
-# The CRDs the stack installs: the MPI operator's release manifest and the rendered training operator.
 # The CRDs the stack installs: each operator's kinds in its manifest (the MPI operator's release
 # manifest, the rendered training operator).
 CRD_FILES = {(k.api_version, k.kind): PROJECT_ROOT / op.manifest.file for op in OPERATORS for k in op.kinds}
@@ -69,125 +61,21 @@ def _version(crd: dict[str, Any], api_version: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The schema, as JSON Schema
+# The schema: the plan's own check (infra/api_checks/kube_crds.py)
 # ---------------------------------------------------------------------------------------------
 
-_DROPPED = {
-    "description",
-    "example",
-    "externalDocs",
-    "x-kubernetes-validations",
-    "x-kubernetes-map-type",
-    "x-kubernetes-list-map-keys",
-}
 
-
-def json_schema(node: Any, strict: bool) -> Any:
-    """A structural schema node as JSON Schema (Draft 4, which OpenAPI 3.0's keywords follow)."""
-    if not isinstance(node, dict):
-        return node
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key in _DROPPED or key.startswith("x-kubernetes-") and key != "x-kubernetes-list-type":
-            continue
-        if key == "properties":
-            out[key] = {name: json_schema(sub, strict) for name, sub in value.items()}
-        elif key in ("items", "additionalProperties", "not"):
-            out[key] = json_schema(value, strict) if isinstance(value, dict) else value
-        elif key in ("allOf", "anyOf", "oneOf"):
-            out[key] = [json_schema(sub, strict) for sub in value]
-        elif key == "format" and value in _RANGES:
-            low, high = _RANGES[value]
-            out["minimum"], out["maximum"] = max(low, out.get("minimum", low)), min(high, out.get("maximum", high))
-        elif key == "x-kubernetes-list-type":
-            out[key] = {"type": value, "keys": node.get("x-kubernetes-list-map-keys", [])}
-        else:
-            out[key] = value
-    if node.get("x-kubernetes-int-or-string"):
-        out.pop("type", None)
-        out.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
-    if out.pop("nullable", False) and "type" in out:
-        out["type"] = [out["type"], "null"]
-    keeps_unknown = node.get("x-kubernetes-preserve-unknown-fields") or node.get("x-kubernetes-embedded-resource")
-    if (
-        strict
-        and out.get("type") == "object"
-        and "properties" in out
-        and "additionalProperties" not in out
-        and not keeps_unknown
-    ):
-        out["additionalProperties"] = False
-    return out
-
-
-def _list_type(
-    validator: Any, spec: dict[str, Any], instance: Any, schema: dict[str, Any]
-) -> Iterator[jsonschema.ValidationError]:
-    if not isinstance(instance, list):
-        return
-    seen: list[Any] = []
-    for item in instance:
-        key = (
-            item
-            if spec["type"] == "set"
-            else tuple(item.get(k) for k in spec["keys"])
-            if isinstance(item, dict)
-            else None
-        )
-        if spec["type"] in ("set", "map") and key is not None and key in seen:
-            yield jsonschema.ValidationError(f"duplicate entry {key!r} in a list of type {spec['type']}")
-        seen.append(key)
-
-
-_Validator = jsonschema.validators.extend(jsonschema.Draft4Validator, {"x-kubernetes-list-type": _list_type})
-
-
-def apply_defaults(schema: dict[str, Any], value: Any) -> None:
-    """Fill in every missing property whose schema has a ``default``, depth first, in place."""
-    if isinstance(value, dict):
-        for name, sub in (schema.get("properties") or {}).items():
-            if name not in value and "default" in sub:
-                value[name] = copy.deepcopy(sub["default"])
-            if name in value:
-                apply_defaults(sub, value[name])
-        extra = schema.get("additionalProperties")
-        if isinstance(extra, dict):
-            for name, item in value.items():
-                if name not in (schema.get("properties") or {}):
-                    apply_defaults(extra, item)
-    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for item in value:
-            apply_defaults(schema["items"], item)
-
-
-def _path(parts: Any) -> str:
-    text = ""
-    for p in parts:
-        text += f"[{p}]" if isinstance(p, int) else (f".{p}" if text else str(p))
-    return text or "(the object)"
-
-
-def schema_errors(cr: dict[str, Any], crd: dict[str, Any], strict: bool = True) -> list[str]:
-    """What the API server refuses of ``cr`` (with ``strict``: also what it would prune)."""
+def schema_errors(cr: dict[str, Any], crd: dict[str, Any]) -> list[str]:
+    """What the API server refuses of ``cr`` by its CRD (strict: also what it would prune), as the
+    plan checks it (``kube_crds.compiled``), and a name that is not a DNS-1123 subdomain."""
     version = _version(crd, cr["apiVersion"])
     errors = []
     if cr.get("kind") != crd["spec"]["names"]["kind"]:
         errors.append(f"kind: {cr.get('kind')!r} is not the CRD's {crd['spec']['names']['kind']!r}")
-    if not version.get("served", False):
-        errors.append(f"apiVersion: {cr['apiVersion']} is not served")
     name = (cr.get("metadata") or {}).get("name", "")
-    if not name or len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+    if not name or kube_rules.is_dns1123_subdomain(name):
         errors.append(f"metadata.name: {name!r} is not a DNS-1123 subdomain")
-    raw = version["schema"]["openAPIV3Schema"]
-    obj = copy.deepcopy(cr)
-    apply_defaults(raw, obj)
-    schema = json_schema(raw, strict)
-    # metadata is the API server's: the CRD schema says `type: object` at most.
-    schema.get("properties", {}).pop("metadata", None)
-    body = {k: v for k, v in obj.items() if k != "metadata"}
-    for err in sorted(_Validator(schema).iter_errors(body), key=lambda e: [str(p) for p in e.absolute_path]):
-        errors.append(f"{_path(err.absolute_path)}: {err.message}")
-    return errors
+    return errors + [f"{r.field}: {r.rule}" for r in kube_crds.compiled(crd, version).refusals(cr)]
 
 
 # ---------------------------------------------------------------------------------------------

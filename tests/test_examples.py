@@ -128,6 +128,7 @@ def test_each_example_plans_cleanly(example: Example):
 def test_each_example_keeps_every_invariant(example: Example):
     assert invariants.check(example.plan, example.cfg) == []
     assert f"Whole-stack invariants: {len(invariants.RULES)} of {len(invariants.RULES)} hold" in example.stdout
+    assert "objects checked — all accepted\n" in example.stdout  # the Kubernetes API rules (infra/api_checks)
 
 
 def test_each_placeholder_left_is_marked_to_replace(example: Example):

@@ -128,7 +128,9 @@ def test_the_plan_command_writes_the_same_bytes_without_cache_cold_and_warm(helm
     assert runs["none"][1] == runs["cold"][1] == 3 and runs["warm"][1] == 0
     assert "releases.yaml" in runs["none"][2]
     assert runs["none"][2] == runs["cold"][2] == runs["warm"][2]
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["helm-renders", "manifests"]
+    kept = {p.name for p in (tmp_path / "cache").iterdir()}
+    # cel/: cel-python's parser tables, made once per process by the first plan that checks a CEL rule
+    assert {"helm-renders", "manifests"} <= kept <= {"cel", "helm-renders", "manifests"}
 
 
 def test_a_changed_value_renders_that_release_again(dev_plan, helm, tmp_path):

@@ -207,7 +207,11 @@ class GpuNodeGroupConfig(ConfigModel):
         description="`{mode: create | existing | none, name}`; default `create` for EFA groups without a reservation "
         "or capacity block, else `none`",
     )
-    labels: dict[str, str] = Field(default_factory=dict, description="extra node labels")
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra node labels; with queues at most 6, or 7 on a type without an accelerator label (the "
+        "group's Kueue flavor holds at most 8 node labels, the stack's own among them)",
+    )
     taints: list[Taint] = Field(
         default_factory=list,
         description="extra node taints `{key, value, effect}`, one per key and effect, at most 49 (the GPU taint is "

@@ -185,7 +185,10 @@ class StackConfig(ConfigModel):
     cluster: ClusterConfig = Field(ClusterConfig(), description="the EKS control plane")
     system_node_group: SystemNodeGroupConfig = Field(SystemNodeGroupConfig(), description="the system node group")
     gpu_node_groups: list[GpuNodeGroupConfig] = Field(
-        default_factory=list, description="GPU node groups", title="node groups"
+        default_factory=list,
+        description="GPU node groups; at most 64 with queues (a Kueue ClusterQueue holds one flavor per group, "
+        "at most 64)",
+        title="node groups",
     )
     storage: StorageConfig = Field(StorageConfig(), description="EFS and FSx for Lustre")
     etcd: EtcdConfig = Field(EtcdConfig(), description="etcd for elastic rendezvous")

@@ -9,9 +9,9 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from facts import durations, topology
+from facts import catalog, durations, topology
 from facts.aws_names import role_arn_problem
-from facts.kube import RESERVED_NAMESPACES
+from facts.kube import ACCELERATOR_LABEL, NODE_GROUP_LABEL, RESERVED_NAMESPACES
 from facts.problems import Problem
 from jobs.base import JobBase
 from stacks.queues.admission import reach
@@ -19,8 +19,15 @@ from stacks.queues.cluster_queues import RESERVED_TEAM_NAMES, team_namespace
 from stacks.queues.plan import QueuePlan, pods_ready_budget
 from stacks.queues.resources import RESOURCES, burn_in_services, group_supply, human
 
-# Kueue's ResourceFlavor holds at most 8 tolerations: the GPU taint's and the group's own taints.
+# Sizes Kueue v0.19.2's CRDs refuse (manifests/vendor/kueue-v0.19.2-crds; tests/test_api_checks.py reads
+# each from the CRD). A ResourceFlavor holds at most 8 tolerations (spec.tolerations maxItems): the GPU
+# taint's and the group's own taints; at most 8 node labels (spec.nodeLabels maxProperties): the
+# node-group label, the accelerator label and the group's own labels.
 MAX_FLAVOR_TOLERATIONS = 8
+MAX_FLAVOR_NODE_LABELS = 8
+# A ClusterQueue's resource group holds at most 64 flavors (spec.resourceGroups[].flavors maxItems);
+# every ClusterQueue of the stack holds one flavor per GPU group in its one resource group.
+MAX_FLAVORS_PER_RESOURCE_GROUP = 64
 
 
 def check_jobs(plan: QueuePlan, problems: list[Problem], key_prefix: str) -> None:
@@ -89,7 +96,9 @@ def check_config(
     _check_provisioning_requests(queues, autoscaling, ns, problems)
     _check_topology_admission(queues, groups, autoscaling, ns, problems)
     if queues.enabled:
+        _check_flavor_count(groups, ns, problems)
         _check_flavor_tolerations(groups, ns, problems)
+        _check_flavor_node_labels(groups, ns, problems)
     by_group = {g.name: g for g in groups if g is not None}
     names: dict[str, int] = {}
     spaces: dict[str, int] = {}
@@ -206,6 +215,39 @@ def _check_flavor_tolerations(groups: Sequence[Any], ns: str, problems: list[Pro
                     f"{len(g.taints)} taints are too many with queues: its Kueue ResourceFlavor carries the GPU "
                     f"taint's toleration and one per taint, at most {MAX_FLAVOR_TOLERATIONS}; use at most "
                     f"{MAX_FLAVOR_TOLERATIONS - 1}",
+                )
+            )
+
+
+def _check_flavor_count(groups: Sequence[Any], ns: str, problems: list[Problem]) -> None:
+    if len(groups) > MAX_FLAVORS_PER_RESOURCE_GROUP:
+        problems.append(
+            Problem(
+                f"{ns}:gpuNodeGroups",
+                f"{len(groups)} GPU node groups are too many with queues: every Kueue ClusterQueue holds one flavor "
+                f"per group in its resource group, and Kueue's CRD (clusterqueues.kueue.x-k8s.io, "
+                f"spec.resourceGroups[].flavors) takes at most {MAX_FLAVORS_PER_RESOURCE_GROUP}; a group waiting for "
+                f"its capacity block counts too (its flavor comes with the block). Use at most "
+                f"{MAX_FLAVORS_PER_RESOURCE_GROUP} groups, or turn queues off",
+            )
+        )
+
+
+def _check_flavor_node_labels(groups: Sequence[Any], ns: str, problems: list[Problem]) -> None:
+    for i, g in enumerate(groups):
+        it = catalog.get(g.instance_type) if g is not None else None
+        if g is None or it is None:  # a type the catalog does not have: its group's problem
+            continue
+        keys = {NODE_GROUP_LABEL, *g.labels} | ({ACCELERATOR_LABEL} if it.accelerator else set())
+        if len(keys) > MAX_FLAVOR_NODE_LABELS:
+            problems.append(
+                Problem(
+                    f"{ns}:gpuNodeGroups[{i}].labels",
+                    f"{len(g.labels)} labels are too many with queues: the group's Kueue ResourceFlavor carries them "
+                    f"with the stack's own ({len(keys - set(g.labels))}: the node-group label"
+                    f"{' and the accelerator label' if it.accelerator else ''}), {len(keys)} node labels, and "
+                    f"Kueue's CRD (resourceflavors.kueue.x-k8s.io, spec.nodeLabels) takes at most "
+                    f"{MAX_FLAVOR_NODE_LABELS}; use at most {MAX_FLAVOR_NODE_LABELS - len(keys - set(g.labels))}",
                 )
             )
 
