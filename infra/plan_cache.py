@@ -1,9 +1,10 @@
 """What the offline plan keeps on disk between runs, so that a plan of an unchanged config does not
-redo the slow parts that gave the same result before: the Helm renders (infra/releases.py) and the
-parsed operator manifests (components/operators.py).
+redo the slow parts that gave the same result before: the Helm renders (infra/releases.py), the
+parsed operator manifests (components/operators.py) and the parts of botocore's service models the
+AWS check reads (infra/api_checks/shapes.py).
 
 All of it is in .cache/ in the project, ignored by git (``GPU_TRAINING_PLAN_CACHE`` names another
-folder; set to nothing, nothing is kept): .cache/helm-renders/ and .cache/manifests/. Removing the
+folder; set to nothing, nothing is kept): .cache/helm-renders/, .cache/manifests/ and .cache/aws-models/. Removing the
 folder is always safe: whatever is missing is made again.
 
 An entry is one file named by its key, a sha256 over everything its content depends on (``key``),

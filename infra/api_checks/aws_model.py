@@ -25,11 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from infra.api_checks import shapes
+import infra.api_checks.shapes as shapes
 from infra.api_checks.aws_table import TABLE, Api
 from infra.api_checks.shapes import UNKNOWN, Entries, Given, Items, Struct
 
 _INDEX = re.compile(r"\[[^\]]*\]")
+shapes.need(
+    {
+        service: tuple(sorted({op for api in TABLE.values() if api.service == service for op in api.operations}))
+        for service in {api.service for api in TABLE.values()}
+    }
+)
 _UNKNOWN_TEXT = ("[unknown]", "[secret]")
 
 

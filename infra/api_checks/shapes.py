@@ -23,27 +23,64 @@ field each part came from, so that a finding names the field the user wrote; ``U
 from __future__ import annotations
 
 import html
+import importlib.metadata
+import pickle
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-import botocore
-import botocore.loaders
-
+from infra import plan_cache
 from infra.api_checks.java_regex import compile_pattern
 
-_LOADER = botocore.loaders.Loader()
-BOTOCORE_VERSION: str = botocore.__version__
+BOTOCORE_VERSION: str = importlib.metadata.version("botocore")
+# The operations each service is read for (set by the checks: ``need``); a service not named is read whole.
+_NEEDED: dict[str, tuple[str, ...]] = {}
 _POSSIBLE = re.compile(r"Possible values are:\s*((?:\d+,\s*)+and\s+\d+)")
 _UP_TO = re.compile(r"Up to (\d+) characters")
 _CHARS = re.compile(r"(?:Valid characters:|Allowed characters are) a-z, A-Z, 0-9, spaces, and (\S+?)</p>")
 
 
+def need(operations: Mapping[str, tuple[str, ...]]) -> None:
+    """The operations the checks walk, per service: only their input shapes are kept (``model``)."""
+    _NEEDED.update(operations)
+
+
 @cache
 def model(service: str) -> dict[str, Any]:
-    """A service's model (service-2) as botocore ships it, read once per process."""
-    return dict(_LOADER.load_service_model(service, "service-2"))
+    """A service's model (service-2) as botocore ships it, read once per process: its operations and
+    the shapes their inputs reach. A plan keeps that part in the plan cache (infra/plan_cache.py,
+    .cache/aws-models/, keyed by botocore's version and the operations), so that a later plan reads
+    a few hundred shapes instead of importing botocore and parsing the models whole (EC2's is 4,000)."""
+    operations = _NEEDED.get(service)
+    where = plan_cache.folder("aws-models") if operations else None
+    entry = plan_cache.key({"botocore": BOTOCORE_VERSION, "service": service, "operations": operations, "format": 1})
+    kept = plan_cache.unpickled(plan_cache.load(where, entry)) if where is not None else None
+    if isinstance(kept, dict):
+        return kept
+    import botocore.loaders  # (only when the cache does not have it: importing botocore takes 0.1-0.3 s)
+
+    whole = dict(botocore.loaders.Loader().load_service_model(service, "service-2"))
+    if not operations:
+        return whole
+    part = _reachable(whole, operations)
+    if where is not None:
+        plan_cache.store(where, entry, pickle.dumps(part))
+    return part
+
+
+def _reachable(whole: dict[str, Any], operations: tuple[str, ...]) -> dict[str, Any]:
+    """The operations and the shapes their inputs reach (members, list items, map keys and values)."""
+    shapes, todo = {}, [whole["operations"][op]["input"]["shape"] for op in operations]
+    while todo:
+        name = todo.pop()
+        if name in shapes:
+            continue
+        spec = shapes[name] = whole["shapes"][name]
+        refs = list(spec.get("members", {}).values()) + [spec[k] for k in ("member", "key", "value") if k in spec]
+        todo += [ref["shape"] for ref in refs]
+    return {"operations": {op: whole["operations"][op] for op in operations}, "shapes": shapes}
 
 
 def input_shape(service: str, operation: str) -> str:
