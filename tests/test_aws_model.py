@@ -140,6 +140,12 @@ def test_the_planted_inputs_fixed_are_accepted():
     assert errors("aws:ec2/securityGroup:SecurityGroup", {"description": "GPU nodes (EFA)", "vpcId": "v"}) == []
 
 
+def test_an_empty_map_is_not_sent_so_its_minimum_does_not_apply():
+    # EKS's TagMap has min 1; the provider leaves an empty tags map out of the request.
+    assert shapes.shape("eks", "TagMap")["min"] == 1
+    assert errors(NODE_GROUP, node_group(tags={}, labels={})) == []
+
+
 def test_unknown_values_are_skipped_and_counted():
     report = aws_model.check_records([(NODE_GROUP, "n", node_group(nodeRoleArn="[unknown]", clusterName="[secret]"))])
     c = report.coverage[NODE_GROUP]

@@ -37,6 +37,9 @@ shapes.need(
     }
 )
 _UNKNOWN_TEXT = ("[unknown]", "[secret]")
+# An empty map or list: the provider does not send it (Terraform's ResourceData.GetOk reports an empty
+# collection as not set, and the expand functions skip it), so the API's minimum items do not apply.
+_NOT_SENT = object()
 
 
 @dataclass(frozen=True)
@@ -206,6 +209,8 @@ def _place(reqs: _Requests, node: Struct, structure: str, path: list[str], value
         converted = _convert(reqs, ref["shape"], value, where)
         if converted is None:
             return False
+        if converted is _NOT_SENT:
+            return True
         existing = node.get(member)
         if isinstance(existing, Items) and isinstance(converted, Items):
             _merge(existing, converted)
@@ -239,19 +244,18 @@ def _fill(reqs: _Requests, node: Struct, structure: str, value: Any, where: str)
     if not isinstance(value, dict):
         return False
     converted = _convert(reqs, structure, value, where)
-    if not isinstance(converted, Struct):
-        return False
-    node.update(converted)
-    return True
+    if isinstance(converted, Struct):
+        node.update(converted)
+    return converted is _NOT_SENT or isinstance(converted, Struct)
 
 
 def _convert(reqs: _Requests, name: str, value: Any, where: str) -> Any:
     """A Pulumi value as the API value of shape ``name``; None when it does not fit (unmapped)."""
     coverage, service = reqs.coverage, reqs.api.service
-    if _is_unknown(value):
+    if _is_unknown(value) or _is_empty(value):
         coverage.inputs += 1
         coverage.mapped += 1
-        return UNKNOWN
+        return UNKNOWN if _is_unknown(value) else _NOT_SENT
     spec = shapes.shape(service, name)
     kind = spec["type"]
     if kind == "structure":
@@ -301,7 +305,7 @@ def _list(reqs: _Requests, item: str, value: Any, where: str) -> Items | None:
     converted = [_convert(reqs, item, v, f"{where}[{i}]") for i, v in enumerate(values)]
     if any(c is None for c in converted):
         return None
-    return Items(where, converted)
+    return Items(where, [c for c in converted if c is not _NOT_SENT])
 
 
 def _map(reqs: _Requests, value_shape: str, value: dict[str, Any], where: str) -> Entries | None:
@@ -310,7 +314,8 @@ def _map(reqs: _Requests, value_shape: str, value: dict[str, Any], where: str) -
         converted = _convert(reqs, value_shape, v, f"{where}[{k!r}]")
         if converted is None:
             return None
-        out[k] = converted
+        if converted is not _NOT_SENT:
+            out[k] = converted
     return out
 
 
@@ -349,6 +354,10 @@ def _is_one_item(spec: dict[str, Any], value: dict[str, Any]) -> bool:
 def _tag_members(spec: dict[str, Any]) -> tuple[str, str]:
     by_lower = {m.lower(): m for m in spec["members"]}
     return next(by_lower[k] for k in _TAG_KEY if k in by_lower), next(by_lower[v] for v in _TAG_VALUE if v in by_lower)
+
+
+def _is_empty(value: Any) -> bool:
+    return isinstance(value, (dict, list)) and not value
 
 
 def _is_unknown(value: Any) -> bool:
