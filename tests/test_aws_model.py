@@ -146,6 +146,13 @@ def test_an_empty_map_is_not_sent_so_its_minimum_does_not_apply():
     assert errors(NODE_GROUP, node_group(tags={}, labels={})) == []
 
 
+def test_a_value_the_provider_reads_as_unset_is_not_sent():
+    # aws_autoscaling_schedule's -1: the member is left out of PutScheduledUpdateGroupAction.
+    schedule = {"autoscalingGroupName": "asg", "scheduledActionName": "a", "minSize": -1, "maxSize": -1}
+    (call,) = aws_model.translate(aws_table.TABLE["aws:autoscaling/schedule:Schedule"], schedule, aws_model.Coverage())
+    assert sorted(call[1]) == ["AutoScalingGroupName", "ScheduledActionName"]
+
+
 def test_unknown_values_are_skipped_and_counted():
     report = aws_model.check_records([(NODE_GROUP, "n", node_group(nodeRoleArn="[unknown]", clusterName="[secret]"))])
     c = report.coverage[NODE_GROUP]

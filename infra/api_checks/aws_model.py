@@ -269,8 +269,11 @@ def _convert(reqs: _Requests, name: str, value: Any, where: str) -> Any:
         return None
     coverage.inputs += 1
     coverage.mapped += 1
+    plain = _INDEX.sub("", where)
+    if plain in reqs.api.not_sent and reqs.api.not_sent[plain] == value:
+        return _NOT_SENT
     coverage.checked += 1
-    suffix = reqs.api.suffix.get(_INDEX.sub("", where), 0)
+    suffix = reqs.api.suffix.get(plain, 0)
     if suffix and isinstance(scalar, str):
         return Given(scalar + "0" * suffix, f"{where} (+ {suffix} characters the provider appends)")
     return Given(scalar, where)

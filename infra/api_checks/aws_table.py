@@ -12,7 +12,8 @@ entered at its item; ``Operation:`` first names a later operation; ``@Operation`
 Pulumi list is one call of that operation; a dict: the path depends on which other input is given).
 ``provider_only``: Pulumi inputs no API member takes, and why. ``provider_fills``: required API
 members the provider fills itself (the plan's inputs do not carry them). ``suffix``: inputs the
-provider extends before the call (a name prefix: + N characters).
+provider extends before the call (a name prefix: + N characters). ``not_sent``: an input's value that
+the provider reads as "leave the member out".
 
 Where the provider's translation is not the name's: the Terraform AWS provider (which pulumi-aws
 7.x wraps), hashicorp/terraform-provider-aws internal/service/<service>/<resource>.go, the resource's
@@ -38,6 +39,7 @@ class Api:
     provider_only: Mapping[str, str] = field(default_factory=dict)
     provider_fills: Mapping[str, str] = field(default_factory=dict)
     suffix: Mapping[str, int] = field(default_factory=dict)
+    not_sent: Mapping[str, object] = field(default_factory=dict)
 
 
 _SG_RULE_FIELDS: Mapping[str, str | Mapping[str, str]] = {
@@ -64,7 +66,12 @@ _NODEGROUP_FIELDS = {
 }
 
 TABLE: Mapping[str, Api] = {
-    "aws:autoscaling/schedule:Schedule": Api("autoscaling", ("PutScheduledUpdateGroupAction",)),
+    "aws:autoscaling/schedule:Schedule": Api(
+        "autoscaling",
+        ("PutScheduledUpdateGroupAction",),
+        # autoscaling/schedule.go resourceSchedulePut: -1 means "don't include this parameter in the action"
+        not_sent={"minSize": -1, "maxSize": -1, "desiredCapacity": -1},
+    ),
     "aws:autoscaling/tag:Tag": Api(
         "autoscaling",
         ("CreateOrUpdateTags",),
