@@ -270,3 +270,12 @@ def test_a_refused_input_fails_the_plan_naming_resource_field_value_rule_and_sou
         f"(eks CreateNodegroup shape CapacityTypes, botocore {V})\n"
     ) in stderr.getvalue()
     assert " refused" in stdout.getvalue()
+
+
+def test_a_pattern_python_cannot_compile_is_reported_not_guessed(monkeypatch):
+    # sagemaker's CustomerMetadataKey pattern ends in `${1,256}`: a quantifier on an anchor.
+    monkeypatch.setattr(shapes, "UNCOMPILED", {})
+    spec = {"type": "string", "pattern": "([\\p{L}\\p{Z}\\p{N}_.:\\/=+\\-@]*)${1,256}"}
+    assert shapes._string("sagemaker", "CustomerMetadataKey", spec, shapes.Given("k!", "f"), "") == []
+    assert list(shapes.UNCOMPILED) == ["sagemaker CustomerMetadataKey"]
+    assert "sagemaker CustomerMetadataKey" in aws_model.Report().as_json()["patternsNotCompiled"]

@@ -111,6 +111,8 @@ class Report:
             "botocore": shapes.BOTOCORE_VERSION,
             "types": {typ: c.as_json() for typ, c in sorted(self.coverage.items())},
             "failures": [str(f) for f in self.failures],
+            # The patterns met that Python's re could not compile (so not checked): shape -> why.
+            "patternsNotCompiled": dict(sorted(shapes.UNCOMPILED.items())),
         }
 
 

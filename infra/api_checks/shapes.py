@@ -130,6 +130,8 @@ class Entries(dict[str, Any], Node):
         self.field = field
 
 
+# Shapes whose pattern a value met but Python could not compile (java_regex): not checked, and said so.
+UNCOMPILED: dict[str, str] = {}
 UNKNOWN = object()  # a value computed at `pulumi up` (the plan shows "[unknown]", "[secret]", a resource)
 
 
@@ -212,8 +214,12 @@ def _string(service: str, name: str, spec: dict[str, Any], node: Given, doc: str
         found.append(Finding(node.field, text, f"length {len(text)} is over the maximum {spec['max']}", name))
     if "enum" in spec and text not in spec["enum"]:
         found.append(Finding(node.field, text, f"not one of {', '.join(spec['enum'])}", name))
-    if "pattern" in spec and compile_pattern(spec["pattern"]).matches(text) is False:
+    matched = compile_pattern(spec["pattern"]).matches(text) if "pattern" in spec else True
+    if matched is False:
         found.append(Finding(node.field, text, f"does not match the pattern {spec['pattern']}", name))
+    elif matched is None:
+        UNCOMPILED[f"{service} {name}"] = compile_pattern(spec["pattern"]).error or ""
+
     return found + _documented_string(name, node, text, doc)
 
 
