@@ -279,3 +279,11 @@ def test_a_pattern_python_cannot_compile_is_reported_not_guessed(monkeypatch):
     assert shapes._string("sagemaker", "CustomerMetadataKey", spec, shapes.Given("k!", "f"), "") == []
     assert list(shapes.UNCOMPILED) == ["sagemaker CustomerMetadataKey"]
     assert "sagemaker CustomerMetadataKey" in aws_model.Report().as_json()["patternsNotCompiled"]
+
+
+def test_an_input_that_does_not_fit_leaves_no_trace_in_the_request_or_the_counts():
+    api = aws_table.Api("ec2", ("CreateLaunchTemplate",), fields={"x": "LaunchTemplateData.NoSuchMember"})
+    coverage = aws_model.Coverage()
+    ((_, request, _),) = aws_model.translate(api, {"x": {"a": 1, "b": 2}}, coverage)
+    assert "LaunchTemplateData" not in request
+    assert (coverage.inputs, coverage.mapped, coverage.checked, coverage.unmapped) == (2, 0, 0, ["x"])

@@ -128,9 +128,6 @@ class _Requests:
         self.api, self.inputs, self.coverage = api, inputs, coverage
         self.calls: list[tuple[str, Struct, bool]] = [(op, Struct(""), i == 0) for i, op in enumerate(api.operations)]
 
-    def request(self, operation: str) -> Struct:
-        return next(req for op, req, _ in self.calls if op == operation)
-
 
 def translate(api: Api, inputs: dict[str, Any], coverage: Coverage) -> list[tuple[str, Struct, bool]]:
     """Each call's request (operation, request, whether the create call), counting coverage."""
@@ -154,9 +151,9 @@ def _target(api: Api, path: str, inputs: dict[str, Any]) -> str | None:
     """The API path of a Pulumi input path (an override, else None: the mechanical mapping)."""
     plain = _INDEX.sub("", path)
     target = api.fields.get(plain)
-    if isinstance(target, dict):
-        return next((t for given, t in target.items() if given in inputs), None)
-    return target  # type: ignore[return-value]
+    if isinstance(target, str) or target is None:
+        return target
+    return next((t for given, t in target.items() if given in inputs), None)
 
 
 def _place_top(reqs: _Requests, key: str, value: Any, target: str | None) -> bool:
@@ -198,7 +195,17 @@ def _per_item(reqs: _Requests, operation: str, key: str, value: Any) -> None:
 
 
 def _place(reqs: _Requests, node: Struct, structure: str, path: list[str], value: Any, where: str) -> bool:
-    """Put ``value`` at ``path`` (API member names, case-insensitive) under ``node``, a ``structure``."""
+    """Put ``value`` at ``path`` (API member names, case-insensitive) under ``node``, a ``structure``;
+    False (and nothing counted) when it does not fit there."""
+    c = reqs.coverage
+    counted = (c.inputs, c.mapped, c.checked)
+    placed = _place_at(reqs, node, structure, path, value, where)
+    if not placed:
+        c.inputs, c.mapped, c.checked = counted
+    return placed
+
+
+def _place_at(reqs: _Requests, node: Struct, structure: str, path: list[str], value: Any, where: str) -> bool:
     service = reqs.api.service
     if not path:
         return _fill(reqs, node, structure, value, where)
@@ -221,15 +228,18 @@ def _place(reqs: _Requests, node: Struct, structure: str, path: list[str], value
         else:
             node[member] = converted
         return True
-    if kind == "list":
-        item_shape = shapes.shape(service, ref["shape"])["member"]["shape"]
-        items = node.setdefault(member, Items(where))
-        if not items:
-            items.append(Struct(where))
-        return _place(reqs, items[0], item_shape, path[1:], value, where)
-    if kind != "structure":
+    if kind not in ("list", "structure"):
         return False
-    return _place(reqs, node.setdefault(member, Struct(where)), ref["shape"], path[1:], value, where)
+    created = member not in node
+    if kind == "list":
+        inner = shapes.shape(service, ref["shape"])["member"]["shape"]
+        items = node.setdefault(member, Items(where, [Struct(where)]))
+        placed = _place_at(reqs, items[0], inner, path[1:], value, where)
+    else:
+        placed = _place_at(reqs, node.setdefault(member, Struct(where)), ref["shape"], path[1:], value, where)
+    if not placed and created:
+        del node[member]  # (no empty structure left behind for the walk to find required members missing in)
+    return placed
 
 
 def _merge(existing: Items, more: Items) -> None:
