@@ -87,6 +87,7 @@ class Coverage:
 class Report:
     failures: list[Failure] = field(default_factory=list)
     coverage: dict[str, Coverage] = field(default_factory=dict)
+    uncompiled: dict[str, str] = field(default_factory=dict)  # shape -> why its pattern was not checked
 
     def total(self) -> Coverage:
         out = Coverage()
@@ -112,7 +113,7 @@ class Report:
             "types": {typ: c.as_json() for typ, c in sorted(self.coverage.items())},
             "failures": [str(f) for f in self.failures],
             # The patterns met that Python's re could not compile (so not checked): shape -> why.
-            "patternsNotCompiled": dict(sorted(shapes.UNCOMPILED.items())),
+            "patternsNotCompiled": dict(sorted(self.uncompiled.items())),
         }
 
 
@@ -401,6 +402,7 @@ def check_records(records: Iterable[tuple[str, str, dict[str, Any]]]) -> Report:
     """(type, name, inputs) of every recorded resource -> the report (types the table does not know
     are not AWS resources: Kubernetes objects, components, the stack)."""
     report = Report()
+    shapes.UNCOMPILED.clear()
     for typ, name, inputs in records:
         api = TABLE.get(typ)
         if api is None:
@@ -408,6 +410,7 @@ def check_records(records: Iterable[tuple[str, str, dict[str, Any]]]) -> Report:
         coverage = report.coverage.setdefault(typ, Coverage())
         coverage.resources += 1
         report.failures += _failures(typ, name, api, inputs, coverage)
+    report.uncompiled = dict(shapes.UNCOMPILED)
     return report
 
 
