@@ -13,7 +13,7 @@ import pytest
 
 from infra import offline
 from infra import plan as plan_mod
-from infra.api_checks import aws_model, aws_table, java_regex, shapes
+from infra.api_checks import aws_model, aws_table, java_regex, shapes, translate
 from stacks.config.stackfile import read_stack_config
 from tests.helpers import ROOT, run_stack
 
@@ -149,7 +149,7 @@ def test_an_empty_map_is_not_sent_so_its_minimum_does_not_apply():
 def test_a_value_the_provider_reads_as_unset_is_not_sent():
     # aws_autoscaling_schedule's -1: the member is left out of PutScheduledUpdateGroupAction.
     schedule = {"autoscalingGroupName": "asg", "scheduledActionName": "a", "minSize": -1, "maxSize": -1}
-    (call,) = aws_model.translate(aws_table.TABLE["aws:autoscaling/schedule:Schedule"], schedule, aws_model.Coverage())
+    (call,) = translate.translate(aws_table.TABLE["aws:autoscaling/schedule:Schedule"], schedule, translate.Coverage())
     assert sorted(call[1]) == ["AutoScalingGroupName", "ScheduledActionName"]
 
 
@@ -285,7 +285,7 @@ def test_a_pattern_python_cannot_compile_is_reported_not_guessed(monkeypatch):
 
 def test_an_input_that_does_not_fit_leaves_no_trace_in_the_request_or_the_counts():
     api = aws_table.Api("ec2", ("CreateLaunchTemplate",), fields={"x": "LaunchTemplateData.NoSuchMember"})
-    coverage = aws_model.Coverage()
-    ((_, request, _),) = aws_model.translate(api, {"x": {"a": 1, "b": 2}}, coverage)
+    coverage = translate.Coverage()
+    ((_, request, _),) = translate.translate(api, {"x": {"a": 1, "b": 2}}, coverage)
     assert "LaunchTemplateData" not in request
     assert (coverage.inputs, coverage.mapped, coverage.checked, coverage.unmapped) == (2, 0, 0, ["x"])

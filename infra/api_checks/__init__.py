@@ -1,7 +1,7 @@
 """Checks of the plan's inputs against the APIs' own published models (issue 37).
 
 AWS (``aws_model``): every input of every AWS resource the plan records, translated onto the request
-shape of the API call that creates it (``aws_table``: the mapping, data) and walked against the
+shape of the API call that creates it (``aws_table``: the mapping, data; ``translate``) and walked against the
 service models botocore ships (``shapes``: lengths, patterns, enums, ranges, list and map sizes,
 required members; ``java_regex``: the models' Java-style patterns in Python's ``re``).
 Only the offline plan imports this package; what `pulumi up` runs never does.
