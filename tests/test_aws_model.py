@@ -289,3 +289,17 @@ def test_an_input_that_does_not_fit_leaves_no_trace_in_the_request_or_the_counts
     ((_, request, _),) = translate.translate(api, {"x": {"a": 1, "b": 2}}, coverage)
     assert "LaunchTemplateData" not in request
     assert (coverage.inputs, coverage.mapped, coverage.checked, coverage.unmapped) == (2, 0, 0, ["x"])
+
+
+def test_a_name_pulumi_makes_from_a_long_resource_name_is_checked():
+    # No `name` input: pulumi-aws auto-names the policy "<resource name>-<7 random>"; IAM's PolicyName allows 128.
+    name = "p" * 121
+    report = aws_model.check_records([("aws:iam/rolePolicy:RolePolicy", name, {"role": "r", "policy": "{}"})])
+    assert [str(f) for f in report.failures] == [
+        f"{name}: PolicyName (Pulumi's auto-name: {name!r}, '-', 7 random) = '{name[:77]}'...: length 129 is over "
+        f"the maximum 128 (iam PutRolePolicy shape policyNameType, botocore {V})"
+    ]
+    assert (
+        aws_model.check_records([("aws:iam/rolePolicy:RolePolicy", name[:120], {"role": "r", "policy": "{}"})]).failures
+        == []
+    )

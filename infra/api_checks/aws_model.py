@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import infra.api_checks.shapes as shapes
-from infra.api_checks.aws_table import TABLE, Api
+from infra.api_checks.aws_table import AUTONAME_SUFFIX, TABLE, Api
 from infra.api_checks.translate import Coverage, translate
 
 shapes.need(
@@ -108,9 +108,18 @@ def check_records(records: Iterable[tuple[str, str, dict[str, Any]]]) -> Report:
 
 def _failures(typ: str, name: str, api: Api, inputs: dict[str, Any], coverage: Coverage) -> Iterator[Failure]:
     for operation, request, create in translate(api, inputs, coverage):
+        if create and api.autoname and api.autoname not in request:
+            request[api.autoname] = auto_name(api.autoname, name)
         optional = frozenset(api.provider_fills) if create else _all_top_required(api, operation)
         for finding in shapes.walk(api.service, shapes.input_shape(api.service, operation), request, "", optional):
             yield Failure(name, typ, finding, api.service, operation)
+
+
+def auto_name(member: str, name: str) -> shapes.Given:
+    """The name Pulumi's auto-naming gives resource ``name``, with a stand-in for its random part."""
+    return shapes.Given(
+        f"{name}-{'0' * (AUTONAME_SUFFIX - 1)}", f"{member} (Pulumi's auto-name: {name!r}, '-', 7 random)"
+    )
 
 
 def _all_top_required(api: Api, operation: str) -> frozenset[str]:

@@ -13,7 +13,8 @@ Pulumi list is one call of that operation; a dict: the path depends on which oth
 ``provider_only``: Pulumi inputs no API member takes, and why. ``provider_fills``: required API
 members the provider fills itself (the plan's inputs do not carry them). ``suffix``: inputs the
 provider extends before the call (a name prefix: + N characters). ``not_sent``: an input's value that
-the provider reads as "leave the member out".
+the provider reads as "leave the member out". ``autoname``: the create call's member Pulumi's auto-naming
+fills when the program gives no name.
 
 Where the provider's translation is not the name's: the Terraform AWS provider (which pulumi-aws
 7.x wraps), hashicorp/terraform-provider-aws internal/service/<service>/<resource>.go, the resource's
@@ -28,7 +29,11 @@ from dataclasses import dataclass, field
 # The auto-naming suffix of a name prefix: terraform-plugin-sdk helper/id/id.go, UniqueIDSuffixLength
 # (a timestamp and a counter; terraform-provider-aws internal/create/naming.go uses it for name_prefix).
 UNIQUE_ID_SUFFIX = 26
-AUTONAMED = "Pulumi's auto-naming: the resource name and a random suffix, made in the provider"
+# Pulumi's auto-naming of a resource's `name` input when the program gives none (pulumi-aws's provider
+# hooks: prov.SetAutonaming(255, "-"), pulumi-terraform-bridge): the resource's name, "-" and 7 random
+# hex characters. ``Api.autoname`` names the API member it fills; the check walks that name too.
+AUTONAME_SUFFIX = 8
+TERRAFORM_NAMED = "the Terraform provider's unique id when none is given (terraform-<26 characters>)"
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class Api:
     provider_fills: Mapping[str, str] = field(default_factory=dict)
     suffix: Mapping[str, int] = field(default_factory=dict)
     not_sent: Mapping[str, object] = field(default_factory=dict)
+    autoname: str = ""
 
 
 _SG_RULE_FIELDS: Mapping[str, str | Mapping[str, str]] = {
@@ -83,7 +89,7 @@ TABLE: Mapping[str, Api] = {
         "logs",
         ("CreateLogGroup", "PutRetentionPolicy"),
         fields={"name": "logGroupName"},  # aws_cloudwatch_log_group name -> LogGroupName
-        provider_fills={"logGroupName": AUTONAMED},
+        autoname="logGroupName",
     ),
     "aws:ec2/eip:Eip": Api("ec2", ("AllocateAddress",)),
     "aws:ec2/internetGateway:InternetGateway": Api("ec2", ("CreateInternetGateway", "AttachInternetGateway")),
@@ -109,12 +115,10 @@ TABLE: Mapping[str, Api] = {
             "vpcSecurityGroupIds": "LaunchTemplateData.SecurityGroupIds",
         },
         provider_only={"updateDefaultVersion": "the provider's choice to call ModifyLaunchTemplate after an update"},
-        provider_fills={"LaunchTemplateName": AUTONAMED},
+        autoname="LaunchTemplateName",
     ),
     "aws:ec2/natGateway:NatGateway": Api("ec2", ("CreateNatGateway",)),
-    "aws:ec2/placementGroup:PlacementGroup": Api(
-        "ec2", ("CreatePlacementGroup",), provider_fills={"GroupName": AUTONAMED}
-    ),
+    "aws:ec2/placementGroup:PlacementGroup": Api("ec2", ("CreatePlacementGroup",), autoname="GroupName"),
     "aws:ec2/routeTable:RouteTable": Api(
         "ec2",
         ("CreateRouteTable", "CreateRoute"),
@@ -126,7 +130,7 @@ TABLE: Mapping[str, Api] = {
         "ec2",
         ("CreateSecurityGroup",),
         provider_only={"revokeRulesOnDelete": "the provider's choice at delete"},
-        provider_fills={"GroupName": AUTONAMED},
+        autoname="GroupName",
     ),
     "aws:ec2/subnet:Subnet": Api(
         "ec2",
@@ -145,7 +149,7 @@ TABLE: Mapping[str, Api] = {
     ),
     "aws:ec2/vpcEndpoint:VpcEndpoint": Api("ec2", ("CreateVpcEndpoint",)),
     "aws:efs/fileSystem:FileSystem": Api(
-        "efs", ("CreateFileSystem",), provider_fills={"CreationToken": AUTONAMED + " (creation_token)"}
+        "efs", ("CreateFileSystem",), provider_fills={"CreationToken": TERRAFORM_NAMED}
     ),
     "aws:efs/mountTarget:MountTarget": Api("efs", ("CreateMountTarget",)),
     "aws:eks/accessEntry:AccessEntry": Api("eks", ("CreateAccessEntry",)),
@@ -159,7 +163,7 @@ TABLE: Mapping[str, Api] = {
         },
     ),
     "aws:eks/nodeGroup:NodeGroup": Api(
-        "eks", ("CreateNodegroup",), fields=_NODEGROUP_FIELDS, provider_fills={"nodegroupName": AUTONAMED}
+        "eks", ("CreateNodegroup",), fields=_NODEGROUP_FIELDS, provider_fills={"nodegroupName": TERRAFORM_NAMED}
     ),
     "aws:eks/podIdentityAssociation:PodIdentityAssociation": Api("eks", ("CreatePodIdentityAssociation",)),
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": Api(
@@ -191,14 +195,14 @@ TABLE: Mapping[str, Api] = {
         ("CreateRole",),
         # iam/role.go: assume_role_policy -> AssumeRolePolicyDocument; name_prefix -> RoleName (+ the unique suffix)
         fields={"assumeRolePolicy": "AssumeRolePolicyDocument", "namePrefix": "RoleName"},
-        provider_fills={"RoleName": AUTONAMED},
+        autoname="RoleName",
         suffix={"namePrefix": UNIQUE_ID_SUFFIX},
     ),
     "aws:iam/rolePolicy:RolePolicy": Api(
         "iam",
         ("PutRolePolicy",),
         fields={"policy": "PolicyDocument", "role": "RoleName"},  # iam/role_policy.go
-        provider_fills={"PolicyName": AUTONAMED},
+        autoname="PolicyName",
     ),
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment": Api(
         "iam",
@@ -245,13 +249,13 @@ TABLE: Mapping[str, Api] = {
             "skipDefaultSecurityGroups": "the component's choice",
             "vpcId": "the component's security groups (EC2 calls)",
         },
-        provider_fills={"roleArn": "the component's service role", "name": AUTONAMED},
+        provider_fills={"roleArn": "the component's service role", "name": "the component's name for it"},
     ),
     "eks:index:ManagedNodeGroup": Api(
         "eks",
         ("CreateNodegroup",),
         fields={"cluster": "clusterName"} | _NODEGROUP_FIELDS,
-        provider_fills={"nodegroupName": AUTONAMED},
+        provider_fills={"nodegroupName": "the component's name for it"},
     ),
     # The stack's own provider (providers/sagemaker_training_job.py) sends `request` as CreateTrainingJob's.
     "pulumi-python:dynamic/gputraining:SageMakerTrainingJob": Api(
