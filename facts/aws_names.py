@@ -35,6 +35,12 @@ EKS_NODEGROUP_NAME_MAX = 63
 # Adjustable, so the plan warns above the default and preflight reads the account's value.
 EKS_NODES_PER_NODEGROUP = ("eks", "L-BD136A63", "Nodes per managed node group")
 EKS_NODES_PER_NODEGROUP_DEFAULT = 450
+# EKS: "Managed node groups per cluster", 30 by default and adjustable (EKS User Guide, "Amazon EKS
+# service quotas", docs.aws.amazon.com/eks/latest/userguide/service-quotas.html), Service Quotas code
+# L-6D54EA21 of service code eks. A quota, not a rule of the API's model: the plan warns above the
+# default (stacks/config/quota_warnings.py) and preflight reads the account's value (infra/preflight/quotas.py).
+EKS_NODEGROUPS_PER_CLUSTER = ("eks", "L-6D54EA21", "Managed node groups per cluster")
+EKS_NODEGROUPS_PER_CLUSTER_DEFAULT = 30
 
 
 def bucket_problem(name: str) -> str | None:

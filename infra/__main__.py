@@ -17,8 +17,9 @@ def main(argv: list[str] | None = None) -> int:
     p_plan.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml (unless --config-file)")
     p_plan.add_argument(
         "--out",
-        help="write the plan's five files to this folder: resources.json, manifests.yaml, outputs.json, "
-        "releases.yaml (what the Helm releases install) and cost.json",
+        help="write the plan's six files to this folder: resources.json, manifests.yaml, outputs.json, "
+        "releases.yaml (what the Helm releases install), cost.json and aws-model.json (the AWS inputs checked "
+        "against botocore's models, per type)",
     )
     p_plan.add_argument(
         "--config-file",

@@ -25,6 +25,7 @@ from components import node_scaling, operators
 from facts import catalog, instance_types, versions
 from facts.paths import PROJECT_ROOT
 from infra import critical_path, invariants, offline, plan_cache, releases, teardown
+from infra.api_checks import aws_model
 from infra.plan_text import json_text, manifests_yaml
 from jobs import resilience
 from jobs.base import GpuJob
@@ -393,17 +394,19 @@ def run_cli(
         for refusal in kube.refusals:
             print(f"error: {refusal}", file=stderr)
         stdout.write(kube.line() + "\n")
+        # Every AWS input against the API's request shape in botocore's models (infra/api_checks/aws_model.py).
+        refused = aws_model.report_to(aws_model.check(result.records), stdout, stderr, Path(out) if out else None)
         if out:
             write_releases(rendered, Path(out))
             extra = f", {out}/releases.yaml" if rendered.objects else ""
-            extra += f", {out}/cost.json"
+            extra += f", {out}/cost.json, {out}/aws-model.json"
             stdout.write(f"Wrote {out}/resources.json, {out}/manifests.yaml, {out}/outputs.json{extra}\n")
         if _is_the_command():
             # Nothing runs after this in `python -m infra plan`, and everything still alive is about
             # to go: spare the collector, when it is turned on again, a pass over the run's objects,
             # and the interpreter's exit a last full collection over everything (about 0.1 s).
             gc.freeze()
-    return EXIT_FAILED if violations or kube.refusals else EXIT_OK
+    return EXIT_FAILED if violations or kube.refusals or refused else EXIT_OK
 
 
 def api_checks(objects: list[dict[str, Any]]) -> kube_check_module.Report:

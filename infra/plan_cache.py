@@ -1,10 +1,11 @@
 """What the offline plan keeps on disk between runs, so that a plan of an unchanged config does not
-redo the slow parts that gave the same result before: the Helm renders (infra/releases.py) and the
-parsed operator manifests (components/operators.py).
+redo the slow parts that gave the same result before: the Helm renders (infra/releases.py), the
+parsed operator manifests (components/operators.py) and the parts of botocore's service models the
+AWS check reads (infra/api_checks/shapes.py).
 
 All of it is in .cache/ in the project, ignored by git (``GPU_TRAINING_PLAN_CACHE`` names another
-folder; set to nothing, nothing is kept): .cache/helm-renders/ and .cache/manifests/; and
-.cache/cel/, cel-python's parser tables for the plan's CRD check, in lark's own cache format (lark
+folder; set to nothing, nothing is kept): .cache/helm-renders/, .cache/manifests/, .cache/aws-models/;
+and .cache/cel/, cel-python's parser tables for the plan's CRD check, in lark's own cache format (lark
 keeps a hash of the grammar, options and its version in the file and rebuilds on a mismatch;
 infra/api_checks/kube_crds.py). Removing the folder is always safe: whatever is missing is made again.
 

@@ -21,7 +21,7 @@ from infra.__main__ import main
 from tests.helpers import NS, ROOT
 
 _RUN_CLI = plan_module.run_cli
-FILES = ("resources.json", "manifests.yaml", "outputs.json", "cost.json")
+FILES = ("resources.json", "manifests.yaml", "outputs.json", "cost.json", "aws-model.json")
 RECORD_KEYS = {"type", "name", "id", "parent", "dependsOn", "inputs"}
 # Component resources (no physical id): the project's own, the remote components of pulumi-eks,
 # and Pulumi Kubernetes' chart/kustomize/yaml components.

@@ -115,13 +115,13 @@ def test_plan_help_and_the_readme_name_every_file_the_plan_writes(dev_plan_comma
     from infra.__main__ import main
 
     written = sorted(p.name for p in dev_plan_command.out.iterdir())
-    assert len(written) == 5
+    assert len(written) == 6
     with pytest.raises(SystemExit):
         main(["plan", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "five files" in help_text and all(name in help_text for name in written)
+    assert "six files" in help_text and all(name in help_text for name in written)
     quick_start = ROOT.joinpath("README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    assert "five files" in quick_start and all(
+    assert "six files" in quick_start and all(
         f"`{name}`" in quick_start or f"/{name}`" in quick_start for name in written
     )
 

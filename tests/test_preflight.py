@@ -133,7 +133,7 @@ def reserved_group(**overrides: Any) -> dict[str, Any]:
 
 
 def test_dev_stack_passes_every_check(session):
-    answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384, "L-BD136A63": 450})
+    answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384, "L-BD136A63": 450, "L-6D54EA21": 30})
     answer_eks_versions(session, {"1.35": "standard-support", "1.36": "standard-support"})
     answer_addons(session)
     results = preflight.run_checks(dev_cfg(), session, today=TODAY)
@@ -523,7 +523,7 @@ def test_the_end_of_standard_support_warns_60_days_ahead_then_fails(session, tod
 
 
 def test_a_warning_does_not_block_and_is_counted(session):
-    answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384, "L-BD136A63": 450})
+    answer_quotas(session, {"L-417A185B": 384, "L-7212CCBC": 384, "L-BD136A63": 450, "L-6D54EA21": 30})
     answer_eks_versions(session, {"1.36": "standard-support"})
     answer_addons(session)
     results = preflight.run_checks(dev_cfg(), session, today=datetime.date(2027, 7, 1))

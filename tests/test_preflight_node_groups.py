@@ -10,8 +10,10 @@ import json
 import pytest
 
 from infra import preflight
+from stacks.config.models import NAMESPACE
+from stacks.config.quota_warnings import managed_node_groups, quota_warnings
 from tests.aws_stubs import Error, answer, answer_quotas, new_session
-from tests.helpers import by_check, cfg_of, dev_cfg, minimal_values
+from tests.helpers import START, block_group, block_values, by_check, cfg_of, dev_cfg, minimal_values, zulu
 
 
 @pytest.fixture
@@ -71,3 +73,56 @@ def test_an_unreadable_node_group_quota_is_a_skip(session):
     answer(session, "service-quotas", "GetAWSDefaultServiceQuota", lambda _r: Error("NoSuchResourceException"))
     check = by_check(preflight.run_checks(dev_cfg(), session), "EKS quota L-BD136A63")
     assert check.status == preflight.SKIP and "--service-code eks --quota-code L-BD136A63" in check.detail
+
+
+# EKS's managed node groups per cluster (Service Quotas eks L-6D54EA21, 30 by default, adjustable; issue 37):
+# a plan warning above the default (stacks/config/quota_warnings.py), a preflight check against the account.
+COUNT_CHECK = "EKS quota L-6D54EA21 (Managed node groups per cluster)"
+
+
+def many_groups(gpu_groups: int) -> dict:
+    groups = [{"name": f"g{i}", "instanceType": "p4d.24xlarge", "maxSize": 1} for i in range(gpu_groups)]
+    return minimal_values(gpuNodeGroups=groups)
+
+
+@pytest.mark.parametrize("gpu_groups, warned", [(29, False), (30, True)])
+def test_node_groups_above_the_default_per_cluster_plan_with_a_warning(gpu_groups, warned):
+    found = [str(p) for p in quota_warnings(cfg_of(many_groups(gpu_groups))) if "L-6D54EA21" in p.message]
+    expected = (
+        f"{NAMESPACE}:gpuNodeGroups: 31 managed node groups (the system group and 30 GPU groups) are more than 30, "
+        "EKS's default quota of managed node groups per cluster ('Managed node groups per cluster', Service Quotas "
+        "eks L-6D54EA21, adjustable): EKS refuses the groups past it unless the account's quota is raised; preflight "
+        "reads it (aws service-quotas get-service-quota --service-code eks --quota-code L-6D54EA21)"
+    )
+    assert found == ([expected] if warned else [])
+
+
+def test_a_capacity_block_group_without_its_block_is_not_counted():
+    waiting = block_group(
+        capacityReservationId=None, capacity={"offering": {"durationHours": 24, "earliestStart": zulu(START)}}
+    )
+    cfg = cfg_of(block_values(waiting, block_group(name="built")))
+    assert managed_node_groups(cfg) == ["system", "built"]
+
+
+def test_more_node_groups_than_the_accounts_quota_fail_with_how_to_raise_it(session):
+    answer_quotas(session, {"L-6D54EA21": 30})
+    check = by_check(preflight.run_checks(cfg_of(many_groups(30)), session), COUNT_CHECK)
+    assert check.status == preflight.FAIL, check.line()
+    assert check.detail.startswith(
+        "30 managed node groups per cluster (applied), but the stack has 31 (system, g0, g1,"
+    ) and check.detail.endswith("g29): EKS refuses the groups past 30")
+    assert "--service-code eks --quota-code L-6D54EA21 --desired-value 31" in check.fix
+
+
+def test_a_raised_node_group_quota_passes(session):
+    answer_quotas(session, {"L-6D54EA21": 40})
+    check = by_check(preflight.run_checks(cfg_of(many_groups(30)), session), COUNT_CHECK)
+    assert check.status == preflight.PASS and check.detail == "40 (applied) hold the stack's 31 managed node groups"
+
+
+def test_an_unreadable_node_group_count_quota_is_a_skip(session):
+    answer_quotas(session, {})
+    answer(session, "service-quotas", "GetAWSDefaultServiceQuota", lambda _r: Error("NoSuchResourceException"))
+    check = by_check(preflight.run_checks(dev_cfg(), session), COUNT_CHECK)
+    assert check.status == preflight.SKIP and "the stack has 3 managed node groups" in check.detail

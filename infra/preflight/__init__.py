@@ -64,6 +64,7 @@ from infra.preflight.eks import _addon_configuration_line as _addon_configuratio
 from infra.preflight.placement import _check_efa, _check_placement, _region_facts
 from infra.preflight.quotas import (
     QUOTAS,
+    _check_node_group_count,
     _check_node_group_sizes,
     _check_quotas,
     _check_sagemaker_quotas,
@@ -181,6 +182,7 @@ def run_checks(
     results += _guard("EFA support", "ec2 DescribeInstanceTypes", "ec2:DescribeInstanceTypes", lambda: _check_efa(ctx))
     results += _check_quotas(ctx)
     results += _check_node_group_sizes(ctx)
+    results += _check_node_group_count(ctx)
     results += _check_sagemaker_quotas(ctx)
     results += _check_reservations(ctx)
     results += _check_kubernetes(ctx)

@@ -1,6 +1,7 @@
 """Preflight's quota checks: the EC2 vCPU quotas of the GPU groups at their maxSize (on-demand and
 spot; capacity blocks do not count), EKS's nodes per managed node group against every group's
-maxSize, and the SageMaker training quotas of the stack's ``runtime: sagemaker`` jobs, per ml. type.
+maxSize, EKS's managed node groups per cluster against the stack's node groups, and the SageMaker
+training quotas of the stack's ``runtime: sagemaker`` jobs, per ml. type.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from infra.preflight.results import (
 )
 from stacks import config as stack_config
 from stacks.config.job_entries import sagemaker_jobs
+from stacks.config.quota_warnings import managed_node_groups
 
 if TYPE_CHECKING:
     from infra.preflight import _Context
@@ -179,6 +181,49 @@ def _node_group_line(ctx: _Context, check: str) -> list[CheckResult]:
             f"request at least {largest} (aws service-quotas request-service-quota-increase --region "
             f"{cfg.region} --service-code {service} "
             f"--quota-code {code} --desired-value {largest}) or lower maxSize in {ctx.stack_file}",
+        )
+    ]
+
+
+def _check_node_group_count(ctx: _Context) -> list[CheckResult]:
+    """EKS's managed-node-groups-per-cluster quota (facts/aws_names.py) against the stack's node groups."""
+    _, code, name = aws_names.EKS_NODEGROUPS_PER_CLUSTER
+    check = f"EKS quota {code} ({name})"
+    return _guard(
+        check,
+        "service-quotas GetServiceQuota",
+        "servicequotas:GetServiceQuota",
+        functools.partial(_node_group_count_line, ctx, check),
+    )
+
+
+def _node_group_count_line(ctx: _Context, check: str) -> list[CheckResult]:
+    service, code, _ = aws_names.EKS_NODEGROUPS_PER_CLUSTER
+    cfg = ctx.cfg
+    groups = managed_node_groups(cfg)
+    try:
+        value, source = _quota_value(ctx.client("service-quotas"), code, service)
+    except _QuotaUnreadable as err:
+        return [
+            CheckResult(
+                SKIP,
+                check,
+                f"the quota cannot be read here ({err}); the stack has {len(groups)} managed node groups. Check it "
+                f"with: aws service-quotas get-service-quota --region {cfg.region} --service-code {service} "
+                f"--quota-code {code}",
+            )
+        ]
+    if len(groups) <= value:
+        return [CheckResult(PASS, check, f"{value:g} ({source}) hold the stack's {len(groups)} managed node groups")]
+    return [
+        CheckResult(
+            FAIL,
+            check,
+            f"{value:g} managed node groups per cluster ({source}), but the stack has {len(groups)} "
+            f"({', '.join(groups)}): EKS refuses the groups past {value:g}",
+            f"request at least {len(groups)} (aws service-quotas request-service-quota-increase --region "
+            f"{cfg.region} --service-code {service} --quota-code {code} --desired-value {len(groups)}) or remove "
+            f"GPU groups from {ctx.stack_file}",
         )
     ]
 
