@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infra.api_checks import kube_rules as rules
+import infra.api_checks.kube_rules as rules
 
 CORE = "kubernetes v1.36 pkg/apis/core/validation/validation.go"
 RBAC = "kubernetes v1.36 pkg/apis/rbac/validation/validation.go"
