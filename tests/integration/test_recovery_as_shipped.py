@@ -15,7 +15,8 @@ What runs, with no cluster (as tests/integration/test_hang_and_resume.py, recove
   that it hosts the store as in EKS, where only worker 0's hostname matches the endpoint).
 
 Each scenario passes when every torchrun that the test did not kill exits 0 (no container restart spent: a
-torchrun that gives up exits non-zero and the pod's restartPolicy OnFailure counts it against backoffLimit), the
+torchrun that gives up exits non-zero and the pod's restartPolicy OnFailure counts it against backoffLimit; the
+one exception, c10d losing worker 0 and its store, is RESTARTS below), the
 workers of the restarted group start past the last complete checkpoint, all ranks from the same one (the first
 rank's choice), and the job finishes every step.
 """
