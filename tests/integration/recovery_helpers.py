@@ -14,6 +14,7 @@ dist-info folders: ``import etcd`` fails in it unless the pod's PYTHONPATH reach
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -184,6 +185,7 @@ def story(nodes: list[Node]) -> str:
     return "\n".join(parts)
 
 
+@contextlib.contextmanager
 def busy_cores(seconds: float) -> Iterator[list[subprocess.Popen[bytes]]]:
     """One spinning process per core, each ending by itself after ``seconds`` (and stopped by the caller)."""
     spin = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
