@@ -4,8 +4,10 @@ Only what a check needs: whether an image carries ``python-etcd``, the package P
 rendezvous backends import (torch/distributed/elastic/rendezvous/etcd_rendezvous.py and
 etcd_rendezvous_backend.py: ``import etcd``; without it torchrun fails when it creates the
 rendezvous handler, in torch 2.13 with ``EtcdStubError: The 'etcd' module is required but not
-installed``). The ``c10d`` backend needs nothing beyond torch. An image that is not in these tables
-is unknown: nothing is refused for it.
+installed``). The ``c10d`` backend needs nothing beyond torch. None of AWS's images below has it, so the
+stack ships python-etcd to every job on its etcd (jobs/python_etcd.py) whatever the image: these tables
+record why, and the tests run the dev stack's job on the stack's etcd with an interpreter that has no
+python-etcd of its own, as these images (tests/integration/test_elastic_rendezvous.py).
 
 AWS Deep Learning Containers, ``pytorch-training`` (github.com/aws/deep-learning-containers):
 

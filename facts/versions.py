@@ -251,6 +251,33 @@ ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.32"
 # official Python image, slim, from its ECR Public mirror (no Docker Hub pull limits); the script uses
 # the standard library only. 3.13.14 is the newest 3.13 patch in docker-library/python of 2026-06-23.
 ETCD_MEMBER_IMAGE = "public.ecr.aws/docker/library/python:3.13.14-slim-trixie"
+# python-etcd, the etcd v2 client PyTorch's etcd rendezvous imports as `etcd` (torch 2.13
+# torch/distributed/elastic/rendezvous/etcd_rendezvous.py, etcd_rendezvous_backend.py, etcd_store.py).
+# AWS's pytorch-training images lack it (facts/images.py), so the stack ships it to the workers of a
+# job on the stack's etcd (jobs/python_etcd.py): the package's four modules, verbatim from the PyPI
+# sdist python-etcd-0.4.5.tar.gz (the last release, 2018; pure Python: urllib3, which the images
+# have, and dnspython, which they lack and which torch's calls never use: jobs/scripts/dns_fallback.py).
+PYTHON_ETCD_VERSION = "0.4.5"
+PYTHON_ETCD_SDIST_SHA256 = "f1b5ebb825a3e8190494f5ce1509fde9069f2754838ed90402a8c11e1f52b8cb"
+PYTHON_ETCD_DIR = "manifests/vendor/python-etcd-0.4.5"
+PYTHON_ETCD_FILES = (
+    Vendored(
+        file=f"{PYTHON_ETCD_DIR}/etcd/__init__.py",
+        sha256="721a3d3bfcda28b7962f7cea9d2d7490f556c07a71705867cac95f1d75e3e049",
+    ),
+    Vendored(
+        file=f"{PYTHON_ETCD_DIR}/etcd/auth.py",
+        sha256="8064dfc9ce5b08718ae7357a7ead4a33697332612f9b5618ad7345fdde144ada",
+    ),
+    Vendored(
+        file=f"{PYTHON_ETCD_DIR}/etcd/client.py",
+        sha256="e423c47952d149ddaa7d35a309c67965ba1db28d7c9b9ee6ccababc2f87c5e98",
+    ),
+    Vendored(
+        file=f"{PYTHON_ETCD_DIR}/etcd/lock.py",
+        sha256="a349177ce97a95a338217de8524fb459a32cac572672ef93583bcefb1f42fe5a",
+    ),
+)
 
 # ---------------------------------------------------------------------------------------------
 # Job images (defaults; a job can name its own image, always with a pinned tag)

@@ -15,11 +15,10 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from facts import images
 from facts.instance_types import InstanceType
 from facts.operators import PYTORCHJOB, TRAINING_OPERATOR
 from facts.problems import Problem
-from jobs import launchers, pod
+from jobs import launchers, pod, python_etcd
 from jobs.base import Int32, Manifest
 from jobs.launchers import Derived
 from jobs.resilience import GUARD_PATH, GUARD_PYTHON, ResilientJob
@@ -36,6 +35,13 @@ PYTORCHJOB_PORT = 23456
 # 30 s) between SIGTERM and SIGKILL when the pod is stopped: the pod's grace period less this margin, for torchrun's own
 # exit.
 SHUTDOWN_MARGIN = 10
+# c10d: each rendezvous round gets a new TCPStore for the workers (rank 0's, on a free port) instead of the one
+# torchrun keeps for the whole run on the agent that hosted round 0: that store holds the earlier rounds'
+# keys (MASTER_ADDR among them), so a restarted group could read stale addresses and hang in
+# init_process_group or fail with DistStoreError, depending on which node came back first. torch 2.13
+# torch/distributed/elastic/rendezvous/dynamic_rendezvous.py, DynamicRendezvousHandler.use_agent_store
+# and next_rendezvous ("opt-out option of TCPStore sharing": RendezvousStoreInfo.build per round).
+C10D_OWN_STORE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 class PyTorchElasticSpec(PortableJob, ResilientJob):
@@ -49,7 +55,7 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
     LAUNCHER_TEXT = "[torchrun, /path/train.py, --name, value...] (SageMaker's container sets torchrun's own options)"
 
     kind: Literal["pytorch-elastic"] = Field(description="`pytorch-elastic`")
-    image: str = Field(description="the training image; with the etcd backends it must have `python-etcd`")
+    image: str = Field(description="the training image (with the etcd backends the stack ships `python-etcd`)")
     command: list[str] = Field(min_length=1, description="the entry point, e.g. `[torchrun, /workspace/train.py]`")
     min_nodes: Int32 | None = Field(None, ge=1, description="fewest nodes the job keeps running with (default: nodes)")
     max_nodes: Int32 | None = Field(None, ge=1, description="most nodes (default: nodes)")
@@ -57,8 +63,8 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
     rendezvous: Literal["etcd", "etcd-v2", "c10d"] = Field(
         "etcd",
         description=(
-            "rendezvous backend: `etcd`/`etcd-v2` on the stack's etcd (the image needs `python-etcd`) or `c10d` on "
-            "worker 0"
+            "rendezvous backend: `etcd`/`etcd-v2` on the stack's etcd (the stack ships `python-etcd` to the workers) "
+            "or `c10d` on worker 0"
         ),
     )
 
@@ -109,29 +115,20 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
                     f"{self.nodes} is outside minNodes..maxNodes ({low}..{high}); the job starts with this many nodes",
                 )
             )
-        self._check_rendezvous_image(key, problems)
+        self._check_secret_pythonpath(key, problems)
 
-    def _check_rendezvous_image(self, key: str, problems: list[Problem]) -> None:
-        """The etcd backends on an image known to have no python-etcd: torchrun would fail at the
-        rendezvous of the first run (facts/images.py). Unknown images pass; on SageMaker the
-        toolkit starts torchrun with its own static rendezvous, so ``rendezvous`` does not apply."""
-        if self.runtime != "eks" or self.rendezvous not in ETCD_BACKENDS:
-            return
-        known = images.known_image(self.image)
-        if known is None or known.python_etcd:
-            return
-        default = "" if "rendezvous" in self.model_fields_set else " (the default)"
-        # Shown whole: a known image matched the tables' ASCII grammar, so it is short and plain.
-        problems.append(
-            Problem(
-                f"{key}.rendezvous",
-                f"{self.rendezvous!r}{default} needs the python-etcd package in the image (PyTorch's etcd rendezvous "
-                f"imports it as `etcd`), and image {self.image!r} has none ({known.source} installs none): torchrun "
-                "would fail at the rendezvous; use rendezvous 'c10d' (on worker 0, nothing to install), or an image "
-                "with python-etcd (e.g. built FROM this one with `pip install python-etcd`, pushed to your own "
-                "registry)",
+    def _check_secret_pythonpath(self, key: str, problems: list[Problem]) -> None:
+        """On the stack's etcd the container's PYTHONPATH starts with the shipped python-etcd
+        (jobs/python_etcd.py) followed by the job's own; a value from a Secret cannot be joined to it."""
+        if self.runtime == "eks" and self.rendezvous in ETCD_BACKENDS and python_etcd.PYTHONPATH in self.secret_env:
+            problems.append(
+                Problem(
+                    f"{key}.secretEnv.{python_etcd.PYTHONPATH}",
+                    f"is not allowed with rendezvous {self.rendezvous!r}: the stack puts its python-etcd "
+                    f"({python_etcd.MOUNT}) first on PYTHONPATH and appends the job's own from `env`; set PYTHONPATH "
+                    "in `env`",
+                )
             )
-        )
 
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
         if self.runtime == "eks" and self.rendezvous in ETCD_BACKENDS and not env.etcd_enabled:
@@ -215,10 +212,13 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
         return [*line[:at], GUARD_PATH, *guard], list(line[at:])
 
     def worker_env(self) -> dict[str, str]:
-        """Env of the workers besides the job's: the checkpoint directory and torchrun's time to stop them."""
+        """Env of the workers besides the job's: the checkpoint directory, torchrun's time to stop them, and
+        with c10d a rendezvous store of its own (C10D_OWN_STORE)."""
         env = self.resilience_env()
         if self.checkpoints is not None:
             env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(self.checkpoints.grace_period_seconds - SHUTDOWN_MARGIN)
+        if self.rendezvous == "c10d":
+            env.update(C10D_OWN_STORE)
         return env
 
     def build(self, ctx: JobsContext) -> list[Manifest]:
@@ -229,6 +229,10 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
         container = w.container("pytorch", command, args)
         worker_pod = w.pod_spec([container])
         self.equip(worker_pod, container, ctx)
+        shipped: list[Manifest] = []
+        if self.rendezvous in ETCD_BACKENDS:  # torchrun's agent imports python-etcd: the stack ships it
+            python_etcd.equip(self.name, worker_pod, container)
+            shipped.append(python_etcd.config_map(self.name, ctx.namespace, pod.labels(self)))
         policy: dict[str, Any] = {
             "rdzvBackend": self.rendezvous,
             "rdzvId": self.rendezvous_id,
@@ -245,6 +249,7 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
         # c10d: the operator points the rendezvous at <name>-worker-0.
         return [
             *self.guard_config_map(ctx),
+            *shipped,
             {
                 "apiVersion": TRAINING_API_VERSION,
                 "kind": PYTORCHJOB.kind,

@@ -335,8 +335,10 @@ def job_spec(kind: str, group: str = "p4d", **over: Any) -> J.JobBase:
 
 
 def built(kind: str, group: str = "p4d", ctx: J.JobsContext | None = None, **over: Any) -> list[dict[str, Any]]:
-    """The manifests of ``job_spec(kind, group, **over)``."""
-    return J.build_manifests(job_spec(kind, group, **over), ctx or make_ctx())
+    """The manifests of ``job_spec(kind, group, **over)``, but the python-etcd ConfigMap a job on the stack's etcd
+    ships (tests/test_elastic_images.py checks that one)."""
+    manifests = J.build_manifests(job_spec(kind, group, **over), ctx or make_ctx())
+    return [m for m in manifests if not (m["kind"] == "ConfigMap" and m["metadata"]["name"].endswith("-python-etcd"))]
 
 
 REPLICA_KEY = {"MPIJob": "mpiReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs", "PaddleJob": "paddleReplicaSpecs"}

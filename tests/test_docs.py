@@ -120,13 +120,17 @@ def test_each_example_produces_the_objects_of_its_kind(examples_plan, job):
     if not job.get("enabled", True):
         assert objects == [], "a disabled job emits nothing"
         return
-    # A job with progress or checkpoints also ships the progress guard in a ConfigMap <name>-guard.
+    # A job with progress or checkpoints also ships the progress guard in a ConfigMap <name>-guard, an elastic
+    # job on the stack's etcd python-etcd in a ConfigMap <name>-python-etcd.
     guarded = bool(job.get("progress") or job.get("checkpoints"))
-    expected = EMITS[job["kind"]] | ({("v1", "ConfigMap")} if guarded else set())
+    on_etcd = job["kind"] == "pytorch-elastic" and job.get("rendezvous", "etcd") != "c10d"
+    config_maps = {f"{job['name']}-guard"} if guarded else set()
+    config_maps |= {f"{job['name']}-python-etcd"} if on_etcd else set()
+    expected = EMITS[job["kind"]] | ({("v1", "ConfigMap")} if config_maps else set())
     assert {(o["apiVersion"], o["kind"]) for o in objects} == expected
-    assert len(objects) == len(expected)
+    assert {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"} == config_maps
     for o in objects:
-        assert o["metadata"]["name"] == (f"{job['name']}-guard" if o["kind"] == "ConfigMap" else job["name"])
+        assert o["kind"] == "ConfigMap" or o["metadata"]["name"] == job["name"]
         assert o["metadata"]["namespace"] == "training"
     if job["kind"] == "data-stage":
         types = {(r.type, r.name) for r in examples_plan.records}

@@ -1,20 +1,25 @@
-"""An elastic job's rendezvous backend and its image: the etcd backends import python-etcd, and a
-config whose image is known to lack it is refused (facts/images.py: the AWS Deep Learning
-Containers' pytorch-training GPU images, none of which installs it). The dev stack's example
-rendezvous as shipped: c10d, which needs nothing in the image.
+"""An elastic job's rendezvous backend and its image: the etcd backends import python-etcd, which AWS's
+pytorch-training GPU images lack (facts/images.py), so the stack ships it to the job's workers
+(jobs/python_etcd.py). The dev stack's example rendezvous as shipped on the stack's etcd, with AWS's image.
 """
 
 from __future__ import annotations
 
-import copy
+import hashlib
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import jobs as J
-from facts import images
-from stacks import config as C
+from facts import images, versions
+from facts.paths import PROJECT_ROOT as ROOT
+from jobs import python_etcd
 from tests.helpers import (
     ALL_JOBS,
     DOC_TEXT,
@@ -102,56 +107,148 @@ def test_every_row_names_a_dockerfile_of_its_minor_and_cuda() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The check
+# The stack ships python-etcd (jobs/python_etcd.py)
 # ---------------------------------------------------------------------------------------------
 
 
+def _build(**over: Any) -> list[dict[str, Any]]:
+    (spec,), problems = parse_job_list([elastic_job(**over)])
+    assert problems == []
+    return spec.build(make_ctx())
+
+
+def _pytorch_container(cr: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in cr["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"])
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "<from>") for e in container.get("env") or []}
+
+
 @pytest.mark.parametrize("backend", [None, "etcd", "etcd-v2"])
-def test_an_etcd_backend_on_an_image_known_to_lack_python_etcd_is_refused(backend: Any) -> None:
+def test_an_etcd_backend_on_aws_image_is_accepted_and_gets_the_shipped_python_etcd(backend: Any) -> None:
+    """The refusal of issue 27 is gone: AWS's image as it is, the stack's etcd, python-etcd from a ConfigMap."""
     over = {} if backend is None else {"rendezvous": backend}
-    p = one_job_problem([elastic_job(image=DLC_EC2, **over)])
-    assert p.key == f"{JOBS_KEY}[0].rendezvous"
-    shown = backend or "etcd"
-    assert p.message.startswith(f"{shown!r}{' (the default)' if backend is None else ''} needs the python-etcd package")
-    for words in (
-        repr(DLC_EC2),
-        "pytorch/training/docker/2.5/py3/cu124/Dockerfile.gpu",
-        "rendezvous 'c10d'",
-        "an image with python-etcd",
-        "pip install python-etcd",
-    ):
-        assert words in p.message, (words, p.message)
+    cm, cr = _build(image=DLC_EC2, **over)
+    assert (cm["kind"], cm["metadata"]["name"]) == ("ConfigMap", "imagenet-python-etcd")
+    assert cm["metadata"]["namespace"] == cr["metadata"]["namespace"]
+    spec = cr["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == python_etcd.VOLUME]
+    items = {i["key"]: i["path"] for i in volume["configMap"]["items"]}
+    assert volume["configMap"]["name"] == cm["metadata"]["name"] and set(items) == set(cm["data"])
+    assert sorted(items.values()) == [
+        "dns/__init__.py",
+        "etcd/__init__.py",
+        "etcd/auth.py",
+        "etcd/client.py",
+        "etcd/lock.py",
+    ]
+    container = _pytorch_container(cr)
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == python_etcd.VOLUME]
+    assert mount == {"name": python_etcd.VOLUME, "mountPath": "/opt/python-etcd", "readOnly": True}
+    assert _env(container)["PYTHONPATH"] == "/opt/python-etcd"
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in _env(container)
 
 
-def test_a_disabled_job_is_refused_too() -> None:
-    """It is wrong on its own, like a bad image reference (checked for disabled jobs as well)."""
-    assert one_job_problem([elastic_job(image=DLC_EC2, enabled=False)]).key == f"{JOBS_KEY}[0].rendezvous"
+def test_the_shipped_modules_are_the_pinned_vendored_files() -> None:
+    """Verbatim from the sdist (SOURCES.md), each file's sha256 pinned in facts/versions.py."""
+    (cm, _) = _build()
+    sources = (ROOT / "manifests" / "vendor" / "SOURCES.md").read_text()
+    assert versions.PYTHON_ETCD_SDIST_SHA256 in sources and "python-etcd-0.4.5.tar.gz" in sources
+    for pinned in versions.PYTHON_ETCD_FILES:
+        data = (ROOT / pinned.file).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == pinned.sha256 and pinned.sha256 in sources
+        name = pinned.file.removeprefix(versions.PYTHON_ETCD_DIR + "/")
+        assert cm["data"][python_etcd.key(name)] == data.decode()
+    assert cm["data"]["dns.__init__.py"] == (ROOT / "jobs" / "scripts" / "dns_fallback.py").read_text()
+    size = sum(len(k) + len(v.encode()) for k, v in cm["data"].items())
+    assert size < 200_000, f"{size} bytes: a ConfigMap holds at most 1 MiB"
 
 
-@pytest.mark.parametrize(
-    "job",
-    [
-        elastic_job(image=DLC_EC2, rendezvous="c10d"),  # c10d needs nothing in the image
-        elastic_job(image=OWN_COPY),  # an image of your own: unknown, the etcd default stands
-        elastic_job(image=OWN_COPY, rendezvous="etcd-v2"),
-        elastic_job(image="nvcr.io/nvidia/pytorch:24.01-py3"),
-        # On SageMaker the toolkit starts torchrun with a static rendezvous: `rendezvous` does not apply.
-        elastic_job(image=DLC_SAGEMAKER, runtime="sagemaker", nodeGroup="p4d"),
-    ],
-    ids=["c10d", "own-copy", "own-copy-etcd-v2", "ngc", "sagemaker"],
-)
-def test_what_is_accepted(job: dict[str, Any]) -> None:
-    _, problems = parse_job_list([job])
-    assert [p for p in problems if p.key.endswith(".rendezvous")] == []
+def test_a_changed_vendored_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = versions.PYTHON_ETCD_FILES[0]
+    wrong = type(first)(file=first.file, sha256="0" * 64)
+    monkeypatch.setattr(versions, "PYTHON_ETCD_FILES", (wrong, *versions.PYTHON_ETCD_FILES[1:]))
+    python_etcd.files.cache_clear()
+    try:
+        with pytest.raises(
+            python_etcd.VendoredFileError, match=f"{first.file}: sha256 [0-9a-f]{{64}} is not the pinned"
+        ):
+            python_etcd.files()
+    finally:
+        python_etcd.files.cache_clear()
 
 
-def test_c10d_on_the_aws_image_emits_the_operator_default_endpoint() -> None:
-    """c10d: no rdzvHost/rdzvPort, so the operator points PET_RDZV_ENDPOINT at <name>-worker-0."""
+def test_the_jobs_own_pythonpath_comes_after_the_shipped_one() -> None:
+    _, cr = _build(env={"PYTHONPATH": "/workspace/src"})
+    assert _env(_pytorch_container(cr))["PYTHONPATH"] == "/opt/python-etcd:/workspace/src"
+
+
+def test_a_pythonpath_from_a_secret_is_refused_on_etcd() -> None:
+    p = one_job_problem([elastic_job(secretEnv={"PYTHONPATH": {"secret": "s", "key": "k"}})])
+    assert p.key == f"{JOBS_KEY}[0].secretEnv.PYTHONPATH"
+    assert (
+        "puts its python-etcd (/opt/python-etcd) first on PYTHONPATH" in p.message
+        and "set PYTHONPATH in `env`" in p.message
+    )
+    _, problems = parse_job_list(
+        [elastic_job(rendezvous="c10d", secretEnv={"PYTHONPATH": {"secret": "s", "key": "k"}})]
+    )
+    assert problems == []
+
+
+def test_c10d_ships_nothing_and_gets_a_store_per_round() -> None:
+    """c10d: no rdzvHost/rdzvPort (the operator points PET_RDZV_ENDPOINT at <name>-worker-0), no python-etcd,
+    and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (jobs/pytorch_elastic.py, C10D_OWN_STORE)."""
     (spec,), problems = parse_job_list([elastic_job(image=DLC_EC2, rendezvous="c10d", minNodes=1, maxNodes=2)])
     assert problems == []
     (cr,) = spec.build(make_ctx(etcd_endpoint=None))
     policy = cr["spec"]["elasticPolicy"]
     assert policy["rdzvBackend"] == "c10d" and "rdzvHost" not in policy and "rdzvPort" not in policy
+    container = _pytorch_container(cr)
+    assert _env(container)["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1" and "PYTHONPATH" not in _env(container)
+
+
+@pytest.mark.parametrize("with_dnspython", [False, True], ids=["no-dnspython", "dnspython"])
+def test_the_shipped_folder_imports_with_only_urllib3(tmp_path: Path, with_dnspython: bool) -> None:
+    """The ConfigMap's files as mounted, in an interpreter without site-packages (``-S``) that sees only urllib3
+    (as AWS's images: urllib3, no dnspython, no python-etcd): ``import etcd`` works and makes a client; the
+    ``dns`` stand-in fails only when used. With a real dnspython on the path, ``dns`` is dnspython."""
+    import dns
+    import urllib3
+
+    mount = tmp_path / "opt-python-etcd"
+    for path, text in python_etcd.files().items():
+        (mount / path).parent.mkdir(parents=True, exist_ok=True)
+        (mount / path).write_text(text)
+    deps = tmp_path / "site"
+    deps.mkdir()
+    for module in (urllib3, dns) if with_dnspython else (urllib3,):
+        (deps / module.__name__).symlink_to(Path(module.__file__ or "").parent)
+    probe = (
+        "import etcd, dns, dns.resolver\n"
+        "client = etcd.Client(host='127.0.0.1', port=2379)\n"
+        "print('real' if hasattr(dns, 'version') else 'stand-in', etcd.__file__)\n"
+        "try:\n    dns.resolver.query('x', 'SRV')\nexcept ImportError as err:\n    print('refused:', err)\n"
+        "except Exception as err:\n    print('dnspython:', type(err).__name__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        env={"PYTHONPATH": f"{mount}:{deps}", "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"{mount}/etcd/__init__.py" in out.stdout
+    if with_dnspython:
+        assert out.stdout.startswith("real") and "dnspython:" in out.stdout, out.stdout
+    else:
+        assert out.stdout.startswith("stand-in") and "refused: dnspython is not installed" in out.stdout, out.stdout
+    bare = subprocess.run(
+        [sys.executable, "-S", "-c", "import etcd"], env={"PYTHONPATH": str(deps)}, capture_output=True
+    )
+    assert bare.returncode != 0, "the probe's interpreter has a python-etcd of its own"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,32 +260,35 @@ def _elastic_on_eks(values: dict[str, Any]) -> list[dict[str, Any]]:
     return [j for j in values[f"{NS}:jobs"] if j["kind"] == "pytorch-elastic" and j.get("runtime", "eks") == "eks"]
 
 
-def test_the_dev_elastic_example_rendezvous_with_c10d_on_the_aws_image() -> None:
+def test_the_dev_elastic_example_rendezvous_on_the_stacks_etcd_with_the_aws_image() -> None:
     (job,) = _elastic_on_eks(dev_values())
-    assert job.get("enabled", True) and job["rendezvous"] == "c10d"
+    assert job.get("enabled", True) and job.get("rendezvous", "etcd") == "etcd"
     known = images.known_image(job["image"])
     assert known is not None and not known.python_etcd, "the example runs AWS's own image, as a user would"
 
 
-def test_the_dev_elastic_example_on_etcd_would_be_refused() -> None:
-    """The issue: the example kept the etcd default on an image without python-etcd."""
-    values = copy.deepcopy(dev_values())
-    (job,) = _elastic_on_eks(values)
-    job.pop("rendezvous")
-    with pytest.raises(C.ConfigError) as err:
-        C.load(values, "gpu-training", "dev")
-    (problem,) = [p for p in err.value.problems if p.key.endswith(".rendezvous")]
-    assert (
-        re.fullmatch(rf"{NS}:jobs\[\d+\]\.rendezvous", problem.key)
-        and "(the default) needs the python-etcd package" in problem.message
-    )
+def test_no_example_on_eks_falls_back_to_c10d() -> None:
+    """Issue 37: every example had `rendezvous: c10d` because the images lack python-etcd; the stack ships it.
+    (A SageMaker job may keep it: it does not apply there, and its name derives from the spec.)"""
+    for path in [
+        ROOT / "Pulumi.dev.yaml",
+        ROOT / "Pulumi.prod.yaml",
+        *sorted((ROOT / "examples").glob("*/Pulumi.*.yaml")),
+    ]:
+        config = yaml.safe_load(path.read_text())["config"]
+        for job in config.get(f"{NS}:jobs") or []:
+            if job.get("kind") == "pytorch-elastic" and job.get("runtime", "eks") == "eks":
+                assert job.get("rendezvous", "etcd") == "etcd", (path, job["name"])
 
 
-def test_the_dev_plan_has_the_c10d_policy(dev_plan) -> None:
-    (cr,) = [o for o in dev_plan.kubernetes_objects() if o.get("kind") == "PyTorchJob"]
+def test_the_dev_plan_has_the_etcd_policy_and_ships_python_etcd(dev_plan) -> None:
+    objects = dev_plan.kubernetes_objects()
+    (cr,) = [o for o in objects if o.get("kind") == "PyTorchJob"]
     policy = cr["spec"]["elasticPolicy"]
-    assert policy["rdzvBackend"] == "c10d" and "rdzvHost" not in policy
+    assert policy["rdzvBackend"] == "etcd" and policy["rdzvHost"].startswith("etcd.") and policy["rdzvPort"] == 2379
     assert re.fullmatch(r"resnet50-elastic-1-[0-9a-f]{8}", policy["rdzvId"])
+    name = python_etcd.config_map_name(cr["metadata"]["name"])
+    assert [o for o in objects if o.get("kind") == "ConfigMap" and o["metadata"]["name"] == name]
     assert J.PyTorchElasticSpec.model_fields["rendezvous"].default == "etcd", "the default stays the stack's etcd"
 
 

@@ -194,7 +194,7 @@ def test_gpu_workers_have_a_memory_backed_dev_shm(kind, group):
 @all_groups
 def test_volumes_mount_the_stacks_claims(kind, group):
     job = spec(kind, group)
-    (cr,) = J.build_manifests(job, make_ctx())
+    *shipped, cr = J.build_manifests(job, make_ctx())  # python-etcd's ConfigMap first, on etcd
     for c in gpu_containers(cr):
         mounts = {m["name"]: m for m in c["volumeMounts"]}
         for v in job.volumes:
@@ -327,7 +327,7 @@ def test_nccl_test_default_image_is_pinned():
 @all_groups
 def test_pytorchjob_workers_and_elastic_policy_on_etcd(group):
     job = spec("pytorch-elastic", group)
-    (cr,) = J.build_manifests(job, make_ctx())
+    *shipped, cr = J.build_manifests(job, make_ctx())  # python-etcd's ConfigMap first, on etcd
     assert (cr["apiVersion"], cr["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
     rs = replicas(cr)
     assert set(rs) == {"Worker"}, "no Master with elasticPolicy"
@@ -377,7 +377,7 @@ def test_pytorch_min_max_default_to_nodes():
             "command": ["torchrun", "x.py"],
         }
     )
-    (cr,) = J.build_manifests(job, make_ctx())
+    *shipped, cr = J.build_manifests(job, make_ctx())  # python-etcd's ConfigMap first, on etcd
     policy = cr["spec"]["elasticPolicy"]
     assert (policy["minReplicas"], policy["maxReplicas"], replicas(cr)["Worker"]["replicas"]) == (3, 3, 3)
     job = J.PyTorchElasticSpec.model_validate(
@@ -698,7 +698,9 @@ def test_component_registers_every_enabled_job_and_nothing_for_disabled_ones(com
     plan, _, jobs, ctx = component_plan
     objects = [o for o in plan.kubernetes_objects() if o["kind"] != "Namespace"]
     assert Counter(o["kind"] for o in objects) == Counter(
-        {"MPIJob": 2, "PyTorchJob": 1, "PaddleJob": 1, "ServiceAccount": 1, "Job": 1, "Deployment": 1, "Service": 1}
+        # The ConfigMap: python-etcd, shipped with the elastic job on the stack's etcd (jobs/python_etcd.py).
+        {"MPIJob": 2, "PyTorchJob": 1, "ConfigMap": 1, "PaddleJob": 1, "ServiceAccount": 1, "Job": 1}
+        | {"Deployment": 1, "Service": 1}
     )
     assert "parked" not in {o["metadata"]["name"] for o in objects}
     # What is registered is exactly what the builders produce (camelCase keys intact).

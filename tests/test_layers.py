@@ -352,11 +352,14 @@ MAX_MODULE_LINES = 450
 
 
 def product_modules(root: Path = ROOT) -> list[Path]:
-    """Every .py file under ``root`` but those under tests/ and hidden folders (symlinks not followed)."""
+    """Every .py file under ``root`` but those under tests/, manifests/ (vendored upstream files, verbatim) and hidden
+    folders (symlinks not followed)."""
     found = []
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (here == root and d == "tests"))
+        dirs[:] = sorted(
+            d for d in dirs if not d.startswith(".") and not (here == root and d in ("tests", "manifests"))
+        )
         found += [here / f for f in files if f.endswith(".py")]
     return sorted(found)
 

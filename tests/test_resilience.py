@@ -153,6 +153,48 @@ def test_a_stale_resume_from_is_not_passed_on(tmp_path):
     assert (tmp_path / "ckpt").is_dir()
 
 
+ROUND = {"TORCHELASTIC_RUN_ID": "job-1-abc", "MASTER_ADDR": "job-worker-1", "MASTER_PORT": "41234", "WORLD_SIZE": "16"}
+
+
+def _resume_of(tmp_path: Path, env: dict[str, str]) -> str | None:
+    g = guard.Guard(guard.parse(["--checkpoint-dir", str(tmp_path), "--", "true"]), env)
+    return g.resume_from()
+
+
+def test_the_first_ranks_choice_wins_over_what_another_rank_sees(tmp_path, monkeypatch):
+    """Issue 37: on EFS a rank may see a newer (or an older) checkpoint than the first rank; all take the first's."""
+    _checkpoint(tmp_path, "step-4", True)
+    assert _resume_of(tmp_path, {**ROUND, "RANK": "0"}) == str(tmp_path / "step-4")
+    _checkpoint(tmp_path, "step-6", True)  # seen by rank 5 only (its listing is newer than the first rank's)
+    monkeypatch.setattr(guard, "CHOICE_WAIT", 0.5)
+    assert _resume_of(tmp_path, {**ROUND, "RANK": "5"}) == str(tmp_path / "step-4")
+    # A start without the first rank's choice: rank 5 waits CHOICE_WAIT, says so and looks itself.
+    assert _resume_of(tmp_path, {**ROUND, "MASTER_PORT": "41235", "RANK": "5"}) == str(tmp_path / "step-6")
+    # Outside torchrun (no round) every rank looks itself, as before.
+    assert _resume_of(tmp_path, {"OMPI_COMM_WORLD_RANK": "3"}) == str(tmp_path / "step-6")
+
+
+def test_a_fresh_start_chosen_by_the_first_rank_is_a_choice_too(tmp_path):
+    assert _resume_of(tmp_path, {**ROUND, "RANK": "0"}) is None
+    _checkpoint(tmp_path, "step-1", True)
+    assert _resume_of(tmp_path, {**ROUND, "RANK": "1"}) is None
+
+
+def test_an_earlier_rounds_choice_is_not_taken(tmp_path, monkeypatch):
+    _checkpoint(tmp_path, "step-2", True)
+    guard.write_choice(str(tmp_path), "/".join(ROUND.values()), None)
+    monkeypatch.setattr(guard, "CHOICE_WAIT", 0.3)
+    g = guard.Guard(guard.parse(["--checkpoint-dir", str(tmp_path), "--", "true"]), {**ROUND, "RANK": "1"})
+    g.started_wall += guard.CHOICE_FRESH + 1  # the same store address, but long after: an earlier round's
+    assert g.resume_from() == str(tmp_path / "step-2")
+    # A choice whose checkpoint this pod does not yet see whole is waited for, not taken.
+    guard.write_choice(str(tmp_path), "/".join(ROUND.values()), str(tmp_path / "step-9"))
+    assert guard.read_choice(str(tmp_path), "/".join(ROUND.values()), 0.0) == (False, None)
+    _checkpoint(tmp_path, "step-9", True)
+    assert guard.read_choice(str(tmp_path), "/".join(ROUND.values()), 0.0) == (True, str(tmp_path / "step-9"))
+    assert guard.newest_complete(str(tmp_path))[0] == str(tmp_path / "step-9"), "a choice file is no checkpoint"
+
+
 # ---------------------------------------------------------------------------------------------
 # Config
 # ---------------------------------------------------------------------------------------------

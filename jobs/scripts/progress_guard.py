@@ -11,7 +11,8 @@ It
 - offers the newest complete checkpoint: with ``--checkpoint-dir``, the child gets ``RESUME_FROM``, the
   path of the newest directory under DIR that holds a ``COMPLETE`` file (newest = last in natural order
   of the names: ``step-99`` < ``step-100``); a directory without it (a save cut off mid-write) is never
-  offered;
+  offered. Under torchrun the first rank chooses for all: it writes its choice into DIR
+  (``.resume-choice-<digest of the round>``) and the other ranks of the same start take it;
 - watches progress in the first rank of the job only (RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or
   PADDLE_TRAINER_ID is 0, or none is set): a line of the child's output matching ``--log-pattern``, or a
   newer modification time of ``--heartbeat-file``. With no sign for ``--startup-seconds`` after the
@@ -29,6 +30,8 @@ the guard as it would start the training script, and the guard starts the script
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import signal
@@ -43,6 +46,18 @@ MARKER = "COMPLETE"  # written last into a checkpoint directory: the checkpoint 
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PADDLE_TRAINER_ID")
 TERMINATION_LOG = "/dev/termination-log"
 PREFIX = "progress-guard:"
+# One choice of RESUME_FROM per start of the job's ranks: the first rank's, written into the checkpoint folder
+# (CHOICE_PREFIX + a digest of ROUND_VARS) for the others, who wait for it up to CHOICE_WAIT seconds. On a
+# shared file system (EFS, FSx) each pod's client caches listings and attributes for a while, so ranks that
+# looked on their own could see different newest checkpoints.
+CHOICE_PREFIX = ".resume-choice-"
+CHOICE_WAIT = 180.0  # beyond EFS/NFS's longest attribute cache (acdirmax, 60 s)
+CHOICE_FRESH = 600.0  # a choice older than this at a rank's start is an earlier round's
+CHOICE_KEEP = 24 * 3600.0  # the first rank removes choices older than this
+# What every rank of one start shares and the next start does not: under torchrun, the run id and the
+# address and port of the workers' store, which the first rank's agent takes afresh (a free port) at every
+# rendezvous round (torch 2.13 torch/distributed/elastic/rendezvous/api.py, RendezvousStoreInfo.build).
+ROUND_VARS = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")
 
 
 def natural_key(name: str) -> list:
@@ -65,6 +80,59 @@ def newest_complete(directory: str) -> tuple[str | None, list[str]]:
             return path, incomplete
         incomplete.append(name)
     return None, incomplete
+
+
+def round_key(env: dict) -> str | None:
+    """What identifies this start of the job's ranks (ROUND_VARS), or None outside torchrun."""
+    if not all(env.get(var) for var in ROUND_VARS):
+        return None
+    return "/".join(env[var] for var in ROUND_VARS)
+
+
+def choice_path(directory: str, key: str) -> str:
+    return os.path.join(directory, CHOICE_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+def write_choice(directory: str, key: str, newest: str | None) -> None:
+    """The first rank's choice, for the others (written whole: a temporary file renamed), and old choices gone."""
+    path = choice_path(directory, key)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w") as out:
+        json.dump({"key": key, "resume_from": newest, "written": time.time()}, out)
+    os.replace(temporary, path)
+    for name in os.listdir(directory):
+        old = os.path.join(directory, name)
+        if name.startswith(CHOICE_PREFIX) and old != path:
+            try:
+                if time.time() - os.stat(old).st_mtime > CHOICE_KEEP:
+                    os.remove(old)
+            except OSError:
+                pass
+
+
+def read_choice(directory: str, key: str, started: float) -> tuple[bool, str | None]:
+    """(found, the first rank's choice) for this start: a choice of this key written since CHOICE_FRESH before
+    ``started`` (wall time), whose checkpoint this pod already sees whole."""
+    try:
+        with open(choice_path(directory, key)) as source:
+            choice = json.load(source)
+    except (OSError, ValueError):
+        return False, None
+    if choice.get("key") != key or float(choice.get("written", 0)) < started - CHOICE_FRESH:
+        return False, None
+    chosen = choice.get("resume_from")
+    if chosen is not None and not os.path.isfile(os.path.join(chosen, MARKER)):
+        return False, None
+    return True, chosen
+
+
+def await_choice(directory: str, key: str, started: float, wait: float = CHOICE_WAIT) -> tuple[bool, str | None]:
+    deadline = time.monotonic() + wait
+    while True:
+        found, chosen = read_choice(directory, key, started)
+        if found or time.monotonic() >= deadline:
+            return found, chosen
+        time.sleep(0.2)
 
 
 def watched(env: dict) -> bool:
@@ -159,18 +227,10 @@ class Guard:
         env = dict(self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")  # progress lines reach the guard as they are written
         if self.args.checkpoint_dir:
-            os.makedirs(self.args.checkpoint_dir, exist_ok=True)
-            newest, skipped = newest_complete(self.args.checkpoint_dir)
             env.pop("RESUME_FROM", None)
+            newest = self.resume_from()
             if newest is not None:
                 env["RESUME_FROM"] = newest
-            if watched(self.env):
-                passed = f"; passed over (no {MARKER} file): {', '.join(skipped)}" if skipped else ""
-                say(
-                    f"resuming from {newest}{passed}"
-                    if newest
-                    else f"no complete checkpoint in {self.args.checkpoint_dir}: starting fresh{passed}"
-                )
         pipe = subprocess.PIPE if self.watching and self.pattern is not None else None
         self.child = subprocess.Popen(command, env=env, stdout=pipe, stderr=pipe)
         if pipe is not None:
@@ -179,6 +239,29 @@ class Guard:
                 pump.start()
                 self.pumps.append(pump)
         return self.child
+
+    def resume_from(self) -> str | None:
+        """The newest complete checkpoint as the first rank sees it: it chooses and writes its choice down, the
+        other ranks of the same start (round_key) wait for it; outside torchrun each rank looks for itself."""
+        directory = self.args.checkpoint_dir
+        os.makedirs(directory, exist_ok=True)
+        key = round_key(self.env)
+        if key is not None and not watched(self.env):
+            found, chosen = await_choice(directory, key, self.started_wall)
+            if found:
+                return chosen
+            say(f"no choice of the first rank within {CHOICE_WAIT:g}s ({choice_path(directory, key)}): looking myself")
+        newest, skipped = newest_complete(directory)
+        if watched(self.env):
+            if key is not None:
+                write_choice(directory, key, newest)
+            passed = f"; passed over (no {MARKER} file): {', '.join(skipped)}" if skipped else ""
+            say(
+                f"resuming from {newest}{passed}"
+                if newest
+                else f"no complete checkpoint in {directory}: starting fresh{passed}"
+            )
+        return newest
 
     def stop_hung(self, why: str) -> int:
         child = self.child

@@ -216,16 +216,10 @@ json.dump(objects, sys.stdout)
 """
 
 
-# An image of your own: AWS's pytorch-training with python-etcd added (docs/jobs.md, pytorch-elastic).
-# This venv, which has python-etcd, stands in for it.
-ETCD_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/pytorch-etcd:2.5.1-gpu-py311-cu124"
-
-
 def on_stack_etcd(jobs: list[dict[str, Any]]) -> None:
-    """The first enabled elastic job on the stack's etcd (the default backend) and an image with python-etcd."""
+    """The first enabled elastic job on the stack's etcd (the default backend; the dev example's as shipped)."""
     for job in elastic_job_configs(jobs)[:1]:
         job.pop("rendezvous", None)
-        job["image"] = ETCD_IMAGE
 
 
 def plan_with_config(

@@ -11,7 +11,8 @@ tests/integration/test_hang_and_resume.py: gloo all-reduces on the CPU, one per 
   the job has hung fewer than ``RESUME_IT_HANG_RESTARTS`` times (default 1: only the first attempt hangs). The
   hangs are counted in marker files beside the checkpoint folder, on the shared file system: a restart count
   is per node (torchrun's agent on a node whose workers restart for a membership change keeps its count), and
-  the first rank may be on another node after a restart.
+  the first rank may be on another node after a restart. With ``RESUME_IT_TEAR=1`` the first rank first writes
+  half of that step's checkpoint, without ``COMPLETE`` (a save cut off), then stops.
 
 Each event prints one line ``RESUME {json}`` for the test.
 """
@@ -87,9 +88,16 @@ def main(argv: list[str] | None = None) -> int:
 
     hang_at = int(os.environ.get("RESUME_IT_HANG_AT", "-1"))
     hang_restarts = int(os.environ.get("RESUME_IT_HANG_RESTARTS", "1"))
+    tear = os.environ.get("RESUME_IT_TEAR") == "1"
     while step < args.steps:
         if rank == 0 and step == hang_at and _hangs_so_far() < hang_restarts:
             _count_a_hang()
+            if tear:  # a save cut off: the state half written, no COMPLETE marker, and the worker stuck
+                folder = os.path.join(os.environ["CHECKPOINT_DIR"], f"step-{step:06d}")
+                os.makedirs(folder, exist_ok=True)
+                with open(os.path.join(folder, "state.pt"), "wb") as half:
+                    half.write(b"PK\x03\x04 cut off")
+                report("torn", step=step, folder=folder)
             report("hanging", step=step)
             time.sleep(3600)
         t = torch.tensor([float(step + 1)])

@@ -1,12 +1,12 @@
-"""Integration test: the dev stack's elastic example rendezvous as shipped, with c10d and no python-etcd.
+"""Integration test: the dev stack's elastic example with ``rendezvous: c10d`` (the one change to it), no python-etcd.
 
-The example runs AWS's pytorch-training image, which has no python-etcd (facts/images.py), so it
-rendezvous with ``c10d``: training-operator v1.9.4 points PET_RDZV_ENDPOINT at ``<name>-worker-0`` and
+With ``c10d`` training-operator v1.9.4 points PET_RDZV_ENDPOINT at ``<name>-worker-0`` and
 the container's port 23456 (elastic_helpers.operator_pod_env), and torch's c10d backend lets
 the agent whose host the endpoint names host the store. Here the job's nodes are torchrun agents on
 this machine with the endpoint on 127.0.0.1: each agent is then a candidate host, the first to bind
 the port hosts the store and the others join it as clients (c10d_rendezvous_backend._create_tcp_store).
-``import etcd`` fails in the agents, as in the image: c10d never needs it.
+``import etcd`` fails in the agents, as in AWS's image: c10d never needs it. The stack gives c10d jobs
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (a store per rendezvous round), which the agents get here too.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,11 +33,12 @@ from tests.integration.elastic_helpers import (
     WORKER,
     Node,
     PlanError,
+    elastic_job_configs,
     job_nodes,
     job_problems,
     operator_pod_env,
     pet_env,
-    plan_dev_cli,
+    plan_with_config,
     report,
     require_elastic_jobs,
     wait_all,
@@ -59,11 +61,16 @@ def _without_python_etcd(folder: Path) -> str:
     return str(folder)
 
 
-def test_the_dev_example_as_shipped_rendezvous_with_c10d(tmp_path: Path) -> None:
+def _on_c10d(jobs: list[dict[str, Any]]) -> None:
+    for job in elastic_job_configs(jobs)[:1]:
+        job["rendezvous"] = "c10d"
+
+
+def test_the_dev_example_on_c10d_rendezvous(tmp_path: Path) -> None:
     try:
-        objects = plan_dev_cli(tmp_path / "plan")
+        objects = plan_with_config(tmp_path / "plan", _on_c10d)
     except PlanError as err:
-        pytest.fail(f"the offline plan of the dev stack failed: {err}")
+        pytest.fail(f"the offline plan of the dev stack with rendezvous c10d failed: {err}")
     (job,) = require_elastic_jobs(objects, "the dev plan")
     name = job["metadata"]["name"]
     pod_env = operator_pod_env(job)
@@ -71,6 +78,7 @@ def test_the_dev_example_as_shipped_rendezvous_with_c10d(tmp_path: Path) -> None
         "c10d",
         f"{name}-worker-0:{OPERATOR_PORT}",
     ), pet_env(pod_env)
+    assert pod_env.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") == "1" and "PYTHONPATH" not in pod_env, pod_env
 
     hidden = _without_python_etcd(tmp_path / "no-python-etcd")
     probe = subprocess.run(
@@ -112,7 +120,7 @@ def test_the_dev_example_as_shipped_rendezvous_with_c10d(tmp_path: Path) -> None
                 node.kill()
     problems = job_problems(name, nodes, codes, job_nodes(job) * LOCAL_NPROC)
     assert not problems, report(
-        f"{name} as shipped did not rendezvous with c10d",
+        f"{name} did not rendezvous with c10d",
         problems,
         nodes,
         [f"operator env {pet_env(pod_env)}; local {local}"],

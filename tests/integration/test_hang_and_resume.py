@@ -3,7 +3,7 @@ stack's etcd and the progress guard exactly as the rendered PyTorchJob runs it.
 
 What runs, with no cluster:
 
-- the offline plan of the dev stack (``plan_with_config``) with its elastic job on the stack's etcd, its
+- the offline plan of the dev stack (``plan_with_config``) with its elastic job on the stack's etcd as shipped, its
   ``args`` pointing at ``resume_worker.py`` (a gloo all-reduce per step that follows the checkpoint
   contract), short progress windows and ``maxRestarts: 1``; ``progress`` and ``checkpoints`` are the dev
   example's own keys;
@@ -11,8 +11,10 @@ What runs, with no cluster:
 - per "node" (pod) the ``pytorch`` container's command and args as rendered, with the env the training
   operator gives it (``operator_pod_env``), its volume mounts made folders here: the ConfigMap
   ``<job>-guard`` written out (the guard is the rendered file), the checkpoint claim's subPath a folder
-  both nodes share (the shared file system). Only ``torchrun`` is this venv's, and the local overrides
-  of test_elastic_rendezvous.py apply (etcd and gloo on loopback, one process per node).
+  both nodes share (the shared file system), the ConfigMap ``<job>-python-etcd`` at its items' paths. torchrun
+  is the image's interpreter's (recovery_helpers.image_python: torch without python-etcd, which it gets only
+  from that ConfigMap through the pod's PYTHONPATH), and the local overrides of test_elastic_rendezvous.py
+  apply (etcd and gloo on loopback, one process per node).
 
 Scenarios: (a) a rank that stops printing progress is stopped by the guard and torchrun restarts the
 worker group within the window; (b) a job stopped by SIGTERM (a preemption) saves, and the next start
@@ -22,13 +24,11 @@ resumes at the saved step; (c) a checkpoint without its COMPLETE marker (a save 
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import signal
-import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,8 @@ pytest.importorskip(
 )
 
 from tests.integration.elastic_helpers import (
-    Node,
     PlanError,
     elastic_job_configs,
-    find_object,
-    local_overrides,
     operator_pod_env,
     plan_with_config,
     rendezvous_target,
@@ -53,9 +50,9 @@ from tests.integration.elastic_helpers import (
     start_etcd,
     wait_all,
 )
+from tests.integration.recovery_helpers import Cluster, image_python, records, story
 
 WORKER = Path(__file__).with_name("resume_worker.py")
-PREFIX = "RESUME "  # resume_worker.PREFIX
 STEPS = 12
 INTERVAL = 5  # progress.intervalSeconds of the test's job
 STARTUP = 40  # progress.startupSeconds: the rendezvous and gloo's start come first
@@ -85,106 +82,6 @@ def configure_job(jobs: list[dict[str, Any]]) -> None:
     job["maxRestarts"] = MAX_RESTARTS
 
 
-class Pod:
-    """The pytorch container of one Worker pod, run here: rendered command, args and env, mounts as folders."""
-
-    def __init__(self, job: Mapping[str, Any], objects: list[dict[str, Any]], shared: Path):
-        template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
-        self.container = next(c for c in template["containers"] if c["name"] == "pytorch")
-        self.volumes = {v["name"]: v for v in template.get("volumes") or []}
-        self.objects = objects
-        self.shared = shared  # the stack's file systems: one folder per claim, shared by every pod
-        self.namespace = job["metadata"]["namespace"]
-
-    def mounts(self, pod_dir: Path) -> dict[str, Path]:
-        """mountPath -> the folder that stands for it."""
-        out = {}
-        for m in self.container.get("volumeMounts") or []:
-            v = self.volumes[m["name"]]
-            if "configMap" in v:
-                cm = find_object(self.objects, "ConfigMap", v["configMap"]["name"], self.namespace)
-                assert cm is not None, f"the plan has no ConfigMap {v['configMap']['name']} for volume {m['name']}"
-                folder = pod_dir / "configmaps" / m["name"]
-                folder.mkdir(parents=True, exist_ok=True)
-                for name, text in cm["data"].items():
-                    (folder / name).write_text(text)
-            elif "persistentVolumeClaim" in v:
-                folder = self.shared / v["persistentVolumeClaim"]["claimName"] / m.get("subPath", "")
-                folder.mkdir(parents=True, exist_ok=True)  # the kubelet creates a missing subPath
-            else:
-                folder = pod_dir / "volumes" / m["name"]
-                folder.mkdir(parents=True, exist_ok=True)
-            out[m["mountPath"]] = folder
-        return out
-
-    @staticmethod
-    def local(text: str, mounts: Mapping[str, Path]) -> str:
-        """A path in the container as the path of its folder here."""
-        for mount, folder in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
-            if text == mount or text.startswith(mount.rstrip("/") + "/"):
-                return str(folder) + text[len(mount.rstrip("/")) :]
-        return text
-
-    def argv_env(self, pod_dir: Path, pod_env: Mapping[str, str], etcd: Any) -> tuple[list[str], dict[str, str]]:
-        mounts = self.mounts(pod_dir)
-        line = [*self.container.get("command", []), *self.container.get("args", [])]
-        assert line[0] == "torchrun", f"the pytorch container runs {line[:1]}, not torchrun"
-        torchrun = Path(sys.executable).with_name("torchrun")
-        head = [str(torchrun)] if torchrun.exists() else [sys.executable, "-m", "torch.distributed.run"]
-        argv = head + [self.local(a, mounts) for a in line[1:]]
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC_"))}
-        env = {k: self.local(v, mounts) for k, v in pod_env.items()}
-        return argv, {**inherited, **env, **local_overrides(etcd), "TMPDIR": str(pod_dir)}
-
-
-class Cluster:
-    def __init__(self, root: Path, job: dict[str, Any], objects: list[dict[str, Any]], etcd: Any):
-        self.root, self.job, self.etcd = root, job, etcd
-        self.pod = Pod(job, objects, root / "fs")
-        self.env = operator_pod_env(job)
-        self.nodes: list[Node] = []
-
-    def start(self, label: str, extra: Mapping[str, str] | None = None) -> Node:
-        pod_dir = self.root / label
-        pod_dir.mkdir(parents=True, exist_ok=True)
-        argv, env = self.pod.argv_env(pod_dir, self.env, self.etcd)
-        node = Node(label, self.job["metadata"]["name"], argv, {**env, **(extra or {})}, pod_dir / "torchrun.log")
-        self.nodes.append(node.start())
-        return node
-
-    def start_job(self, run: str, extra: Mapping[str, str] | None = None) -> list[Node]:
-        replicas = int(self.job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"])
-        return [self.start(f"{run}-worker-{i}", extra) for i in range(replicas)]
-
-    def checkpoint_dir(self) -> Path:
-        """The job's checkpoint folder (CHECKPOINT_DIR) as it is here."""
-        mounts = self.pod.mounts(self.root / "probe")
-        return Path(Pod.local(self.env["CHECKPOINT_DIR"], mounts))
-
-    def close(self) -> None:
-        for n in self.nodes:
-            if n.returncode is None:
-                n.kill()
-
-
-def records(node: Node, phase: str | None = None) -> list[dict[str, Any]]:
-    found = [json.loads(line[len(PREFIX) :]) for line in node.output.splitlines() if line.startswith(PREFIX)]
-    return [r for r in found if phase is None or r["phase"] == phase]
-
-
-def story(nodes: list[Node]) -> str:
-    parts = []
-    for n in nodes:
-        lines = [
-            line
-            for line in n.output.splitlines()
-            if line.startswith((PREFIX, "progress-guard")) or "restart" in line.lower()
-        ]
-        tail = [line for line in n.output.splitlines() if line.strip()][-8:]
-        parts.append(f"--- {n.label} (exit {n.returncode}):\n" + "\n".join([*lines[-40:], "  ...", *tail]))
-    return "\n".join(parts)
-
-
 @pytest.fixture(scope="module")
 def objects(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     try:
@@ -193,13 +90,19 @@ def objects(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
         pytest.fail(f"the offline plan of the dev stack with the test's job failed: {err}")
 
 
+@pytest.fixture(scope="module")
+def python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The image's interpreter: torch without python-etcd (recovery_helpers.image_python)."""
+    return image_python(tmp_path_factory.mktemp("image"))
+
+
 @pytest.fixture()
-def cluster(tmp_path: Path, objects: list[dict[str, Any]]) -> Iterator[Cluster]:
-    pytest.importorskip("etcd", reason="python-etcd is not installed: run `bash scripts/test_integration.sh`")
+def cluster(tmp_path: Path, objects: list[dict[str, Any]], python: Path) -> Iterator[Cluster]:
     job = require_elastic_jobs(objects, "the dev plan")[0]
     sts, port = rendezvous_target(operator_pod_env(job), objects)
     etcd = start_etcd(sts, objects, port, tmp_path / "etcd")
-    c = Cluster(tmp_path / "pods", job, objects, etcd)
+    c = Cluster(tmp_path / "pods", job, objects, etcd, python)
+    c.env = operator_pod_env(job)
     try:
         yield c
     finally:
