@@ -13,6 +13,8 @@ The phases, each timed with ``time.process_time`` (CPU of this process; the plan
   command renders each release beside the run, in processes of their own, from a cache);
 - one line per whole-stack invariant (``infra.invariants.RULES``), the view's indexing included in
   the first rule that needs it;
+- api checks: the program's Kubernetes objects against the API server's rules and their CRDs, and
+  every AWS input against botocore's models (``infra/api_checks``), as the plan command runs them;
 - output: resources.json and manifests.yaml written as ``python -m infra plan --out`` writes them.
 
 The size of a point is its number of jobs (groups and teams grow with it, below the caps). A stack
@@ -133,6 +135,7 @@ def measure(groups: int, jobs: int, teams: int) -> Point:
     """Plan one generated stack, phase by phase."""
     from infra import invariants, offline, program
     from infra import plan as plan_command
+    from infra.api_checks import aws_model
     from stacks import config
 
     point = Point(groups, jobs, teams)
@@ -145,6 +148,9 @@ def measure(groups: int, jobs: int, teams: int) -> Point:
         view = _timed(point, "invariants: view", lambda: _indexed(invariants.view(result, cfg)))
         for rule in invariants.RULES:
             point.violations += len(_timed(point, f"invariants: {rule.__name__}", partial(rule, view)))
+        kube = _timed(point, "api checks: kubernetes", lambda: plan_command.api_checks(result.kubernetes_objects()))
+        aws = _timed(point, "api checks: aws model", lambda: aws_model.check(result.records))
+        point.violations += len(kube.refusals) + len(aws.failures)
         with tempfile.TemporaryDirectory() as out:
             _timed(point, "output", lambda: plan_command.write_files(result, Path(out), None, cfg))
             point.resources_json = (Path(out) / "resources.json").stat().st_size

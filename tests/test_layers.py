@@ -43,7 +43,10 @@ PACKAGES = {
     "stacks.queues": ["resources", "cluster_queues", "admission", "plan", "queue_checks"],
     "infra.preflight": ["results", "placement", "quotas", "capacity", "eks"],
     "infra.invariants": ["view", "queue_rules", "rules"],
-    "infra.api_checks": ["java_regex", "shapes", "aws_table", "translate", "aws_model", "kube_rules", "kube_objects", "kube_crds", "kube_check"],
+    "infra.api_checks": [
+        *("java_regex", "shapes", "aws_table", "translate", "aws_model"),
+        *("kube_rules", "kube_objects", "kube_crds", "kube_check"),
+    ],
     "infra.offline": ["region", "deployed", "mocks", "monitor", "engine"],
     "infra.diff": ["replace_fields", "plans", "compare", "refusals", "markdown", "cli"],
 }

@@ -72,7 +72,7 @@ class Report:
         verdict = "all accepted" if not self.failures else f"{len(self.failures)} refused"
         return (
             f"AWS API model (botocore {shapes.BOTOCORE_VERSION}): {t.resources} resources, {t.checked} inputs checked "
-            f"({t.share():.0%} of {t.inputs} mapped) - {verdict}"
+            f"({t.share():.0%} of {t.inputs} mapped) — {verdict}"
         )
 
     def as_json(self) -> dict[str, Any]:
