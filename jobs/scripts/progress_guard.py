@@ -126,8 +126,9 @@ def read_choice(directory: str, key: str, started: float) -> tuple[bool, str | N
     return True, chosen
 
 
-def await_choice(directory: str, key: str, started: float, wait: float = CHOICE_WAIT) -> tuple[bool, str | None]:
-    deadline = time.monotonic() + wait
+def await_choice(directory: str, key: str, started: float, wait: float | None = None) -> tuple[bool, str | None]:
+    """The first rank's choice, waited for up to ``wait`` seconds (CHOICE_WAIT, read when called)."""
+    deadline = time.monotonic() + (CHOICE_WAIT if wait is None else wait)
     while True:
         found, chosen = read_choice(directory, key, started)
         if found or time.monotonic() >= deadline:
