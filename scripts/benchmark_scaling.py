@@ -41,10 +41,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from stacks.queues.queue_checks import MAX_FLAVORS_PER_RESOURCE_GROUP  # noqa: E402
+
 NS = "gpu-training"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1.0"
 AZ = "us-west-2b"
-MAX_GROUPS = 64  # flavors of one ClusterQueue resource group (Kueue v1beta1 ResourceGroup: maxItems 64)
+# Flavors of one ClusterQueue resource group (Kueue's CRD: maxItems 64), as the config refuses beyond it.
+MAX_GROUPS = MAX_FLAVORS_PER_RESOURCE_GROUP
 # (groups, jobs, teams) of the points, smallest first: each about 2 to 4 times the one before.
 POINTS = ((1, 1, 0), (2, 8, 1), (4, 32, 2), (16, 128, 4), (32, 256, 8), (64, 512, 16))
 KINDS = ("nccl-test", "mpi", "pytorch-elastic")

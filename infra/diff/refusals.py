@@ -29,6 +29,7 @@ from typing import Any
 
 from infra.diff.compare import REPLACE, Diff, Key, changed_paths, effective_inputs, touches
 from infra.diff.plans import Plan, index
+from stacks.config.storage_checks import FSX_SSD_STEP
 
 PVC = "kubernetes:core/v1:PersistentVolumeClaim"
 STORAGE_CLASS = "kubernetes:storage.k8s.io/v1:StorageClass"
@@ -198,7 +199,7 @@ def _fsx_step(inputs: dict) -> int | None:
         return None
     if inputs.get("storageType", "SSD") == "HDD":
         return {12: 6000, 40: 1800}.get(inputs.get("perUnitStorageThroughput") or 0)
-    return 2400
+    return FSX_SSD_STEP
 
 
 def fsx_growth(key: Key, old: dict, new: dict, ctx: Context) -> list[Refusal]:

@@ -14,7 +14,13 @@ from stacks.config.models import NAMESPACE, EfsConfig, FsxConfig, S3LinkConfig, 
 
 # FSx for Lustre rules (AWS FSx API reference, CreateFileSystem StorageCapacity and
 # PerUnitStorageThroughput): 1200 GiB, 2400 GiB, then steps of 3600 (SCRATCH_1) or 2400 (others).
-FSX_CAPACITY_STEP = {"SCRATCH_1": 3600, "SCRATCH_2": 2400, "PERSISTENT_1": 2400, "PERSISTENT_2": 2400}
+FSX_SSD_STEP = 2400  # also UpdateFileSystem's growth step on SSD (infra/diff/refusals.py)
+FSX_CAPACITY_STEP = {
+    "SCRATCH_1": 3600,
+    "SCRATCH_2": FSX_SSD_STEP,
+    "PERSISTENT_1": FSX_SSD_STEP,
+    "PERSISTENT_2": FSX_SSD_STEP,
+}
 FSX_THROUGHPUT = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
 
 
