@@ -77,7 +77,6 @@ AUTOSCALE_TAG = "gputraining/autoscale"
 # `Taint`; botocore's EKS model, shape `taintKey`: min 1, max 63; tests/test_burn_in.py reads the
 # bound from botocore): the prefix is 47, so the name after it is at most 16 (`gpu-burn-in`: 58 in all).
 STARTUP_TAINT_PREFIX = "startup-taint.cluster-autoscaler.kubernetes.io/"
-EKS_TAINT_KEY_MAX = 63
 BURN_IN_TAINT = {"key": STARTUP_TAINT_PREFIX + "gpu-burn-in", "value": "pending", "effect": "NoSchedule"}
 # The burn-in's verdict on each GPU node it checked: `passed`, or `failed-<reason>` (a label value:
 # at most 63 characters of [A-Za-z0-9._-], alphanumeric at both ends).
