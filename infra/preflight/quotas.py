@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from facts import aws_names
@@ -139,16 +140,20 @@ def _quota_line(
     ]
 
 
-def _check_node_group_sizes(ctx: _Context) -> list[CheckResult]:
-    """EKS's nodes-per-managed-node-group quota (facts/aws_names.py) against every group's maxSize."""
-    service, code, name = aws_names.EKS_NODES_PER_NODEGROUP
+def _eks_quota_check(
+    ctx: _Context, quota: tuple[str, str, str], line: Callable[[_Context, str], list[CheckResult]]
+) -> list[CheckResult]:
+    """One EKS quota (service, code, name: facts/aws_names.py) read from Service Quotas, judged by ``line``."""
+    _, code, name = quota
     check = f"EKS quota {code} ({name})"
     return _guard(
-        check,
-        "service-quotas GetServiceQuota",
-        "servicequotas:GetServiceQuota",
-        functools.partial(_node_group_line, ctx, check),
+        check, "service-quotas GetServiceQuota", "servicequotas:GetServiceQuota", functools.partial(line, ctx, check)
     )
+
+
+def _check_node_group_sizes(ctx: _Context) -> list[CheckResult]:
+    """EKS's nodes-per-managed-node-group quota (facts/aws_names.py) against every group's maxSize."""
+    return _eks_quota_check(ctx, aws_names.EKS_NODES_PER_NODEGROUP, _node_group_line)
 
 
 def _node_group_line(ctx: _Context, check: str) -> list[CheckResult]:
@@ -187,14 +192,7 @@ def _node_group_line(ctx: _Context, check: str) -> list[CheckResult]:
 
 def _check_node_group_count(ctx: _Context) -> list[CheckResult]:
     """EKS's managed-node-groups-per-cluster quota (facts/aws_names.py) against the stack's node groups."""
-    _, code, name = aws_names.EKS_NODEGROUPS_PER_CLUSTER
-    check = f"EKS quota {code} ({name})"
-    return _guard(
-        check,
-        "service-quotas GetServiceQuota",
-        "servicequotas:GetServiceQuota",
-        functools.partial(_node_group_count_line, ctx, check),
-    )
+    return _eks_quota_check(ctx, aws_names.EKS_NODEGROUPS_PER_CLUSTER, _node_group_count_line)
 
 
 def _node_group_count_line(ctx: _Context, check: str) -> list[CheckResult]:
