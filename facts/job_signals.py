@@ -1,0 +1,31 @@
+"""What a running job says about itself, in one shape that every layer reads.
+
+The in-pod checks (the fabric check, the progress guard's hang and slow-node findings, step times)
+print one JSON object per line to stdout, with the key ``SIGNAL_KEY``. Container Insights' Fluent Bit
+ships container stdout to the ``/aws/containerinsights/<cluster>/application`` log group (the
+CloudWatch observability add-on the stack installs; its log record carries the line under ``log``),
+where CloudWatch Logs metric filters turn each signal into a metric in ``METRIC_NAMESPACE`` with the
+dimensions below, and alarms and dashboards read those metrics. Nothing else is needed in the pod: no
+AWS credentials, no agent.
+
+A line looks like::
+
+    {"gputraining_signal": "slow_node", "job": "bert", "namespace": "ml", "node": "ip-10-0-1-2...",
+     "value": 1.8, "reason": "median step 1.8x the job's for 3 windows"}
+"""
+
+from __future__ import annotations
+
+SIGNAL_KEY = "gputraining_signal"
+METRIC_NAMESPACE = "GpuTraining/Jobs"
+# Dimensions every signal metric carries (a metric filter may map up to three: CloudWatch Logs
+# PutMetricFilter's metricTransformations.dimensions).
+DIMENSIONS = ("job", "namespace")
+
+# The signals, name -> what its value means.
+FABRIC_FALLBACK = "fabric_fallback"  # 1 when a node's NCCL did not use EFA (or its EFA counters stood still)
+FABRIC_OK = "fabric_ok"  # 1 when a node proved NCCL on EFA with moving counters
+SLOW_NODE = "slow_node"  # the node's median step time divided by the job's median
+STEP_TIME = "step_time"  # seconds per step, one line per rank per window
+JOB_STALLED = "job_stalled"  # 1 when the progress guard found no progress within the job's timeout
+SIGNALS = (FABRIC_FALLBACK, FABRIC_OK, SLOW_NODE, STEP_TIME, JOB_STALLED)
