@@ -1,5 +1,5 @@
-"""Command line: `python -m infra plan --stack dev [--out DIR] [--config-file PATH]`,
-`python -m infra preflight --stack dev`, `python -m infra diff BASE HEAD`."""
+"""Command line: `python -m infra plan --stack dev [--out DIR] [--config-file PATH] [--verbose]`,
+`python -m infra preflight --stack dev [--config-file PATH]`, `python -m infra diff BASE HEAD`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p_plan = sub.add_parser("plan", help="run the stack offline (no AWS, no Pulumi CLI) and show what it would create")
+    p_plan = sub.add_parser(
+        "plan",
+        help="run the stack offline (no AWS, no Pulumi CLI) and show what it would create",
+        description="Run the stack's program offline (no AWS account, no Pulumi CLI) and print a one-screen "
+        "summary: node groups, resources per component, Kubernetes objects, GPU jobs, cost, tear-down, warnings, "
+        "invariants and the API checks. Exit 0: planned; 1: an invariant or API check failed; 2: invalid config.",
+    )
     p_plan.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml (unless --config-file)")
     p_plan.add_argument(
         "--out",
@@ -30,6 +36,13 @@ def main(argv: list[str] | None = None) -> int:
             "examples/minimal/Pulumi.minimal.yaml)"
         ),
     )
+    p_plan.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="also print the detail: resources per type, Helm releases by kind, each GPU job's hang detection and "
+        "checkpoints, the queue table and the cost's exclusions in full",
+    )
 
     p_pre = sub.add_parser(
         "preflight",
@@ -41,7 +54,13 @@ def main(argv: list[str] | None = None) -> int:
         "environment variables; region from the stack's aws:region). Exit 0: all checks passed or were skipped; "
         "1: a check failed or no credentials; 2: invalid config.",
     )
-    p_pre.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+    p_pre.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml (unless --config-file)")
+    p_pre.add_argument(
+        "--config-file",
+        metavar="PATH",
+        help="read the stack's config from this file instead of Pulumi.<stack>.yaml in the project folder, as "
+        "`plan --config-file` does",
+    )
     p_pre.add_argument("--cwd", help="the project folder holding Pulumi.yaml (default: this project)")
 
     from infra.diff.cli import DESCRIPTION, add_arguments
@@ -57,11 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         from infra.plan import run_cli
 
-        return run_cli(args.stack, args.out, stack_file=args.config_file)
+        return run_cli(args.stack, args.out, stack_file=args.config_file, verbose=args.verbose)
     if args.command == "preflight":
         from infra.preflight import run_cli as run_preflight
 
-        return run_preflight(args.stack, root=args.cwd)
+        return run_preflight(args.stack, root=args.cwd, stack_file=args.config_file)
     if args.command == "diff":
         from infra.diff.cli import run as run_diff
 

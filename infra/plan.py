@@ -1,7 +1,7 @@
 """The offline plan: run the stack's real program against the offline engine and show what it
 would create, with no AWS account and no Pulumi CLI.
 
-    python -m infra plan --stack dev [--out DIR] [--config-file PATH]
+    python -m infra plan --stack dev [--out DIR] [--config-file PATH] [--verbose]
 
 Exit codes: 0 planned; 2 invalid config (messages on stderr, no files written); 1 the program
 failed for another reason.
@@ -14,23 +14,22 @@ import contextvars
 import copy
 import gc
 import sys
-from collections import Counter, OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
-from components import node_scaling, operators
-from facts import catalog, instance_types, versions
+from components import operators
 from facts.paths import PROJECT_ROOT
-from infra import critical_path, invariants, offline, plan_cache, releases, teardown
+from infra import invariants, offline, plan_cache, releases
 from infra.api_checks import aws_model
+from infra.plan_summary import capacity_lines as capacity_lines  # the tests call it here
+from infra.plan_summary import refused_lines as refused_lines
+from infra.plan_summary import summary
 from infra.plan_text import json_text, manifests_yaml
-from jobs import resilience
-from jobs.base import GpuJob
 from stacks import config as stack_config
-from stacks import cost, queues
+from stacks import cost
 from stacks.config.loading import PlacementAsk
 from stacks.config.placeholders import placeholders
 from stacks.config.quota_warnings import quota_warnings
@@ -42,9 +41,10 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
 
 
-def load_config(stack: str, root: Path | None = None) -> stack_config.StackConfig:
-    """The stack's validated config, without the GPU AZ check (preflight makes it against the account)."""
-    project, values = read_stack_config(stack, root or PROJECT_ROOT)
+def load_config(stack: str, root: Path | None = None, stack_file: Path | None = None) -> stack_config.StackConfig:
+    """The stack's validated config, without the GPU AZ check (preflight makes it against the account).
+    ``stack_file``: read it from that file instead of ``Pulumi.<stack>.yaml`` in the project root (as `plan`)."""
+    project, values = read_stack_config(stack, root or PROJECT_ROOT, stack_file)
     return stack_config.load(values, project, stack)
 
 
@@ -120,182 +120,6 @@ def write_releases(rendered: releases.Rendered, out: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Summary
-# ---------------------------------------------------------------------------------------------
-
-
-def summary(
-    cfg: stack_config.StackConfig, result: offline.PlanResult, rendered: releases.Rendered | None = None
-) -> str:
-    lines = []
-    lines.append(
-        f"Stack {cfg.project}/{cfg.stack} in {cfg.region}: cluster {cfg.cluster_name}, Kubernetes "
-        f"{cfg.cluster.kubernetes_version}"
-    )
-    lines += gpu_az_lines(cfg, result)
-    lines += refused_lines(result)
-    lines.append("")
-    lines.append("GPU node groups:")
-    if not cfg.gpu_node_groups:
-        lines.append("  (none)")
-    for g in cfg.gpu_node_groups:
-        it = g.instance
-        efa = (
-            f"{g.efa_interfaces} EFA interface{'s' if g.efa_interfaces != 1 else ''}"
-            if g.efa_interfaces
-            else ("EFA off" if it.efa_supported else "no EFA")
-        )
-        efa_cards = [slot.card for slot in instance_types.efa_layout(it) if slot.is_efa] if g.efa_interfaces else []
-        if efa_cards and 0 not in efa_cards:
-            efa += f" (cards {min(efa_cards)}-{max(efa_cards)}; card 0 ENA only)"
-        lines.append(
-            f"  {g.name:<12} {g.instance_type:<15} {it.gpus} x {it.gpu_model} {it.gpu_memory_mib // 1024} GiB, {efa}, "
-            f"nodes {g.min_size}/{g.desired_size}/{g.max_size} (min/desired/max), {g.capacity_type}, placement "
-            f"{g.placement.mode}"
-        )
-        lines += [f"  {'':<12} {line}" for line in capacity_lines(g)]
-    s = cfg.system_node_group
-    sys_it = catalog.get(s.instance_type)
-    lines.append(
-        f"System node group: {s.instance_type} ({sys_it.summary() if sys_it else '?'}), nodes "
-        f"{s.min_size}/{s.desired_size}/{s.max_size}"
-    )
-    lines.append("")
-
-    # Resources by component and type.
-    by_component: OrderedDict[str, Counter] = OrderedDict()
-    top_of: dict[tuple[str, str], str] = {}
-    for r in result.records:
-        key = (r.type, r.name)
-        if r.parent is None:
-            top_of[key] = f"{r.type.split(':')[-1]} {r.name}"
-        else:
-            top_of[key] = top_of.get((r.parent["type"], r.parent["name"]), "?")
-        if r.parent is not None:
-            by_component.setdefault(top_of[key], Counter())[r.type] += 1
-        else:
-            by_component.setdefault(top_of[key], Counter())
-    custom = sum(1 for r in result.records if r.custom)
-    lines.append(
-        f"Resources: {len(result.records)} registered ({custom} cloud/Kubernetes resources, "
-        f"{len(result.records) - custom} components)"
-    )
-    for comp, counts in by_component.items():
-        total = sum(counts.values())
-        lines.append(f"  {comp}: {total}")
-        for typ, n in sorted(counts.items()):
-            lines.append(f"      {n:>3} {typ}")
-    k8s = result.kubernetes_objects()
-    lines.append(f"Kubernetes objects: {len(k8s)}")
-    if rendered is not None and rendered.note:
-        lines.append(f"  {rendered.note}")
-    elif rendered is not None:
-        lines += [release_line(name, objects) for name, objects in rendered.per_release.items()]
-    lines += job_lines(cfg)
-    queue_plan = queues.plan_for(cfg)
-    if queue_plan is not None:
-        lines.append("")
-        lines.append(queues.describe(queue_plan, versions.KUEUE_VERSION).rstrip("\n"))
-    lines.append("")
-    lines.append(critical_path.describe(critical_path.estimate(result.records)).rstrip("\n"))
-    lines.append("")
-    lines.append(cost.describe(cost.estimate(cfg)).rstrip("\n"))
-    lines.append(teardown.describe(result.records).rstrip("\n"))
-    return "\n".join(lines) + "\n"
-
-
-def release_line(name: str, objects: list[str]) -> str:
-    """One Helm release in the summary: how many objects it installs, by kind (most first); the
-    objects by name are in releases.yaml."""
-    kinds = Counter(o.split("/", 1)[0] for o in objects)
-    by_kind = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
-    return f"  Helm release {name} installs {len(objects)}: {by_kind}"
-
-
-def job_lines(cfg: stack_config.StackConfig) -> list[str]:
-    """Per enabled GPU job: its kind and runtime, and whether hang detection and checkpoints are on."""
-    jobs = [j for j in cfg.jobs if j.enabled and isinstance(j, GpuJob)]
-    if not jobs:
-        return []
-    lines = ["", 'GPU jobs (hang detection and checkpoints: docs/jobs.md, "Hangs and resume"):']
-    for j in jobs:
-        hang, saved = resilience.describe(j)
-        lines.append(f"  {j.name:<22} {j.kind} on {getattr(j, 'runtime', 'eks')}")
-        lines.append(f"  {'':<22} hang detection {hang}")
-        lines.append(f"  {'':<22} checkpoints {saved}")
-    return lines
-
-
-def gpu_az_lines(cfg: stack_config.StackConfig, result: offline.PlanResult) -> list[str]:
-    """The GPU AZ and how it was chosen; when it moves away from where the deployed stack has its
-    GPU subnet (the engine's simulated deployed stack; none by default), a line in capitals."""
-    from stacks.placement import az_move_warning, gpu_subnet_tags
-
-    gpu_az, subnet_azs = result.outputs.get("gpuAvailabilityZone"), result.outputs.get("availabilityZones", [])
-    deployed = sorted({s.availability_zone for s in result.deployed.find(gpu_subnet_tags(cfg))})
-    auto = cfg.gpu_availability_zone == "auto"
-    how = "chosen automatically" if auto else "from config"
-    if gpu_az in deployed:
-        how = (
-            "kept by 'auto': this stack's GPU subnet is there"
-            if auto
-            else "from config; this stack's GPU subnet is there"
-        )
-    lines = [f"GPU availability zone: {gpu_az} ({how}); subnet AZs: {', '.join(subnet_azs)}"]
-    if deployed and gpu_az not in deployed:
-        lines.append(f"MOVE: {az_move_warning(deployed, str(gpu_az), subnet_azs)}")
-    return lines
-
-
-def refused_lines(result: offline.PlanResult) -> list[str]:
-    """Of a running stack (the engine's simulated deployed stack; none by default): each change its
-    `pulumi up` would send that the API refuses (infra/diff/refusals.py), a line in capitals."""
-    if not result.deployed.resources:
-        return []
-    from infra.diff import refusals
-
-    found = refusals.of_records(list(result.deployed.resources), [r.as_json() for r in result.records])
-    return [f"REFUSED: {r.line()}" for r in found]
-
-
-def capacity_lines(g: stack_config.GpuNodeGroupConfig) -> list[str]:
-    """What a capacity-block group's block does, in words: the purchase above all (it costs money
-    the moment `pulumi up` runs and cannot be undone)."""
-    if g.capacity_type != "capacity-block":
-        return []
-    out = []
-    offering = g.capacity.offering if g.capacity is not None else None
-    if g.capacity_block_purchase:
-        out.append(
-            f"PURCHASE: `pulumi up` BUYS Capacity Block offering {g.capacity_block_purchase} ({g.max_size} x "
-            f"{g.instance_type}): irreversible, its upfront fee is charged at once and never refunded (preflight shows "
-            "the fee)"
-        )
-    elif g.awaiting_capacity_block:
-        out.append(
-            "no capacity block yet: the group is not built; preflight lists the offerings (capacity.offering), "
-            "nothing is bought"
-        )
-    elif offering is not None:
-        out.append("capacity.offering is looked up by preflight only: nothing is bought (purchase is false)")
-    window = g.capacity_block_window
-    if window is not None:
-        out += _window_lines(node_scaling.capacity_block_plan(*window, g.max_size))
-    return out
-
-
-def _window_lines(block: node_scaling.BlockPlan) -> list[str]:
-    """A capacity block's window at plan time (``node_scaling.utc_now``, as the program sees it)."""
-    start, end, down = (node_scaling.utc_text(w) for w in (block.start, block.end, block.down))
-    out = [f"block {start} to {end}: scheduled to {block.size} nodes at its start and to 0 at {down}"]
-    if block.held:
-        out.append(f"HELD BACK (plan time {node_scaling.utc_text(block.now)}): {node_scaling.held_back_text(block)}")
-    elif block.phase == "over":
-        out.append("the block has ended: each `pulumi up` keeps the group at 0")
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
 # Entry
 # ---------------------------------------------------------------------------------------------
 
@@ -314,10 +138,12 @@ def report_config_error(stack: str, err: Exception, stderr: TextIO) -> None:
         print(f"error: {err}", file=stderr)
 
 
-def load_config_for_cli(stack: str, root: Path | None, stderr: TextIO) -> stack_config.StackConfig | None:
+def load_config_for_cli(
+    stack: str, root: Path | None, stderr: TextIO, stack_file: Path | None = None
+) -> stack_config.StackConfig | None:
     """The validated config of a stack, or None after printing why not (for the CLIs' exit 2)."""
     try:
-        return load_config(stack, root)
+        return load_config(stack, root, stack_file)
     except CONFIG_ERRORS as err:
         report_config_error(stack, err, stderr)
         return None
@@ -329,6 +155,7 @@ def run_cli(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
     stack_file: str | None = None,
+    verbose: bool = False,
 ) -> int:
     import pulumi
 
@@ -376,7 +203,7 @@ def run_cli(
         if not renderers:  # (a plan() that did not ask for it: a test's stand-in)
             start_rendering(cfg)
         rendered = renderers[0].collect(result)
-        stdout.write(summary(cfg, result, rendered))
+        stdout.write(summary(cfg, result, rendered, verbose))
         # Placeholders copied from the examples: planned as they are, refused by preflight; sizes above an
         # adjustable quota's default: planned, checked by preflight against the account's quota.
         for problem in placeholders(cfg) + quota_warnings(cfg):

@@ -40,20 +40,30 @@ def _names(records: Sequence[Record]) -> str:
 
 
 def describe(records: Sequence[Record]) -> str:
+    """What `pulumi destroy` does, in order: while anything is protected it deletes nothing (the
+    engine refuses before the first delete); else, or once unprotected, it deletes every resource but
+    the retained ones, and stops where AWS refuses a delete (deletion protection)."""
     t = teardown(records)
+    total = sum(1 for r in records if r.custom)
     if not _kept(t):
         return (
-            f"Tear-down (`pulumi destroy`): deletes all {len(t.deleted)} cloud/Kubernetes resources; none protected or "
+            f"Tear-down (`pulumi destroy`): deletes all {total} cloud/Kubernetes resources; none protected or "
             "retained\n"
         )
-    lines = [
-        f"Tear-down (`pulumi destroy`): deletes {len(t.deleted)} cloud/Kubernetes resources; it stops at or leaves:"
-    ]
+    deletes = total - len(t.retained)
     if t.protected:
-        lines.append(
-            f"  protected ({len(t.protected)}; destroy's preview fails naming each, nothing is deleted until they are "
-            f"unprotected): {_names(t.protected)}"
-        )
+        lines = [
+            f"Tear-down (`pulumi destroy`): deletes nothing while {len(t.protected)} "
+            f"{'resource is' if len(t.protected) == 1 else 'resources are'} protected (its preview fails naming "
+            f"each): {_names(t.protected)}",
+            f"  once they are unprotected it deletes {deletes} of the {total} cloud/Kubernetes resources; it stops at "
+            "or leaves:",
+        ]
+    else:
+        lines = [
+            f"Tear-down (`pulumi destroy`): deletes {deletes} of the {total} cloud/Kubernetes resources; it stops at "
+            "or leaves:"
+        ]
     if t.refused:
         lines.append(
             f"  deletion protection on at AWS ({len(t.refused)}; AWS refuses the delete when destroy reaches it): "

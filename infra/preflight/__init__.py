@@ -1,6 +1,6 @@
 """Preflight: check the target AWS account and region before anything is created.
 
-    python -m infra preflight --stack dev
+    python -m infra preflight --stack dev [--config-file PATH]
 
 Reads the stack config exactly like the offline plan, then asks AWS with boto3 (the standard
 credential chain and AWS environment variables, e.g. AWS_PROFILE or AWS_ENDPOINT_URL for a local
@@ -231,8 +231,11 @@ def run_cli(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
     session_factory: Callable[[str], Any] = make_session,
+    stack_file: str | Path | None = None,
 ) -> int:
-    """The CLI: load the config like the offline plan, run the checks, print them; the exit code."""
+    """The CLI: load the config like the offline plan, run the checks, print them; the exit code.
+    ``stack_file``: the stack's config from that file instead of ``Pulumi.<stack>.yaml`` in ``root``
+    (``--config-file``, read by the plan's reader)."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     from infra.plan import load_config_for_cli
@@ -240,11 +243,11 @@ def run_cli(
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     root = Path(root) if root is not None else PROJECT_ROOT
-    cfg = load_config_for_cli(stack, root, stderr)
+    cfg = load_config_for_cli(stack, root, stderr, Path(stack_file) if stack_file is not None else None)
     if cfg is None:
         return EXIT_BAD_CONFIG
 
-    stack_file = f"Pulumi.{stack}.yaml"
+    stack_file = str(stack_file) if stack_file is not None else f"Pulumi.{stack}.yaml"
     stdout.write(f"Preflight of {cfg.project}/{cfg.stack}, region {cfg.region}\n")
     first = offline_checks(cfg, stack_file)  # before any AWS call: they show without credentials too
     for r in first:
