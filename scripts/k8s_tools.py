@@ -47,9 +47,9 @@ def unpack(wheel: Path, dest: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(
-        description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 2)[2]
-    ).parse_args(argv or [])
+    argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 2)[2]).parse_args(
+        argv or []
+    )
     if (
         STAMP.exists()
         and STAMP.read_text().strip() == K8S_TOOLS_PACKAGE

@@ -107,6 +107,17 @@ def dev_plan_command(tmp_path_factory: pytest.TempPathFactory) -> PlanCommand:
     return PlanCommand(code, stdout.getvalue(), stderr.getvalue(), folder)
 
 
+@pytest.fixture(scope="session")
+def dev_plan_verbose() -> PlanCommand:
+    """`python -m infra plan --stack dev --verbose` (no --out), run once in-process: the detail behind
+    the summary (per-type counts, the Helm releases by kind, the queue table, ...)."""
+    from infra import plan as plan_mod
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code = plan_mod.run_cli("dev", None, stdout=stdout, stderr=stderr, verbose=True)
+    return PlanCommand(code, stdout.getvalue(), stderr.getvalue(), Path())
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _shared_plans_stay_unchanged() -> Iterator[None]:
     yield

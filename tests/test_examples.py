@@ -169,7 +169,7 @@ def _minimal(ex: Example) -> None:
     assert template["gputraining/autoscale"] == "true"
     assert [o["metadata"]["name"] for o in ex.objects("ClusterQueue")] == ["gpu"]
     assert ex.object("MPIJob", "nccl-p4d", "training")["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu"
-    assert re.search(r"nccl-p4d .*\n .*admitted at once", ex.stdout)
+    assert re.search(r"^  nccl-p4d .* gpu: admitted at once ", ex.stdout, re.M)  # its line of the GPU jobs table
 
 
 def _teams(ex: Example) -> None:
@@ -270,7 +270,7 @@ def _sagemaker_hybrid(ex: Example) -> None:
         assert not [
             o for o in ex.plan.kubernetes_objects() if o["metadata"].get("labels", {}).get("gputraining/job") == sm.name
         ]
-    assert "not counted: SageMaker training jobs" in ex.stdout
+    assert re.search(r"^  not counted [^\n]*(\n    [^\n]*)*SageMaker training jobs", ex.stdout, re.M)
 
 
 def _all_job_kinds(ex: Example) -> None:

@@ -19,9 +19,9 @@ from tests.helpers import ROOT, cfg_of, dev_values, minimal_values, nccl_job
 RELEASE_LINE = re.compile(r"^  Helm release (\S+) installs (\d+): (.*)$")
 
 
-def test_one_line_per_helm_release_with_counts_by_kind(dev_plan_command, dev_plan):
-    assert dev_plan_command.code == 0, dev_plan_command.stderr
-    lines = [m for line in dev_plan_command.stdout.splitlines() if (m := RELEASE_LINE.match(line))]
+def test_one_line_per_helm_release_with_counts_by_kind(dev_plan_command, dev_plan_verbose, dev_plan):
+    assert dev_plan_verbose.code == 0, dev_plan_verbose.stderr
+    lines = [m for line in dev_plan_verbose.stdout.splitlines() if (m := RELEASE_LINE.match(line))]
     releases = [r.inputs["name"] for r in dev_plan.records if r.type == RELEASE]
     assert [m.group(1) for m in lines] == releases
     docs = [
@@ -49,7 +49,7 @@ def _table_lines(text: str, job: str) -> list[str]:
     return lines[i:end]
 
 
-def test_a_job_the_queue_holds_back_says_it_is_intended(dev_plan_command):
+def test_a_job_the_queue_holds_back_says_it_is_intended(dev_plan_verbose):
     plan = queues.plan_for(cfg_of(dev_values()))
     assert plan is not None
     admissions = plan.admissions()
@@ -57,13 +57,13 @@ def test_a_job_the_queue_holds_back_says_it_is_intended(dev_plan_command):
     assert waiting, "the dev stack queues one of its jobs behind another"
     for a in waiting:
         ahead = [x.demand.job for x in admissions if x.at_once and x.demand.flavor == a.demand.flavor]
-        rows = _table_lines(dev_plan_command.stdout, a.demand.job)
+        rows = _table_lines(dev_plan_verbose.stdout, a.demand.job)
         intended = [r for r in rows if r.strip().startswith("intended:")]
         assert len(intended) == 1, rows
         assert all(job in intended[0] for job in ahead), (ahead, intended)
 
 
-def test_an_admitted_job_on_a_group_at_zero_says_the_autoscaler_grows_it(dev_plan_command):
+def test_an_admitted_job_on_a_group_at_zero_says_the_autoscaler_grows_it(dev_plan_verbose):
     cfg = cfg_of(dev_values())
     plan = queues.plan_for(cfg)
     assert plan is not None
@@ -74,7 +74,7 @@ def test_an_admitted_job_on_a_group_at_zero_says_the_autoscaler_grows_it(dev_pla
         if not (a.at_once and f.autoscaled and f.first_nodes == 0):
             continue
         nodes = -(-a.demand.total[GPU] // f.per_node[GPU])
-        rows = _table_lines(dev_plan_command.stdout, a.demand.job)
+        rows = _table_lines(dev_plan_verbose.stdout, a.demand.job)
         assert any(f"grows group {f.name} from 0 to the {nodes} node" in r for r in rows), rows
         checked += 1
     assert checked, "the dev stack's groups start at zero"
@@ -99,16 +99,42 @@ def test_the_teardown_lines_name_what_the_plan_protects_and_retains(prod_plan, d
     retained = [r.name for r in custom if r.options.get("retainOnDelete")]
     refused = [r.name for r in prod_plan.records if r.inputs.get("deletionProtection") is True]
     assert protected and retained and refused, "prod protects its data stores, keeps the FSx key, and EKS refuses"
-    lines = {line.split(" (", 1)[0].strip(): line for line in text.splitlines()[1:]}
-    for kind, names in (("protected", protected), ("deletion protection on at AWS", refused), ("retained", retained)):
+    first, *rest = text.splitlines()
+    # While anything is protected destroy deletes nothing: the first line says so, and no count of deletes.
+    assert first.startswith(f"Tear-down (`pulumi destroy`): deletes nothing while {len(protected)} resources are")
+    assert [n.split(" (")[0] for n in first.split("naming each): ", 1)[1].split(", ")] == protected, first
+    assert rest[0] == (
+        f"  once they are unprotected it deletes {len(custom) - len(retained)} of the {len(custom)} "
+        "cloud/Kubernetes resources; it stops at or leaves:"
+    )
+    lines = {line.split(" (", 1)[0].strip(): line for line in rest[1:]}
+    for kind, names in (("deletion protection on at AWS", refused), ("retained", retained)):
         assert [n.split(" (")[0] for n in lines[kind].split("): ", 1)[1].split(", ")] == names, lines[kind]
-    kept = len(set(protected) | set(retained) | {n for n in refused if n in {r.name for r in custom}})
-    assert text.startswith(f"Tear-down (`pulumi destroy`): deletes {len(custom) - kept} cloud/Kubernetes resources")
     dev_custom = sum(1 for r in dev_plan.records if r.custom)
     assert teardown.describe(dev_plan.records) == (
         f"Tear-down (`pulumi destroy`): deletes all {dev_custom} cloud/Kubernetes resources; none protected or "
         "retained\n"
     )
+
+
+def test_without_protection_the_teardown_counts_what_it_deletes(prod_plan):
+    """Break the rule once: prod's records with protect off give a count on the first line."""
+    import dataclasses
+
+    from infra import teardown
+
+    unprotected = [
+        dataclasses.replace(r, options={k: v for k, v in r.options.items() if k != "protect"})
+        for r in prod_plan.records
+    ]
+    custom = [r for r in unprotected if r.custom]
+    retained = [r for r in custom if r.options.get("retainOnDelete")]
+    first = teardown.describe(unprotected).splitlines()[0]
+    assert first == (
+        f"Tear-down (`pulumi destroy`): deletes {len(custom) - len(retained)} of the {len(custom)} cloud/Kubernetes "
+        "resources; it stops at or leaves:"
+    )
+    assert "nothing" not in teardown.describe(unprotected)
 
 
 def test_plan_help_and_the_readme_name_every_file_the_plan_writes(dev_plan_command, capsys):
@@ -141,10 +167,10 @@ def test_the_readme_environment_table_gives_each_group_its_capacity_type():
             )
 
 
-def test_the_queue_table_in_the_job_reference_is_the_dev_plans(dev_plan_command):
+def test_the_queue_table_in_the_job_reference_is_the_dev_plans(dev_plan_verbose):
     text = (ROOT / "docs" / "jobs.md").read_text()
     start = text.index("    Queues (Kueue")
     block = [line[4:] for line in text[start:].split("\n\n", 1)[0].splitlines()]
-    printed = dev_plan_command.stdout.splitlines()
+    printed = dev_plan_verbose.stdout.splitlines()
     at = printed.index(block[0])
     assert printed[at : at + len(block)] == block

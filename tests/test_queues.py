@@ -373,9 +373,9 @@ def test_the_dev_p4d_jobs_each_fit_alone_but_are_never_admitted_together(dev_pla
         assert alone[0].at_once, d.job
 
 
-def test_the_queue_table_is_in_the_plan_output(dev_plan_command):
-    assert dev_plan_command.code == 0, dev_plan_command.stderr
-    text = dev_plan_command.stdout
+def test_the_queue_table_is_in_the_plan_output(dev_plan_verbose):
+    assert dev_plan_verbose.code == 0, dev_plan_verbose.stderr
+    text = dev_plan_verbose.stdout
     assert f"Queues (Kueue {versions.KUEUE_VERSION}" in text
     assert "ClusterQueue gpu (shared; LocalQueues training/gpu)" in text
     assert "nccl-p4d" in text and "admitted at once" in text

@@ -41,7 +41,11 @@ def test_bootstrap_says_each_step_once_and_nothing_when_done(tmp_path):
 
     first = _bootstrap(project, python)
     steps = first.stderr.splitlines()
-    assert [s.split(" ", 2)[:2] for s in steps] == [["set-up:", "creating"], ["set-up:", "installing"], ["set-up:", ".venv"]]
+    assert [s.split(" ", 2)[:2] for s in steps] == [
+        ["set-up:", "creating"],
+        ["set-up:", "installing"],
+        ["set-up:", ".venv"],
+    ]
     assert steps[2].startswith("set-up: .venv ready (") and steps[2].endswith(" s)"), steps
     assert "Python 3.99.0" in steps[0] and first.stdout == ""
     assert "-r requirements-dev.txt" in (project / "calls.log").read_text()
