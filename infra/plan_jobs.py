@@ -22,7 +22,7 @@ from stacks.config.job_entries import sagemaker_jobs
 
 _OPERATOR_KINDS = frozenset(k.kind for k in operators.KINDS)
 _HEAD = "GPU jobs"
-_COLUMNS = ("kind", "sent as", "runs on", "nodes x GPUs", "queue", "hang/checkpoints")
+_COLUMNS = ("kind", "sent as", "runs on", "nodes x GPUs", "queue", "hang, checkpoints")
 _WIDTHS = (16, 11, 15, 12, 26)
 
 
@@ -34,7 +34,7 @@ class JobRow:
     runs_on: str  # the node group, or the ml. instance type
     size: str  # "2 x 8": nodes x GPUs a node ("1-2 x 8" for an elastic job)
     queue: str  # "gpu: admitted at once", "gpu: waits for nccl-p4d", "-" (no queue)
-    resilience: str  # "on / on", "off / off", "n/a / n/a"
+    resilience: str  # hang detection, checkpoints: "on, on", "off, off", "n/a, n/a"
 
 
 def gpu_jobs(cfg: stack_config.StackConfig) -> list[GpuJob]:
@@ -88,7 +88,7 @@ def rows(cfg: stack_config.StackConfig, records: Sequence[offline.Record]) -> li
         sm = on_sagemaker.get(j.name)
         if sm is not None:
             size = f"{sm.instance_count} x {sm.gpus_per_instance}"
-            row = JobRow(j.name, j.kind, "SageMaker", sm.instance_type, size, "-", f"{hang}/{saved}")
+            row = JobRow(j.name, j.kind, "SageMaker", sm.instance_type, size, "-", f"{hang}, {saved}")
         else:
             obj = objects.get(j.name, {})
             queue = ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
@@ -96,7 +96,9 @@ def rows(cfg: stack_config.StackConfig, records: Sequence[offline.Record]) -> li
             gpus = group.instance.gpus if group is not None else "?"
             verdict = f"{queue}: {waits.get(j.name, 'queued')}" if queue else "-"
             size = f"{_nodes(j)} x {gpus}"
-            row = JobRow(j.name, j.kind, str(obj.get("kind", "?")), str(j.node_group), size, verdict, f"{hang}/{saved}")
+            row = JobRow(
+                j.name, j.kind, str(obj.get("kind", "?")), str(j.node_group), size, verdict, f"{hang}, {saved}"
+            )
         out.append(row)
     return out
 

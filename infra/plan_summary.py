@@ -176,7 +176,10 @@ def release_line(name: str, objects: list[str]) -> str:
 
 def _short(omitted: str) -> str:
     """An excluded cost by its name: "EFS storage: what is stored (...)" -> "EFS storage"."""
-    return re.sub(r" \([^()]*\)", "", omitted).split(":", 1)[0]
+    text = omitted
+    while (shorter := re.sub(r" ?\([^()]*\)", "", text)) != text:  # the innermost parentheses first
+        text = shorter
+    return text.split(":", 1)[0]
 
 
 def cost_lines(cfg: stack_config.StackConfig, verbose: bool = False) -> list[str]:

@@ -165,9 +165,9 @@ def test_a_tampered_chart_is_refused(tmp_path):
     assert verified(chart, ROOT) == chart.file
 
 
-def test_the_plan_command_writes_what_the_releases_install(dev_plan_command):
+def test_the_plan_command_writes_what_the_releases_install(dev_plan_command, dev_plan_verbose):
     assert dev_plan_command.code == 0
-    out = dev_plan_command.stdout
+    out = dev_plan_verbose.stdout  # (one line per release with --verbose)
     assert (
         "Helm release nvidia-device-plugin installs" in out
         and "aws-efa-k8s-device-plugin installs 1: 1 DaemonSet" in out
