@@ -16,6 +16,8 @@ EOF
 esac
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+.venv/bin/python -c "import torch, etcd" 2>/dev/null ||
+  echo "set-up: installing requirements-integration.txt (PyTorch CPU, etcd, python-etcd) into .venv (pip; several minutes the first time)..." >&2
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-integration.txt
 # sagemaker-training builds a C extension, so it is not installed: the test reads its pure-Python source
 # from the sdist (its TOOLKIT_VERSION must match), downloaded and unpacked once.
@@ -23,6 +25,7 @@ smt_version=5.1.4
 smt_sha256=4b6147670ccee4b14cbd86dbfdf416fcfffe486b3ef7ac8d1caf6bc361386121  # PyPI sdist of 5.1.4
 smt=.tools/sagemaker-training
 if [ ! -f "$smt/sagemaker_training-$smt_version/PKG-INFO" ]; then
+  echo "set-up: fetching the source of sagemaker-training $smt_version into $smt (pip download)" >&2
   mkdir -p "$smt"
   .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: -d "$smt" "sagemaker-training==$smt_version"
   echo "$smt_sha256  $smt/sagemaker_training-$smt_version.tar.gz" | sha256sum -c --quiet
