@@ -193,7 +193,7 @@ def _section(text: str, heading: re.Pattern[str]) -> str:
 
 def _field_table(kind: str) -> dict[str, tuple[str, str]]:
     """field alias -> (default cell, meaning cell) of the table in the kind's section."""
-    section = _section(DOC_TEXT, re.compile(rf"^### `{re.escape(kind)}`"))
+    section = _section(DOC_TEXT, re.compile(rf"^#+ `{re.escape(kind)}`"))
     rows: dict[str, tuple[str, str]] = {}
     for line in section.splitlines():
         if not line.startswith("|"):
@@ -238,7 +238,7 @@ def test_the_field_table_of_each_kind_lists_every_field_with_its_default(kind):
 
 def _sagemaker_table() -> dict[str, tuple[str, str]]:
     """field alias -> (default cell, meaning cell) of the `sagemaker` fields table."""
-    section = _section(DOC_TEXT, re.compile(r"^### `sagemaker` fields"))
+    section = _section(DOC_TEXT, re.compile(r"^#+ `sagemaker` fields"))
     rows: dict[str, tuple[str, str]] = {}
     for line in section.splitlines():
         cells = _cells(line) if line.startswith("|") else []
