@@ -50,6 +50,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import machine
+
 ROOT = Path(__file__).resolve().parent.parent
 # The target (issue 25): the plan with renders, cache warm, at most this many times floor*.
 PLAN_TARGET = 2.0
@@ -275,6 +277,7 @@ def main() -> int:
         f"load average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in load_before)}; after: "
         f"{', '.join(f'{x:.2f}' for x in load_after)} ({os.cpu_count()} CPUs)"
     )
+    print(machine.describe())  # cores, CPU model and load now (scripts/machine.py)
     later = found["plans"][1:]
     print(
         f"in-process: importing the program and SDKs {found['import']:.2f} s, first plan {found['plans'][0]:.2f} s"

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import machine
+
 ROOT = Path(__file__).resolve().parent.parent
 DURATION = re.compile(r"^\s*([\d.]+)s (setup|call|teardown)\s+(tests/[^:]+)::")
 SUMMARY = re.compile(r"^=*\s*(\d+ passed.*?) in [\d.]+s", re.MULTILINE)
@@ -124,6 +126,7 @@ def main() -> int:
         f"{verdict(second, SECOND_RUN_TARGET)}"
     )
     print(f"load average (1, 5, 15 min) before: {load_before}; after: {load()} ({os.cpu_count()} CPUs)")
+    print(machine.describe())  # cores, CPU model and load now (scripts/machine.py)
     return 0
 
 

@@ -350,10 +350,23 @@ def replicas(cr: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# docs/jobs.md's examples (tests/test_docs.py)
+# The job reference's examples (docs/jobs*.md and the pages after it; tests/test_docs.py)
 # ---------------------------------------------------------------------------------------------
 
-JOBS_DOC = ROOT / "docs" / "jobs.md"
+# The job reference's pages (mkdocs.yml's "Tasks"), read as one text: the examples and field tables may sit on any.
+JOB_DOCS = [
+    ROOT / "docs" / name
+    for name in (
+        "jobs.md",
+        "jobs-training.md",
+        "jobs-tools.md",
+        "sagemaker.md",
+        "queues.md",
+        "topology.md",
+        "hangs-and-resume.md",
+        "watching-jobs.md",
+    )
+]
 # ```yaml fences, also indented ones (inside list items); the closing fence has the same indent.
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)```yaml[ \t]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
 JOBS_MARKER = "- name:"
@@ -364,14 +377,14 @@ def yaml_blocks(text: str) -> list[str]:
     return [textwrap.dedent(m.group("body")) for m in _FENCE.finditer(text)]
 
 
-DOC_TEXT = JOBS_DOC.read_text()
+DOC_TEXT = "\n".join(p.read_text() for p in JOB_DOCS)
 JOB_BLOCKS: list[list[dict[str, Any]]] = [load_yaml(b) for b in yaml_blocks(DOC_TEXT) if b.startswith(JOBS_MARKER)]
 ALL_JOBS: list[dict[str, Any]] = [job for block in JOB_BLOCKS for job in block]
 
 
 def _doc_groups() -> list[dict[str, Any]]:
     found = [load_yaml(b)[GROUPS_MARKER[:-1]] for b in yaml_blocks(DOC_TEXT) if b.startswith(GROUPS_MARKER)]
-    assert len(found) == 1, f"docs/jobs.md needs exactly one ```yaml block starting with {GROUPS_MARKER!r}"
+    assert len(found) == 1, f"the job pages need exactly one ```yaml block starting with {GROUPS_MARKER!r}"
     return found[0]
 
 

@@ -1,6 +1,7 @@
 """The docs stay true to the code.
 
-docs/jobs.md: every ```yaml block whose first line starts with ``- name:`` is a list of jobs exactly as
+The job pages (docs/jobs.md and the pages it leads to, tests/helpers.py JOB_DOCS, read as one text): every
+```yaml block whose first line starts with ``- name:`` is a list of jobs exactly as
 it appears under ``gpu-training:jobs:``. Each such block must pass the config validator on its own, and
 all of them together must produce, in one offline plan, the objects their kinds emit. The block that
 starts with ``gpu-training:gpuNodeGroups:`` holds the node groups the examples assume. The per-kind
@@ -38,12 +39,12 @@ def _block_id(block: list[dict[str, Any]]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# docs/jobs.md: the examples
+# The job pages: the examples
 # ---------------------------------------------------------------------------------------------
 
 
 def test_the_docs_have_job_examples_of_every_kind_with_unique_names():
-    assert JOB_BLOCKS, f"no ```yaml block starting with {JOBS_MARKER!r} in docs/jobs.md"
+    assert JOB_BLOCKS, f"no ```yaml block starting with {JOBS_MARKER!r} on the job pages"
     assert all(isinstance(b, list) and all(isinstance(j, dict) for j in b) for b in JOB_BLOCKS)
     assert {j.get("kind") for j in ALL_JOBS} == set(J.JOB_KINDS)
     names = [j.get("name") for j in ALL_JOBS]
@@ -60,7 +61,7 @@ def test_each_example_is_accepted_by_the_config_validator(block):
     try:
         cfg = C.load(values_with(block), PROJECT, "docs")
     except C.ConfigError as err:
-        pytest.fail(f"docs/jobs.md example {_block_id(block)} is rejected:\n{err}")
+        pytest.fail(f"job page example {_block_id(block)} is rejected:\n{err}")
     assert [j.name for j in cfg.jobs] == [j["name"] for j in block]
 
 
@@ -168,7 +169,7 @@ def test_gpu_examples_get_the_groups_gpus(examples_plan):
 
 
 # ---------------------------------------------------------------------------------------------
-# docs/jobs.md: the field tables
+# The job pages: the field tables
 # ---------------------------------------------------------------------------------------------
 
 
@@ -193,7 +194,7 @@ def _section(text: str, heading: re.Pattern[str]) -> str:
 
 def _field_table(kind: str) -> dict[str, tuple[str, str]]:
     """field alias -> (default cell, meaning cell) of the table in the kind's section."""
-    section = _section(DOC_TEXT, re.compile(rf"^### `{re.escape(kind)}`"))
+    section = _section(DOC_TEXT, re.compile(rf"^#+ `{re.escape(kind)}`"))
     rows: dict[str, tuple[str, str]] = {}
     for line in section.splitlines():
         if not line.startswith("|"):
@@ -238,7 +239,7 @@ def test_the_field_table_of_each_kind_lists_every_field_with_its_default(kind):
 
 def _sagemaker_table() -> dict[str, tuple[str, str]]:
     """field alias -> (default cell, meaning cell) of the `sagemaker` fields table."""
-    section = _section(DOC_TEXT, re.compile(r"^### `sagemaker` fields"))
+    section = _section(DOC_TEXT, re.compile(r"^#+ `sagemaker` fields"))
     rows: dict[str, tuple[str, str]] = {}
     for line in section.splitlines():
         cells = _cells(line) if line.startswith("|") else []

@@ -168,7 +168,7 @@ def test_the_readme_environment_table_gives_each_group_its_capacity_type():
 
 
 def test_the_queue_table_in_the_job_reference_is_the_dev_plans(dev_plan_verbose):
-    text = (ROOT / "docs" / "jobs.md").read_text()
+    text = (ROOT / "docs" / "queues.md").read_text()
     start = text.index("    Queues (Kueue")
     block = [line[4:] for line in text[start:].split("\n\n", 1)[0].splitlines()]
     printed = dev_plan_verbose.stdout.splitlines()

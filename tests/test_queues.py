@@ -651,7 +651,7 @@ def test_the_gpu_catalog_fits_in_a_flavor():
 
 
 def test_the_documented_teams_example_is_valid_and_the_documented_error_is_the_real_one():
-    doc = (ROOT / "docs/jobs.md").read_text()
+    doc = (ROOT / "docs/queues.md").read_text()
     blocks = re.findall(r"^```yaml\n(gpu-training:queues:\n.*?)^```", doc, re.M | re.S)
     assert len(blocks) == 1
     example = yaml.safe_load(blocks[0])["gpu-training:queues"]

@@ -1,6 +1,7 @@
-"""docs/walkthroughs.md runs as written: each walkthrough's commands run for real, in a copy of the
+"""docs/walkthroughs.md runs as written: each walkthrough's commands run for real, in a fresh copy of the
 project, and print at least the lines the walkthrough shows, in that order. The test reads the same
-blocks the reader does, so the two cannot drift apart.
+blocks the reader does, so the two cannot drift apart. The ```console blocks of every other page of docs/
+run the same way, each page in a fresh copy of its own.
 
 The blocks, in the order they appear under each ``## `` heading:
 
@@ -13,12 +14,14 @@ The blocks, in the order they appear under each ``## `` heading:
   that entry, any other is added at the end; any other value replaces the file's.
 - any other block (```` ```sh ````: needs AWS or a cluster) is not run.
 
-"Before you start" runs once, in a first copy; each walkthrough runs its own blocks in a copy of that one
-(what the set-up wrote included), as a reader who did the set-up goes on to any of them."""
+"Before you start" and each walkthrough run in a fresh copy of the project each, no walkthrough after another:
+each starts from a fresh copy of the dev stack's file, as its first command says, and must leave no file behind
+that the copy did not have (its last command removes what it wrote)."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -33,6 +36,8 @@ from stacks.config.stackfile import load_yaml
 from tests.helpers import ROOT
 
 DOC = ROOT / "docs" / "walkthroughs.md"
+# Every other page whose ```console blocks run: all of docs/ (a page without one has nothing to run).
+PAGES = sorted(p for p in (ROOT / "docs").glob("*.md") if p != DOC)
 SETUP = "Before you start"
 REVIEW = "Review a change"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
@@ -176,26 +181,30 @@ def run_and_match(steps: list[Step], proj: Path, home: Path, cache: Path) -> Non
             assert unmatched(step.shown, printed) == [], f"$ {step.line}\n--- printed:\n{printed}"
 
 
-@pytest.fixture(scope="session")
-def set_up_project(tmp_path_factory: pytest.TempPathFactory, plan_cache: Path) -> Path:
-    """The project after "Before you start", run (and its output matched) once: every walkthrough starts
-    from a copy of it, as a reader who did the set-up once goes on to any of them."""
+def files_of(proj: Path) -> set[str]:
+    """The files and folders of a project copy, as a reader's ``git status`` would see them: links not followed,
+    Python's and the plan's caches (ignored by git) left out."""
+    out = set()
+    for folder, dirs, files in os.walk(proj):
+        dirs[:] = [d for d in dirs if d not in ("__pycache__", ".cache")]
+        rel = Path(folder).relative_to(proj)
+        out |= {str(rel / name) for name in [*dirs, *files]}
+    return out
+
+
+def walk(steps: list[Step], tmp_path: Path, cache: Path) -> None:
+    """``steps`` in a fresh copy of the project; nothing may be left behind."""
     set_up()
-    tmp = tmp_path_factory.mktemp("walkthrough-set-up")
-    proj, home = project_copy(tmp), tmp / "home"
+    proj, home = project_copy(tmp_path), tmp_path / "home"
     home.mkdir()
-    run_and_match(sections(DOC.read_text())[SETUP], proj, home, plan_cache)
-    return proj
-
-
-def walk(title: str, tmp_path: Path, cache: Path, set_up_project: Path) -> None:
-    proj, home = tmp_path / "project", tmp_path / "home"
-    shutil.copytree(set_up_project, proj, symlinks=True)
-    home.mkdir()
-    run_and_match(sections(DOC.read_text())[title], proj, home, cache)
+    before = files_of(proj)
+    run_and_match(steps, proj, home, cache)
+    after = files_of(proj)
+    assert (sorted(after - before), sorted(before - after)) == ([], []), "left behind (or removed)"
 
 
 TITLES = [t for t in sections(DOC.read_text()) if t not in (SETUP, REVIEW)]
+FRESH = "cp Pulumi.dev.yaml Pulumi.mine.yaml"
 
 
 def test_the_walkthroughs_are_there_and_run_commands():
@@ -205,14 +214,41 @@ def test_the_walkthroughs_are_there_and_run_commands():
         assert any(isinstance(s, Command) and s.shown for s in found[title]), title
 
 
+@pytest.mark.parametrize("title", [SETUP, *TITLES, REVIEW])
+def test_each_walkthrough_starts_from_a_fresh_copy_of_dev(title):
+    """Its first step copies the dev stack's file over ``mine``: no walkthrough builds on another's edits."""
+    first = sections(DOC.read_text())[title][0]
+    assert isinstance(first, Command) and first.line == FRESH, title
+
+
+def test_set_up(tmp_path, plan_cache):
+    walk(sections(DOC.read_text())[SETUP], tmp_path, plan_cache)
+
+
 @pytest.mark.parametrize("title", TITLES)
-def test_walkthrough(title, tmp_path, plan_cache, set_up_project):
-    walk(title, tmp_path, plan_cache, set_up_project)
+def test_walkthrough(title, tmp_path, plan_cache):
+    walk(sections(DOC.read_text())[title], tmp_path, plan_cache)
 
 
-def test_review_walkthrough(tmp_path, plan_cache, set_up_project):
-    """Runs `python -m infra diff` (issue 26, item 7)."""
-    walk(REVIEW, tmp_path, plan_cache, set_up_project)
+def test_review_walkthrough(tmp_path, plan_cache):
+    """Runs `python -m infra diff`."""
+    walk(sections(DOC.read_text())[REVIEW], tmp_path, plan_cache)
+
+
+def page_commands(page: Path) -> list[Step]:
+    """Every ```console block of a page, in order, as one list of steps."""
+    return [c for m in FENCE.finditer(page.read_text()) if m.group(1) == "console" for c in commands(m.group(2))]
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if page_commands(p)], ids=lambda p: p.name)
+def test_the_commands_of_each_page(page, tmp_path, plan_cache):
+    walk(page_commands(page), tmp_path, plan_cache)
+
+
+def test_a_file_left_behind_fails(tmp_path, plan_cache):
+    """The clean-up rule fires: a walkthrough that writes a file and does not remove it fails."""
+    with pytest.raises(AssertionError, match="left behind"):
+        walk([Command("touch Pulumi.mine.yaml", ())], tmp_path, plan_cache)
 
 
 def test_the_matching_rules():
