@@ -12,7 +12,7 @@ import re
 
 from facts import aws_names, catalog, instance_types
 from facts.catalog import CAPACITY_BLOCK_DRAIN, CAPACITY_BLOCK_DRAIN_TEXT
-from facts.kube import GPU_TAINT
+from facts.kube import BURN_IN_TAINT, GPU_TAINT
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
 from stacks.config.models import (
@@ -59,6 +59,9 @@ def _check_system(s: SystemNodeGroupConfig, problems: list[Problem]) -> None:
         )
 
 
+_UTC_EXAMPLE = "2026-10-08T11:30:00Z"
+
+
 def _aware(when: datetime.datetime | None) -> bool:
     return when is None or (when.tzinfo is not None and when.utcoffset() is not None)
 
@@ -69,6 +72,8 @@ def _check_capacity(
     """Capacity Blocks: a type EC2 sells them for, and a consistent `capacity` section (window, offering, purchase)."""
     block = g.capacity_type == "capacity-block"
     _check_block_type(k, g, it, block, problems)
+    if block:
+        _check_block_instances(k, g, problems)
     c = g.capacity
     if c is None:
         return
@@ -81,6 +86,7 @@ def _check_capacity(
         )
         return
     _check_capacity_time_zones(k, c, problems)
+    _check_block_end(k, c, problems)
     _check_capacity_window(k, g, c, problems)
     o = c.offering
     if o is None:
@@ -105,8 +111,31 @@ def _check_block_type(
         )
 
 
+def _check_block_instances(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
+    """A capacity-block group runs on one block, which holds at most 64 instances ("Each Capacity Block
+    can have up to 64 instances", EC2 User Guide, "Find and purchase Capacity Blocks";
+    aws_names.CAPACITY_BLOCK_INSTANCES_MAX), whether the config names it by reservation id or by offering:
+    past that the group's scheduled size launches instances the block does not have."""
+    top = aws_names.CAPACITY_BLOCK_INSTANCES_MAX
+    if g.max_size <= top:
+        return
+    how = (
+        "the instance count of the block capacity.offering looks for"
+        if g.capacity is not None and g.capacity.offering is not None
+        else "the size the group scales to on its block"
+    )
+    problems.append(
+        Problem(
+            f"{k}.maxSize",
+            f"{g.max_size} is {how}, and a Capacity Block holds at most {top} instances (EC2 User Guide); use maxSize "
+            f"{top} or less (a second group with a block of its own for more)",
+        )
+    )
+
+
 def _check_capacity_time_zones(k: str, c: CapacityConfig, problems: list[Problem]) -> None:
-    """Every time of the `capacity` section carries its time zone."""
+    """Every time of the `capacity` section is written in UTC, as preflight shows it: a time without
+    a zone is no moment at all, and one in another zone is easily taken for local time."""
     o = c.offering
     for key, when in (
         ("start", c.start),
@@ -114,14 +143,40 @@ def _check_capacity_time_zones(k: str, c: CapacityConfig, problems: list[Problem
         ("offering.earliestStart", o and o.earliest_start),
         ("offering.latestEnd", o and o.latest_end),
     ):
-        if when and not _aware(when):
+        if not when:
+            continue
+        why = "has no time zone" if not _aware(when) else "is not in UTC" if when.utcoffset() else None
+        if why:
             problems.append(
                 Problem(
                     f"{k}.capacity.{key}",
-                    f"{when.isoformat()} has no time zone; write it in UTC like 2026-10-01T11:30:00Z, as preflight "
-                    "shows it",
+                    f"{when.isoformat()} {why}; write it in UTC like {_UTC_EXAMPLE}, as preflight shows it",
                 )
             )
+
+
+def _utc(when: datetime.datetime | None) -> bool:
+    """A time given in UTC (other times are refused by _check_capacity_time_zones)."""
+    return when is not None and _aware(when) and not when.utcoffset()
+
+
+def _check_block_end(k: str, c: CapacityConfig, problems: list[Problem]) -> None:
+    """`end` is a time a Capacity Block ends at: every block ends at 11:30 UTC ("All Capacity Blocks
+    end at 11:30AM UTC", EC2 User Guide, "Find and purchase Capacity Blocks"). Another end, such as
+    the block's end written in local time as if it were UTC, or a date whose time is left at 00:00,
+    keeps the group up hours after EC2 took the instances back, or scales it down hours early."""
+    if not _utc(c.end):
+        return
+    assert c.end is not None
+    if c.end.time() != aws_names.CAPACITY_BLOCK_END_UTC:
+        problems.append(
+            Problem(
+                f"{k}.capacity.end",
+                f"{c.end.isoformat()} is not a Capacity Block end time: every block ends at "
+                f"{aws_names.CAPACITY_BLOCK_END_UTC:%H:%M} UTC (EC2 User Guide); give the block's end as preflight "
+                f"shows it, like {c.end:%Y-%m-%d}T{aws_names.CAPACITY_BLOCK_END_UTC:%H:%M:%S}Z",
+            )
+        )
 
 
 def _check_capacity_window(k: str, g: GpuNodeGroupConfig, c: CapacityConfig, problems: list[Problem]) -> None:
@@ -157,24 +212,40 @@ def _check_capacity_window(k: str, g: GpuNodeGroupConfig, c: CapacityConfig, pro
 
 
 def _check_offering(k: str, o: CapacityOfferingConfig, problems: list[Problem]) -> None:
-    """The offering searched for: a range that ends after it starts, and an offering id of EC2's form."""
-    if (
-        o.latest_end is not None
-        and _aware(o.latest_end)
-        and _aware(o.earliest_start)
-        and o.latest_end <= o.earliest_start
-    ):
+    """The offering searched for: a range a block fits in, and an offering id of EC2's form."""
+    _check_offering_range(k, o, problems)
+    if o.offering_id is not None and not re.fullmatch(r"cb-[0-9a-z]{8,32}", o.offering_id):
+        problems.append(
+            Problem(
+                f"{k}.capacity.offering.offeringId",
+                f"{_fmt(o.offering_id)} is not a Capacity Block offering id like cb-0123456789abcdefg",
+            )
+        )
+
+
+def _check_offering_range(k: str, o: CapacityOfferingConfig, problems: list[Problem]) -> None:
+    """earliestStart..latestEnd holds a block of durationHours: a shorter range matches no offering
+    (EC2 looks for blocks that start and end inside it, DescribeCapacityBlockOfferings)."""
+    if not (_utc(o.latest_end) and _utc(o.earliest_start)):
+        return
+    assert o.latest_end is not None
+    span = o.latest_end - o.earliest_start
+    if span <= datetime.timedelta(0):
         problems.append(
             Problem(
                 f"{k}.capacity.offering.latestEnd",
                 f"{o.latest_end.isoformat()} is not after earliestStart {o.earliest_start.isoformat()}",
             )
         )
-    if o.offering_id is not None and not re.fullmatch(r"cb-[0-9a-z]{8,32}", o.offering_id):
+    elif span < datetime.timedelta(hours=o.duration_hours):
         problems.append(
             Problem(
-                f"{k}.capacity.offering.offeringId",
-                f"{_fmt(o.offering_id)} is not a Capacity Block offering id like cb-0123456789abcdefg",
+                f"{k}.capacity.offering.latestEnd",
+                f"{o.latest_end.isoformat()} is {span.total_seconds() / 3600:g} hours after earliestStart "
+                f"{o.earliest_start.isoformat()}, less than durationHours {o.duration_hours}: no block of that length "
+                "fits in the range; move latestEnd to "
+                f"{(o.earliest_start + datetime.timedelta(hours=o.duration_hours)).isoformat()} or later, or leave it "
+                "out",
             )
         )
 
@@ -206,21 +277,12 @@ def _check_purchase(
 
 
 def _check_offering_size(k: str, g: GpuNodeGroupConfig, o: CapacityOfferingConfig, problems: list[Problem]) -> None:
-    """A block EC2 sells: its length (aws_names.CAPACITY_BLOCK_HOURS) and its instance count, the group's maxSize."""
+    """A block length EC2 sells (aws_names.CAPACITY_BLOCK_HOURS)."""
     why = aws_names.capacity_block_duration_problem(o.duration_hours)
     if why:
         problems.append(
             Problem(
                 f"{k}.capacity.offering.durationHours", f"{o.duration_hours} hours is not a length EC2 sells: {why}"
-            )
-        )
-    if g.max_size > aws_names.CAPACITY_BLOCK_INSTANCES_MAX:
-        problems.append(
-            Problem(
-                f"{k}.maxSize",
-                f"{g.max_size} is the instance count of the block capacity.offering looks for, and a Capacity Block "
-                f"holds at most {aws_names.CAPACITY_BLOCK_INSTANCES_MAX} instances; use maxSize "
-                f"{aws_names.CAPACITY_BLOCK_INSTANCES_MAX} or less (a second group with a block of its own for more)",
             )
         )
 
@@ -239,7 +301,8 @@ def _reserved_label(key: str) -> bool:
     return any(domain == d or domain.endswith("." + d) for d in RESERVED_LABEL_DOMAINS)
 
 
-def _check_gpu_groups(groups: list[GpuNodeGroupConfig | None], problems: list[Problem]) -> None:
+def _check_gpu_groups(groups: list[GpuNodeGroupConfig | None], burn_in: bool, problems: list[Problem]) -> None:
+    """Every GPU group's checks; ``burn_in``: the stack's burnIn.enabled (a group's burnIn overrides it)."""
     base = f"{NAMESPACE}:gpuNodeGroups"
     seen: dict[str, int] = {}
     for i, g in enumerate(groups):
@@ -257,6 +320,7 @@ def _check_gpu_groups(groups: list[GpuNodeGroupConfig | None], problems: list[Pr
         _check_placement_group(k, g, problems)
         _check_labels(k, g, problems)
         _check_taints(k, g, problems)
+        _check_taint_count(k, g, burn_in if g.burn_in is None else g.burn_in, problems)
 
 
 def _check_group_name(k: str, i: int, g: GpuNodeGroupConfig, seen: dict[str, int], problems: list[Problem]) -> None:
@@ -382,16 +446,28 @@ def _check_labels(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> Non
             problems.append(Problem(f"{k}.labels.{lk}", f"{_fmt(lv)} is not a valid Kubernetes label value"))
 
 
-def _check_taints(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
-    # EKS takes at most 50 taints per node group, and the GPU taint is one of them.
-    if len(g.taints) > aws_names.EKS_NODEGROUP_TAINTS_MAX - 1:
+def stack_taints(burn_in: bool) -> list[dict[str, str]]:
+    """The taints the stack puts on a GPU group's nodes besides the config's ``taints``: the GPU taint
+    (components/node_group.py) and, with burn-in, its startup taint (stacks/environment.py)."""
+    return [GPU_TAINT, *([BURN_IN_TAINT] if burn_in else [])]
+
+
+def _check_taint_count(k: str, g: GpuNodeGroupConfig, burn_in: bool, problems: list[Problem]) -> None:
+    """EKS takes at most 50 taints per node group (aws_names.EKS_NODEGROUP_TAINTS_MAX), the stack's own among them."""
+    ours = stack_taints(burn_in)
+    room = aws_names.EKS_NODEGROUP_TAINTS_MAX - len(ours)
+    if len(g.taints) > room:
+        named = " and ".join(t["key"] for t in ours)
         problems.append(
             Problem(
                 f"{k}.taints",
                 f"{len(g.taints)} taints are too many: EKS allows {aws_names.EKS_NODEGROUP_TAINTS_MAX} per node group "
-                f"and the GPU taint is one; at most {aws_names.EKS_NODEGROUP_TAINTS_MAX - 1}",
+                f"and the stack adds {len(ours)} ({named}); at most {room}",
             )
         )
+
+
+def _check_taints(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
     taint_at: dict[tuple[str, str], int] = {}
     for j, t in enumerate(g.taints):
         if (t.key, t.effect) in taint_at:
