@@ -45,7 +45,7 @@ _TORCHRUN = {spelling: dest for dest, spellings in TORCHRUN_OPTIONS.items() for 
 MPIRUN_LABELS = {
     "processes": "process count (-np)",
     "hosts": "hosts (--host, --hostfile)",
-    "per node": "processes per node (--npernode, --map-by ppr:N:node)",
+    "per node": "processes per node (--npernode)",
 }
 
 

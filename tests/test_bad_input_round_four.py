@@ -34,7 +34,8 @@ from tests.helpers import JOBS_KEY as KEY
 from tests.helpers import load_values as load
 from tests.helpers import parse_job_list as parse
 
-GROUP = f"{NS}:gpuNodeGroups[0]"
+GROUP = f"{NS}:gpuNodeGroups[h100]"  # block_group
+P4D = f"{NS}:gpuNodeGroups[p4d]"  # minimal_values
 PROGRESS = {"logPattern": "step \\d+"}
 
 
@@ -142,7 +143,7 @@ def test_the_documented_window_still_loads():
 )
 def test_a_heartbeat_on_a_read_only_mount_is_refused(over, where):
     specs, problems = parse([elastic_job(**over)])
-    assert [p.key for p in problems] == [f"{KEY}[0].progress.heartbeatFile"], problems
+    assert [p.key for p in problems] == [f"{KEY}[imagenet].progress.heartbeatFile"], problems
     assert where in problems[0].message and over["progress"]["heartbeatFile"] in problems[0].message
     assert "'/tmp/heartbeat'" in problems[0].message
 
@@ -166,7 +167,7 @@ def test_the_taint_count_counts_the_burn_in_taint():
     values = minimal_values()
     values[f"{NS}:queues"] = {"enabled": False}  # (with queues, Kueue's flavor takes at most 7)
     values[f"{NS}:gpuNodeGroups"][0]["taints"] = taints(49)
-    message = the_problem(values, f"{GROUP}.taints")
+    message = the_problem(values, f"{P4D}.taints")
     assert "49 taints are too many" in message and "the stack adds 2" in message and "at most 48" in message
     values[f"{NS}:gpuNodeGroups"][0]["taints"] = taints(48)
     load(values)
@@ -178,7 +179,7 @@ def test_without_burn_in_a_group_takes_49_taints():
     values[f"{NS}:gpuNodeGroups"][0].update(taints=taints(49), burnIn=False)
     load(values)
     values[f"{NS}:gpuNodeGroups"][0]["taints"] = taints(50)
-    assert "at most 49" in the_problem(values, f"{GROUP}.taints")
+    assert "at most 49" in the_problem(values, f"{P4D}.taints")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,7 +197,7 @@ def test_without_burn_in_a_group_takes_49_taints():
 )
 def test_a_derived_env_name_is_refused(over, name, value):
     problems = parse([elastic_job(**over, env={name: "7"})])[1]
-    assert [p.key for p in problems] == [f"{KEY}[0].env.{name}"], problems
+    assert [p.key for p in problems] == [f"{KEY}[imagenet].env.{name}"], problems
     assert value in problems[0].message and "remove it" in problems[0].message
 
 
@@ -211,7 +212,7 @@ def test_every_derived_name_of_the_built_job_is_refused():
     assert len(derived) >= 3
     for name in derived:
         raw = elastic_job(checkpoints={"volume": "fsx"}, rendezvous="c10d", env={name: "x"})
-        assert [p.key for p in parse([raw])[1]] == [f"{KEY}[0].env.{name}"]
+        assert [p.key for p in parse([raw])[1]] == [f"{KEY}[imagenet].env.{name}"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +239,7 @@ def test_a_job_flag_written_yes_is_refused(tmp_path, monkeypatch):
     values = copy.deepcopy(minimal_values())
     values[KEY] = [elastic_job(enabled="yes")]
     stderr = plan_refuses(values, tmp_path, monkeypatch)
-    assert f"{KEY}[0].enabled: 'yes' is not allowed" in stderr
+    assert f"{KEY}[imagenet].enabled: 'yes' is not allowed" in stderr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,7 +269,7 @@ def mpi_job(**over: Any) -> dict[str, Any]:
 )
 def test_a_ppr_mapping_in_mpirun_args_is_refused(args, shown, value):
     problems = parse([mpi_job(mpirunArgs=args)])[1]
-    assert [p.key for p in problems] == [f"{KEY}[0].mpirunArgs[0]"], problems
+    assert [p.key for p in problems] == [f"{KEY}[maskrcnn].mpirunArgs[0]"], problems
     assert shown in problems[0].message and value in problems[0].message
     assert "derives: 8 (slotsPerWorker" in problems[0].message
 
@@ -288,7 +289,7 @@ def test_other_mappings_are_the_jobs():
 )
 def test_mpirun_inside_an_mpi_jobs_command_is_refused(command, at):
     problems = parse([mpi_job(command=command)])[1]
-    assert [p.key for p in problems] == [f"{KEY}[0].command[{at}]"], problems
+    assert [p.key for p in problems] == [f"{KEY}[maskrcnn].command[{at}]"], problems
     assert "every rank would start another mpirun" in problems[0].message and "mpirunArgs" in problems[0].message
 
 
@@ -312,7 +313,7 @@ def test_mpirun_inside_an_mpi_jobs_command_is_refused(command, at):
 )
 def test_torchrun_behind_interpreter_flags_or_in_a_shell_is_found(command, at, shown):
     problems = parse([elastic_job(command=command)])[1]
-    assert [p.key for p in problems] == [f"{KEY}[0].command[{at}]"], problems
+    assert [p.key for p in problems] == [f"{KEY}[imagenet].command[{at}]"], problems
     assert shown in problems[0].message and "which the stack derives" in problems[0].message
 
 
@@ -335,3 +336,40 @@ def test_the_guard_goes_after_torchrun_behind_interpreter_flags():
     command, args = spec.worker_line()
     assert command[:4] == ["python", "-u", "-m", "torch.distributed.run"] and command[4].endswith("progress_guard.py")
     assert args == ["t.py"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 35: entries named by their names, by position only while they have no valid one
+# ---------------------------------------------------------------------------------------------
+
+
+def test_problems_name_jobs_groups_and_teams_by_their_names():
+    values = minimal_values()
+    values[f"{NS}:gpuNodeGroups"][0]["maxSize"] = 0
+    values[f"{NS}:queues"] = {"teams": [{"name": "vision", "quotas": [{"nodeGroup": "p4d", "nodes": "x"}]}]}
+    values[KEY] = [elastic_job(name="bert-large", env={"A B": "1"}), elastic_job(name="gpt", nodeGroup="nope")]
+    keys = {p.key for p in problems_of(values)}
+    assert f"{NS}:gpuNodeGroups[p4d].maxSize" in keys
+    assert f"{NS}:queues.teams[vision].quotas[0].nodes" in keys
+    assert f"{KEY}[bert-large].env.A B" in keys and f"{KEY}[gpt].nodeGroup" in keys
+    assert not [k for k in keys if "[0]." in k and "quotas" not in k], keys
+
+
+def test_an_entry_without_a_valid_unique_name_is_named_by_position():
+    values = minimal_values()
+    values[KEY] = [
+        {"kind": "mpi", "name": "Bad Name"},
+        elastic_job(name="twin", image="x:latest"),
+        elastic_job(name="twin", image="y:latest"),
+        {"kind": "mpi"},
+    ]
+    keys = {p.key for p in problems_of(values)}
+    assert {f"{KEY}[0].image", f"{KEY}[1].image", f"{KEY}[2].image", f"{KEY}[2].name", f"{KEY}[3].name"} <= keys
+    assert not [k for k in keys if "twin" in k or "Bad Name" in k]
+
+
+def test_the_plan_names_the_entry(tmp_path, monkeypatch):
+    values = minimal_values()
+    values[KEY] = [elastic_job(name="bert-large", env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}, rendezvous="c10d")]
+    stderr = plan_refuses(values, tmp_path, monkeypatch)
+    assert f"{KEY}[bert-large].env.TORCH_DISABLE_SHARE_RDZV_TCP_STORE: is set by the stack" in stderr
