@@ -8,6 +8,7 @@ compares."""
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import re
 
@@ -279,6 +280,9 @@ def example_account(text: str) -> str | None:
 CAPACITY_BLOCK_DAYS = tuple(range(1, 15)) + tuple(range(21, 183, 7))
 CAPACITY_BLOCK_HOURS = tuple(24 * days for days in CAPACITY_BLOCK_DAYS)
 CAPACITY_BLOCK_INSTANCES_MAX = 64
+# "All Capacity Blocks end at 11:30AM UTC" (EC2 User Guide, "Find and purchase Capacity Blocks"); a
+# block's start is the start of its offering, which may be any time on the day it is bought.
+CAPACITY_BLOCK_END_UTC = datetime.time(11, 30)
 
 
 def capacity_block_duration_problem(hours: int) -> str | None:

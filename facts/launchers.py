@@ -30,6 +30,13 @@ MPIRUN_OPTIONS: dict[str, tuple[str, ...]] = {
     "per node": ("-N", "-npernode", "--npernode", "-pernode", "--pernode"),
 }
 MPIRUN_FLAGS = ("-pernode", "--pernode")
+# The mapping policy, -map-by/--map-by (the same table): ``ppr:N:node`` (N processes per node; ppr:N:socket
+# and the other objects likewise per object) places the processes itself, against the slots the stack
+# gives each node (slotsPerWorker); the stack's own mapping is ``--map-by slot``.
+MPIRUN_MAP_BY = ("-map-by", "--map-by")
+MPIRUN_PPR = "ppr"
+# The names mpirun is started by: Open MPI's mpirun, mpiexec and orterun (links to one program).
+MPIRUN_NAMES = ("mpirun", "mpiexec", "orterun")
 
 # torchrun (torch.distributed.run; torch.distributed.launch parses with the same table): every option
 # of its argument parser, get_args_parser() in torch 2.13.0 (the version the integration tests run;
@@ -73,6 +80,12 @@ TORCHRUN_OPTIONS: dict[str, tuple[str, ...]] = {
 TORCHRUN_FLAGS = frozenset({"help", "standalone", "module", "no_python", "run_path", "virtual_local_rank"})
 # The modules ``python -m`` starts torchrun as.
 TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+# CPython's own options before ``-m`` (python(1), 3.10-3.13): the ones that take a value (``-W arg``,
+# ``-X opt``, also written joined: ``-Xfaulthandler``), and the one-letter flags, which combine (``-uB``).
+PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+PYTHON_FLAG_LETTERS = frozenset("bBdEhiIOPqRsSuvVx")
+# Shells whose ``-c SCRIPT`` (also combined, ``-lc``, ``-ec``) runs a command line written as one string.
+SHELLS = ("bash", "sh", "dash", "zsh", "ksh")
 
 # The torchrun options the training operator (v1.9.4) sets for an elastic PyTorchJob, as PET_*
 # variables (pkg/controller.v1/pytorch/envvar.go and elastic.go; restated in

@@ -23,6 +23,40 @@ _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _NOTE = re.compile(r" \(non-ASCII: [^()]*\)")
 
 
+# The config's lists whose entries have names (`name`): a problem about such an entry names it by its
+# name, `gpu-training:jobs[bert-large].env`, as the user knows it; by its position, `jobs[1]`, only
+# while it has no valid name of its own (none, not text, not a DNS-1035 label, or one another entry has
+# too).
+# Each with the longest name it takes (a GPU group's name is part of the names EKS and EC2 give it).
+NAMED_LISTS = {"gpuNodeGroups": 32, "teams": 63, "jobs": 63}
+# A valid name: a DNS-1035 label, what job names must be (and group and team names are, but for a
+# leading digit), so a name shown in a key is never one of the mistakes the key is about.
+_ENTRY_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def entry_keys(base: str, names: list[Any]) -> list[str]:
+    """The key of each entry of the named list at ``base``, given each entry's ``name`` as written
+    (None where it has none): ``base[name]``, or ``base[position]`` (see NAMED_LISTS)."""
+    counts: dict[str, int] = {}
+    for name in names:
+        if isinstance(name, str):
+            counts[name] = counts.get(name, 0) + 1
+    longest = NAMED_LISTS.get(re.split(r"[:.]", base)[-1], 63)
+    return [
+        f"{base}[{name}]"
+        if isinstance(name, str) and len(name) <= longest and _ENTRY_NAME.fullmatch(name) and counts[name] == 1
+        else f"{base}[{i}]"
+        for i, name in enumerate(names)
+    ]
+
+
+def entry_names(raw: Any) -> list[Any]:
+    """Each entry's ``name`` of a list as written (None for an entry without one); [] for no list."""
+    if not isinstance(raw, list):
+        return []
+    return [entry.get("name") if isinstance(entry, dict) else None for entry in raw]
+
+
 class Problem:
     """One config problem: the key it is about, and what is wrong."""
 

@@ -52,12 +52,20 @@ def _scalar_kind(annotation: Any) -> str | None:
     return None
 
 
+# The text a flag key reads as a flag: what `pulumi config set` writes, and all that Pulumi's own
+# Config.get_bool takes (pulumi 3.272.0 sdk/python/lib/pulumi/config.py, _get_bool: "true", "True",
+# "false", "False"). pydantic's lax mode would also read yes/no/on/off/y/n/1/0 as flags, which a stack
+# file (YAML 1.2, docs/config.md "How stack files are read") hands over as text.
+FLAG_TEXTS = ("true", "True", "false", "False")
+
+
 def numbers_and_flags_apart(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
     """A ``mode="before"`` check for every field of a config model: a boolean is not a number and a
     number is not a flag. pydantic's lax mode would read ``ttlSecondsAfterFinished: false`` as 0 (the
     job deleted the moment it ends, the opposite of what was meant), ``nodes: true`` as 1 and
     ``enabled: 0`` as false. Text is still read as its number or flag (``"3"``, ``"true"``): it is
-    what ``pulumi config set`` writes for a scalar."""
+    what ``pulumi config set`` writes for a scalar; but a flag takes only the texts of FLAG_TEXTS,
+    not ``yes`` or ``on``."""
     field = model.model_fields.get(info.field_name or "")
     kind = _scalar_kind(field.annotation) if field is not None else None
     if kind == "number" and isinstance(value, bool):
@@ -67,6 +75,11 @@ def numbers_and_flags_apart(model: type[BaseModel], value: Any, info: Validation
         )
     if kind == "flag" and isinstance(value, (int, float)) and not isinstance(value, bool):
         raise PydanticCustomError("number_is_not_a_flag", "a number is not a flag: write true or false")
+    if kind == "flag" and isinstance(value, str) and value not in FLAG_TEXTS:
+        raise PydanticCustomError(
+            "text_is_not_a_flag",
+            "text is not a flag: write true or false (a stack file is YAML 1.2, where yes, no, on and off are text)",
+        )
     return value
 
 
@@ -194,7 +207,26 @@ class JobBase(SpecModel):
         """Checks of the job on its own (run for disabled jobs too)."""
         spec_checks.check_name(self.name, self.pod_hostnames(), f"{key}.name", problems)
         spec_checks.check_image(self.image, f"{key}.image", problems)
-        spec_checks.check_env(self.env, self.secret_env, dict(self.RESERVED_ENV), key, problems)
+        spec_checks.check_env(self.env, self.secret_env, self.reserved_env(), key, problems)
+
+    def derived_env(self) -> dict[str, str]:
+        """Env the kind's builder gives the job's containers besides the EFA settings (``jobs/pod.py``:
+        derived values win over the job's own); none here."""
+        return {}
+
+    def reserved_env(self) -> dict[str, str]:
+        """Every env name the job may not set, with the reason: the kind's RESERVED_ENV and each name of
+        ``derived_env`` (on EKS; the SageMaker runtime builds no pods): set in ``env``, the stack's value
+        would replace the job's without a word."""
+        reserved = dict(self.RESERVED_ENV)
+        if getattr(self, "runtime", "eks") == "eks":
+            for name, value in self.derived_env().items():
+                reserved.setdefault(
+                    name,
+                    f"is set by the stack for this job, to {spec_checks.fmt(value)}, and the stack's value wins over "
+                    "the job's",
+                )
+        return reserved
 
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
         """Checks against the rest of the stack (enabled jobs only)."""

@@ -16,12 +16,19 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from facts.launchers import (
     MPIRUN_FLAGS,
+    MPIRUN_MAP_BY,
+    MPIRUN_NAMES,
     MPIRUN_OPTIONS,
+    MPIRUN_PPR,
+    PYTHON_FLAG_LETTERS,
+    PYTHON_OPTIONS_WITH_VALUE,
+    SHELLS,
     TORCHRUN_DERIVED,
     TORCHRUN_FLAGS,
     TORCHRUN_MODULES,
@@ -31,6 +38,7 @@ from facts.problems import Problem
 from facts.problems import fmt as fmt
 
 _PYTHON = re.compile(r"python(3(\.\d+)?)?")
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _MPIRUN = {spelling: what for what, spellings in MPIRUN_OPTIONS.items() for spelling in spellings}
 _TORCHRUN = {spelling: dest for dest, spellings in TORCHRUN_OPTIONS.items() for spelling in spellings}
 # How a message names each derived option.
@@ -62,10 +70,14 @@ class Written:
 
 
 def mpirun_options(args: Sequence[str]) -> list[Written]:
-    """The mpirun options of ``args`` (``mpirunArgs``: options only) that set what MPIRUN_OPTIONS lists."""
+    """The mpirun options of ``args`` (``mpirunArgs``: options only) that set what MPIRUN_OPTIONS lists,
+    and a mapping of N processes per node or other object (``--map-by ppr:N:node``): per node too."""
     found = []
     for i, arg in enumerate(args):
         name, eq, value = arg.partition("=")
+        if name in MPIRUN_MAP_BY:
+            found += _ppr_mapping(args, i, value if eq else None)
+            continue
         what = _MPIRUN.get(name)
         if what is None:
             continue
@@ -76,19 +88,120 @@ def mpirun_options(args: Sequence[str]) -> list[Written]:
     return found
 
 
+def _ppr_mapping(args: Sequence[str], i: int, joined: str | None) -> list[Written]:
+    """``--map-by ppr:N:OBJECT`` at ``args[i]`` (the policy after '=' or as the next argument) as a
+    per-node option: its value N where the object is a node, else the whole policy."""
+    policy = joined if joined is not None else (args[i + 1] if i + 1 < len(args) else "")
+    parts = policy.split(":")
+    if parts[0].lower() != MPIRUN_PPR:
+        return []
+    text = args[i] if joined is not None else f"{args[i]} {policy}"
+    per_node = len(parts) >= 3 and parts[2].lower() == "node"
+    return [Written(i, text, "per node", parts[1] if per_node and len(parts) > 1 else policy)]
+
+
+def _python_module_at(line: Sequence[str]) -> tuple[str, int] | None:
+    """``(module, where its arguments start)`` when ``line`` is ``python [options] -m module ...``
+    (CPython's options before -m: facts.launchers.PYTHON_*), else None."""
+    if not line or not _PYTHON.fullmatch(posixpath.basename(line[0])):
+        return None
+    i = 1
+    while i < len(line):
+        arg = line[i]
+        if arg == "-m":
+            return (line[i + 1], i + 2) if i + 1 < len(line) else None
+        if arg.startswith("-m") and not arg.startswith("--"):
+            return arg[2:], i + 1
+        if arg in PYTHON_OPTIONS_WITH_VALUE:
+            i += 2
+        elif _python_option(arg):
+            i += 1
+        else:
+            return None
+    return None
+
+
+def _python_option(arg: str) -> bool:
+    """A CPython option in one argument: a value joined to its option (``-Xfaulthandler``), or flags (``-uB``)."""
+    if arg[:2] in PYTHON_OPTIONS_WITH_VALUE or arg.startswith("--check-hash-based-pycs="):
+        return True
+    return arg.startswith("-") and not arg.startswith("--") and len(arg) > 1 and set(arg[1:]) <= PYTHON_FLAG_LETTERS
+
+
 def torchrun_start(line: Sequence[str]) -> int | None:
     """Where torchrun's own options start in ``line`` (command + args): after ``torchrun`` or
-    ``python -m torch.distributed.run``; None when the line starts no torchrun."""
+    ``python [-u -O -X ...] -m torch.distributed.run`` (or ``.launch``); None when the line starts no
+    torchrun."""
     if line and posixpath.basename(line[0]) == "torchrun":
         return 1
-    if (
-        len(line) >= 3
-        and _PYTHON.fullmatch(posixpath.basename(line[0]))
-        and line[1] == "-m"
-        and line[2] in TORCHRUN_MODULES
-    ):
-        return 3
+    module = _python_module_at(line)
+    if module is not None and module[0] in TORCHRUN_MODULES:
+        return module[1]
     return None
+
+
+def shell_script_at(line: Sequence[str]) -> int | None:
+    """Where the script of ``sh -c SCRIPT`` (bash, dash, ...; ``-c`` also among other flags, ``-lc``) is
+    in ``line``, or None when the line runs no shell script."""
+    if not line or posixpath.basename(line[0]) not in SHELLS:
+        return None
+    for i in range(1, len(line)):
+        arg = line[i]
+        if not arg.startswith("-") or arg.startswith("--") or arg == "-":
+            return None
+        if "c" in arg[1:]:
+            return i + 1 if i + 1 < len(line) else None
+    return None
+
+
+def script_commands(script: str) -> list[list[str]]:
+    """The simple commands of a shell script (split on ; & | and newlines), each without the variable
+    assignments and ``exec`` in front of it; none where the script is not shell words (an open quote)."""
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=";&|()\n")
+    lexer.whitespace = " \t"
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:
+        return []
+    commands: list[list[str]] = [[]]
+    for word in words:
+        if word and set(word) <= set(";&|()\n"):
+            commands.append([])
+        elif commands[-1] or not (_ASSIGNMENT.match(word) or word in ("exec", "env")):
+            commands[-1].append(word)
+    return [c for c in commands if c]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A launcher started by a job's command line: by the line itself (``script_at`` None), or by a
+    command of the shell script at ``script_at`` (``bash -c "torchrun ..."``)."""
+
+    script_at: int | None
+    line: list[str]
+    start: int
+
+
+def launches(line: Sequence[str], start_of: Callable[[Sequence[str]], int | None]) -> list[Launch]:
+    """Every launcher ``start_of`` finds in ``line``: the line itself, or the commands of its shell script."""
+    start = start_of(line)
+    if start is not None:
+        return [Launch(None, list(line), start)]
+    at = shell_script_at(line)
+    if at is None:
+        return []
+    found = []
+    for command in script_commands(line[at]):
+        inner = start_of(command)
+        if inner is not None:
+            found.append(Launch(at, command, inner))
+    return found
+
+
+def mpirun_start(line: Sequence[str]) -> int | None:
+    """1 when ``line`` starts mpirun (mpiexec, orterun; by any path), else None."""
+    return 1 if line and posixpath.basename(line[0]) in MPIRUN_NAMES else None
 
 
 def _torchrun_dest(name: str) -> str | None:

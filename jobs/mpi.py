@@ -66,6 +66,25 @@ class MpiBase(GpuJob):
                     f"{OPEN_MPI_MPIRUN}",
                 )
             )
+        self.check_no_nested_mpirun(key, problems)
+
+    def check_no_nested_mpirun(self, key: str, problems: list[Problem]) -> None:
+        """``command`` is what mpirun runs on every rank: an mpirun in it (also in a ``bash -c`` script)
+        would start one more mpirun per rank, each starting processes of its own."""
+        line = list(self.command) + list(self.args)
+        commands = len(self.command)
+        for launch in launchers.launches(line, launchers.mpirun_start):
+            at = 0 if launch.script_at is None else launch.script_at
+            where = f"{key}.command[{at}]" if at < commands else f"{key}.args[{at - commands}]"
+            problems.append(
+                Problem(
+                    where,
+                    f"{spec_checks.fmt(' '.join(launch.line))} starts mpirun inside the job's own: the stack runs "
+                    f"command under mpirun already ({self.mpirun}, one rank per GPU), so every rank would start "
+                    "another mpirun; give only what each rank runs (like [python, train.py]) and mpirun's own options "
+                    "in mpirunArgs",
+                )
+            )
 
     def check_group(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
         super().check_group(key, problems, group)

@@ -52,8 +52,11 @@ class PaddleSpec(ResilientJob):
                 Problem(f"{key}.pservers", f"{self.pservers} is only used with mode 'ps' (mode is {self.mode!r})")
             )
 
+    def derived_env(self) -> dict[str, str]:
+        return self.resilience_env()
+
     def build(self, ctx: JobsContext) -> list[Manifest]:
-        w = pod.gpu_worker(self, ctx, self.resilience_env())
+        w = pod.gpu_worker(self, ctx, self.derived_env())
         # The training operator requires a container named "paddle" in every replica. The trainers run
         # under the progress guard when the job has progress or checkpoints (jobs/resilience.py).
         trainer = w.container("paddle", self.guard_command(list(self.command)), self.args)

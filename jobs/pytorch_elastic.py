@@ -10,7 +10,7 @@ would find the first run's closed rendezvous (``RendezvousClosedError``). The jo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -130,6 +130,12 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
                 )
             )
 
+    def read_only_mounts(self) -> list[tuple[str, str]]:
+        found = super().read_only_mounts()
+        if self.runtime == "eks" and self.rendezvous in ETCD_BACKENDS:
+            found.append((python_etcd.MOUNT, "the shipped python-etcd (a ConfigMap, mounted read-only)"))
+        return found
+
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
         if self.runtime == "eks" and self.rendezvous in ETCD_BACKENDS and not env.etcd_enabled:
             problems.append(
@@ -154,9 +160,8 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
     def _check_torchrun_options(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
         """torchrun's options in command/args against the PET_* variables the training operator
         sets (``jobs/launchers.py``)."""
-        line = self.entry_line()
-        start = launchers.torchrun_start(line)
-        if start is None:
+        found = launchers.launches(self.entry_line(), launchers.torchrun_start)
+        if not found:
             return
         gpus, it = group.instance.gpus, group.instance.name
         operator = "the training operator sets it as"
@@ -181,15 +186,24 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
                 "--standalone would rendezvous on localhost, each node alone",
             ),
         }
+        for launch in found:
+            launchers.derived_option_problems(
+                launchers.torchrun_options(launch.line, launch.start),
+                derived,
+                "torchrun",
+                launchers.torchrun_label,
+                self._key_in(key, launch.script_at),
+                problems,
+            )
+
+    def _key_in(self, key: str, script_at: int | None) -> Callable[[int], str]:
+        """The key of an option at ``at`` of command + args, or of the shell script (at ``script_at``) that holds it."""
+        return lambda at: self.line_key(key, at if script_at is None else script_at)
+
+    def line_key(self, key: str, at: int) -> str:
+        """The key of item ``at`` of command + args."""
         commands = len(self.command)
-        launchers.derived_option_problems(
-            launchers.torchrun_options(line, start),
-            derived,
-            "torchrun",
-            launchers.torchrun_label,
-            lambda at: f"{key}.command[{at}]" if at < commands else f"{key}.args[{at - commands}]",
-            problems,
-        )
+        return f"{key}.command[{at}]" if at < commands else f"{key}.args[{at - commands}]"
 
     def worker_line(self) -> tuple[list[str], list[str]]:
         """The ``pytorch`` container's command and args: the job's own, or with the progress guard
@@ -211,7 +225,7 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
             return [*head, GUARD_PATH, *guard, "-m"], list(line[at:])
         return [*line[:at], GUARD_PATH, *guard], list(line[at:])
 
-    def worker_env(self) -> dict[str, str]:
+    def derived_env(self) -> dict[str, str]:
         """Env of the workers besides the job's: the checkpoint directory, torchrun's time to stop them, and
         with c10d a rendezvous store of its own (C10D_OWN_STORE)."""
         env = self.resilience_env()
@@ -222,7 +236,7 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
         return env
 
     def build(self, ctx: JobsContext) -> list[Manifest]:
-        w = pod.gpu_worker(self, ctx, self.worker_env())
+        w = pod.gpu_worker(self, ctx, self.derived_env())
         # The training operator requires a container named "pytorch"; it sets PET_* (rendezvous,
         # nnodes min:max, nproc per node, max restarts) for torchrun / torch.distributed.run.
         command, args = self.worker_line()

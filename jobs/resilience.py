@@ -83,6 +83,11 @@ class Checkpoints(SpecModel):
 class ResilientJob(GpuJob):
     """A GPU kind whose workers can run under the progress guard."""
 
+    RESERVED_ENV = {
+        **GpuJob.RESERVED_ENV,
+        **{name: f"is not allowed: {name} {why}" for name, why in RESERVED_ENV.items()},
+    }
+
     progress: Progress | None = Field(None, description="hang detection (docs/jobs.md, 'Hangs and resume')")
     checkpoints: Checkpoints | None = Field(
         None, description="a checkpoint directory and resume (docs/jobs.md, 'Hangs and resume')"
@@ -100,6 +105,17 @@ class ResilientJob(GpuJob):
     def resilience_env(self) -> dict[str, str]:
         """Env of the workers: the checkpoint directory."""
         return {CHECKPOINT_DIR_ENV: self.checkpoints.mount_path} if self.checkpoints is not None else {}
+
+    def read_only_mounts(self) -> list[tuple[str, str]]:
+        """Where the worker container cannot write, with what is mounted there: the guard's own folder
+        (a ConfigMap, mounted read-only by ``equip``) and the volumes the job mounts ``readOnly``."""
+        found = [(GUARD_DIR, "the progress guard's folder (its ConfigMap, mounted read-only)")]
+        found += [
+            (v.mount_path, f"volumes[{j}] ({v.name}, mounted with readOnly: true)")
+            for j, v in enumerate(self.volumes)
+            if v.read_only
+        ]
+        return found
 
     def guard_options(self) -> list[str]:
         out: list[str] = []
@@ -142,7 +158,7 @@ class ResilientJob(GpuJob):
         volumes = pod_spec.setdefault("volumes", [])
         mounts = container.setdefault("volumeMounts", [])
         volumes.append({"name": GUARD_VOLUME, "configMap": {"name": self.guard_config_map_name}})
-        mounts.append({"name": GUARD_VOLUME, "mountPath": GUARD_DIR, "readOnly": True})
+        mounts.append({"name": GUARD_VOLUME, "mountPath": GUARD_DIR, "readOnly": True})  # read_only_mounts
         # `kubectl describe pod` shows the guard's message (or the log's end) of a container that failed.
         container["terminationMessagePolicy"] = "FallbackToLogsOnError"
         c = self.checkpoints
@@ -157,16 +173,13 @@ class ResilientJob(GpuJob):
 
     def check(self, key: str, problems: list[Problem]) -> None:
         super().check(key, problems)
-        for name in RESERVED_ENV:
-            if name in self.env or name in self.secret_env:
-                where = "env" if name in self.env else "secretEnv"
-                problems.append(Problem(f"{key}.{where}.{name}", f"is not allowed: {name} {RESERVED_ENV[name]}"))
         runtime = getattr(self, "runtime", "eks")
         for field in ("progress", "checkpoints"):
             if getattr(self, field) is not None and runtime != "eks":
                 problems.append(Problem(f"{key}.{field}", SAGEMAKER_TEXT[field]))
         if self.progress is not None:
             check_progress(self.progress, f"{key}.progress", problems)
+            check_heartbeat_writable(self.progress, self.read_only_mounts(), f"{key}.progress", problems)
         if self.checkpoints is not None:
             check_checkpoints(self.checkpoints, f"{key}.checkpoints", problems)
             taken = [(v.mount_path, j) for j, v in enumerate(self.volumes)]
@@ -216,6 +229,28 @@ def check_progress(p: Progress, k: str, problems: list[Problem]) -> None:
             )
     for name, value in (("startupSeconds", p.startup_seconds), ("intervalSeconds", p.interval_seconds)):
         check_range(value, MIN_WINDOW, MAX_WINDOW, f"{k}.{name}", problems)
+
+
+def check_heartbeat_writable(p: Progress, read_only: list[tuple[str, str]], k: str, problems: list[Problem]) -> None:
+    """The heartbeat file is one the first rank can write: not under a read-only mount (``read_only``:
+    path, what is mounted there). The guard would never see it change and stop every worker as hung,
+    attempt after attempt."""
+    path = p.heartbeat_file
+    if path is None or not path.startswith("/"):
+        return
+    norm = posixpath.normpath(path)
+    for mount, what in read_only:
+        top = posixpath.normpath(mount) if mount.startswith("/") else mount
+        if norm == top or norm.startswith(top.rstrip("/") + "/"):
+            problems.append(
+                Problem(
+                    f"{k}.heartbeatFile",
+                    f"{spec_checks.fmt(path)} is not allowed: {top} is {what}, which the workers cannot write, so "
+                    "the guard would stop every worker as hung; give a path the job writes, like '/tmp/heartbeat' or "
+                    "one on a volume mounted read-write",
+                )
+            )
+            return
 
 
 def check_pattern(pattern: str, k: str, problems: list[Problem]) -> None:

@@ -487,7 +487,7 @@ def test_a_ninth_flavor_node_label_is_refused_at_load():
     with pytest.raises(ConfigError) as err:
         load_values(values)
     [problem] = err.value.problems
-    assert problem.key == "gpu-training:gpuNodeGroups[0].labels"
+    assert problem.key == "gpu-training:gpuNodeGroups[g0].labels"
     assert "7 labels are too many with queues" in problem.message and "9 node labels" in problem.message
     assert "resourceflavors.kueue.x-k8s.io, spec.nodeLabels) takes at most 8; use at most 6" in problem.message
     values["gpu-training:gpuNodeGroups"][0]["labels"].popitem()

@@ -108,7 +108,7 @@ def test_a_duration_ec2_sells_plans(hours):
 def test_a_duration_ec2_does_not_sell_is_refused_with_the_nearest(hours, nearest, tmp_path, monkeypatch):
     line = the_line(minimal_values(gpuNodeGroups=[offering_group(hours)]), tmp_path, monkeypatch)
     assert line.startswith(
-        f"{NS}:gpuNodeGroups[0].capacity.offering.durationHours: {hours} hours is not a length EC2 sells: "
+        f"{NS}:gpuNodeGroups[h100].capacity.offering.durationHours: {hours} hours is not a length EC2 sells: "
     )
     assert (
         "1 to 14 days (24-336 hours in steps of 24)" in line
@@ -120,7 +120,7 @@ def test_a_duration_ec2_does_not_sell_is_refused_with_the_nearest(hours, nearest
 def test_a_block_of_more_than_64_instances_is_refused(tmp_path, monkeypatch):
     line = the_line(minimal_values(gpuNodeGroups=[offering_group(48, max_size=65)]), tmp_path, monkeypatch)
     assert line.startswith(
-        f"{NS}:gpuNodeGroups[0].maxSize: 65 is the instance count of the block capacity.offering looks for"
+        f"{NS}:gpuNodeGroups[h100].maxSize: 65 is the instance count of the block capacity.offering looks for"
     )
     assert "at most 64 instances; use maxSize 64 or less" in line
 
@@ -138,7 +138,7 @@ def test_a_name_with_an_equals_sign_and_no_value_is_one_line_not_four(tmp_path, 
     # `env: {NCCL_DEBUG=INFO}` in YAML: the name NCCL_DEBUG=INFO with no value (null).
     line = the_line(minimal_values(jobs=[job_with(env={"NCCL_DEBUG=INFO": None})]), tmp_path, monkeypatch)
     assert line == (
-        f"{NS}:jobs[0].env.NCCL_DEBUG=INFO: 'NCCL_DEBUG=INFO' is not an "
+        f"{NS}:jobs[nccl].env.NCCL_DEBUG=INFO: 'NCCL_DEBUG=INFO' is not an "
         "environment variable name: a name may not contain '=' "
         "(Kubernetes refuses it: its names are printable ASCII other than '='); give "
         "the value after the colon instead: NCCL_DEBUG: INFO"
@@ -166,7 +166,7 @@ def test_each_bad_name_is_one_problem_whatever_its_value(tmp_path, monkeypatch):
     secret = {"T=1": {"secret": "s", "key": "k"}, "TOKEN": {"secret": "s", "key": "k"}}
     lines = refused(minimal_values(jobs=[job_with(env=env, secretEnv=secret)]), tmp_path, monkeypatch)
     keys = sorted(line.split(": ", 1)[0] for line in lines)
-    assert keys == sorted(f"{NS}:jobs[0].{k}" for k in ("env.A=1", "env.my.var", "env.", "secretEnv.T=1")), lines
+    assert keys == sorted(f"{NS}:jobs[nccl].{k}" for k in ("env.A=1", "env.my.var", "env.", "secretEnv.T=1")), lines
     assert all(line.count("is not an environment variable name") == 1 for line in lines)
     dotted = next(line for line in lines if "my.var" in line)
     assert (
@@ -180,9 +180,9 @@ def test_a_name_without_a_value_is_one_problem(tmp_path, monkeypatch):
         minimal_values(jobs=[job_with(env={"WANDB_MODE": None}, secretEnv={"TOKEN": None})]), tmp_path, monkeypatch
     )
     assert sorted(lines) == [
-        f"{NS}:jobs[0].env.WANDB_MODE: has no value (YAML reads `WANDB_MODE:` and `{{WANDB_MODE}}` "
+        f"{NS}:jobs[nccl].env.WANDB_MODE: has no value (YAML reads `WANDB_MODE:` and `{{WANDB_MODE}}` "
         'as null): give one, like WANDB_MODE: "1" ("" for an empty value)',
-        f"{NS}:jobs[0].secretEnv.TOKEN: has no value (YAML reads `TOKEN:` and `{{TOKEN}}` as "
+        f"{NS}:jobs[nccl].secretEnv.TOKEN: has no value (YAML reads `TOKEN:` and `{{TOKEN}}` as "
         f"null): give the Secret and its key, {{secret: <name>, key: <key>}}",
     ]
 
@@ -225,7 +225,7 @@ def elastic_values(command: list[str], args: list[str], group: str = "h100", **f
 def test_torchrun_with_more_processes_than_gpus_is_refused(tmp_path, monkeypatch):
     line = the_line(elastic_values(["torchrun", "--nproc-per-node=8"], ["/code/train.py"]), tmp_path, monkeypatch)
     assert line.startswith(
-        f"{NS}:jobs[0].command[1]: '--nproc-per-node=8' sets torchrun's "
+        f"{NS}:jobs[ddp].command[1]: '--nproc-per-node=8' sets torchrun's "
         "--nproc-per-node to 8, which the stack derives: 1 "
     )
     assert "the GPUs of one p5.4xlarge node of group 'h100'" in line and "PET_NPROC_PER_NODE" in line
@@ -234,7 +234,7 @@ def test_torchrun_with_more_processes_than_gpus_is_refused(tmp_path, monkeypatch
 
 def test_the_underscore_spelling_and_the_value_apart_are_found_in_args(tmp_path, monkeypatch):
     line = the_line(elastic_values(["torchrun"], ["--nproc_per_node", "8", "/code/train.py"]), tmp_path, monkeypatch)
-    assert line.startswith(f"{NS}:jobs[0].args[0]: '--nproc_per_node 8' sets torchrun's --nproc-per-node to 8")
+    assert line.startswith(f"{NS}:jobs[ddp].args[0]: '--nproc_per_node 8' sets torchrun's --nproc-per-node to 8")
 
 
 def test_a_value_equal_to_the_derived_one_is_refused_too(tmp_path, monkeypatch):
@@ -278,7 +278,7 @@ def test_every_option_the_operator_sets_is_refused_however_written(command, args
     with pytest.raises(stack_config.ConfigError) as err:
         stack_config.load(elastic_values(command, args), "gpu-training", "t")
     (problem,) = err.value.problems
-    assert problem.key == f"{NS}:jobs[0].{key}" and text in problem.message, problem
+    assert problem.key == f"{NS}:jobs[ddp].{key}" and text in problem.message, problem
 
 
 def test_the_scripts_own_arguments_and_other_torchrun_options_plan(tmp_path, monkeypatch):
@@ -330,14 +330,14 @@ def test_every_mpirun_spelling_of_a_derived_option_is_refused(args, written, lab
     with pytest.raises(stack_config.ConfigError) as err:
         stack_config.load(minimal_values(jobs=[mpi_job(["--bind-to", "none", *args])]), "gpu-training", "t")
     (problem,) = err.value.problems
-    assert problem.key == f"{NS}:jobs[0].mpirunArgs[2]", problem
+    assert problem.key == f"{NS}:jobs[hvd].mpirunArgs[2]", problem
     assert problem.message.startswith(f"{written!r} sets mpirun's {label}"), problem
 
 
 def test_mpirun_np_is_refused_through_the_plan_command(tmp_path, monkeypatch):
     line = the_line(minimal_values(jobs=[mpi_job(["-x", "NCCL_ALGO", "-np", "8"])]), tmp_path, monkeypatch)
     assert line.startswith(
-        f"{NS}:jobs[0].mpirunArgs[2]: '-np 8' sets mpirun's process count (-np) to 8, which the stack derives: 16 "
+        f"{NS}:jobs[hvd].mpirunArgs[2]: '-np 8' sets mpirun's process count (-np) to 8, which the stack derives: 16 "
     )
     assert "2 nodes x 8 GPUs of p4d.24xlarge: one rank per GPU" in line
 
@@ -356,7 +356,7 @@ def test_on_sagemaker_the_same_rule_names_sagemakers_launcher():
     with pytest.raises(stack_config.ConfigError) as err:
         stack_config.load(minimal_values(jobs=[job]), "gpu-training", "t")
     (problem,) = err.value.problems
-    assert problem.key == f"{NS}:jobs[0].mpirunArgs[0]" and "'--host algo-1' sets mpirun's hosts" in problem.message
+    assert problem.key == f"{NS}:jobs[hvd].mpirunArgs[0]" and "'--host algo-1' sets mpirun's hosts" in problem.message
     assert (
         "SageMaker's MPI launcher passes mpirun --host and -np for the training job's 2 instances of ml.p4d.24xlarge"
         in problem.message
@@ -503,10 +503,10 @@ def test_each_group_above_the_default_gets_its_warning():
     cfg = stack_config.load(
         minimal_values(gpuNodeGroups=groups, network={"privateSubnetPrefix": 18}), "gpu-training", "t"
     )
-    assert [p.key for p in quota_warnings(cfg)] == [f"{NS}:gpuNodeGroups[0].maxSize"]
+    assert [p.key for p in quota_warnings(cfg)] == [f"{NS}:gpuNodeGroups[a].maxSize"]
 
 
 def test_a_job_on_more_nodes_than_its_group_holds_is_refused(tmp_path, monkeypatch):
     # (there already: GpuJob.check_environment; the queue check names the same job again)
     lines = refused(minimal_values(jobs=[job_with(nodes=3)]), tmp_path, monkeypatch)
-    assert f"{NS}:jobs[0].nodes: 3 is more than node group 'p4d' can hold (maxSize 2)" in lines
+    assert f"{NS}:jobs[nccl].nodes: 3 is more than node group 'p4d' can hold (maxSize 2)" in lines

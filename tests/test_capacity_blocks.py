@@ -75,13 +75,13 @@ def test_bad_capacity_config_is_refused(change, key, words):
     group = block_group(**change)
     group = {k: v for k, v in group.items() if v is not None}
     text = problems_of(values_with(group))
-    assert f"{NS}:gpuNodeGroups[0].{key}" in text and words in text, text
+    assert f"{NS}:gpuNodeGroups[h100].{key}" in text and words in text, text
 
 
 def test_purchase_needs_the_offering_and_its_window():
     offering = {"durationHours": 24, "earliestStart": zulu(START), "purchase": True}
     text = problems_of(values_with(block_group(capacityReservationId=None, capacity={"offering": offering})))
-    assert f"{NS}:gpuNodeGroups[0].capacity.offering.purchase" in text and "missing: offeringId, start, end" in text
+    assert f"{NS}:gpuNodeGroups[h100].capacity.offering.purchase" in text and "missing: offeringId, start, end" in text
 
 
 def test_purchase_next_to_a_reservation_is_refused():

@@ -58,13 +58,13 @@ def _assert_mentions(message: str, *parts: str) -> None:
 
 
 def test_unknown_gpu_instance_type_lists_the_gpu_types():
-    msg = _only_problem(_groups(_group(name="b", instanceType="p9.96xlarge")), f"{NS}:gpuNodeGroups[1].instanceType")
+    msg = _only_problem(_groups(_group(name="b", instanceType="p9.96xlarge")), f"{NS}:gpuNodeGroups[b].instanceType")
     _assert_mentions(msg, "'p9.96xlarge'", *catalog.GPU_TYPES)
 
 
 def test_cpu_type_for_a_gpu_group_is_rejected():
     msg = _only_problem(
-        minimal_values(gpuNodeGroups=[_group(instanceType="c5.2xlarge")]), f"{NS}:gpuNodeGroups[0].instanceType"
+        minimal_values(gpuNodeGroups=[_group(instanceType="c5.2xlarge")]), f"{NS}:gpuNodeGroups[g].instanceType"
     )
     _assert_mentions(msg, "'c5.2xlarge'", "GPU", P4D)
 
@@ -83,7 +83,7 @@ def test_gpu_type_for_the_system_group_is_rejected():
 
 def test_efa_asked_for_on_a_type_without_efa():
     msg = _only_problem(
-        minimal_values(gpuNodeGroups=[_group(instanceType="p3.8xlarge", efa=True)]), f"{NS}:gpuNodeGroups[0].efa"
+        minimal_values(gpuNodeGroups=[_group(instanceType="p3.8xlarge", efa=True)]), f"{NS}:gpuNodeGroups[g].efa"
     )
     _assert_mentions(msg, "true", "p3.8xlarge", "no EFA")
     allowed = msg.split("EFA types are", 1)[1]
@@ -104,7 +104,7 @@ def test_efa_false_on_a_type_without_efa_is_fine():
 
 def test_gpu_group_min_greater_than_max():
     msg = _only_problem(
-        _groups(_group(name="b", minSize=3, desiredSize=3, maxSize=2)), f"{NS}:gpuNodeGroups[1].minSize"
+        _groups(_group(name="b", minSize=3, desiredSize=3, maxSize=2)), f"{NS}:gpuNodeGroups[b].minSize"
     )
     _assert_mentions(msg, "3", "maxSize 2")
 
@@ -119,7 +119,7 @@ def test_system_group_min_greater_than_max():
 @pytest.mark.parametrize("desired", [5, 0])
 def test_gpu_group_desired_outside_min_max(desired):
     msg = _only_problem(
-        _groups(_group(name="b", minSize=1, desiredSize=desired, maxSize=3)), f"{NS}:gpuNodeGroups[1].desiredSize"
+        _groups(_group(name="b", minSize=1, desiredSize=desired, maxSize=3)), f"{NS}:gpuNodeGroups[b].desiredSize"
     )
     _assert_mentions(msg, str(desired), "1..3")
 
@@ -267,39 +267,39 @@ def test_missing_node_group_name_is_required():
 
 def test_capacity_block_without_reservation_id():
     values = _groups(_group(name="b", instanceType="p5.48xlarge", capacityType="capacity-block"))
-    msg = _only_problem(values, f"{NS}:gpuNodeGroups[1].capacityReservationId")
+    msg = _only_problem(values, f"{NS}:gpuNodeGroups[b].capacityReservationId")
     _assert_mentions(msg, "required", "capacity-block", "cr-")
 
 
 @pytest.mark.parametrize("rid", ["cr-XYZ", "0123456789abcdef0", "cr-0123456789abcdef0123"])
 def test_bad_capacity_reservation_id(rid):
     values = minimal_values(gpuNodeGroups=[_group(capacityType="capacity-block", capacityReservationId=rid)])
-    msg = _only_problem(values, f"{NS}:gpuNodeGroups[0].capacityReservationId")
+    msg = _only_problem(values, f"{NS}:gpuNodeGroups[g].capacityReservationId")
     _assert_mentions(msg, repr(rid), "cr-0123456789abcdef0")
 
 
 def test_reservation_with_spot_is_rejected():
     values = minimal_values(gpuNodeGroups=[_group(capacityType="spot", capacityReservationId=RESERVATION)])
-    msg = _only_problem(values, f"{NS}:gpuNodeGroups[0].capacityReservationId")
+    msg = _only_problem(values, f"{NS}:gpuNodeGroups[g].capacityReservationId")
     _assert_mentions(msg, "spot")
 
 
 def test_unknown_capacity_type_names_the_choices():
     msg = _only_problem(
-        minimal_values(gpuNodeGroups=[_group(capacityType="reserved")]), f"{NS}:gpuNodeGroups[0].capacityType"
+        minimal_values(gpuNodeGroups=[_group(capacityType="reserved")]), f"{NS}:gpuNodeGroups[g].capacityType"
     )
     _assert_mentions(msg, "'reserved'", "on-demand", "spot", "capacity-block")
 
 
 def test_existing_placement_group_without_name():
     values = minimal_values(gpuNodeGroups=[_group(placementGroup={"mode": "existing"})])
-    msg = _only_problem(values, f"{NS}:gpuNodeGroups[0].placementGroup.name")
+    msg = _only_problem(values, f"{NS}:gpuNodeGroups[g].placementGroup.name")
     _assert_mentions(msg, "required", "existing")
 
 
 def test_placement_group_name_without_existing_mode():
     values = minimal_values(gpuNodeGroups=[_group(placementGroup={"mode": "none", "name": "team-pg"})])
-    msg = _only_problem(values, f"{NS}:gpuNodeGroups[0].placementGroup.name")
+    msg = _only_problem(values, f"{NS}:gpuNodeGroups[g].placementGroup.name")
     _assert_mentions(msg, "'team-pg'", "existing", "'none'")
 
 
@@ -307,25 +307,25 @@ def test_create_placement_group_with_a_reservation():
     values = minimal_values(
         gpuNodeGroups=[_group(capacityReservationId=RESERVATION, placementGroup={"mode": "create"})]
     )
-    msg = _only_problem(values, f"{NS}:gpuNodeGroups[0].placementGroup.mode")
+    msg = _only_problem(values, f"{NS}:gpuNodeGroups[g].placementGroup.mode")
     _assert_mentions(msg, "'create'", "reservation", "'none'", "'existing'")
 
 
 @pytest.mark.parametrize("label", ["kubernetes.io/role", "k8s.io/x", "eks.amazonaws.com/nodegroup", "-bad", "a/b/c"])
 def test_invalid_label_keys(label):
     values = minimal_values(gpuNodeGroups=[_group(labels={"team": "vision", label: "x"})])
-    msg = _only_problem(values, f"{NS}:gpuNodeGroups[0].labels.{label}")
+    msg = _only_problem(values, f"{NS}:gpuNodeGroups[g].labels.{label}")
     _assert_mentions(msg, repr(label), "label key", "kubernetes.io")
 
 
 def test_label_key_under_a_kubernetes_io_subdomain_is_rejected():
     values = minimal_values(gpuNodeGroups=[_group(labels={"node-role.kubernetes.io/gpu": "true"})])
-    _only_problem(values, f"{NS}:gpuNodeGroups[0].labels.node-role.kubernetes.io/gpu")
+    _only_problem(values, f"{NS}:gpuNodeGroups[g].labels.node-role.kubernetes.io/gpu")
 
 
 def test_invalid_label_value():
     values = minimal_values(gpuNodeGroups=[_group(labels={"team": "vision team!"})])
-    msg = _only_problem(values, f"{NS}:gpuNodeGroups[0].labels.team")
+    msg = _only_problem(values, f"{NS}:gpuNodeGroups[g].labels.team")
     _assert_mentions(msg, "'vision team!'", "label value")
 
 
@@ -333,13 +333,13 @@ def test_taint_on_nvidia_gpu_is_rejected():
     values = _groups(
         _group(name="b", taints=[{"key": "dedicated", "value": "x"}, {"key": "nvidia.com/gpu", "value": "true"}])
     )
-    msg = _only_problem(values, f"{NS}:gpuNodeGroups[1].taints[1].key")
+    msg = _only_problem(values, f"{NS}:gpuNodeGroups[b].taints[1].key")
     _assert_mentions(msg, "'nvidia.com/gpu'", "every GPU group", "extra taints")
 
 
 def test_bad_taint_effect_names_the_choices():
     values = minimal_values(gpuNodeGroups=[_group(taints=[{"key": "dedicated", "effect": "NoWay"}])])
-    msg = _only_problem(values, f"{NS}:gpuNodeGroups[0].taints[0].effect")
+    msg = _only_problem(values, f"{NS}:gpuNodeGroups[g].taints[0].effect")
     _assert_mentions(msg, "'NoWay'", "NoSchedule", "NoExecute", "PreferNoSchedule")
 
 
@@ -359,7 +359,7 @@ def test_unknown_nested_key():
 
 
 def test_unknown_key_in_a_node_group():
-    msg = _only_problem(_groups(_group(name="b", maxsize=3)), f"{NS}:gpuNodeGroups[1].maxsize")
+    msg = _only_problem(_groups(_group(name="b", maxsize=3)), f"{NS}:gpuNodeGroups[b].maxsize")
     _assert_mentions(msg, "unknown key", "'maxsize'")
 
 
@@ -380,7 +380,7 @@ def test_provider_namespaces_are_tolerated():
 
 
 def test_string_that_is_not_a_number_for_max_size():
-    msg = _only_problem(_groups(_group(name="b", maxSize="lots")), f"{NS}:gpuNodeGroups[1].maxSize")
+    msg = _only_problem(_groups(_group(name="b", maxSize="lots")), f"{NS}:gpuNodeGroups[b].maxSize")
     _assert_mentions(msg, "'lots'", "integer")
 
 
@@ -399,7 +399,7 @@ def test_list_where_a_map_is_expected(section, key, expected):
 
 
 def test_list_where_a_map_is_expected_inside_a_group():
-    msg = _only_problem(minimal_values(gpuNodeGroups=[_group(labels=["team=vision"])]), f"{NS}:gpuNodeGroups[0].labels")
+    msg = _only_problem(minimal_values(gpuNodeGroups=[_group(labels=["team=vision"])]), f"{NS}:gpuNodeGroups[g].labels")
     _assert_mentions(msg, '["team=vision"]', "dictionary")
 
 
@@ -484,7 +484,7 @@ def test_problems_in_different_sections_and_groups_are_reported_together():
             f"{NS}:cluster.logRetentionDays",
             f"{NS}:systemNodeGroup.instanceType",
             f"{NS}:gpuNodeGroups[0].efa",
-            f"{NS}:gpuNodeGroups[1].maxSize",
+            f"{NS}:gpuNodeGroups[b].maxSize",
             f"{NS}:gpuNodeGroups[2].name",
             f"{NS}:gpuNodeGroups[2].minSize",
         ]
@@ -634,7 +634,7 @@ def test_numeric_text_is_accepted_for_sizes():
 def test_numeric_text_still_goes_through_the_range_checks():
     msg = _only_problem(
         minimal_values(gpuNodeGroups=[_group(minSize="3", desiredSize="3", maxSize="2")]),
-        f"{NS}:gpuNodeGroups[0].minSize",
+        f"{NS}:gpuNodeGroups[g].minSize",
     )
     _assert_mentions(msg, "3", "maxSize 2")
 
@@ -664,7 +664,7 @@ def test_unset_desired_size_follows_min_size():
                 {"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 1, "desiredSize": 5, "maxSize": 3}
             ]
         ),
-        f"{NS}:gpuNodeGroups[0].desiredSize",
+        f"{NS}:gpuNodeGroups[p4d].desiredSize",
     )
     _assert_mentions(msg, "5", "1..3")
 
@@ -678,8 +678,8 @@ def test_bad_taint_value_and_reserved_taint_key():
     with pytest.raises(ConfigError) as err:
         load(values, "gpu-training", "t")
     keys = {p.key: p.message for p in err.value.problems}
-    assert "'bad value!'" in keys[f"{NS}:gpuNodeGroups[0].taints[0].value"]
-    assert "kubernetes.io" in keys[f"{NS}:gpuNodeGroups[0].taints[1].key"]
+    assert "'bad value!'" in keys[f"{NS}:gpuNodeGroups[g].taints[0].value"]
+    assert "kubernetes.io" in keys[f"{NS}:gpuNodeGroups[g].taints[1].key"]
 
 
 def test_region_that_does_not_exist_is_refused_before_anything_runs():

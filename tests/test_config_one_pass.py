@@ -58,12 +58,12 @@ def keys_of(values: dict[str, Any]) -> list[str]:
 ONE_PASS = {
     "an unknown key does not hide the group's own rules": (
         {"gpuNodeGroups": [_group(maxSzie=3, minSize=3)]},
-        ["gpuNodeGroups[0].maxSzie", "gpuNodeGroups[0].minSize"],
+        ["gpuNodeGroups[p4d].maxSzie", "gpuNodeGroups[p4d].minSize"],
     ),
     "an unknown key does not hide the job's checks against its group and queue": (
         # 4 nodes of a group of at most 2: the group's size, and the queue that can never admit it.
         {"jobs": [_job(nodes=4, colour="red")]},
-        ["jobs[0].colour", "jobs[0].nodes", "jobs[0].nodes"],
+        ["jobs[nccl].colour", "jobs[nccl].nodes", "jobs[nccl].nodes"],
     ),
     "an unknown key does not hide the section's cross-field rules": (
         {"network": {"vpcCidr": "10.0.0.0/8", "subnets": 3}},
@@ -79,7 +79,7 @@ ONE_PASS = {
             "gpuNodeGroups": [V100],
             "jobs": [_job(nodeGroup="v100", nodes=3, image=V100_NCCL)],
         },
-        ["gpuAvailabilityZone", "jobs[0].nodes", "jobs[0].nodes"],
+        ["gpuAvailabilityZone", "jobs[nccl].nodes", "jobs[nccl].nodes"],
     ),
     "the GPU AZ's offering with the AZ count and an unknown key in the same section": (
         {
@@ -110,10 +110,10 @@ ONE_PASS = {
         [
             "cluster.kubernetesVersion",
             "gpuAvailabilityZone",
-            "gpuNodeGroups[1].maxSzie",
-            "gpuNodeGroups[1].minSize",
-            "jobs[0].colour",
-            "jobs[0].priority",
+            "gpuNodeGroups[big].maxSzie",
+            "gpuNodeGroups[big].minSize",
+            "jobs[nccl].colour",
+            "jobs[nccl].priority",
             "network.natGateway",
             "network.vpcCidr",
             "queues.pods_ready_timeout",
@@ -136,7 +136,7 @@ def test_the_gpu_az_problem_keeps_its_message():
         messages[AZ] == "'us-west-2a' does not offer p3dn.24xlarge (p3dn.24xlarge is offered in us-west-2b, us-west-2c)"
     )
     # The job names a group the stack does not have: its own problem, beside the AZ's.
-    assert messages[f"{NS}:jobs[0].nodeGroup"].startswith("'p4d' is not a GPU node group of this stack")
+    assert messages[f"{NS}:jobs[nccl].nodeGroup"].startswith("'p4d' is not a GPU node group of this stack")
 
 
 # What depends on a value refused already is not checked (loading.py's docstring lists it).
@@ -151,15 +151,15 @@ DEPENDENT = {
     ),
     "no job checks against a group with a value of the wrong type": (
         {"gpuNodeGroups": [_group(maxSize="lots")], "jobs": [_job(nodes=9)]},
-        [f"{NS}:gpuNodeGroups[0].maxSize"],
+        [f"{NS}:gpuNodeGroups[p4d].maxSize"],
     ),
     "no group rules on a group with a value of the wrong type": (
         {"gpuNodeGroups": [_group(maxSize="lots", minSize=3, colour="red")]},
-        [f"{NS}:gpuNodeGroups[0].colour", f"{NS}:gpuNodeGroups[0].maxSize"],
+        [f"{NS}:gpuNodeGroups[p4d].colour", f"{NS}:gpuNodeGroups[p4d].maxSize"],
     ),
     "no AZ check of a type the catalog does not have (its group's problem)": (
         {"gpuAvailabilityZone": "us-west-2a", "gpuNodeGroups": [_group(instanceType="p9.huge")]},
-        [f"{NS}:gpuNodeGroups[0].instanceType"],
+        [f"{NS}:gpuNodeGroups[p4d].instanceType"],
     ),
 }
 
@@ -204,14 +204,14 @@ def test_the_second_parse_reports_rules_of_the_whole_model_once():
 # ---------------------------------------------------------------------------------------------
 
 SUGGESTED = [
-    ({"gpuNodeGroups": [_group(maxSzie=3)]}, "gpuNodeGroups[0].maxSzie", "maxSize"),
+    ({"gpuNodeGroups": [_group(maxSzie=3)]}, "gpuNodeGroups[p4d].maxSzie", "maxSize"),
     (
         {"gpuNodeGroups": [{"name": "p4d", "instanceTyp": "p4d.24xlarge"}]},
-        "gpuNodeGroups[0].instanceTyp",
+        "gpuNodeGroups[p4d].instanceTyp",
         "instanceType",
     ),
     ({"systemNodeGroup": {"instanceTyp": "c5.2xlarge"}}, "systemNodeGroup.instanceTyp", "instanceType"),
-    ({"jobs": [{"name": "nccl", "kind": "nccl-test", "nodeGrup": "p4d"}]}, "jobs[0].nodeGrup", "nodeGroup"),
+    ({"jobs": [{"name": "nccl", "kind": "nccl-test", "nodeGrup": "p4d"}]}, "jobs[nccl].nodeGrup", "nodeGroup"),
     ({"network": {"vpccidr": "10.0.0.0/16"}}, "network.vpccidr", "vpcCidr"),  # case aside
     ({"storage": {"fsx": {"deploymentTyp": "SCRATCH_2"}}}, "storage.fsx.deploymentTyp", "deploymentType"),
 ]
@@ -231,8 +231,8 @@ def test_an_unknown_section_close_to_one_gets_a_suggestion():
 
 NOT_CLOSE = [
     ({"network": {"subnets": 3}}, "network.subnets", ["availabilityZoneCount", "natGateways", "vpcCidr"]),
-    ({"gpuNodeGroups": [_group(colour="red")]}, "gpuNodeGroups[0].colour", ["instanceType", "maxSize", "taints"]),
-    ({"jobs": [_job(colour="red")]}, "jobs[0].colour", ["nodeGroup", "nodes", "image"]),
+    ({"gpuNodeGroups": [_group(colour="red")]}, "gpuNodeGroups[p4d].colour", ["instanceType", "maxSize", "taints"]),
+    ({"jobs": [_job(colour="red")]}, "jobs[nccl].colour", ["nodeGroup", "nodes", "image"]),
     ({"colour": "red"}, "colour", list(stack_config.SECTIONS)),
 ]
 
@@ -307,11 +307,11 @@ MANY_KEYS = [
     f"{NS}:network.vpcCidr: '10.0.0.0/8' is not allowed: AWS VPCs are /16 to /28",
     f"{NS}:cluster.kubernetesVersion: '1.29' is not supported",
     f"{AZ}: 'us-west-2a' does not offer p3dn.24xlarge",
-    f"{NS}:gpuNodeGroups[1].maxSzie: unknown key 'maxSzie'; did you mean 'maxSize'?",
-    f"{NS}:gpuNodeGroups[1].minSize: 3 is greater than maxSize 2",
-    f"{NS}:jobs[0].nodeGroup: is required",
-    f"{NS}:jobs[0].nodeGrup: unknown key 'nodeGrup'; did you mean 'nodeGroup'?",
-    f"{NS}:jobs[1].colour: unknown key 'colour'; allowed keys are: ",
+    f"{NS}:gpuNodeGroups[big].maxSzie: unknown key 'maxSzie'; did you mean 'maxSize'?",
+    f"{NS}:gpuNodeGroups[big].minSize: 3 is greater than maxSize 2",
+    f"{NS}:jobs[nccl].nodeGroup: is required",
+    f"{NS}:jobs[nccl].nodeGrup: unknown key 'nodeGrup'; did you mean 'nodeGroup'?",
+    f"{NS}:jobs[nccl-big].colour: unknown key 'colour'; allowed keys are: ",
     f"{NS}:tags.cost: 31 is not allowed: expected a string",
 ]
 
@@ -349,8 +349,8 @@ def test_the_program_reports_the_gpu_az_with_the_other_problems():
     message = str(err.value)
     assert message.startswith("invalid stack config (3 problem(s)):")
     assert f"  - {AZ}: 'us-west-2a' does not offer p3dn.24xlarge" in message
-    assert f"  - {NS}:jobs[0].colour: unknown key 'colour'" in message
-    assert f"  - {NS}:jobs[0].nodeGroup: 'p4d' is not a GPU node group of this stack" in message
+    assert f"  - {NS}:jobs[nccl].colour: unknown key 'colour'" in message
+    assert f"  - {NS}:jobs[nccl].nodeGroup: 'p4d' is not a GPU node group of this stack" in message
 
 
 def _ask(**over: Any) -> PlacementAsk:

@@ -168,4 +168,4 @@ def test_autoscale_true_on_a_capacity_block_group_is_refused():
     with pytest.raises(ConfigError) as err:
         run_stack(values)
     text = str(err.value)
-    assert "gpuNodeGroups[0].autoscale" in text and "capacity-block" in text and "desiredSize" in text
+    assert "gpuNodeGroups[p5].autoscale" in text and "capacity-block" in text and "desiredSize" in text

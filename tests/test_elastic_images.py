@@ -187,7 +187,7 @@ def test_the_jobs_own_pythonpath_comes_after_the_shipped_one() -> None:
 
 def test_a_pythonpath_from_a_secret_is_refused_on_etcd() -> None:
     p = one_job_problem([elastic_job(secretEnv={"PYTHONPATH": {"secret": "s", "key": "k"}})])
-    assert p.key == f"{JOBS_KEY}[0].secretEnv.PYTHONPATH"
+    assert p.key == f"{JOBS_KEY}[imagenet].secretEnv.PYTHONPATH"
     assert (
         "puts its python-etcd (/opt/python-etcd) first on PYTHONPATH" in p.message
         and "set PYTHONPATH in `env`" in p.message

@@ -115,7 +115,7 @@ def test_volume_size_is_spelled_as_documented():
     assert J.SageMakerOptions.model_fields["volume_size_gib"].alias == "volumeSizeGiB"
     assert problems_of(mpi(sagemaker=sm(volumeSizeGiB=500))) == []
     problem = the_problem(mpi(sagemaker=sm(volumeSizeGib=500)))
-    assert problem.key == f"{JOBS_KEY}[0].sagemaker.volumeSizeGib" and "volumeSizeGiB" in problem.message
+    assert problem.key == f"{JOBS_KEY}[maskrcnn].sagemaker.volumeSizeGib" and "volumeSizeGiB" in problem.message
 
 
 @pytest.mark.parametrize("ml_type", ["ml.p4d.24xlarge", "ml.p3dn.24xlarge", "ml.p4de.24xlarge"])
@@ -124,7 +124,7 @@ def test_a_volume_above_the_types_nvme_is_refused(ml_type):
     # ml.p5's 30400 GB are more than SageMaker's 16384 for any volume: the field's own bound refuses first.
     assert problems_of(mpi(nodeGroup="p3", nodes=1, sagemaker=sm(instanceType=ml_type, volumeSizeGiB=nvme))) == []
     problem = the_problem(mpi(nodeGroup="p3", nodes=1, sagemaker=sm(instanceType=ml_type, volumeSizeGiB=nvme + 1)))
-    assert problem.key == f"{JOBS_KEY}[0].sagemaker.volumeSizeGiB"
+    assert problem.key == f"{JOBS_KEY}[maskrcnn].sagemaker.volumeSizeGiB"
     for part in (str(nvme + 1), f"{nvme} GB", ml_type, f"at most {nvme}"):
         assert part in problem.message, problem.message
 
@@ -135,7 +135,7 @@ def test_the_nvme_limit_follows_the_ml_type_not_the_node_group():
     problem = the_problem(
         mpi(nodeGroup="p3", nodes=1, sagemaker=sm(volumeSizeGiB=9000, instanceType="ml.p4d.24xlarge"))
     )
-    assert problem.key == f"{JOBS_KEY}[0].sagemaker.volumeSizeGiB" and "ml.p4d.24xlarge" in problem.message
+    assert problem.key == f"{JOBS_KEY}[maskrcnn].sagemaker.volumeSizeGiB" and "ml.p4d.24xlarge" in problem.message
     # On EKS the SageMaker settings are not read.
     assert problems_of(mpi(runtime="eks", volumes=[], sagemaker=sm(volumeSizeGiB=9000))) == []
 
@@ -153,10 +153,11 @@ def test_sagemaker_input_channels_count_volumes_and_inputs():
     # mpi() mounts two volumes: 18 S3 inputs make 20 channels, 19 make 21.
     assert problems_of(mpi(sagemaker=sm(inputs=_inputs(18)))) == []
     problem = the_problem(mpi(sagemaker=sm(inputs=_inputs(19))))
-    assert problem.key == f"{JOBS_KEY}[0].sagemaker.inputs"
+    assert problem.key == f"{JOBS_KEY}[maskrcnn].sagemaker.inputs"
     for part in ("19 S3 inputs", "2 volumes", "21 input channels", "at most 20"):
         assert part in problem.message
-    assert the_problem(elastic(volumes=[], sagemaker=sm(inputs=_inputs(21)))).key == f"{JOBS_KEY}[0].sagemaker.inputs"
+    problem = the_problem(elastic(volumes=[], sagemaker=sm(inputs=_inputs(21))))
+    assert problem.key == f"{JOBS_KEY}[resnet].sagemaker.inputs"
 
 
 @pytest.mark.parametrize("field", ["outputPath", "checkpointS3Uri", "tensorboardS3Uri"])
@@ -169,14 +170,14 @@ def test_sagemaker_s3_uris_are_at_most_1024_characters(field):
     fields = {"checkpointS3Uri": uri(1024)} if extra else {}
     assert problems_of(mpi(sagemaker=sm(**{**fields, field: uri(1024)}, **extra))) == []
     problem = the_problem(mpi(sagemaker=sm(**{field: uri(1025)}, **({"spot": True} if extra else {}))))
-    assert problem.key == f"{JOBS_KEY}[0].sagemaker.{field}"
+    assert problem.key == f"{JOBS_KEY}[maskrcnn].sagemaker.{field}"
     assert "1025 characters" in problem.message and "at most 1024" in problem.message
 
 
 def test_an_input_uri_over_1024_characters_is_refused():
     long = "s3://my-training-data/" + "p" * 1010
     problem = the_problem(mpi(sagemaker=sm(inputs=[{"channel": "train", "s3Uri": long}])))
-    assert problem.key == f"{JOBS_KEY}[0].sagemaker.inputs[0].s3Uri" and "1032 characters" in problem.message
+    assert problem.key == f"{JOBS_KEY}[maskrcnn].sagemaker.inputs[0].s3Uri" and "1032 characters" in problem.message
 
 
 def test_at_most_40_public_endpoint_cidrs():
@@ -232,7 +233,7 @@ def _group(**fields: Any) -> dict[str, Any]:
     return {"name": "p4d", "instanceType": "p4d.24xlarge", "maxSize": 2, **fields}
 
 
-def test_at_most_49_extra_taints_on_a_gpu_group():
+def test_at_most_48_extra_taints_on_a_gpu_group_with_burn_in():
     taints = [{"key": f"team-{i}", "value": "x"} for i in range(50)]
 
     def eks_limit(n: int) -> list[str]:
@@ -240,12 +241,14 @@ def test_at_most_49_extra_taints_on_a_gpu_group():
         try:
             _loads(minimal_values(gpuNodeGroups=[_group(taints=taints[:n])]))
         except C.ConfigError as err:
-            return [p.message for p in err.problems if p.key == f"{NS}:gpuNodeGroups[0].taints" and "EKS" in p.message]
+            return [
+                p.message for p in err.problems if p.key == f"{NS}:gpuNodeGroups[p4d].taints" and "EKS" in p.message
+            ]
         return []
 
-    assert eks_limit(49) == []
-    (message,) = eks_limit(50)
-    assert "50 taints" in message and "allows 50" in message and "GPU taint" in message and "at most 49" in message
+    assert eks_limit(48) == []
+    (message,) = eks_limit(49)
+    assert "49 taints" in message and "allows 50" in message and "GPU taint" in message and "at most 48" in message
 
 
 def test_one_taint_per_key_and_effect():
@@ -254,7 +257,7 @@ def test_one_taint_per_key_and_effect():
         {"key": "team", "value": "b", "effect": "NoExecute"},
         {"key": "team", "value": "c"},
     ]
-    message = _only(minimal_values(gpuNodeGroups=[_group(taints=taints)]), f"{NS}:gpuNodeGroups[0].taints[2]")
+    message = _only(minimal_values(gpuNodeGroups=[_group(taints=taints)]), f"{NS}:gpuNodeGroups[p4d].taints[2]")
     assert "'team'" in message and "NoSchedule" in message and "taints[0]" in message
 
 
@@ -300,7 +303,7 @@ _BASE_JOBS = {
 @pytest.mark.parametrize("kind, field", INT32_FIELDS)
 def test_kubernetes_int32_fields_are_bounded(kind, field):
     job = {**_BASE_JOBS[kind], field: 2**31}
-    problems = [p for p in _problems(minimal_values(jobs=[job])) if p.key == f"{JOBS_KEY}[0].{field}"]
+    problems = [p for p in _problems(minimal_values(jobs=[job])) if p.key == f"{JOBS_KEY}[{job['name']}].{field}"]
     assert problems, field
     assert (
         "2147483648" in problems[0].message
@@ -360,7 +363,7 @@ def test_an_image_that_is_no_valid_reference_is_refused(image, words):
     problems = [
         p
         for p in _problems(minimal_values(jobs=[{**_BASE_JOBS["mpi"], "image": image}]))
-        if p.key == f"{JOBS_KEY}[0].image"
+        if p.key == f"{JOBS_KEY}[m].image"
     ]
     assert len(problems) == 1, problems
     assert "not a valid image reference" in problems[0].message or "not an image reference" in problems[0].message
@@ -397,7 +400,7 @@ def test_valid_references_are_taken(image):
 def test_the_issues_examples():
     message = _only(
         minimal_values(jobs=[{**_BASE_JOBS["mpi"], "ttlSecondsAfterFinished": False}]),
-        f"{JOBS_KEY}[0].ttlSecondsAfterFinished",
+        f"{JOBS_KEY}[m].ttlSecondsAfterFinished",
     )
     assert (
         message.startswith("false is not allowed")
@@ -405,12 +408,12 @@ def test_the_issues_examples():
         and "leave the key out" in message
     )
     assert "true is not allowed" in _only(
-        minimal_values(jobs=[{**_BASE_JOBS["mpi"], "nodes": True}]), f"{JOBS_KEY}[0].nodes"
+        minimal_values(jobs=[{**_BASE_JOBS["mpi"], "nodes": True}]), f"{JOBS_KEY}[m].nodes"
     )
     for inf in (float("inf"), float("-inf"), float("nan")):
         message = _only(
             minimal_values(jobs=[{**_BASE_JOBS["nccl-test"], "minBusBandwidthGBps": inf}]),
-            f"{JOBS_KEY}[0].minBusBandwidthGBps",
+            f"{JOBS_KEY}[n].minBusBandwidthGBps",
         )
         assert "finite number" in message
 
@@ -470,7 +473,7 @@ def test_every_numeric_and_flag_field_of_the_stack_config_is_found():
 def test_no_config_number_takes_a_boolean_and_no_flag_a_number(section, path, kind):
     wrong = True if kind == "number" else 1
     values = _set(minimal_values(), section, path, wrong)
-    key = f"{NS}:{section}" + ("[0]" if section == "gpuNodeGroups" else "") + f".{path}"
+    key = f"{NS}:{section}" + ("[p4d]" if section == "gpuNodeGroups" else "") + f".{path}"
     problems = [p for p in _problems(values) if p.key == key]
     assert len(problems) == 1, _problems(values)
     assert ("a boolean is not a number" if kind == "number" else "a number is not a flag") in problems[0].message
@@ -488,7 +491,7 @@ def test_no_job_number_takes_a_boolean_and_no_flag_a_number(kind, path, k):
     for part in parts[:-1]:
         target = target.setdefault(part, {})
     target[parts[-1]] = True if k == "number" else 0
-    problems = [p for p in _problems(minimal_values(jobs=[job])) if p.key == f"{JOBS_KEY}[0].{path}"]
+    problems = [p for p in _problems(minimal_values(jobs=[job])) if p.key == f"{JOBS_KEY}[{job['name']}].{path}"]
     assert len(problems) == 1, path
     assert ("a boolean is not a number" if k == "number" else "a number is not a flag") in problems[0].message
 
@@ -499,7 +502,7 @@ def test_text_from_pulumi_config_set_is_still_read():
     assert (cfg.gpu_node_groups[0].max_size, cfg.monitoring.dashboard) == (3, False)
     assert "finite number" in _only(
         minimal_values(jobs=[{**_BASE_JOBS["nccl-test"], "minBusBandwidthGBps": "inf"}]),
-        f"{JOBS_KEY}[0].minBusBandwidthGBps",
+        f"{JOBS_KEY}[n].minBusBandwidthGBps",
     )
 
 
@@ -779,7 +782,7 @@ def test_the_prod_examples_placeholders_are_found():
         ({"cluster": {"adminPrincipals": ["arn:aws:iam::111122223333:user/path/alice"]}}, "cluster.adminPrincipals[0]"),
         (
             {"jobs": [{**_BASE_JOBS["mpi"], "image": "111122223333.dkr.ecr.us-west-2.amazonaws.com/train:1"}]},
-            "jobs[0].image",
+            "jobs[m].image",
         ),
         (
             {
@@ -787,7 +790,7 @@ def test_the_prod_examples_placeholders_are_found():
                     "teams": [{"name": "a"}, {"name": "vision", "roleArn": "arn:aws:iam::111122223333:role/VisionTeam"}]
                 }
             },
-            "queues.teams[1].roleArn",
+            "queues.teams[vision].roleArn",
         ),
     ],
 )

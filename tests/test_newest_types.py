@@ -244,7 +244,7 @@ def test_p6e_gb200_is_refused_and_says_why_and_what_it_would_take():
     text = _problems(
         minimal_values(gpuNodeGroups=[{"name": "gb200", "instanceType": "p6e-gb200.36xlarge", "maxSize": 9}])
     )
-    assert f"{NS}:gpuNodeGroups[0].instanceType" in text
+    assert f"{NS}:gpuNodeGroups[gb200].instanceType" in text
     for words in (
         "UltraServer",
         "only through Capacity Blocks for ML",
@@ -271,7 +271,7 @@ def test_capacity_blocks_of_p3dn_are_refused_offline():
             ]
         )
     )
-    assert f"{NS}:gpuNodeGroups[0].capacityType" in text
+    assert f"{NS}:gpuNodeGroups[v100].capacityType" in text
     assert "'capacity-block' is not offered for p3dn.24xlarge" in text and "p6-b300.48xlarge" in text
 
 

@@ -159,7 +159,7 @@ def test_a_job_whose_operator_is_off_is_refused_naming_it(op: ops.Operator):
     values = minimal_values(services={op.switch: False}, jobs=[job])
     with pytest.raises(ConfigError) as info:
         load(values, "gpu-training", "test")
-    messages = [p.message for p in info.value.problems if p.key.endswith("jobs[0].kind")]
+    messages = [p.message for p in info.value.problems if p.key.endswith("jobs[j].kind")]
     assert messages == [
         f"{kind!r} jobs need {op.title} ({op.name!r}), which is not enabled in this stack (enabled operators: "
         f"{', '.join(sorted(o.name for o in ops.OPERATORS if o is not op))})"

@@ -231,7 +231,7 @@ BAD_STACK = textwrap.dedent(
           maxSize: lots
     """
 )
-BAD_KEYS = (f"{NS}:foo", f"{NS}:network.vpcCidr", f"{NS}:cluster.kubernetesVersion", f"{NS}:gpuNodeGroups[1].maxSize")
+BAD_KEYS = (f"{NS}:foo", f"{NS}:network.vpcCidr", f"{NS}:cluster.kubernetesVersion", f"{NS}:gpuNodeGroups[b].maxSize")
 
 # The pinned AZ does not offer p3dn: refused with the config's other checks (the offline plan's recorded
 # offerings; `pulumi up`'s program asks AWS).

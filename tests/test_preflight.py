@@ -611,8 +611,8 @@ def test_cli_exit_2_on_bad_config(aws, capsys, tmp_path):
     assert main(["preflight", "--stack", "broken", "--cwd", str(root)]) == 2
     captured = capsys.readouterr()
     assert "invalid stack config (" in captured.err
-    assert f"{NS}:gpuNodeGroups[1].instanceType: 'p9.mega' is not a GPU type" in captured.err
-    assert "gpuNodeGroups[0].maxSize" in captured.err
+    assert f"{NS}:gpuNodeGroups[p3dn].instanceType: 'p9.mega' is not a GPU type" in captured.err
+    assert "gpuNodeGroups[p4d].maxSize" in captured.err
     assert "Traceback" not in captured.err and captured.out == ""
 
 

@@ -393,7 +393,7 @@ def test_a_job_that_can_never_be_admitted_names_the_job_the_resource_and_both_nu
     )
     values[f"{NS}:jobs"] = [job("big", 2, team="vision")]
     (p,) = problems_of(values)
-    assert p.startswith(f"{NS}:jobs[0].nodes: job 'big' can never be admitted")
+    assert p.startswith(f"{NS}:jobs[big].nodes: job 'big' can never be admitted")
     assert "16 nvidia.com/gpu" in p and "never hold more than 8" in p and "the queue of team 'vision'" in p
     # With borrowing, the shared queue's idle node makes it fit.
     values[f"{NS}:queues"] = {"teams": [{"name": "vision", "quotas": [{"nodeGroup": "p4d", "nodes": 1}]}]}
@@ -407,7 +407,7 @@ def test_an_elastic_job_is_checked_at_its_max_nodes():
         jobs=[elastic("grow", 3, team="a")],
     )
     (p,) = problems_of(values)
-    assert p.startswith(f"{NS}:jobs[0].maxNodes: job 'grow' can never be admitted") and "reserves maxNodes 3" in p
+    assert p.startswith(f"{NS}:jobs[grow].maxNodes: job 'grow' can never be admitted") and "reserves maxNodes 3" in p
 
 
 def test_team_checks():
@@ -421,7 +421,7 @@ def test_team_checks():
         )
     )
     assert any(
-        "queues.teams[0].quotas[0].nodeGroup: 'p9'" in p
+        "queues.teams[a].quotas[0].nodeGroup: 'p9'" in p
         for p in with_teams([{"name": "a", "quotas": [{"nodeGroup": "p9", "nodes": 1}]}])
     )
     assert any(
@@ -444,7 +444,7 @@ def test_team_checks():
         for p in problems_of(minimal_values(queues={"enabled": False, "teams": [{"name": "a"}]}))
     )
     unknown = minimal_values(jobs=[job("j", team="nobody")])
-    assert any("jobs[0].team: 'nobody' is not a team of this stack" in p for p in problems_of(unknown))
+    assert any("jobs[j].team: 'nobody' is not a team of this stack" in p for p in problems_of(unknown))
     assert any("podsReadyTimeout" in p for p in problems_of(minimal_values(queues={"podsReadyTimeout": "soon"})))
 
 

@@ -245,7 +245,7 @@ def test_the_three_training_kinds_take_both():
 )
 def test_bad_progress_is_refused(progress, key, text):
     p = one([elastic(progress=progress)])
-    assert p.key == f"{KEY}[0].{key}" and text in p.message, str(p)
+    assert p.key == f"{KEY}[imagenet].{key}" and text in p.message, str(p)
 
 
 @pytest.mark.parametrize(
@@ -267,17 +267,17 @@ def test_bad_progress_is_refused(progress, key, text):
 )
 def test_bad_checkpoints_are_refused(checkpoints, key, text):
     p = one([elastic(checkpoints=checkpoints, volumes=[{"name": "fsx", "mountPath": "/fsx"}])])
-    assert p.key == f"{KEY}[0].{key}" and text in p.message, str(p)
+    assert p.key == f"{KEY}[imagenet].{key}" and text in p.message, str(p)
 
 
 def test_a_checkpoint_volume_the_stack_does_not_have():
     p = one([elastic(checkpoints={"volume": "efs"})], volumes={"fsx"})
-    assert p.key == f"{KEY}[0].checkpoints.volume" and "'efs' is not available" in p.message
+    assert p.key == f"{KEY}[imagenet].checkpoints.volume" and "'efs' is not available" in p.message
 
 
 def test_the_names_the_stack_sets_are_refused_in_env():
     p = one([elastic(checkpoints=CHECKPOINTS, env={"RESUME_FROM": "/x"})])
-    assert p.key == f"{KEY}[0].env.RESUME_FROM" and "newest complete checkpoint" in p.message
+    assert p.key == f"{KEY}[imagenet].env.RESUME_FROM" and "newest complete checkpoint" in p.message
 
 
 @pytest.mark.parametrize("kind", ["nccl-test", "data-stage", "tensorboard"])
@@ -288,7 +288,7 @@ def test_kinds_without_workers_to_guard_refuse_progress(kind):
         "tensorboard": {"name": "t", "kind": "tensorboard", "volume": "efs", "logDir": "logs"},
     }[kind]
     _, problems = parse([{**raw, "progress": PROGRESS}])
-    assert any(p.key == f"{KEY}[0].progress" for p in problems), problems
+    assert any(p.key == f"{KEY}[{raw['name']}].progress" for p in problems), problems
 
 
 def test_sagemaker_runtime_refuses_both_and_says_what_to_use():
@@ -299,8 +299,8 @@ def test_sagemaker_runtime_refuses_both_and_says_what_to_use():
     job["sagemaker"] = {"instanceType": "ml.p4d.24xlarge", "outputPath": "s3://bucket/out/"}
     _, problems = parse([job])
     texts = {p.key: p.message for p in problems}
-    assert "checkpointS3Uri" in texts[f"{KEY}[0].checkpoints"]
-    assert "activeDeadlineSeconds" in texts[f"{KEY}[0].progress"]
+    assert "checkpointS3Uri" in texts[f"{KEY}[imagenet].checkpoints"]
+    assert "activeDeadlineSeconds" in texts[f"{KEY}[imagenet].progress"]
 
 
 # ---------------------------------------------------------------------------------------------

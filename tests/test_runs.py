@@ -141,7 +141,7 @@ def test_mpirun_must_be_an_absolute_path(bad):
     )
     with pytest.raises(ConfigError) as info:
         run_stack(values)
-    assert [p.key for p in info.value.problems] == ["gpu-training:jobs[0].mpirun"]
+    assert [p.key for p in info.value.problems] == ["gpu-training:jobs[m].mpirun"]
 
 
 # ----------------------------------------------------------------------------------------------

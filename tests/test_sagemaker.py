@@ -163,7 +163,7 @@ def test_valid_sagemaker_jobs_have_no_problems():
 )
 def test_a_bad_sagemaker_job_is_one_problem_naming_its_key(raw, key, words):
     problem = the_problem(raw)
-    assert problem.key == f"{JOBS_KEY}[0].{key}", problem
+    assert problem.key == f"{JOBS_KEY}[{raw['name']}].{key}", problem
     text = str(problem)
     for w in words:
         assert w in text, text
@@ -198,12 +198,12 @@ def test_nccl_debug_goes_to_the_launchers_own_option():
 
 def test_instance_count_is_checked_by_type():
     problem = the_problem(mpi(nodes=0))
-    assert problem.key == f"{JOBS_KEY}[0].nodes" and "greater than or equal to 1" in problem.message
+    assert problem.key == f"{JOBS_KEY}[maskrcnn].nodes" and "greater than or equal to 1" in problem.message
 
 
 def test_a_disabled_sagemaker_job_is_still_checked_on_its_own():
     problem = the_problem(mpi(enabled=False, args=["positional"]))
-    assert problem.key == f"{JOBS_KEY}[0].args"
+    assert problem.key == f"{JOBS_KEY}[maskrcnn].args"
 
 
 def test_a_bad_job_stops_the_stack_before_anything_is_created():
@@ -213,7 +213,7 @@ def test_a_bad_job_stops_the_stack_before_anything_is_created():
     )
     with pytest.raises(ConfigError) as err:
         run_stack(values)
-    assert "gpu-training:jobs[0].sagemaker.instanceType" in str(err.value) and "ml.p9.48xlarge" in str(err.value)
+    assert "gpu-training:jobs[maskrcnn].sagemaker.instanceType" in str(err.value) and "ml.p9.48xlarge" in str(err.value)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -364,7 +364,7 @@ def _with_job(**job: Any) -> dict[str, Any]:
 def test_a_layer_the_type_lacks_is_refused_with_the_layers_it_has():
     (p,) = problems_of(_with_job(placement="required", placementLayer=4))
     assert p == (
-        f"{NS}:jobs[0].placementLayer: 4 is not a network layer of p4d.24xlarge (node group 'p4d'): its nodes carry "
+        f"{NS}:jobs[n].placementLayer: 4 is not a network layer of p4d.24xlarge (node group 'p4d'): its nodes carry "
         f"{L(1)} to -3; use 1 (the top, coarsest) to 3 (the finest)"
     )
 
@@ -372,14 +372,14 @@ def test_a_layer_the_type_lacks_is_refused_with_the_layers_it_has():
 @pytest.mark.parametrize("group,why", [("p5small", "p5.4xlarge nodes carry no network layer"), ("noefa", "EFA is off")])
 def test_placement_on_a_group_without_topology_is_refused_saying_why(group, why):
     (p,) = problems_of(_with_job(nodeGroup=group, nodes=1, placement="required"))
-    assert p.startswith(f"{NS}:jobs[0].placement: 'required' needs a node group with a network topology") and why in p
+    assert p.startswith(f"{NS}:jobs[n].placement: 'required' needs a node group with a network topology") and why in p
 
 
 def test_placement_needs_queues_and_a_layer_needs_a_placement_other_than_none():
     (p,) = problems_of({**_with_job(placement="preferred"), f"{NS}:queues": {"enabled": False}})
-    assert p.startswith(f"{NS}:jobs[0].placement: 'preferred' needs queues")
+    assert p.startswith(f"{NS}:jobs[n].placement: 'preferred' needs queues")
     (p,) = problems_of(_with_job(placement="none", placementLayer=2))
-    assert p.startswith(f"{NS}:jobs[0].placementLayer: is not read with placement 'none'")
+    assert p.startswith(f"{NS}:jobs[n].placementLayer: is not read with placement 'none'")
 
 
 def test_none_on_a_group_without_topology_is_fine_and_sagemaker_ignores_placement():

@@ -89,7 +89,7 @@ def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: li
         _check_cluster(s.cluster, problems)
     if s.system_node_group is not None:
         _check_system(s.system_node_group, problems)
-    _check_gpu_groups(s.gpu_node_groups, problems)
+    _check_gpu_groups(s.gpu_node_groups, s.or_default("burn_in").enabled, problems)
     check_subnet_addresses(s.network, s.system_node_group, s.gpu_node_groups, problems)
     if s.storage is not None:
         check_storage(s.storage, problems)

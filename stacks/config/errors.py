@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from facts.problems import Problem
+from facts.problems import NAMED_LISTS, Problem, entry_keys, entry_names
 from facts.problems import fmt as _fmt
 
 T = TypeVar("T", bound=BaseModel)
@@ -60,12 +60,34 @@ def model_in(annotation: Any) -> Any:
     return None
 
 
-def pydantic_problems(prefix: str, err: ValidationError, model: type = BaseModel) -> list[Problem]:
+def _loc_key(prefix: str, loc: tuple[Any, ...], raw: Any) -> str:
+    """The key of pydantic's ``loc`` in ``raw`` under ``prefix``: an entry of a named list (NAMED_LISTS,
+    ``teams``) by its name, other list items by position."""
+    key, node, parent = prefix, raw, None
+    for part in loc:
+        if isinstance(part, int):
+            named = parent in NAMED_LISTS and isinstance(node, list) and 0 <= part < len(node)
+            key = entry_keys(key, entry_names(node))[part] if named else f"{key}[{part}]"
+        else:
+            key += f".{part}"
+        parent = part
+        node = _child(node, part)
+    return key
+
+
+def _child(node: Any, part: Any) -> Any:
+    """``node[part]`` where there is one, else None."""
+    if isinstance(node, dict):
+        return node.get(part)
+    if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        return node[part]
+    return None
+
+
+def pydantic_problems(prefix: str, err: ValidationError, model: type = BaseModel, raw: Any = None) -> list[Problem]:
     out = []
     for e in err.errors(include_url=False):
-        loc = prefix
-        for part in e["loc"]:
-            loc += f"[{part}]" if isinstance(part, int) else f".{part}"
+        loc = _loc_key(prefix, e["loc"], raw)
         kind = e["type"]
         if kind == "extra_forbidden":
             key = e["loc"][-1]
@@ -106,7 +128,7 @@ def parse(model: type[T], prefix: str, raw: Any, problems: list[Problem]) -> T |
     try:
         return model.model_validate(raw)
     except ValidationError as err:
-        reported = pydantic_problems(prefix, err, model)
+        reported = pydantic_problems(prefix, err, model, raw)
         problems.extend(reported)
         stripped = _without_unknown_keys(raw, err)
     if stripped is None:
@@ -116,7 +138,7 @@ def parse(model: type[T], prefix: str, raw: Any, problems: list[Problem]) -> T |
     except ValidationError as err:
         # Only rules of the whole model (its "after" validators) can fail now and not before.
         seen = {str(p) for p in reported}
-        problems.extend(p for p in pydantic_problems(prefix, err, model) if str(p) not in seen)
+        problems.extend(p for p in pydantic_problems(prefix, err, model, stripped) if str(p) not in seen)
         return None
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from facts import catalog, operators
-from facts.problems import Problem
+from facts.problems import Problem, entry_keys, entry_names
 from facts.problems import fmt as _fmt
 from jobs import spec_checks
 from jobs.base import JobBase
@@ -134,11 +134,12 @@ def _check_queued_jobs(
 ) -> None:
     """Jobs against the queues (``stacks/queues/``): a job's team exists, and every job can be
     admitted by its queue at all (else it would wait forever). ``env`` is what the stack offers jobs."""
-    first: dict[str, int] = {}
-    for i, item in enumerate(raw if isinstance(raw, list) else []):
-        if isinstance(item, dict) and isinstance(item.get("name"), str):
-            first.setdefault(item["name"], i)
-    keyed = [(f"{NAMESPACE}:jobs[{first[s.name]}]", s) for s in specs if s.name in first]
+    first: dict[str, str] = {}
+    names = entry_names(raw)
+    for k, name in zip(entry_keys(f"{NAMESPACE}:jobs", names), names, strict=True):
+        if isinstance(name, str):
+            first.setdefault(name, k)
+    keyed = [(first[s.name], s) for s in specs if s.name in first]
     before = len(problems)
     queues.check_job_teams(keyed, sections.queues, problems)
     if len(problems) > before or not sections.queues.enabled or not groups:
@@ -180,8 +181,7 @@ def parse_jobs(
     skip = set(invalid_groups)
     specs: list[JobBase] = []
     seen: dict[str, int] = {}
-    for i, item in enumerate(raw):
-        k = f"{key}[{i}]"
+    for i, (k, item) in enumerate(zip(entry_keys(key, entry_names(raw)), raw, strict=True)):
         spec = _parse_job(item, k, problems)
         if spec is None:
             continue

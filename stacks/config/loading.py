@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin
 
-from facts.problems import ConfigError, Problem, non_ascii_note
+from facts.problems import ConfigError, Problem, entry_keys, entry_names, non_ascii_note
 from facts.problems import fmt as _fmt
 from stacks.config import cross_checks
 from stacks.config.errors import parse as _parse
@@ -233,7 +233,8 @@ def _parse_section(field: Any, item: Any, raw: Any, key: str, problems: list[Pro
             return raw
     elif item is not None:
         if isinstance(raw, list):
-            return [_parse(item, f"{key}[{i}]", entry, problems) for i, entry in enumerate(raw)]
+            keys = entry_keys(key, entry_names(raw))
+            return [_parse(item, k, entry, problems) for k, entry in zip(keys, raw, strict=True)]
         problems.append(Problem(key, f"{_fmt(raw)} is not allowed: expected a list of {field.title}"))
     else:
         return _parse(field.annotation, key, {} if raw is None else raw, problems)

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from facts import catalog, instance_types, versions
 from jobs.base import SpecModel
@@ -122,7 +123,17 @@ class PlacementGroupConfig(ConfigModel):
 _GO_TIME_TEXT = re.compile(r"(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?) ([+-])(\d{2})(\d{2}) \S+")
 
 
+# A date alone: pydantic would read it as midnight, without a time zone.
+_DATE_ONLY = re.compile(r"\s*\d{4}-\d{1,2}-\d{1,2}\s*")
+
+
 def _from_go_time_text(value: Any) -> Any:
+    if isinstance(value, str) and _DATE_ONLY.fullmatch(value):
+        raise PydanticCustomError(
+            "date_without_time",
+            "a date without a time: give the moment in UTC, like 2026-10-08T11:30:00Z (a Capacity Block ends at 11:30 "
+            "UTC; a date read as midnight loses half a day of the block)",
+        )
     m = _GO_TIME_TEXT.fullmatch(value) if isinstance(value, str) else None
     if m is None:
         return value
@@ -214,8 +225,8 @@ class GpuNodeGroupConfig(ConfigModel):
     )
     taints: list[Taint] = Field(
         default_factory=list,
-        description="extra node taints `{key, value, effect}`, one per key and effect, at most 49 (the GPU taint is "
-        "always there)",
+        description="extra node taints `{key, value, effect}`, one per key and effect: at most 48, 49 without burn-in "
+        "(EKS takes 50 per group; the GPU taint is always there, burn-in's startup taint with burn-in)",
     )
     burn_in: bool | None = Field(
         None,

@@ -7,21 +7,14 @@ Each appends a ``Problem`` naming the config key, the bad value and what is allo
 
 from __future__ import annotations
 
-import datetime
 import re
 
 from facts import aws_names, catalog, instance_types
-from facts.catalog import CAPACITY_BLOCK_DRAIN, CAPACITY_BLOCK_DRAIN_TEXT
-from facts.kube import GPU_TAINT
-from facts.problems import Problem
+from facts.kube import BURN_IN_TAINT, GPU_TAINT
+from facts.problems import Problem, entry_keys
 from facts.problems import fmt as _fmt
-from stacks.config.models import (
-    NAMESPACE,
-    CapacityConfig,
-    CapacityOfferingConfig,
-    GpuNodeGroupConfig,
-    SystemNodeGroupConfig,
-)
+from stacks.config.capacity_checks import check_capacity
+from stacks.config.models import NAMESPACE, GpuNodeGroupConfig, SystemNodeGroupConfig
 
 
 def _check_scaling(k: str, min_size: int, desired: int, max_size: int, problems: list[Problem]) -> None:
@@ -59,172 +52,6 @@ def _check_system(s: SystemNodeGroupConfig, problems: list[Problem]) -> None:
         )
 
 
-def _aware(when: datetime.datetime | None) -> bool:
-    return when is None or (when.tzinfo is not None and when.utcoffset() is not None)
-
-
-def _check_capacity(
-    k: str, g: GpuNodeGroupConfig, it: instance_types.InstanceType | None, problems: list[Problem]
-) -> None:
-    """Capacity Blocks: a type EC2 sells them for, and a consistent `capacity` section (window, offering, purchase)."""
-    block = g.capacity_type == "capacity-block"
-    _check_block_type(k, g, it, block, problems)
-    c = g.capacity
-    if c is None:
-        return
-    if not block:
-        problems.append(
-            Problem(
-                f"{k}.capacity",
-                f"is only used with capacityType 'capacity-block' (capacityType is {g.capacity_type!r})",
-            )
-        )
-        return
-    _check_capacity_time_zones(k, c, problems)
-    _check_capacity_window(k, g, c, problems)
-    o = c.offering
-    if o is None:
-        return
-    _check_offering_size(k, g, o, problems)
-    _check_offering(k, o, problems)
-    _check_purchase(k, g, c, o, problems)
-
-
-def _check_block_type(
-    k: str, g: GpuNodeGroupConfig, it: instance_types.InstanceType | None, block: bool, problems: list[Problem]
-) -> None:
-    """A Capacity Block of a type EC2 sells them for."""
-    if block and it is not None and it.is_gpu and not it.capacity_blocks:
-        problems.append(
-            Problem(
-                f"{k}.capacityType",
-                f"'capacity-block' is not offered for {g.instance_type}: EC2 sells Capacity Blocks for ML of "
-                f"{', '.join(catalog.CAPACITY_BLOCK_TYPES)} (the catalog's types with the capacity-block usage class); "
-                "use on-demand or spot, or one of those types",
-            )
-        )
-
-
-def _check_capacity_time_zones(k: str, c: CapacityConfig, problems: list[Problem]) -> None:
-    """Every time of the `capacity` section carries its time zone."""
-    o = c.offering
-    for key, when in (
-        ("start", c.start),
-        ("end", c.end),
-        ("offering.earliestStart", o and o.earliest_start),
-        ("offering.latestEnd", o and o.latest_end),
-    ):
-        if when and not _aware(when):
-            problems.append(
-                Problem(
-                    f"{k}.capacity.{key}",
-                    f"{when.isoformat()} has no time zone; write it in UTC like 2026-10-01T11:30:00Z, as preflight "
-                    "shows it",
-                )
-            )
-
-
-def _check_capacity_window(k: str, g: GpuNodeGroupConfig, c: CapacityConfig, problems: list[Problem]) -> None:
-    """The block's window: both ends, longer than the drain, and no fixed sizes beside it."""
-    if (c.start is None) != (c.end is None):
-        problems.append(
-            Problem(
-                f"{k}.capacity.{'end' if c.end is None else 'start'}",
-                "is required with capacity.start/end: the block's window needs both ends",
-            )
-        )
-    window = g.capacity_block_window
-    if window is not None and _aware(window[0]) and _aware(window[1]):
-        start, end = window
-        if end - start <= CAPACITY_BLOCK_DRAIN:
-            problems.append(
-                Problem(
-                    f"{k}.capacity.end",
-                    f"{end.isoformat()} is not more than {CAPACITY_BLOCK_DRAIN_TEXT} after capacity.start "
-                    f"{start.isoformat()}: the group scales to zero {CAPACITY_BLOCK_DRAIN_TEXT} before the block ends",
-                )
-            )
-        if g.min_size or g.desired_size:
-            key, value = ("minSize", g.min_size) if g.min_size else ("desiredSize", g.desired_size)
-            problems.append(
-                Problem(
-                    f"{k}.{key}",
-                    f"{value} is not allowed with capacity.start/end: the group follows the block's window (maxSize "
-                    f"nodes from its start, 0 {CAPACITY_BLOCK_DRAIN_TEXT} before its end, by scheduled actions and, "
-                    "inside the window, by `pulumi up` itself); leave minSize and desiredSize out",
-                )
-            )
-
-
-def _check_offering(k: str, o: CapacityOfferingConfig, problems: list[Problem]) -> None:
-    """The offering searched for: a range that ends after it starts, and an offering id of EC2's form."""
-    if (
-        o.latest_end is not None
-        and _aware(o.latest_end)
-        and _aware(o.earliest_start)
-        and o.latest_end <= o.earliest_start
-    ):
-        problems.append(
-            Problem(
-                f"{k}.capacity.offering.latestEnd",
-                f"{o.latest_end.isoformat()} is not after earliestStart {o.earliest_start.isoformat()}",
-            )
-        )
-    if o.offering_id is not None and not re.fullmatch(r"cb-[0-9a-z]{8,32}", o.offering_id):
-        problems.append(
-            Problem(
-                f"{k}.capacity.offering.offeringId",
-                f"{_fmt(o.offering_id)} is not a Capacity Block offering id like cb-0123456789abcdefg",
-            )
-        )
-
-
-def _check_purchase(
-    k: str, g: GpuNodeGroupConfig, c: CapacityConfig, o: CapacityOfferingConfig, problems: list[Problem]
-) -> None:
-    """A purchase names the offering it buys and its window, and buys no second block."""
-    if not o.purchase:
-        return
-    missing = [name for name, v in (("offeringId", o.offering_id), ("start", c.start), ("end", c.end)) if v is None]
-    if missing:
-        problems.append(
-            Problem(
-                f"{k}.capacity.offering.purchase",
-                "true needs the offering it buys: set capacity.offering.offeringId and the block's window "
-                f"capacity.start and capacity.end (missing: {', '.join(missing)}) as preflight lists them for the "
-                "offering you choose",
-            )
-        )
-    if g.capacity_reservation_id:
-        problems.append(
-            Problem(
-                f"{k}.capacity.offering.purchase",
-                f"true would buy a second block: the group already targets {g.capacity_reservation_id}; drop "
-                "capacityReservationId or purchase",
-            )
-        )
-
-
-def _check_offering_size(k: str, g: GpuNodeGroupConfig, o: CapacityOfferingConfig, problems: list[Problem]) -> None:
-    """A block EC2 sells: its length (aws_names.CAPACITY_BLOCK_HOURS) and its instance count, the group's maxSize."""
-    why = aws_names.capacity_block_duration_problem(o.duration_hours)
-    if why:
-        problems.append(
-            Problem(
-                f"{k}.capacity.offering.durationHours", f"{o.duration_hours} hours is not a length EC2 sells: {why}"
-            )
-        )
-    if g.max_size > aws_names.CAPACITY_BLOCK_INSTANCES_MAX:
-        problems.append(
-            Problem(
-                f"{k}.maxSize",
-                f"{g.max_size} is the instance count of the block capacity.offering looks for, and a Capacity Block "
-                f"holds at most {aws_names.CAPACITY_BLOCK_INSTANCES_MAX} instances; use maxSize "
-                f"{aws_names.CAPACITY_BLOCK_INSTANCES_MAX} or less (a second group with a block of its own for more)",
-            )
-        )
-
-
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
@@ -239,24 +66,26 @@ def _reserved_label(key: str) -> bool:
     return any(domain == d or domain.endswith("." + d) for d in RESERVED_LABEL_DOMAINS)
 
 
-def _check_gpu_groups(groups: list[GpuNodeGroupConfig | None], problems: list[Problem]) -> None:
+def _check_gpu_groups(groups: list[GpuNodeGroupConfig | None], burn_in: bool, problems: list[Problem]) -> None:
+    """Every GPU group's checks; ``burn_in``: the stack's burnIn.enabled (a group's burnIn overrides it)."""
     base = f"{NAMESPACE}:gpuNodeGroups"
     seen: dict[str, int] = {}
-    for i, g in enumerate(groups):
+    keys = entry_keys(base, [g.name if g is not None else None for g in groups])
+    for i, (k, g) in enumerate(zip(keys, groups, strict=True)):
         if g is None:
             continue
-        k = f"{base}[{i}]"
         _check_group_name(k, i, g, seen, problems)
         it = _check_group_type(k, g, problems)
         _check_scaling(k, g.min_size, g.desired_size, g.max_size, problems)
         _check_reservation_required(k, g, problems)
-        _check_capacity(k, g, it, problems)
+        check_capacity(k, g, it, problems)
         _check_reservation_id(k, g, problems)
         _check_autoscale(k, g, problems)
         _check_spot(k, g, problems)
         _check_placement_group(k, g, problems)
         _check_labels(k, g, problems)
         _check_taints(k, g, problems)
+        _check_taint_count(k, g, burn_in if g.burn_in is None else g.burn_in, problems)
 
 
 def _check_group_name(k: str, i: int, g: GpuNodeGroupConfig, seen: dict[str, int], problems: list[Problem]) -> None:
@@ -382,16 +211,28 @@ def _check_labels(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> Non
             problems.append(Problem(f"{k}.labels.{lk}", f"{_fmt(lv)} is not a valid Kubernetes label value"))
 
 
-def _check_taints(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
-    # EKS takes at most 50 taints per node group, and the GPU taint is one of them.
-    if len(g.taints) > aws_names.EKS_NODEGROUP_TAINTS_MAX - 1:
+def stack_taints(burn_in: bool) -> list[dict[str, str]]:
+    """The taints the stack puts on a GPU group's nodes besides the config's ``taints``: the GPU taint
+    (components/node_group.py) and, with burn-in, its startup taint (stacks/environment.py)."""
+    return [GPU_TAINT, *([BURN_IN_TAINT] if burn_in else [])]
+
+
+def _check_taint_count(k: str, g: GpuNodeGroupConfig, burn_in: bool, problems: list[Problem]) -> None:
+    """EKS takes at most 50 taints per node group (aws_names.EKS_NODEGROUP_TAINTS_MAX), the stack's own among them."""
+    ours = stack_taints(burn_in)
+    room = aws_names.EKS_NODEGROUP_TAINTS_MAX - len(ours)
+    if len(g.taints) > room:
+        named = "the GPU taint" + (", and burn-in's startup taint" if burn_in else "")
         problems.append(
             Problem(
                 f"{k}.taints",
                 f"{len(g.taints)} taints are too many: EKS allows {aws_names.EKS_NODEGROUP_TAINTS_MAX} per node group "
-                f"and the GPU taint is one; at most {aws_names.EKS_NODEGROUP_TAINTS_MAX - 1}",
+                f"and the stack adds {len(ours)} ({named}); at most {room}",
             )
         )
+
+
+def _check_taints(k: str, g: GpuNodeGroupConfig, problems: list[Problem]) -> None:
     taint_at: dict[tuple[str, str], int] = {}
     for j, t in enumerate(g.taints):
         if (t.key, t.effect) in taint_at:

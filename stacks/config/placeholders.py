@@ -10,7 +10,7 @@ nobody reaches the cluster's API, and an access entry for a role in 111122223333
 from __future__ import annotations
 
 from facts import aws_names
-from facts.problems import Problem
+from facts.problems import Problem, entry_keys
 from stacks.config.models import NAMESPACE
 from stacks.config.stack_config import StackConfig
 
@@ -43,24 +43,25 @@ def placeholders(cfg: StackConfig) -> list[Problem]:
                     "(aws sts get-caller-identity shows your account)",
                 )
             )
-    for i, team in enumerate(cfg.queues.teams):
+    team_keys = entry_keys(f"{NAMESPACE}:queues.teams", [t.name for t in cfg.queues.teams])
+    for tk, team in zip(team_keys, cfg.queues.teams, strict=True):
         account = aws_names.example_account(team.role_arn) if team.role_arn else None
         if account is not None:
             found.append(
                 Problem(
-                    f"{NAMESPACE}:queues.teams[{i}].roleArn",
+                    f"{tk}.roleArn",
                     f"{team.role_arn!r} is in {account}, the example account of AWS's "
                     "documentation, not yours: its access entry would "
                     f"let nobody of yours submit jobs to team {team.name!r}; put "
                     "the ARN of the team's own IAM role there",
                 )
             )
-    for i, job in enumerate(cfg.jobs):
+    for jk, job in zip(entry_keys(f"{NAMESPACE}:jobs", [j.name for j in cfg.jobs]), cfg.jobs, strict=True):
         account = aws_names.example_account(job.image)
         if job.enabled and account is not None and ".dkr.ecr." in job.image:
             found.append(
                 Problem(
-                    f"{NAMESPACE}:jobs[{i}].image",
+                    f"{jk}.image",
                     f"{job.image!r} is in the ECR registry of {account}, the example "
                     "account of AWS's documentation: no image can be "
                     "pulled from it; push the image to your own registry and name it there",

@@ -7,7 +7,7 @@ config, from ever reading a raised quota.
 from __future__ import annotations
 
 from facts import aws_names
-from facts.problems import Problem
+from facts.problems import Problem, entry_keys
 from stacks.config.models import NAMESPACE
 from stacks.config.stack_config import StackConfig
 
@@ -47,7 +47,8 @@ def node_size_warnings(cfg: StackConfig) -> list[Problem]:
     service, code, name = aws_names.EKS_NODES_PER_NODEGROUP
     default = aws_names.EKS_NODES_PER_NODEGROUP_DEFAULT
     groups = [("systemNodeGroup", cfg.system_node_group.max_size)]
-    groups += [(f"gpuNodeGroups[{i}]", g.max_size) for i, g in enumerate(cfg.gpu_node_groups)]
+    keys = entry_keys("gpuNodeGroups", [g.name for g in cfg.gpu_node_groups])
+    groups += [(key, g.max_size) for key, g in zip(keys, cfg.gpu_node_groups, strict=True)]
     return [
         Problem(
             f"{NAMESPACE}:{key}.maxSize",

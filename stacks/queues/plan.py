@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from facts import operators as ops
+from facts.problems import entry_keys
 from jobs.base import JobBase
 from jobs.targets import JobsContext, job_targets
 from stacks.queues.admission import Admission, Demand, admit_in_order, demands
@@ -203,7 +204,7 @@ def plan_for(cfg: Any) -> QueuePlan | None:
         operators=[op.name for op in ops.installed(sv)],
         volumes=[name for name, on in (("efs", st.efs.enabled), ("fsx", st.fsx.enabled)) if on],
         etcd=cfg.etcd.enabled,
-        jobs=[(f"jobs[{i}]", j) for i, j in enumerate(cfg.jobs)],
+        jobs=list(zip(entry_keys("jobs", [j.name for j in cfg.jobs]), cfg.jobs, strict=True)),
     )
 
 

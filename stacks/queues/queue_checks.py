@@ -12,7 +12,7 @@ from typing import Any
 from facts import catalog, durations, topology
 from facts.aws_names import role_arn_problem
 from facts.kube import ACCELERATOR_LABEL, NODE_GROUP_LABEL, RESERVED_NAMESPACES
-from facts.problems import Problem
+from facts.problems import Problem, entry_keys
 from jobs.base import JobBase
 from stacks.queues.admission import reach
 from stacks.queues.cluster_queues import RESERVED_TEAM_NAMES, team_namespace
@@ -100,13 +100,13 @@ def check_config(
         _check_flavor_tolerations(groups, ns, problems)
         _check_flavor_node_labels(groups, ns, problems)
     by_group = {g.name: g for g in groups if g is not None}
-    names: dict[str, int] = {}
-    spaces: dict[str, int] = {}
+    names: dict[str, str] = {}
+    spaces: dict[str, str] = {}
     taken: dict[str, int] = {}
-    for i, t in enumerate(queues.teams):
-        tk = f"{k}.teams[{i}]"
-        _check_team_name(t, i, tk, names, problems)
-        _check_team_namespace(t, i, tk, training_namespace, spaces, problems)
+    team_keys = entry_keys(f"{k}.teams", [t.name for t in queues.teams])
+    for tk, t in zip(team_keys, queues.teams, strict=True):
+        _check_team_name(t, tk, names, problems)
+        _check_team_namespace(t, tk, training_namespace, spaces, problems)
         _check_team_role(t, tk, admin_principals, problems)
         _check_team_quotas(t, tk, by_group, taken, problems)
     if autoscaling is None:
@@ -206,12 +206,17 @@ def _check_topology_admission(
             )
 
 
+def _group_keys(groups: Sequence[Any], ns: str) -> list[str]:
+    """Each GPU group's key (by its name, facts.problems.entry_keys)."""
+    return entry_keys(f"{ns}:gpuNodeGroups", [g.name if g is not None else None for g in groups])
+
+
 def _check_flavor_tolerations(groups: Sequence[Any], ns: str, problems: list[Problem]) -> None:
-    for i, g in enumerate(groups):
+    for gk, g in zip(_group_keys(groups, ns), groups, strict=True):
         if g is not None and len(g.taints) + 1 > MAX_FLAVOR_TOLERATIONS:
             problems.append(
                 Problem(
-                    f"{ns}:gpuNodeGroups[{i}].taints",
+                    f"{gk}.taints",
                     f"{len(g.taints)} taints are too many with queues: its Kueue ResourceFlavor carries the GPU "
                     f"taint's toleration and one per taint, at most {MAX_FLAVOR_TOLERATIONS}; use at most "
                     f"{MAX_FLAVOR_TOLERATIONS - 1}",
@@ -234,7 +239,7 @@ def _check_flavor_count(groups: Sequence[Any], ns: str, problems: list[Problem])
 
 
 def _check_flavor_node_labels(groups: Sequence[Any], ns: str, problems: list[Problem]) -> None:
-    for i, g in enumerate(groups):
+    for gk, g in zip(_group_keys(groups, ns), groups, strict=True):
         it = catalog.get(g.instance_type) if g is not None else None
         if g is None or it is None:  # a type the catalog does not have: its group's problem
             continue
@@ -242,7 +247,7 @@ def _check_flavor_node_labels(groups: Sequence[Any], ns: str, problems: list[Pro
         if len(keys) > MAX_FLAVOR_NODE_LABELS:
             problems.append(
                 Problem(
-                    f"{ns}:gpuNodeGroups[{i}].labels",
+                    f"{gk}.labels",
                     f"{len(g.labels)} labels are too many with queues: the group's Kueue ResourceFlavor carries them "
                     f"with the stack's own ({len(keys - set(g.labels))}: the node-group label"
                     f"{' and the accelerator label' if it.accelerator else ''}), {len(keys)} node labels, and "
@@ -252,7 +257,8 @@ def _check_flavor_node_labels(groups: Sequence[Any], ns: str, problems: list[Pro
             )
 
 
-def _check_team_name(t: Any, i: int, tk: str, names: dict[str, int], problems: list[Problem]) -> None:
+def _check_team_name(t: Any, tk: str, names: dict[str, str], problems: list[Problem]) -> None:
+    """A DNS label, not a shared queue's, unique (``names``: the names so far, each with its entry)."""
     if not _DNS_LABEL.match(t.name) or len(t.name) > 63:
         problems.append(
             Problem(
@@ -264,14 +270,17 @@ def _check_team_name(t: Any, i: int, tk: str, names: dict[str, int], problems: l
             Problem(f"{tk}.name", f"{t.name!r} is not allowed: {', '.join(RESERVED_TEAM_NAMES)} name the shared queues")
         )
     if t.name in names:
-        problems.append(
-            Problem(f"{tk}.name", f"{t.name!r} is used by teams[{names[t.name]}] too; team names must be unique")
-        )
-    names.setdefault(t.name, i)
+        problems.append(Problem(f"{tk}.name", f"{t.name!r} is used by {names[t.name]} too; team names must be unique"))
+    names.setdefault(t.name, _entry(tk))
+
+
+def _entry(key: str) -> str:
+    """``teams[x]`` of a key ``gpu-training:queues.teams[x]``."""
+    return key[key.rindex("teams[") :]
 
 
 def _check_team_namespace(
-    t: Any, i: int, tk: str, training_namespace: str | None, spaces: dict[str, int], problems: list[Problem]
+    t: Any, tk: str, training_namespace: str | None, spaces: dict[str, str], problems: list[Problem]
 ) -> None:
     space = team_namespace(t)
     where = f"{tk}.namespace" if t.namespace else f"{tk}.name"
@@ -300,10 +309,8 @@ def _check_team_namespace(
             )
         )
     if space in spaces:
-        problems.append(
-            Problem(where, f"{space!r} is the namespace of teams[{spaces[space]}] too; every team has its own")
-        )
-    spaces.setdefault(space, i)
+        problems.append(Problem(where, f"{space!r} is the namespace of {spaces[space]} too; every team has its own"))
+    spaces.setdefault(space, _entry(tk))
 
 
 def _check_team_role(t: Any, tk: str, admin_principals: Sequence[str], problems: list[Problem]) -> None:
