@@ -120,8 +120,8 @@ def first_difference(old: Any, new: Any) -> str:
 
 def change(old_tree: Any, new_tree: Any, path: str, secret_data: bool = False) -> tuple[str, str, str]:
     """(old, new, where the texts first differ) of ``path`` between two trees, masked and summarised."""
-    old = masked(get(old_tree, path), path, secret_data) if path else masked(old_tree, "", secret_data)
-    new = masked(get(new_tree, path), path, secret_data) if path else masked(new_tree, "", secret_data)
-    if old == MASK or new == MASK:
-        return MASK, MASK, ""
+    raw_old, raw_new = (get(old_tree, path), get(new_tree, path)) if path else (old_tree, new_tree)
+    old, new = masked(raw_old, path, secret_data), masked(raw_new, path, secret_data)
+    if old == MASK or new == MASK:  # one side secret: both are (the other is shown only when it is absent)
+        return summary(MASK if old is not ABSENT else old), summary(MASK if new is not ABSENT else new), ""
     return summary(old), summary(new), first_difference(old, new)
