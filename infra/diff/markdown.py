@@ -293,7 +293,8 @@ def _release_lines(diff: Diff) -> list[str]:
     if not sides:
         return []
     return [
-        f"**The Helm releases' objects are missing from the {' and '.join(sides)} plan** (no releases.yaml: it was "
+        f"**The Helm releases' objects are missing from the {' and '.join(sides)} plan{'s' if len(sides) > 1 else ''}"
+        "** (no releases.yaml: it was "
         "planned without helm). Their objects are left out of this comparison; run `.venv/bin/python "
         "scripts/k8s_tools.py` before `python -m infra plan` (the pull-request workflow does).",
         "",
