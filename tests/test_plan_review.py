@@ -287,6 +287,10 @@ def test_a_replaced_volume_is_counted_as_replaced(stack, bases, tmp_path):
     (row,) = [r for r in section(md, "Kubernetes objects changed").splitlines() if "PersistentVolume (v1)" in r]
     assert row.startswith(f"| -/+ | `PersistentVolume (v1)` | `gpu-training-{stack}-fsx` | its resource `fsx-pv`")
     assert "- **REPLACES** `fsx-fs` (`aws:fsx/lustreFileSystem:LustreFileSystem`)" in lead(md)
+    # The plan holds the old file system's id: its new one is known after the up, and said so.
+    handle = "| `fsx-pv` | `inputs.spec.csi.volumeHandle` | `fs-"
+    (value,) = [r for r in section(md, "Values (old → new)").splitlines() if r.startswith(handle)]
+    assert value.endswith("| (known after `pulumi up`: new id of `fsx-fs`) |")
     assert exit_code(bases[stack], head) == DISRUPTIVE
 
 

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from infra.diff import impact
 from infra.diff.compare import Diff
+from infra.diff.impact import disruptive
 from infra.diff.markdown import render
 from infra.diff.plans import NotAPlan, Plan, check_plan_folder, load_plan
 from infra.diff.refusals import of_diff as refusals_of
@@ -98,7 +98,7 @@ def exit_code(diff: Diff) -> int:
     if diff.empty:
         return EXIT_SAME
     refused = refusals_of(diff) if diff.base.present else []
-    return EXIT_DISRUPTIVE if refused or impact.disruptive(diff) else EXIT_CHANGES
+    return EXIT_DISRUPTIVE if refused or disruptive(diff) else EXIT_CHANGES
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.diff import values
 from infra.diff.compare import Change, Diff, Key, touches
+from infra.diff.values import change as value_change
 
 NODE_GROUPS = ("aws:eks/nodeGroup:NodeGroup", "eks:index:ManagedNodeGroup")
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -75,7 +75,7 @@ def _inputs_of(change: Change) -> list[str]:
 
 
 def _shown(diff: Diff, key: Key, path: str) -> str:
-    old, new, _ = values.change(diff.base.resources[key].get("inputs"), diff.head.resources[key].get("inputs"), path)
+    old, new, _ = value_change(diff.base.resources[key].get("inputs"), diff.head.resources[key].get("inputs"), path)
     return f"`{path}` {old} → {new}"
 
 

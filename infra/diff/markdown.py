@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from infra.diff import impact, values
 from infra.diff.compare import REPLACE, UPDATE, Change, Diff
+from infra.diff.impact import lines as impact_lines
 from infra.diff.refusals import Refusal
 from infra.diff.refusals import of_diff as refusals_of
 from infra.diff.replace_fields import rule_for
+from infra.diff.values import change as value_change
 
 MARKER = "<!-- gpu-training offline plan diff -->"
 CAPACITY_BLOCK = "aws:ec2/capacityBlockReservation:CapacityBlockReservation"
@@ -238,7 +239,10 @@ def _value_rows(diff: Diff) -> list[list[str]]:
         old, new = diff.base.resources[c.key].get("inputs"), diff.head.resources[c.key].get("inputs")
         secret = c.key[0] == "kubernetes:core/v1:Secret"
         for path in [p for p in c.paths + c.forced_by if p.startswith("inputs.")][:8]:
-            rows.append([_code(c.key[1]), *_value_cells(old, new, path[len("inputs.") :], secret, path)])
+            cells = _value_cells(old, new, path[len("inputs.") :], secret, path)
+            if cells[1] == cells[2] and c.follows:  # the plan shows the old id: the new one is known after the up
+                cells[2] = "(known after `pulumi up`: new id of " + ", ".join(_code(n) for _, n in c.follows[:3]) + ")"
+            rows.append([_code(c.key[1]), *cells])
     for k, paths in diff.manifests_changed:
         secret = k[1] == "Secret"
         for path in paths[:8]:
@@ -255,7 +259,7 @@ def _value_rows(diff: Diff) -> list[list[str]]:
 
 
 def _value_cells(old: Any, new: Any, path: str, secret: bool, shown: str) -> list[str]:
-    was, now, where = values.change(old, new, path, secret_data=secret)
+    was, now, where = value_change(old, new, path, secret_data=secret)
     return [_code(shown), _code(was), _code(now) + (f" (first difference: {_code(where)})" if where else "")]
 
 
@@ -314,7 +318,7 @@ def render(
     lines += _gpu_az_move_lines(diff)
     found = refusals_of(diff) if diff.base.present else []
     lines += _refused_lines(found, max_rows)
-    lines += impact.lines(diff) + _release_lines(diff) + _count_lines(diff)
+    lines += impact_lines(diff) + _release_lines(diff) + _count_lines(diff)
     lines += _cost_lines(diff.base.cost, diff.head.cost)
     for name, offering in purchases(diff):
         lines += [

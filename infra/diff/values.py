@@ -25,7 +25,8 @@ ABSENT = object()
 _SECRET_KEY = re.compile(r"(?i)(password|passwd|passphrase|token|secret|credential|private_?key|api_?key)")
 _SECRET_NAME = re.compile(r"(?i)(name|names|ref|arn|id|ids|path|namespace|expirationseconds|audience)$")
 _SECRET_DATA = ("data", "stringData")
-SHORT = 60  # characters of a text shown as it is
+SHORT = 60  # characters of a line shown in a summary
+WHOLE = 100  # a one-line value up to this long is shown whole (an ARN, say)
 
 
 def _key_is_secret(key: str) -> bool:
@@ -95,7 +96,7 @@ def summary(value: Any) -> str:
     if value is ABSENT or value == MASK:
         return text
     lines = text.splitlines() or [""]
-    if len(lines) == 1 and len(text) <= SHORT:
+    if len(lines) == 1 and len(text) <= WHOLE:
         return json.dumps(value) if isinstance(value, str) and value.strip() != value else text
     extra = f", {len(lines)} lines" if len(lines) > 1 else f", {len(text)} characters"
     return f"{_short(lines[0])} (sha256 {_digest(text)}{extra})"
