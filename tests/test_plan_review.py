@@ -113,6 +113,7 @@ def test_a_bigger_disk_rolls_the_groups_nodes_and_the_diff_leads_with_it(stack, 
     # The template's row no longer says "pulumi preview decides": its replace-on-change inputs are known.
     (row,) = [r for r in section(md, "Updated in place (`~`)").splitlines() if "gpu-p4d-lt" in r]
     assert "`pulumi preview` decides" not in row
+    assert row.endswith("(**a new version: node group `p4d` rolls**, see above) |")
     assert exit_code(bases[stack], head) == DISRUPTIVE
 
 

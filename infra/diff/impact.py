@@ -68,6 +68,7 @@ class Roll:
     group: str  # the stack's name of the group (its node-group label), else the EKS name
     nodes: str  # how many nodes, from the head plan's scalingConfig
     causes: tuple[str, ...]  # what makes the new version
+    templates: tuple[Key, ...] = ()  # the launch templates whose new version rolls it
 
 
 def _inputs_of(change: Change) -> list[str]:
@@ -100,9 +101,9 @@ def node_count(record: dict) -> str:
     return f"{count}, {at_once} at a time"
 
 
-def _template_causes(diff: Diff, updated: dict[Key, Change]) -> dict[str, list[str]]:
-    """Launch templates updated with a new version: their id -> what changes in them."""
-    out: dict[str, list[str]] = {}
+def _template_causes(diff: Diff, updated: dict[Key, Change]) -> dict[str, tuple[Key, str]]:
+    """Launch templates updated with a new version: their id -> (the template, what changes in it)."""
+    out: dict[str, tuple[Key, str]] = {}
     for key, change in updated.items():
         if key[0] != LAUNCH_TEMPLATE:
             continue
@@ -110,7 +111,7 @@ def _template_causes(diff: Diff, updated: dict[Key, Change]) -> dict[str, list[s
         rid = diff.base.resources[key].get("id")
         if paths and isinstance(rid, str) and rid:
             shown = ", ".join(_shown(diff, key, p) for p in paths[:3]) + (" and more" if len(paths) > 3 else "")
-            out[rid] = [f"launch template `{key[1]}` gets a new version ({shown})"]
+            out[rid] = (key, f"launch template `{key[1]}` gets a new version ({shown})")
     return out
 
 
@@ -128,9 +129,10 @@ def rolls(diff: Diff) -> list[Roll]:
             own = [p for p in _inputs_of(updated[key]) if any(touches(p, f) for f in ROLLING_INPUTS)]
             causes += [_shown(diff, key, p) for p in own]
         text = repr(diff.base.resources[key].get("inputs"))
-        causes += [c for rid, cs in templates.items() if rid in text for c in cs]
+        mine = [template for rid, template in templates.items() if rid in text]
+        causes += [cause for _, cause in mine]
         if causes:
-            out.append(Roll(key, group_name(record), node_count(record), tuple(causes)))
+            out.append(Roll(key, group_name(record), node_count(record), tuple(causes), tuple(t for t, _ in mine)))
     return out
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from infra.diff.compare import REPLACE, UPDATE, Change, Diff
 from infra.diff.impact import lines as impact_lines
+from infra.diff.impact import rolls
 from infra.diff.refusals import Refusal
 from infra.diff.refusals import of_diff as refusals_of
 from infra.diff.replace_fields import rule_for
@@ -166,8 +167,19 @@ def _status_lines(base_status: str, head_status: str, head_log: str) -> list[str
     return []
 
 
+def _rolled(diff: Diff) -> dict[tuple[str, str], str]:
+    """The note on the row of each node group that rolls, and of each launch template that makes it roll."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for r in rolls(diff):
+        out.setdefault(r.key, []).append(f"rolls the nodes of `{r.group}`")
+        for t in r.templates:
+            out.setdefault(t, []).append(f"a new version: node group `{r.group}` rolls")
+    return {k: " (**" + "; ".join(v) + "**, see above)" for k, v in out.items()}
+
+
 def _resource_sections(diff: Diff, max_rows: int, refused: set[tuple[str, str]]) -> list[str]:
     lines: list[str] = []
+    rolled = _rolled(diff)
     if diff.replaced:
         lines += ["#### Replaced (`-/+`)", ""] + _table(
             ["", "type", "name", "why"],
@@ -177,7 +189,10 @@ def _resource_sections(diff: Diff, max_rows: int, refused: set[tuple[str, str]])
     if diff.updated:
         lines += ["#### Updated in place (`~`)", ""] + _table(
             ["", "type", "name", "changed"],
-            ([UPDATE, _code(c.key[0]), _code(c.key[1]), _why_updated(c, refused)] for c in diff.updated),
+            (
+                [UPDATE, _code(c.key[0]), _code(c.key[1]), _why_updated(c, refused) + rolled.get(c.key, "")]
+                for c in diff.updated
+            ),
             max_rows,
         )
     if diff.state_only:
