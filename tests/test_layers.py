@@ -48,7 +48,7 @@ PACKAGES = {
         *("kube_rules", "kube_objects", "kube_crds", "kube_check"),
     ],
     "infra.offline": ["region", "deployed", "mocks", "monitor", "engine"],
-    "infra.diff": ["replace_fields", "plans", "compare", "refusals", "markdown", "cli"],
+    "infra.diff": ["values", "replace_fields", "plans", "compare", "refusals", "impact", "markdown", "cli"],
 }
 # Packages whose modules import none after them even for annotations: no circle under
 # `if TYPE_CHECKING:` either (a module that needs the shape of one above it says what it reads, as

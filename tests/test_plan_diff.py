@@ -112,7 +112,7 @@ def test_synthetic_plans(synthetic):
     md = run([base, head, "--title", "Offline plan: dev"])
     assert md.startswith(MARKER + "\n### Offline plan: dev\n")
     assert "Resources: **1 to replace, 1 to update in place, 1 to add, 1 to remove** (5 → 5)" in md
-    assert "Kubernetes objects: **1 added, 1 removed, 1 changed** (3 → 3)" in md
+    assert "Kubernetes objects: **1 added, 1 removed, 0 replaced, 1 changed in place** (3 → 3)" in md
     # A subnet's CIDR block is replace-on-change; its tags are not, but ride along.
     assert "| -/+ | `aws:ec2/subnet:Subnet` | `network-private-a` | forced by `inputs.cidrBlock` |" in section(
         md, "Replaced (`-/+`)"
@@ -171,7 +171,7 @@ def test_a_folder_without_a_plan_is_an_error(synthetic, tmp_path, side):
     empty.mkdir()
     args = [empty, head] if side == "base" else [base, empty]
     out, err = io.StringIO(), io.StringIO()
-    assert plan_diff.main([str(a) for a in args], out=out, err=err) == 2
+    assert plan_diff.main([str(a) for a in args], out=out, err=err) == 1  # an error, as terraform says it
     assert out.getvalue() == ""
     message = err.getvalue()
     assert f"{side.upper()} {empty} holds no plan (no resources.json or outputs.json)" in message
@@ -264,7 +264,7 @@ def test_the_replace_table_names_its_sources_and_covers_the_stateful_types():
 
 def test_the_cli_lists_diff_and_refuses_a_base_without_a_plan(tmp_path):
     """Through the real CLI: `python -m infra --help` lists the subcommand, and a base folder
-    without a plan exits 2 naming it (the workflow passes --base-absent for a new stack)."""
+    without a plan exits 1 naming it (the workflow passes --base-absent for a new stack)."""
     helped = subprocess.run(
         [sys.executable, "-m", "infra", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
@@ -278,7 +278,7 @@ def test_the_cli_lists_diff_and_refuses_a_base_without_a_plan(tmp_path):
         text=True,
         timeout=120,
     )
-    assert done.returncode == 2 and done.stdout == ""
+    assert done.returncode == 1 and done.stdout == ""
     assert f"BASE {missing} does not exist" in done.stderr and "resources.json" in done.stderr
     assert "Traceback" not in done.stderr
     new = subprocess.run(
@@ -340,7 +340,7 @@ def test_real_plans_an_in_place_change(dev_plan, dev_base, tmp_path):
     assert updated[0] == "| ~ | `aws:eks/nodeGroup:NodeGroup` | `gpu-p4d-mng` | `inputs.scalingConfig.maxSize` |"
     assert updated[1].startswith("| ~ | `kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue` | `queues-clusterqueue-gpu` |")
     assert "Replaced" not in md and "Added" not in md and "MOVES" not in md
-    assert "Kubernetes objects: **0 added, 0 removed, 1 changed**" in md
+    assert "Kubernetes objects: **0 added, 0 removed, 0 replaced, 1 changed in place**" in md
     assert "`spec.resourceGroups[0].flavors[0].resources[2].nominalQuota`" in section(md, "Kubernetes objects changed")
 
 

@@ -5,18 +5,36 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from infra.diff.compare import Diff
+from infra.diff.impact import disruptive
 from infra.diff.markdown import render
 from infra.diff.plans import NotAPlan, Plan, check_plan_folder, load_plan
+from infra.diff.refusals import of_diff as refusals_of
 
 DESCRIPTION = (
     "Compare two offline plans (`python -m infra plan --stack S --out DIR`) and print markdown: a move of the GPU AZ "
-    "first, in words; the change in hourly cost; Capacity Blocks bought; resources replaced (-/+, stateful ones "
-    "first), updated in place (~), added (+) and removed (-); Kubernetes objects and stack outputs. "
-    "Exit 0 whatever the difference; 2 when a folder holds no plan or on bad arguments."
+    "first, in words; what the API would refuse; stateful resources deleted or replaced and node groups whose nodes "
+    "roll, in words; the change in hourly cost; Capacity Blocks bought; resources replaced (-/+, stateful ones "
+    "first), updated in place (~), added (+) and removed (-); Kubernetes objects, stack outputs, and each changed "
+    "value old -> new. Exit 1 on an error (a folder without a plan, bad arguments, with --detailed-exitcode a failed "
+    "head plan); else 0, or with --detailed-exitcode: 0 no difference, 2 a difference, 3 a difference that deletes "
+    "or replaces a stateful resource, rolls a node group's nodes, or that the API refuses."
 )
+
+# Exit codes, after terraform plan -detailed-exitcode (developer.hashicorp.com/terraform/cli/commands/plan:
+# 0 succeeded with an empty diff, 1 error, 2 succeeded with a non-empty diff), plus 3 for what a reviewer must
+# not wave through.
+EXIT_SAME, EXIT_ERROR, EXIT_CHANGES, EXIT_DISRUPTIVE = 0, 1, 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments exit 1 (an error), not argparse's 2 (which --detailed-exitcode gives a difference)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,6 +61,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-rows", type=int, default=50, help="rows per table at most")
     p.add_argument("--base-root", type=Path, help="project folder the base was planned from (read as <project>)")
     p.add_argument("--head-root", type=Path, help="project folder the head was planned from (read as <project>)")
+    p.add_argument(
+        "--detailed-exitcode",
+        action="store_true",
+        help="exit 0: no difference, 2: a difference, 3: a difference that deletes or replaces a stateful resource, "
+        "rolls a node group's nodes or that the API refuses, 1: an error (as terraform plan -detailed-exitcode, "
+        "plus 3)",
+    )
 
 
 def run(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -56,15 +81,27 @@ def run(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
             check_plan_folder(args.head, "HEAD")
     except NotAPlan as e:
         print(f"error: {e}", file=err)
-        return 2
+        return EXIT_ERROR
     base = load_plan(args.base, args.base_root) if base_status == "ok" else Plan.empty()
     head = load_plan(args.head, args.head_root) if head_status == "ok" else Plan.empty()
     log = args.head_log.read_text(errors="replace") if args.head_log and args.head_log.exists() else ""
-    out.write(render(Diff(base, head), args.title, base_status, head_status, log, args.max_rows))
-    return 0
+    diff = Diff(base, head)
+    out.write(render(diff, args.title, base_status, head_status, log, args.max_rows))
+    if not args.detailed_exitcode:
+        return EXIT_SAME
+    return EXIT_ERROR if head_status != "ok" else exit_code(diff)
+
+
+def exit_code(diff: Diff) -> int:
+    """3 when the diff deletes or replaces a stateful resource, rolls nodes or is refused; 2 for any other
+    difference; 0 for none."""
+    if diff.empty:
+        return EXIT_SAME
+    refused = refusals_of(diff) if diff.base.present else []
+    return EXIT_DISRUPTIVE if refused or disruptive(diff) else EXIT_CHANGES
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra diff", description=DESCRIPTION)
+    parser = _Parser(prog="python -m infra diff", description=DESCRIPTION)
     add_arguments(parser)
     return run(parser.parse_args(argv), out, err)

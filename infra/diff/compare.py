@@ -130,6 +130,14 @@ class Change:
     delete_first: bool = False  # deleteBeforeReplace: the old one goes before the new one exists
 
     @property
+    def state_only(self) -> bool:
+        """Nothing `pulumi up` sends to a provider changes: only what Pulumi records of the resource
+        (dependsOn, resource options, a parent an alias covers). Pulumi's engine diffs a resource on its
+        provider and inputs only (pulumi/pulumi pkg/resource/deploy/step_generator.go, stepGenerator.diff):
+        such a resource is no update in `pulumi preview`, and nothing happens to it in the cloud."""
+        return self.action == UPDATE and not self.follows and not any(p.startswith("inputs.") for p in self.paths)
+
+    @property
     def stateful(self) -> str | None:
         """What replacing it means, for the types whose replacement loses data or takes long."""
         return STATEFUL.get(self.key[0]) if self.action == REPLACE else None
@@ -244,6 +252,24 @@ def _manifest_ignores(head: Plan) -> dict[tuple[str, str, str, str], tuple[str, 
     return out
 
 
+def _object_key(record: dict) -> tuple[str, str, str, str] | None:
+    """The manifest key of a Kubernetes resource's object (None for any other resource)."""
+    inputs = record.get("inputs") or {}
+    return manifest_key(inputs) if record["type"].startswith("kubernetes:") and "kind" in inputs else None
+
+
+def _comparable(base: Plan, head: Plan) -> tuple[dict, dict]:
+    """The objects of both plans to compare: all of them, but what the Helm releases install when only one side
+    holds it (a plan made without helm): those would read as added or removed."""
+    if not (base.present and head.present) or base.releases == head.releases:
+        return base.manifests, head.manifests
+    drop = (base.release_objects or frozenset()) | (head.release_objects or frozenset())
+    return (
+        {k: v for k, v in base.manifests.items() if k not in drop},
+        {k: v for k, v in head.manifests.items() if k not in drop},
+    )
+
+
 def _replace_order(change: Change) -> tuple[int, int, Key]:
     order = list(STATEFUL)
     typ = change.key[0]
@@ -265,19 +291,24 @@ class Diff:
                 changes[k] = c
         propagate(base, head, changes)
         self.replaced = sorted((c for c in changes.values() if c.action == REPLACE), key=_replace_order)
-        self.updated = sorted((c for c in changes.values() if c.action == UPDATE), key=lambda c: c.key)
-        self.manifests_added = sorted(set(head.manifests) - set(base.manifests))
-        self.manifests_removed = sorted(set(base.manifests) - set(head.manifests))
+        updates = sorted((c for c in changes.values() if c.action == UPDATE), key=lambda c: c.key)
+        self.updated = [c for c in updates if not c.state_only]
+        self.state_only = [c for c in updates if c.state_only]
+        base_objects, head_objects = _comparable(base, head)
+        self.manifests_added = sorted(set(head_objects) - set(base_objects))
+        self.manifests_removed = sorted(set(base_objects) - set(head_objects))
         ignore = _manifest_ignores(head)
+        # Objects whose resource is replaced: deleted and created again, whatever their manifest says.
+        self.manifests_replaced = {
+            key: c for c in self.replaced if (key := _object_key(head.resources[c.key])) in head.manifests
+        }
         self.manifests_changed = [
             (k, paths)
-            for k in sorted(set(base.manifests) & set(head.manifests))
-            if base.manifests[k] != head.manifests[k]
+            for k in sorted(set(base_objects) & set(head_objects))
+            if base_objects[k] != head_objects[k]
             and (
                 paths := [
-                    p
-                    for p in changed_paths(base.manifests[k], head.manifests[k])
-                    if not is_ignored(p, ignore.get(k, ()))
+                    p for p in changed_paths(base_objects[k], head_objects[k]) if not is_ignored(p, ignore.get(k, ()))
                 ]
             )
         ]
@@ -292,12 +323,18 @@ class Diff:
         return self.replaced + self.updated
 
     @property
+    def objects_updated(self) -> list[tuple[tuple[str, str, str, str], list[str]]]:
+        """Kubernetes objects changed in place: changed, and not replaced."""
+        return [(k, p) for k, p in self.manifests_changed if k not in self.manifests_replaced]
+
+    @property
     def empty(self) -> bool:
         return not (
             self.resources_added
             or self.resources_removed
             or self.replaced
             or self.updated
+            or self.state_only
             or self.manifests_added
             or self.manifests_removed
             or self.manifests_changed

@@ -6,9 +6,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from infra.diff.compare import REPLACE, UPDATE, Change, Diff
+from infra.diff.impact import lines as impact_lines
+from infra.diff.impact import rolls
 from infra.diff.refusals import Refusal
 from infra.diff.refusals import of_diff as refusals_of
 from infra.diff.replace_fields import rule_for
+from infra.diff.values import change as value_change
 
 MARKER = "<!-- gpu-training offline plan diff -->"
 CAPACITY_BLOCK = "aws:ec2/capacityBlockReservation:CapacityBlockReservation"
@@ -164,8 +167,19 @@ def _status_lines(base_status: str, head_status: str, head_log: str) -> list[str
     return []
 
 
+def _rolled(diff: Diff) -> dict[tuple[str, str], str]:
+    """The note on the row of each node group that rolls, and of each launch template that makes it roll."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for r in rolls(diff):
+        out.setdefault(r.key, []).append(f"rolls the nodes of `{r.group}`")
+        for t in r.templates:
+            out.setdefault(t, []).append(f"a new version: node group `{r.group}` rolls")
+    return {k: " (**" + "; ".join(v) + "**, see above)" for k, v in out.items()}
+
+
 def _resource_sections(diff: Diff, max_rows: int, refused: set[tuple[str, str]]) -> list[str]:
     lines: list[str] = []
+    rolled = _rolled(diff)
     if diff.replaced:
         lines += ["#### Replaced (`-/+`)", ""] + _table(
             ["", "type", "name", "why"],
@@ -175,7 +189,16 @@ def _resource_sections(diff: Diff, max_rows: int, refused: set[tuple[str, str]])
     if diff.updated:
         lines += ["#### Updated in place (`~`)", ""] + _table(
             ["", "type", "name", "changed"],
-            ([UPDATE, _code(c.key[0]), _code(c.key[1]), _why_updated(c, refused)] for c in diff.updated),
+            (
+                [UPDATE, _code(c.key[0]), _code(c.key[1]), _why_updated(c, refused) + rolled.get(c.key, "")]
+                for c in diff.updated
+            ),
+            max_rows,
+        )
+    if diff.state_only:
+        lines += ["#### Recorded in the state only (nothing changes in the cloud)", ""] + _table(
+            ["type", "name", "changed"],
+            ([_code(c.key[0]), _code(c.key[1]), _keys(c.paths)] for c in diff.state_only),
             max_rows,
         )
     if diff.resources_added:
@@ -203,13 +226,98 @@ def _manifest_sections(diff: Diff, max_rows: int) -> list[str]:
         lines += ["#### Kubernetes objects removed", ""] + _table(
             ["kind", "name"], ([kind(k), _code(_manifest_name(k))] for k in diff.manifests_removed), max_rows
         )
-    if diff.manifests_changed:
+    changed = dict(diff.manifests_changed)
+    marked = sorted(set(changed) | set(diff.manifests_replaced))
+    if marked:
+
+        def why(k: tuple[str, str, str, str]) -> str:
+            if k in changed:
+                return _keys(changed[k])
+            c = diff.manifests_replaced[k]
+            return f"its resource {_code(c.key[1])} is replaced ({_why_replaced(c)})"
+
         lines += ["#### Kubernetes objects changed", ""] + _table(
-            ["kind", "name", "changed"],
-            ([kind(k), _code(_manifest_name(k)), _keys(c)] for k, c in diff.manifests_changed),
+            ["", "kind", "name", "changed"],
+            (
+                [REPLACE if k in diff.manifests_replaced else UPDATE, kind(k), _code(_manifest_name(k)), why(k)]
+                for k in marked
+            ),
             max_rows,
         )
     return lines
+
+
+def _value_rows(diff: Diff) -> list[list[str]]:
+    """One row per changed input (resources) and field (Kubernetes objects): old and new value."""
+    rows = []
+    for c in diff.replaced + diff.updated:
+        old, new = diff.base.resources[c.key].get("inputs"), diff.head.resources[c.key].get("inputs")
+        secret = c.key[0] == "kubernetes:core/v1:Secret"
+        for path in [p for p in c.paths + c.forced_by if p.startswith("inputs.")][:8]:
+            cells = _value_cells(old, new, path[len("inputs.") :], secret, path)
+            if cells[1] == cells[2] and c.follows:  # the plan shows the old id: the new one is known after the up
+                cells[2] = "(known after `pulumi up`: new id of " + ", ".join(_code(n) for _, n in c.follows[:3]) + ")"
+            rows.append([_code(c.key[1]), *cells])
+    for k, paths in diff.manifests_changed:
+        secret = k[1] == "Secret"
+        for path in paths[:8]:
+            rows.append(
+                [
+                    _code(f"{k[1]} {_manifest_name(k)}"),
+                    *_value_cells(diff.base.manifests[k], diff.head.manifests[k], path, secret, path),
+                ]
+            )
+    unique: dict[str, list[str]] = {}
+    for r in rows:
+        unique.setdefault("|".join(r), r)
+    return list(unique.values())
+
+
+def _value_cells(old: Any, new: Any, path: str, secret: bool, shown: str) -> list[str]:
+    was, now, where = value_change(old, new, path, secret_data=secret)
+    return [_code(shown), _code(was), _code(now) + (f" (first difference: {_code(where)})" if where else "")]
+
+
+def _value_lines(diff: Diff, max_rows: int) -> list[str]:
+    rows = _value_rows(diff)
+    if not rows:
+        return []
+    return ["#### Values (old → new)", ""] + _table(["resource or object", "path", "old", "new"], rows, max_rows)
+
+
+def _count_lines(diff: Diff) -> list[str]:
+    """What changes, counted as `pulumi up` does it: a resource whose only change is what Pulumi records of it
+    (dependsOn, options) is counted apart; a Kubernetes object whose resource is replaced is replaced."""
+    b, h = diff.base, diff.head
+    state = (
+        f"; {len(diff.state_only)} with only dependsOn or options changed (recorded in the state, nothing changes "
+        "in the cloud)"
+        if diff.state_only
+        else ""
+    )
+    return [
+        f"Resources: **{len(diff.replaced)} to replace, {len(diff.updated)} to update in place, "
+        f"{len(diff.resources_added)} to add, {len(diff.resources_removed)} to remove** ({len(b.resources)} → "
+        f"{len(h.resources)}){state}. Kubernetes objects: **{len(diff.manifests_added)} added, "
+        f"{len(diff.manifests_removed)} removed, {len(diff.manifests_replaced)} replaced, "
+        f"{len(diff.objects_updated)} changed in place** ({len(b.manifests)} → {len(h.manifests)}).",
+        "",
+    ]
+
+
+def _release_lines(diff: Diff) -> list[str]:
+    """A plan with Helm releases but without what they install (planned without helm) compares less than a local
+    plan does: said, naming the side."""
+    sides = [name for name, plan in (("base", diff.base), ("head", diff.head)) if plan.present and not plan.releases]
+    if not sides:
+        return []
+    return [
+        f"**The Helm releases' objects are missing from the {' and '.join(sides)} plan{'s' if len(sides) > 1 else ''}"
+        "** (no releases.yaml: it was "
+        "planned without helm). Their objects are left out of this comparison; run `.venv/bin/python "
+        "scripts/k8s_tools.py` before `python -m infra plan` (the pull-request workflow does).",
+        "",
+    ]
 
 
 def render(
@@ -225,15 +333,8 @@ def render(
     lines += _gpu_az_move_lines(diff)
     found = refusals_of(diff) if diff.base.present else []
     lines += _refused_lines(found, max_rows)
-    b, h = diff.base, diff.head
-    lines += [
-        f"Resources: **{len(diff.replaced)} to replace, {len(diff.updated)} to update in place, "
-        f"{len(diff.resources_added)} to add, {len(diff.resources_removed)} to remove** ({len(b.resources)} → "
-        f"{len(h.resources)}). Kubernetes objects: **{len(diff.manifests_added)} added, {len(diff.manifests_removed)} "
-        f"removed, {len(diff.manifests_changed)} changed** ({len(b.manifests)} → {len(h.manifests)}).",
-        "",
-    ]
-    lines += _cost_lines(b.cost, h.cost)
+    lines += impact_lines(diff) + _release_lines(diff) + _count_lines(diff)
+    lines += _cost_lines(diff.base.cost, diff.head.cost)
     for name, offering in purchases(diff):
         lines += [
             f"**This change BUYS a Capacity Block:** `pulumi up` purchases offering {_code(offering)} (resource "
@@ -244,6 +345,7 @@ def render(
     if diff.empty:
         return "\n".join(lines + ["No difference in resources, Kubernetes objects or stack outputs.", ""]) + "\n"
     lines += _resource_sections(diff, max_rows, {r.key for r in found}) + _manifest_sections(diff, max_rows)
+    lines += _value_lines(diff, max_rows)
     if diff.outputs_changed:
         lines += ["#### Stack outputs changed", "", _keys(diff.outputs_changed, limit=max_rows), ""]
     lines += [

@@ -14,6 +14,7 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # What `python -m infra plan --out DIR` writes; resources.json and outputs.json make a folder a plan.
 PLAN_FILES = ("resources.json", "manifests.yaml", "outputs.json", "releases.yaml", "cost.json")
 REQUIRED = ("resources.json", "outputs.json")
+RELEASE = "kubernetes:helm.sh/v3:Release"
 
 
 class NotAPlan(Exception):
@@ -30,12 +31,21 @@ class Plan:
         outputs: dict[str, Any],
         present: bool,
         cost: dict[str, Any] | None = None,
+        release_objects: frozenset[tuple[str, str, str, str]] | None = None,
     ):
         self.resources = resources
         self.manifests = manifests
         self.outputs = outputs
         self.present = present  # False: the empty plan a new (or unplannable) side is compared as
         self.cost = cost  # cost.json: hourly cost at idle and at every group's maximum
+        # The keys of the objects read from releases.yaml; None: the plan has no releases.yaml.
+        self.release_objects = release_objects
+
+    @property
+    def releases(self) -> bool:
+        """Whether the plan holds what its Helm releases install: it has releases.yaml, or no release (a plan made
+        without helm has neither releases.yaml nor those objects)."""
+        return self.release_objects is not None or not any(t == RELEASE for t, _ in self.resources)
 
     @classmethod
     def empty(cls) -> Plan:
@@ -102,13 +112,17 @@ def load_plan(folder: Path, root: Path | None = None) -> Plan:
 
     resources = index(read(json.loads((folder / "resources.json").read_text())))
     manifests: dict[tuple[str, str, str, str], dict] = {}
+    released: set[tuple[str, str, str, str]] = set()
     # manifests.yaml: the objects the stack registers; releases.yaml: what its Helm releases install.
     for path in (folder / "manifests.yaml", folder / "releases.yaml"):
         if path.exists():
             for doc in yaml.load_all(path.read_text(), Loader=_LOADER):
                 if isinstance(doc, dict):
                     manifests[manifest_key(doc)] = read(doc)
+                    if path.name == "releases.yaml":
+                        released.add(manifest_key(doc))
     outputs = read(json.loads((folder / "outputs.json").read_text()))
     cost_path = folder / "cost.json"
     cost = json.loads(cost_path.read_text()) if cost_path.exists() else None
-    return Plan(resources, manifests, outputs, present=True, cost=cost)
+    kept = frozenset(released) if (folder / "releases.yaml").exists() else None
+    return Plan(resources, manifests, outputs, present=True, cost=cost, release_objects=kept)

@@ -296,6 +296,10 @@ RULES: dict[str, Rule] = {
         ("name", "partitionCount", "spreadLevel", "strategy"),
         f"{_TF} internal/service/ec2/ec2_placement_group.go at 05e34de73422",
     ),
+    # Any other change makes a new template version in place (the node groups on it roll: infra/diff/impact.py).
+    "aws:ec2/launchTemplate:LaunchTemplate": Rule(
+        ("name", "namePrefix"), f"{_TF} internal/service/ec2/ec2_launch_template.go at 025e4f81cab8"
+    ),
     "aws:iam/role:Role": Rule(("name", "namePrefix", "path"), f"{_TF} internal/service/iam/role.go at 0040ea6911af"),
     # This project's own dynamic provider: a training job cannot change, so anything of its request
     # but the tags (or its region) makes a new job; the tags change in place.
