@@ -29,8 +29,8 @@ from infra.api_checks import aws_model
 from infra.plan_text import json_text, manifests_yaml
 from jobs import resilience
 from jobs.base import GpuJob
+from stacks import alerts, cost, queues
 from stacks import config as stack_config
-from stacks import cost, queues
 from stacks.config.loading import PlacementAsk
 from stacks.config.placeholders import placeholders
 from stacks.config.quota_warnings import quota_warnings
@@ -192,6 +192,7 @@ def summary(
     elif rendered is not None:
         lines += [release_line(name, objects) for name, objects in rendered.per_release.items()]
     lines += job_lines(cfg)
+    lines += alerts.dashboard_lines(cfg)
     queue_plan = queues.plan_for(cfg)
     if queue_plan is not None:
         lines.append("")

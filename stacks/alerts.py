@@ -199,6 +199,14 @@ def plan(cfg: StackConfig) -> AlertPlan:
     return AlertPlan(filters, alarms, dashboards)
 
 
+def filter_metrics(cfg: StackConfig) -> int:
+    """The most metrics the metric filters make: each signal of each watched job (a metric per
+    dimension combination, job and namespace), and the Xid count."""
+    p = plan(cfg)
+    xid = any(f.metric == XID_METRIC for f in p.filters)
+    return len(watched_jobs(cfg)) * len(sig.SIGNALS) * bool(p.filters) + xid
+
+
 def dashboard_url(region: str, name: str) -> str:
     """The dashboard's page in the CloudWatch console."""
     return f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}#dashboards/dashboard/{name}"
@@ -228,3 +236,11 @@ def build_alerts(cfg: StackConfig, monitoring: Monitoring, tags: dict[str, str])
     if p.dashboards:
         outputs["jobDashboards"] = {name: dashboard_url(cfg.region, name) for name in sorted(p.dashboards)}
     return outputs
+
+
+def dashboard_lines(cfg: StackConfig) -> list[str]:
+    """The plan's line listing the job dashboards, with their console links (none with alerts off)."""
+    names = sorted(plan(cfg).dashboards)
+    if not names:
+        return []
+    return [f"Job dashboards ({len(names)}): " + ", ".join(dashboard_url(cfg.region, n) for n in names)]
