@@ -14,9 +14,10 @@ log record, an alarm's evaluation on a series, and a dashboard body's structure.
 - Dashboards: CloudWatch API reference, "Dashboard Body Structure and Syntax": ``widgets`` (at most
   500), each with a ``type``, ``x`` 0-23, ``y`` >= 0, ``width`` 1-24 and ``height`` 1-1000 in a grid of 24
   columns, and ``properties``; a metric widget's ``metrics`` are arrays ``[namespace, name, (dimension
-  name, value)*, {rendering options}?]``, its ``stat`` one of the statistics, ``period`` a multiple of
-  60, ``view`` timeSeries, singleValue, gauge, bar or pie; a text widget's ``markdown``. And one rule
-  of this stack's own: no two widgets of a computed layout overlap.
+  name, value)*, {rendering options}?]`` or an expression ``[{"expression": ..., "id": ...}]``, its
+  ``stat`` one of the statistics, ``period`` a multiple of 60, ``view`` timeSeries, singleValue,
+  gauge, bar or pie; a text widget's ``markdown``. And one rule of this stack's own: no two widgets
+  of a computed layout overlap.
 """
 
 from __future__ import annotations
@@ -162,11 +163,11 @@ STATS = {"SampleCount", "Average", "Sum", "Minimum", "Maximum"}
 
 
 def _metric_line_problems(i: int, line: Any) -> list[str]:
+    if isinstance(line, list) and len(line) == 1 and isinstance(line[0], dict) and "expression" in line[0]:
+        return [] if isinstance(line[0]["expression"], str) else [f"widget {i}: an expression must be a string"]
     if not isinstance(line, list) or len(line) < 2:
         return [f"widget {i}: a metric line is not [namespace, name, ...]: {line!r}"]
     body = line[:-1] if isinstance(line[-1], dict) else line
-    if isinstance(line[-1], dict) and "expression" in line[-1]:
-        return []
     out = []
     if not all(isinstance(x, str) for x in body) or len(body) % 2:
         out.append(f"widget {i}: namespace, name and (dimension, value) pairs must be strings: {line!r}")
