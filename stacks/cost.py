@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from facts import prices
+from stacks.alerts import filter_metrics, plan
 from stacks.config import StackConfig
 
 
@@ -111,8 +112,6 @@ def estimate(cfg: StackConfig) -> Cost:
 def _alerts(cfg: StackConfig, cost: Cost) -> None:
     """The alarms and dashboards (fixed, per month), and the metrics of the metric filters (only
     while jobs report: nothing at idle, every job's every signal at the maximum)."""
-    from stacks.alerts import filter_metrics, plan
-
     p = plan(cfg)
     if not (p.alarms or p.dashboards):
         return
@@ -123,7 +122,8 @@ def _alerts(cfg: StackConfig, cost: Cost) -> None:
     fixed = round(monthly / prices.HOURS_PER_MONTH, 4)
     cost.lines.append(
         Line(
-            f"CloudWatch alarms ({len(p.alarms)}, reading {alarm_metrics} metrics) and job dashboards "
+            f"CloudWatch alarms ({len(p.alarms)}, reading {alarm_metrics} metric{'s' * (alarm_metrics != 1)}) and job "
+            "dashboards "
             f"({len(p.dashboards)})",
             fixed,
             fixed,

@@ -246,3 +246,11 @@ def test_the_cost_table_prices_alarm_metrics_and_dashboards(cfg, plan):
     signals = next(line for what, line in lines.items() if what.startswith("CloudWatch metrics"))
     assert signals.idle == 0.0 and signals.maximum == round(alerts.filter_metrics(cfg) * 0.30 / 730, 4)
     assert alerts.filter_metrics(cfg) == 2 * len(sig.SIGNALS) + 1
+
+
+def test_the_watched_pods_are_the_workers_the_job_kinds_name(cfg):
+    """The pods the alarms read (PodName) are the worker pods the kinds' own hostnames name."""
+    specs = {j.name: j for j in cfg.jobs}
+    for job in alerts.watched_jobs(cfg):
+        workers = {h for h in specs[job.name].pod_hostnames() if "-worker-" in h}
+        assert workers and workers <= set(job.pods), job.name
