@@ -254,3 +254,32 @@ def test_the_watched_pods_are_the_workers_the_job_kinds_name(cfg):
     for job in alerts.watched_jobs(cfg):
         workers = {h for h in specs[job.name].pod_hostnames() if "-worker-" in h}
         assert workers and workers <= set(job.pods), job.name
+
+
+def test_the_aws_model_check_reads_an_alarms_dimensions_as_name_value_items():
+    """The provider sends a dimensions map as Dimension {Name, Value} items: a name over the
+    model's 255 characters is refused, in a plain alarm and in a metric query alike."""
+    from infra.api_checks import aws_model
+
+    typ = "aws:cloudwatch/metricAlarm:MetricAlarm"
+    base = {
+        "name": "a",
+        "comparisonOperator": "GreaterThanThreshold",
+        "evaluationPeriods": 1,
+        "threshold": 1,
+        "namespace": "GpuTraining/Jobs",
+        "metricName": "slow_node",
+        "period": 60,
+        "statistic": "Maximum",
+    }
+    assert aws_model.check_records([(typ, "ok", {**base, "dimensions": {"job": "bert"}})]).failures == []
+    long = {"x" * 256: "bert"}
+    plain = aws_model.check_records([(typ, "plain", {**base, "dimensions": long})]).failures
+    query = {
+        "id": "m0",
+        "metric": {"metricName": "m", "namespace": "n", "period": 60, "stat": "Sum", "dimensions": long},
+    }
+    nested = {k: v for k, v in base.items() if k not in ("namespace", "metricName", "period", "statistic")}
+    queried = aws_model.check_records([(typ, "query", {**nested, "metricQueries": [query]})]).failures
+    assert [str(f) for f in plain] and all("Name" in str(f) for f in plain)
+    assert [str(f) for f in queried] and all("Name" in str(f) for f in queried)
