@@ -77,8 +77,8 @@ class Monitoring(pulumi.ComponentResource):
         super().__init__("gputraining:components:Monitoring", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
-        log_groups = [
-            aws.cloudwatch.LogGroup(
+        self.log_groups = {
+            kind: aws.cloudwatch.LogGroup(
                 f"{name}-{kind}",
                 name=f"/aws/containerinsights/{args.cluster_name}/{kind}",
                 retention_in_days=args.log_retention_days,
@@ -86,7 +86,7 @@ class Monitoring(pulumi.ComponentResource):
                 opts=child,
             )
             for kind in LOG_GROUPS
-        ]
+        }
         role = pod_identity_role(
             f"{name}-agent",
             description=f"CloudWatch agent of {args.cluster_name} (Pod Identity)",
@@ -109,7 +109,7 @@ class Monitoring(pulumi.ComponentResource):
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*log_groups, *args.cluster_ready]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*self.log_groups.values(), *args.cluster_ready]),
         )
         self.dashboard_name: str | None = None
         if args.dashboard:

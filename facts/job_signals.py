@@ -29,3 +29,11 @@ SLOW_NODE = "slow_node"  # the node's median step time divided by the job's medi
 STEP_TIME = "step_time"  # seconds per step, one line per rank per window
 JOB_STALLED = "job_stalled"  # 1 when the progress guard found no progress within the job's timeout
 SIGNALS = (FABRIC_FALLBACK, FABRIC_OK, SLOW_NODE, STEP_TIME, JOB_STALLED)
+
+# Where a shipped line's fields are in its CloudWatch Logs record. Container Insights' Fluent Bit
+# (aws-observability/helm-charts, chart amazon-cloudwatch-observability-6.3.0, values.yaml,
+# application-log.conf: the kubernetes filter with Merge_Log On and Merge_Log_Key log_processed)
+# parses a container line that is one JSON map and puts its keys under this key, beside the raw
+# line in "log" and the pod's metadata in "kubernetes". A metric filter reads
+# ``$.log_processed.<key>``; a line that is not one JSON map has no such key and matches nothing.
+RECORD_FIELD = "log_processed"

@@ -74,3 +74,12 @@ PUBLIC_IPV4_HOURLY = 0.005
 # KMS pricing page (aws.amazon.com/kms/pricing), key storage and key rotation sections.
 KMS_KEY_MONTH = 1.00
 KMS_KEY_MONTH_AFTER_ROTATIONS = 3.00
+# CloudWatch, per month: a standard-resolution alarm is billed per metric it reads ($0.10 per alarm
+# metric: a metric-math alarm over 6 metrics is 6), a custom dashboard $3.00, a custom metric (a
+# metric filter's, per dimension combination that receives data, prorated by the hour) $0.30 for the
+# first 10,000. The free tier (per account: 10 alarm metrics, 3 dashboards, 10 metrics) is not
+# deducted. Source: Amazon CloudWatch pricing page (aws.amazon.com/cloudwatch/pricing), free tier
+# read directly; the paid rates from third-party copies of it: unverified.
+CLOUDWATCH_ALARM_METRIC_MONTH = 0.10
+CLOUDWATCH_DASHBOARD_MONTH = 3.00
+CLOUDWATCH_CUSTOM_METRIC_MONTH = 0.30

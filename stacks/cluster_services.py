@@ -43,6 +43,7 @@ from jobs.nccl_test import NCCL_TESTS_IMAGE_GPU_MODELS
 from jobs.targets import JobsContext, job_targets
 from stacks import queues
 from stacks.addons import addon_version
+from stacks.alerts import build_alerts
 from stacks.config import GpuNodeGroupConfig, StackConfig
 from stacks.config.job_entries import runtime_of, sagemaker_jobs
 
@@ -285,8 +286,7 @@ def _monitoring(s: _Services) -> None:
             tags=s.tags,
         ),
     )
-    if mon.dashboard_name:
-        s.outputs["dashboardName"] = mon.dashboard_name
+    s.outputs.update(build_alerts(s.cfg, mon, s.tags))
 
 
 def autoscaled(cfg: StackConfig, g: GpuNodeGroupConfig) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from facts import prices
+from stacks.alerts import filter_metrics, plan
 from stacks.config import StackConfig
 
 
@@ -101,10 +102,40 @@ def estimate(cfg: StackConfig) -> Cost:
             cost.lines.append(
                 Line(f"FSx for Lustre ({f.deployment_type}, {f.storage_capacity_gib} GiB)", hourly, hourly)
             )
+    _alerts(cfg, cost)
     if cfg.region != prices.PRICES_REGION:
         cost.notes.append(f"prices are {prices.PRICES_REGION}'s; the stack is in {cfg.region}")
     cost.omitted += omitted(cfg)
     return cost
+
+
+def _alerts(cfg: StackConfig, cost: Cost) -> None:
+    """The alarms and dashboards (fixed, per month), and the metrics of the metric filters (only
+    while jobs report: nothing at idle, every job's every signal at the maximum)."""
+    p = plan(cfg)
+    if not (p.alarms or p.dashboards):
+        return
+    alarm_metrics = sum(len(a.metrics) for a in p.alarms)
+    monthly = (
+        alarm_metrics * prices.CLOUDWATCH_ALARM_METRIC_MONTH + len(p.dashboards) * prices.CLOUDWATCH_DASHBOARD_MONTH
+    )
+    fixed = round(monthly / prices.HOURS_PER_MONTH, 4)
+    cost.lines.append(
+        Line(
+            f"CloudWatch alarms ({len(p.alarms)}, reading {alarm_metrics} metric{'s' * (alarm_metrics != 1)}) and job "
+            "dashboards "
+            f"({len(p.dashboards)})",
+            fixed,
+            fixed,
+        )
+    )
+    metrics = filter_metrics(cfg)
+    top = round(metrics * prices.CLOUDWATCH_CUSTOM_METRIC_MONTH / prices.HOURS_PER_MONTH, 4)
+    cost.lines.append(Line(f"CloudWatch metrics from the jobs' signals and Xid lines (up to {metrics})", 0.0, top))
+    cost.notes.append(
+        "CloudWatch: alarms and dashboards at their monthly price; the account's free tier "
+        "(10 alarm metrics, 3 dashboards, 10 metrics) is not deducted"
+    )
 
 
 def kms_keys(cfg: StackConfig) -> list[str]:

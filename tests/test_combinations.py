@@ -5,8 +5,9 @@ invariants of ``infra/invariants.py``.
 The axes: queues (off, shared, teams), ProvisioningRequests (unset, false, true), the autoscaler, how
 the main GPU group is sized (autoscaled, fixed, a Capacity Block with a window, one sized by hand),
 spot, the GPU type (p4d and p5 with three network layers, p5.4xlarge without a topology, p6-b200 with
-four), a SageMaker job beside, the job kind, etcd's members, the main job's topology placement, and burn-in
-(on, off, with the loopback test, or off for the main group alone). Every stack
+four), a SageMaker job beside, the job kind, etcd's members, the main job's topology placement, burn-in
+(on, off, with the loopback test, or off for the main group alone), and alerts (off, or on: alarms and a
+dashboard per GPU job). Every stack
 also has a second, autoscaled p4d group with a job of its own, as a platform team's would.
 
 A combination that is meant to be refused (a ProvisioningRequest check without the autoscaler, spot
@@ -24,7 +25,9 @@ from allpairspy import AllPairs
 
 from facts import catalog
 from infra import invariants
+from stacks import alerts
 from stacks.config import ConfigError, load
+from tests import cloudwatch_eval as cw
 from tests.helpers import NS, minimal_values, run_stack
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1.0"
@@ -41,6 +44,7 @@ AXES: dict[str, list[Any]] = {
     "etcd": [1, 3],
     "placement": ["default", "required", "preferred-layer-1", "none"],
     "burn_in": ["on", "off", "loopback", "main-off"],
+    "alerts": [False, True],
 }
 # The GPU types whose EFA groups have a Kueue Topology (the main group's; the second group is p4d).
 TOPOLOGY_TYPES = {n for n in AXES["gpu"] if catalog.BUILTIN[n].network_layers}
@@ -196,6 +200,7 @@ def values_for(c: dict[str, Any]) -> dict[str, Any]:
         etcd={"replicas": c["etcd"]},
         burnIn={"enabled": c["burn_in"] != "off", "loopbackTest": c["burn_in"] == "loopback"},
         jobs=jobs,
+        alerts={"enabled": c["alerts"]},
     )
 
 
@@ -233,6 +238,21 @@ def test_every_combination_plans_and_keeps_the_invariants(combination):
     assert {g.name: bool(nodes[g.name].startup_taints) for g in cfg.gpu_node_groups} == {
         g.name: cfg.burn_in_on(g) for g in cfg.gpu_node_groups
     }
+    _alerts_as_configured(plan, cfg)
+
+
+def _alerts_as_configured(plan: Any, cfg: Any) -> None:
+    """Alerts on: the alarms the alert plan derives (an idle alarm per GPU job on the cluster among them)
+    and a dashboard per such job, of CloudWatch's structure; off: none."""
+    wanted = alerts.plan(cfg)
+    names = {r.inputs.get("name") for r in plan.records if r.type == "aws:cloudwatch/metricAlarm:MetricAlarm"}
+    assert names == {a.name for a in wanted.alarms}
+    assert bool(names) == cfg.alerts.enabled
+    watched = alerts.watched_jobs(cfg)
+    assert {f"{cfg.cluster_name}-{j.name}-gpu-idle" for j in watched if cfg.alerts.enabled} <= names
+    assert len(wanted.dashboards) == (len(watched) if cfg.alerts.enabled else 0)
+    for body in wanted.dashboards.values():
+        assert cw.dashboard_problems(body) == []
 
 
 REFUSED = [

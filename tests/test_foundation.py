@@ -384,6 +384,7 @@ def test_every_taggable_resource_carries_the_stack_tags(dev_plan):
             # AWS has no tags for these:
             "aws:efs/mountTarget:MountTarget",
             "aws:cloudwatch/dashboard:Dashboard",
+            "aws:cloudwatch/logMetricFilter:LogMetricFilter",
             "aws:iam/rolePolicy:RolePolicy",
             # A tag itself (on an Auto Scaling group):
             "aws:autoscaling/tag:Tag",

@@ -59,19 +59,24 @@ class Edit:
 Step = Command | Edit
 
 
+def steps_of(text: str) -> list[Step]:
+    """The steps of a text: its ```console blocks' commands and its ```yaml edits of a stack file."""
+    steps: list[Step] = []
+    for m in FENCE.finditer(text):
+        lang, block = m.group(1), m.group(2)
+        if lang == "console":
+            steps += commands(block)
+        elif lang == "yaml" and (e := EDIT.match(block)):
+            steps.append(Edit(e.group(1), load_yaml(block)))
+    return steps
+
+
 def sections(text: str) -> dict[str, list[Step]]:
     """The steps of each ``## `` section, by its title (without a leading number)."""
     out: dict[str, list[Step]] = {}
     for part in re.split(r"^## ", text, flags=re.M)[1:]:
         title, _, body = part.partition("\n")
-        steps: list[Step] = []
-        for m in FENCE.finditer(body):
-            lang, block = m.group(1), m.group(2)
-            if lang == "console":
-                steps += commands(block)
-            elif lang == "yaml" and (e := EDIT.match(block)):
-                steps.append(Edit(e.group(1), load_yaml(block)))
-        out[re.sub(r"^\d+\.\s*", "", title.strip())] = steps
+        out[re.sub(r"^\d+\.\s*", "", title.strip())] = steps_of(body)
     return out
 
 
@@ -236,8 +241,8 @@ def test_review_walkthrough(tmp_path, plan_cache):
 
 
 def page_commands(page: Path) -> list[Step]:
-    """Every ```console block of a page, in order, as one list of steps."""
-    return [c for m in FENCE.finditer(page.read_text()) if m.group(1) == "console" for c in commands(m.group(2))]
+    """Every step of a page (its console commands and stack-file edits), in order, as one list."""
+    return steps_of(page.read_text())
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if page_commands(p)], ids=lambda p: p.name)

@@ -85,6 +85,34 @@ TABLE: Mapping[str, Api] = {
         fields={"tag": "Tags", "autoscalingGroupName": "Tags.ResourceId"},
     ),
     "aws:cloudwatch/dashboard:Dashboard": Api("cloudwatch", ("PutDashboard",)),
+    "aws:cloudwatch/logMetricFilter:LogMetricFilter": Api(
+        "logs",
+        ("PutMetricFilter",),
+        # cloudwatch/log_metric_filter.go (logs service), resourceMetricFilterPut: one metricTransformation
+        fields={
+            "name": "filterName",
+            "pattern": "filterPattern",
+            "metricTransformation": "metricTransformations",
+            "metricTransformation.name": "metricName",
+            "metricTransformation.namespace": "metricNamespace",
+            "metricTransformation.value": "metricValue",
+        },
+    ),
+    "aws:cloudwatch/metricAlarm:MetricAlarm": Api(
+        "cloudwatch",
+        ("PutMetricAlarm",),
+        # cloudwatch/metric_alarm.go expandPutMetricAlarmInput: name -> AlarmName, metric_query -> Metrics, its
+        # metric block -> MetricStat (metric_name, namespace, dimensions -> MetricStat.Metric; period, stat beside);
+        # a dimensions map -> Dimension {Name, Value} items (expandMetricAlarmDimensions)
+        fields={
+            "name": "AlarmName",
+            "metricQueries": "Metrics",
+            "metricQueries.metric": "MetricStat",
+            "metricQueries.metric.metricName": "Metric.MetricName",
+            "metricQueries.metric.namespace": "Metric.Namespace",
+            "metricQueries.metric.dimensions": "Metric.Dimensions",
+        },
+    ),
     "aws:cloudwatch/logGroup:LogGroup": Api(
         "logs",
         ("CreateLogGroup", "PutRetentionPolicy"),
@@ -217,6 +245,7 @@ TABLE: Mapping[str, Api] = {
         fields={"deletionWindowInDays": "ScheduleKeyDeletion:PendingWindowInDays"},
         provider_only={"enableKeyRotation": "whether the provider calls EnableKeyRotation (a call, not a member)"},
     ),
+    "aws:sns/topic:Topic": Api("sns", ("CreateTopic",), autoname="Name"),
     "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": Api(
         "ec2", ("AuthorizeSecurityGroupEgress",), fields=_SG_RULE_FIELDS
     ),

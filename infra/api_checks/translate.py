@@ -284,10 +284,14 @@ def _scalar(kind: str, value: Any) -> Any:
 
 
 _TAG_KEY, _TAG_VALUE = ("key", "tagkey"), ("value", "tagvalue")  # Tag {Key, Value}; KMS's Tag {TagKey, TagValue}
+# CloudWatch's Dimension {Name, Value}: the provider sends a dimensions map as such items, like tags.
+_DIMENSION = ("name", "value")
 
 
 def _is_tag(spec: dict[str, Any]) -> bool:
     names = {m.lower() for m in spec.get("members", {})}
+    if spec["type"] == "structure" and names == set(_DIMENSION):
+        return True
     return spec["type"] == "structure" and bool(names & set(_TAG_KEY)) and bool(names & set(_TAG_VALUE))
 
 
@@ -300,7 +304,9 @@ def _is_one_item(spec: dict[str, Any], value: dict[str, Any]) -> bool:
 
 def _tag_members(spec: dict[str, Any]) -> tuple[str, str]:
     by_lower = {m.lower(): m for m in spec["members"]}
-    return next(by_lower[k] for k in _TAG_KEY if k in by_lower), next(by_lower[v] for v in _TAG_VALUE if v in by_lower)
+    return next(by_lower[k] for k in (*_TAG_KEY, "name") if k in by_lower), next(
+        by_lower[v] for v in _TAG_VALUE if v in by_lower
+    )
 
 
 def _is_empty(value: Any) -> bool:

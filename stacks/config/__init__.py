@@ -37,6 +37,7 @@ from stacks.config.models import (
 from stacks.config.stack_config import (
     FOREIGN_NAMESPACES_ALLOWED,
     SECTIONS,
+    AlertsConfig,
     AutoscalingConfig,
     BurnInConfig,
     MonitoringConfig,
@@ -61,6 +62,7 @@ __all__ = [
     "AutoscalingConfig",
     "BurnInConfig",
     "MonitoringConfig",
+    "AlertsConfig",
     "NetworkConfig",
     "PlacementGroupConfig",
     "Problem",

@@ -34,9 +34,19 @@ from stacks.config.models import (
     SystemNodeGroupConfig,
 )
 from stacks.config.node_group_checks import _K8S_NAME, _check_gpu_groups, _check_system
-from stacks.config.stack_config import AutoscalingConfig, BurnInConfig, MonitoringConfig, QueuesConfig, StackConfig
+from stacks.config.stack_config import (
+    AlertsConfig,
+    AutoscalingConfig,
+    BurnInConfig,
+    MonitoringConfig,
+    QueuesConfig,
+    StackConfig,
+)
 from stacks.config.storage_checks import check_storage
 from stacks.queues import check_config as check_queues
+
+# The alarms read Container Insights metrics and the container logs the add-on ships.
+ALERTS_NEED_MONITORING = "true needs monitoring.enabled: the alarms read the metrics and logs of Container Insights"
 
 
 @lru_cache(maxsize=1)
@@ -67,6 +77,7 @@ class Sections:
     etcd: EtcdConfig | None
     services: ServicesConfig | None
     monitoring: MonitoringConfig | None
+    alerts: AlertsConfig | None
     autoscaling: AutoscalingConfig | None
     queues: QueuesConfig | None
     burn_in: BurnInConfig | None
@@ -112,6 +123,8 @@ def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: li
             NAMESPACE,
             s.or_default("burn_in"),
         )
+    if s.alerts is not None and s.alerts.enabled and not s.or_default("monitoring").enabled:
+        problems.append(Problem(f"{NAMESPACE}:alerts.enabled", ALERTS_NEED_MONITORING))
     if s.monitoring is not None and s.monitoring.log_retention_days not in LOG_RETENTION_DAYS:
         problems.append(
             Problem(

@@ -7,6 +7,7 @@ description, checked against docs/config.md like theirs.
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator
@@ -163,6 +164,63 @@ class MonitoringConfig(ConfigModel):
     dashboard: bool = Field(True, description="a GPU/EFA dashboard per cluster")
 
 
+# A standard SNS topic's ARN (partition, region, account, name: letters, digits, '-' and '_', at most
+# 256; SNS CreateTopic's name rule). CloudWatch alarm actions take standard topics only, not FIFO ones
+# (the CloudWatch user guide, "Using Amazon CloudWatch alarms", alarm actions).
+SNS_TOPIC_ARN = re.compile(r"^arn:aws(-[a-z]+)*:sns:[a-z]{2}(-[a-z]+)+-\d:\d{12}:[A-Za-z0-9_-]{1,256}$")
+# The idle-GPU alarm's period (seconds); its window is a whole number of periods, at most a day
+# (CloudWatch evaluates at most 1 day of periods of 5 minutes or more: "Evaluating an alarm").
+IDLE_PERIOD_MINUTES = 5
+IDLE_WINDOW_MAX_MINUTES = 1440
+
+
+class AlertsConfig(ConfigModel):
+    """CloudWatch alarms and dashboards derived from the GPU jobs (docs/alerts.md)."""
+
+    enabled: bool = Field(
+        False,
+        description="alarms per GPU job on EKS (idle GPUs, silent EFA, fabric fallback, stalled, slow node) and on "
+        "GPU Xid errors, sent to an SNS topic; needs `monitoring.enabled`",
+    )
+    sns_topic_arn: str | None = Field(
+        None,
+        description="the standard SNS topic the alarms notify (default: the stack creates `<cluster>-alerts`; "
+        "subscribe to it)",
+    )
+    idle_gpu_percent: int = Field(
+        5, ge=1, le=100, description="a running job's GPUs count as idle below this utilization (percent)"
+    )
+    idle_minutes: int = Field(
+        30,
+        description=f"how long a running job's GPUs stay idle before its alarm fires, in minutes (a multiple of "
+        f"{IDLE_PERIOD_MINUTES}, at most {IDLE_WINDOW_MAX_MINUTES})",
+    )
+    dashboards: bool = Field(True, description="a CloudWatch dashboard per GPU job on EKS (its pods' GPUs, EFA, steps)")
+
+    @field_validator("sns_topic_arn")
+    @classmethod
+    def _standard_topic(cls, value: str | None) -> str | None:
+        if value is not None and not SNS_TOPIC_ARN.match(value):
+            raise PydanticCustomError(
+                "sns_topic_arn",
+                "{value!r} is not a standard SNS topic ARN; allowed: arn:aws:sns:<region>:<12-digit account>:<name> "
+                "(name: letters, digits, '-', '_'; FIFO topics take no alarm actions)",
+                {"value": value},
+            )
+        return value
+
+    @field_validator("idle_minutes")
+    @classmethod
+    def _whole_periods(cls, value: int) -> int:
+        if not (IDLE_PERIOD_MINUTES <= value <= IDLE_WINDOW_MAX_MINUTES and value % IDLE_PERIOD_MINUTES == 0):
+            raise PydanticCustomError(
+                "idle_minutes",
+                "{value} is not allowed: a multiple of {period} from {period} to {most} (the alarm's 5-minute periods)",
+                {"value": value, "period": IDLE_PERIOD_MINUTES, "most": IDLE_WINDOW_MAX_MINUTES},
+            )
+        return value
+
+
 class StackConfig(ConfigModel):
     """The whole validated config of one stack (built by ``load`` from its parsed sections, by
     field name; the stack file's keys are read by the sections' models)."""
@@ -194,6 +252,7 @@ class StackConfig(ConfigModel):
     etcd: EtcdConfig = Field(EtcdConfig(), description="etcd for elastic rendezvous")
     services: ServicesConfig = Field(ServicesConfig(), description="cluster services")
     monitoring: MonitoringConfig = Field(MonitoringConfig(), description="CloudWatch monitoring")
+    alerts: AlertsConfig = Field(AlertsConfig(), description="alarms and dashboards from the GPU jobs")
     autoscaling: AutoscalingConfig = Field(AutoscalingConfig(), description="the Cluster Autoscaler")
     burn_in: BurnInConfig = Field(BurnInConfig(), description="burn-in of new GPU nodes")
     queues: QueuesConfig = Field(QueuesConfig(), description="Kueue queues for the GPU jobs")

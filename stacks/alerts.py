@@ -1,0 +1,246 @@
+"""What the stack watches, from the job specs: per GPU job on EKS the alarms (idle GPUs, silent
+EFA, fabric fallback, stalled, slow node) and a dashboard, per cluster the metric filters that
+turn the jobs' signal lines (facts/job_signals.py) into metrics and the GPU Xid alarm; and the
+wiring that registers them (``components/alerts.py``).
+
+Metrics read, with their sources:
+- Container Insights with enhanced observability (the add-on, ``ContainerInsights`` namespace):
+  ``pod_gpu_utilization`` / ``pod_gpu_memory_utilization`` and ``pod_efa_rx_bytes`` /
+  ``pod_efa_tx_bytes`` with dimensions ClusterName, Namespace, PodName; ``pod_number_of_container_restarts``
+  likewise (aws/amazon-cloudwatch-agent, translator/translate/otel/exporter/awsemf, the kubernetes
+  metric declarations). PodName is the pod's own name for pods whose owner is no Deployment,
+  DaemonSet, Job, ReplicaSet or StatefulSet (amazon-cloudwatch-agent, internal/containerinsightscommon
+  k8sapiserver podstore.go, addPodOwnersAndPodName): the MPIJob, PyTorchJob and PaddleJob workers, named
+  ``<job>-worker-<i>`` by their operators.
+- The signal metrics (``GpuTraining/Jobs``, dimensions job and namespace), from metric filters on
+  ``/aws/containerinsights/<cluster>/application``: the JSON line's keys are under
+  ``log_processed`` in the record (facts/job_signals.py, RECORD_FIELD), so the filter is a JSON
+  pattern on ``$.log_processed.gputraining_signal``.
+- GPU Xid errors: the NVIDIA driver's kernel line ``NVRM: Xid (PCI:...): <code>, ...`` reaches
+  ``/aws/containerinsights/<cluster>/host`` (the add-on's host-log.conf: journald's kernel transport,
+  MESSAGE renamed ``message``); a metric filter counts them. Double-bit ECC errors are Xid 48, row
+  remapping 63/64 (NVIDIA's Xid catalog), so the same alarm covers ECC.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from components.alerts import AlarmSpec, Alerts, AlertsArgs, MetricFilterSpec, MetricStat
+from components.monitoring import Monitoring
+from facts import job_signals as sig
+from stacks.config import StackConfig
+from stacks.dashboards import job_dashboard, job_dashboard_name
+from stacks.watched import CI, WatchedJob, watched_jobs
+
+# Alarms on metric math read at most 10 metrics (CloudWatch user guide, "Limits that apply to
+# alarms based on metric math expressions": a hard limit).
+ALARM_METRICS_MAX = 10
+
+
+@dataclass
+class AlertPlan:
+    filters: list[MetricFilterSpec]
+    alarms: list[AlarmSpec]
+    dashboards: dict[str, dict]
+
+
+def log_group(cluster: str, kind: str) -> str:
+    return f"/aws/containerinsights/{cluster}/{kind}"
+
+
+def xid_namespace(cluster: str) -> str:
+    """The Xid metric's namespace: the host log records carry no cluster name a dimension could read."""
+    return f"GpuTraining/Nodes/{cluster}"
+
+
+XID_METRIC = "gpu_xid_events"
+
+
+def signal_filter(cluster: str, signal: str) -> MetricFilterSpec:
+    field = f"$.{sig.RECORD_FIELD}"
+    return MetricFilterSpec(
+        name=f"gputraining-{signal}",
+        log_group=log_group(cluster, "application"),
+        pattern=f'{{ {field}.{sig.SIGNAL_KEY} = "{signal}" }}',
+        namespace=sig.METRIC_NAMESPACE,
+        metric=signal,
+        value=f"{field}.value",
+        dimensions={d: f"{field}.{d}" for d in sig.DIMENSIONS},
+    )
+
+
+def xid_filter(cluster: str) -> MetricFilterSpec:
+    return MetricFilterSpec(
+        name="gputraining-gpu-xid",
+        log_group=log_group(cluster, "host"),
+        pattern='{ $.message = "NVRM: Xid*" }',
+        namespace=xid_namespace(cluster),
+        metric=XID_METRIC,
+        value="1",
+    )
+
+
+def _signal(job: WatchedJob, signal: str, stat: str) -> MetricStat:
+    return MetricStat("m0", sig.METRIC_NAMESPACE, signal, {"job": job.name, "namespace": job.namespace}, stat)
+
+
+def _pod_metrics(cluster: str, job: WatchedJob, metrics: tuple[str, ...], stat: str) -> tuple[MetricStat, ...]:
+    """Each of ``metrics`` for the job's first pods, as many as an alarm reads."""
+    pods = job.pods[: ALARM_METRICS_MAX // len(metrics)]
+    return tuple(
+        MetricStat(f"m{i}", CI, metric, {"ClusterName": cluster, "Namespace": job.namespace, "PodName": pod}, stat)
+        for i, (pod, metric) in enumerate((p, m) for p in pods for m in metrics)
+    )
+
+
+def idle_alarm(cfg: StackConfig, job: WatchedJob) -> AlarmSpec:
+    """Every watched pod's GPUs below the idle threshold for the whole window (a job that runs
+    and holds its nodes but computes nothing); no data (the job not running) is no alarm."""
+    metrics = _pod_metrics(cfg.cluster_name, job, ("pod_gpu_utilization",), "Average")
+    periods = cfg.alerts.idle_minutes // 5
+    return AlarmSpec(
+        name=f"{cfg.cluster_name}-{job.name}-gpu-idle",
+        description=f"job {job.name} ({job.namespace}): its GPUs stayed below {cfg.alerts.idle_gpu_percent}% for "
+        f"{cfg.alerts.idle_minutes} minutes while it holds its nodes. See docs/alerts.md, gpu-idle.",
+        metrics=metrics,
+        expression=f"MAX([{', '.join(m.id for m in metrics)}])",
+        comparison="LessThanThreshold",
+        threshold=float(cfg.alerts.idle_gpu_percent),
+        period=300,
+        evaluation_periods=periods,
+        datapoints_to_alarm=periods,
+        treat_missing_data="notBreaching",
+    )
+
+
+def efa_silent_alarm(cfg: StackConfig, job: WatchedJob) -> AlarmSpec:
+    """No byte through the EFA devices of the watched pods for 15 minutes while they run."""
+    metrics = _pod_metrics(cfg.cluster_name, job, ("pod_efa_rx_bytes", "pod_efa_tx_bytes"), "Sum")
+    return AlarmSpec(
+        name=f"{cfg.cluster_name}-{job.name}-efa-silent",
+        description=f"job {job.name} ({job.namespace}): no traffic on its pods' EFA devices for 15 minutes: NCCL "
+        "is probably on sockets. See docs/alerts.md, efa-silent.",
+        metrics=metrics,
+        expression=f"SUM([{', '.join(m.id for m in metrics)}])",
+        comparison="LessThanOrEqualToThreshold",
+        threshold=0.0,
+        period=300,
+        evaluation_periods=3,
+        datapoints_to_alarm=3,
+        treat_missing_data="notBreaching",
+    )
+
+
+def signal_alarm(
+    cfg: StackConfig, job: WatchedJob, signal: str, kind: str, stat: str, period: int, why: str
+) -> AlarmSpec:
+    """One signal line of the job in a period is enough (the in-pod check decided already)."""
+    return AlarmSpec(
+        name=f"{cfg.cluster_name}-{job.name}-{kind}",
+        description=f"job {job.name} ({job.namespace}): {why}. See docs/alerts.md, {kind}.",
+        metrics=(_signal(job, signal, stat),),
+        comparison="GreaterThanOrEqualToThreshold",
+        threshold=1.0,
+        period=period,
+        evaluation_periods=1,
+        datapoints_to_alarm=1,
+        treat_missing_data="notBreaching",
+    )
+
+
+def job_alarms(cfg: StackConfig, job: WatchedJob) -> list[AlarmSpec]:
+    out = [idle_alarm(cfg, job)]
+    if job.efa and job.multi_node:
+        out.append(efa_silent_alarm(cfg, job))
+        why = "a node's NCCL did not use EFA, or its EFA counters stood still"
+        out.append(signal_alarm(cfg, job, sig.FABRIC_FALLBACK, "fabric-fallback", "Maximum", 60, why))
+    if job.guarded:
+        why = "the progress guard found no progress within the job's timeout"
+        out.append(signal_alarm(cfg, job, sig.JOB_STALLED, "stalled", "Maximum", 60, why))
+    if job.multi_node:
+        why = "a node's steps are slower than the job's by the slow-node factor"
+        out.append(signal_alarm(cfg, job, sig.SLOW_NODE, "slow-node", "SampleCount", 300, why))
+    return out
+
+
+def xid_alarm(cfg: StackConfig) -> AlarmSpec:
+    return AlarmSpec(
+        name=f"{cfg.cluster_name}-gpu-xid",
+        description=f"cluster {cfg.cluster_name}: a GPU node's driver logged an NVIDIA Xid error (ECC included). See "
+        "docs/alerts.md, gpu-xid.",
+        metrics=(MetricStat("m0", xid_namespace(cfg.cluster_name), XID_METRIC, {}, "Sum"),),
+        comparison="GreaterThanOrEqualToThreshold",
+        threshold=1.0,
+        period=300,
+        evaluation_periods=1,
+        datapoints_to_alarm=1,
+        treat_missing_data="notBreaching",
+    )
+
+
+def plan(cfg: StackConfig) -> AlertPlan:
+    """Everything the stack watches, or nothing with alerts off."""
+    if not (cfg.alerts.enabled and cfg.monitoring.enabled):
+        return AlertPlan([], [], {})
+    jobs = watched_jobs(cfg)
+    filters = [signal_filter(cfg.cluster_name, s) for s in sig.SIGNALS]
+    alarms = [a for j in jobs for a in job_alarms(cfg, j)]
+    if cfg.gpu_node_groups:
+        filters.append(xid_filter(cfg.cluster_name))
+        alarms.append(xid_alarm(cfg))
+    dashboards = {}
+    if cfg.alerts.dashboards:
+        dashboards = {
+            job_dashboard_name(cfg.cluster_name, j.name): job_dashboard(cfg, j, [a.name for a in job_alarms(cfg, j)])
+            for j in jobs
+        }
+    return AlertPlan(filters, alarms, dashboards)
+
+
+def filter_metrics(cfg: StackConfig) -> int:
+    """The most metrics the metric filters make: each signal of each watched job (a metric per
+    dimension combination, job and namespace), and the Xid count."""
+    p = plan(cfg)
+    xid = any(f.metric == XID_METRIC for f in p.filters)
+    return len(watched_jobs(cfg)) * len(sig.SIGNALS) * bool(p.filters) + xid
+
+
+def dashboard_url(region: str, name: str) -> str:
+    """The dashboard's page in the CloudWatch console."""
+    return f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}#dashboards/dashboard/{name}"
+
+
+def build_alerts(cfg: StackConfig, monitoring: Monitoring, tags: dict[str, str]) -> dict[str, Any]:
+    """Register the alerts next to ``monitoring``; returns the stack outputs of both."""
+    outputs: dict[str, Any] = {}
+    if monitoring.dashboard_name:
+        outputs["dashboardName"] = monitoring.dashboard_name
+    p = plan(cfg)
+    if not (p.alarms or p.dashboards):
+        return outputs
+    alerts = Alerts(
+        "alerts",
+        AlertsArgs(
+            topic_arn=cfg.alerts.sns_topic_arn,
+            topic_name=f"{cfg.cluster_name}-alerts",
+            filters=p.filters,
+            alarms=p.alarms,
+            dashboards=p.dashboards,
+            log_groups=list(monitoring.log_groups.values()),
+            tags=tags,
+        ),
+    )
+    outputs["alertsTopicArn"] = alerts.topic_arn
+    if p.dashboards:
+        outputs["jobDashboards"] = {name: dashboard_url(cfg.region, name) for name in sorted(p.dashboards)}
+    return outputs
+
+
+def dashboard_lines(cfg: StackConfig) -> list[str]:
+    """The plan's line listing the job dashboards, with their console links (none with alerts off)."""
+    names = sorted(plan(cfg).dashboards)
+    if not names:
+        return []
+    return [f"Job dashboards ({len(names)}): " + ", ".join(dashboard_url(cfg.region, n) for n in names)]
