@@ -27,7 +27,7 @@ from facts.paths import PROJECT_ROOT
 from infra import critical_path, invariants, offline, plan_cache, releases, teardown
 from infra.api_checks import aws_model
 from infra.plan_text import json_text, manifests_yaml
-from jobs import resilience
+from jobs import resilience, trainjob
 from jobs.base import GpuJob
 from stacks import config as stack_config
 from stacks import cost, queues
@@ -218,11 +218,20 @@ def job_lines(cfg: stack_config.StackConfig) -> list[str]:
     if not jobs:
         return []
     lines = ["", 'GPU jobs (hang detection and checkpoints: docs/jobs.md, "Hangs and resume"):']
+    legacy = []
     for j in jobs:
         hang, saved = resilience.describe(j)
-        lines.append(f"  {j.name:<22} {j.kind} on {getattr(j, 'runtime', 'eks')}")
+        runtime = getattr(j, "runtime", "eks")
+        api, old = trainjob.api_of(j) if runtime == "eks" else (None, False)
+        shown = f", {api.kind} {api.api_version}" + (" (legacy API)" if old else "") if api is not None else ""
+        lines.append(f"  {j.name:<22} {j.kind} on {runtime}{shown}")
         lines.append(f"  {'':<22} hang detection {hang}")
         lines.append(f"  {'':<22} checkpoints {saved}")
+        legacy += [f"{j.name} ({api.kind})"] if api is not None and old else []
+    if legacy:
+        lines.append(
+            f"  on a legacy API (Kubeflow Trainer v2 is upstream's path: docs/trainer.md): {', '.join(legacy)}"
+        )
     return lines
 
 
