@@ -292,3 +292,63 @@ def test_job_problems_helper_sees_the_refusal():
     """The kinds' own check, without the stack: an elastic range on Trainer."""
     problems = job_problems(_job(minNodes=1, maxNodes=2, nodes=None))
     assert any(p.key.endswith("minNodes") for p in problems)
+
+
+# ----------------------------------------------------------------------------------------------
+# A running stack moves a job: what the next `up` does
+# ----------------------------------------------------------------------------------------------
+
+FIXED = {
+    "name": "resnet50-fixed",
+    "kind": "pytorch-elastic",
+    "nodeGroup": "p4d",
+    "nodes": 2,
+    "rendezvous": "c10d",
+    "image": "repo/train:1",
+    "command": ["torchrun"],
+    "args": ["/efs/code/main.py"],
+    "volumes": [{"name": "efs", "mountPath": "/efs"}],
+    "checkpoints": {"volume": "fsx"},
+}
+
+
+def _dev_as_main(trainer: bool) -> dict[str, Any]:
+    """dev as main has it (no Trainer, no TrainJob) plus a fixed-size job, moved to Trainer with ``trainer``."""
+    values = _values("dev")
+    jobs = [j for j in values[f"{NS}:jobs"] if j.get("operator") != "trainer"]
+    values[f"{NS}:jobs"] = [*jobs, {**FIXED, "operator": "trainer"} if trainer else dict(FIXED)]
+    values[f"{NS}:services"]["trainer"] = trainer
+    return values
+
+
+@pytest.fixture(scope="module")
+def moved() -> tuple[Any, Any]:
+    return run_stack(_dev_as_main(False), "dev"), run_stack(_dev_as_main(True), "dev")
+
+
+def test_moving_a_job_deletes_its_legacy_object_and_creates_its_trainjob_only(moved):
+    before, after = ({r.urn: r for r in p.records} for p in moved)
+    deleted = [before[u] for u in set(before) - set(after)]
+    assert [(r.type, r.inputs["metadata"]["name"]) for r in deleted] == [
+        ("kubernetes:kubeflow.org/v1:PyTorchJob", FIXED["name"])
+    ]
+    created = [after[u] for u in set(after) - set(before)]
+    assert [r.inputs["metadata"]["name"] for r in created if r.type == TRAINJOB] == [FIXED["name"]]
+    changed = [before[u].name for u in set(before) & set(after) if before[u].inputs != after[u].inputs]
+    assert changed == ["queues-kueue"]  # its integration list (tests/test_trainer_install.py); queues unchanged
+
+
+def test_the_moved_job_resumes_from_the_same_checkpoints(moved):
+    before, after = moved
+    (old,) = [
+        o for o in before.kubernetes_objects() if o["kind"] == "PyTorchJob" and o["metadata"]["name"] == FIXED["name"]
+    ]
+    (new,) = [o for o in after.kubernetes_objects() if o["kind"] == "TrainJob"]
+    (old_container,) = old["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    patch = new["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    (new_container,) = patch["template"]["spec"]["template"]["spec"]["containers"]
+    saved = [m for m in old_container["volumeMounts"] if m["name"] == "fsx"]
+    assert saved and saved == [m for m in new_container["volumeMounts"] if m["name"] == "fsx"]
+    assert saved[0]["subPath"].endswith(f"{FIXED['name']}/run-1")
+    env = {e["name"]: e.get("value") for e in new["spec"]["trainer"]["env"]}
+    assert env["CHECKPOINT_DIR"] == saved[0]["mountPath"]
