@@ -21,6 +21,7 @@ import pytest
 
 from facts import catalog
 from facts.kube import EFA_RESOURCE, GPU_RESOURCE, HUGEPAGES_2MI_RESOURCE, NODE_GROUP_LABEL
+from infra import invariants
 from infra.api_checks.kube_crds import CrdIndex
 from jobs import trainjob
 from jobs import trainjob_merge as merge
@@ -28,7 +29,7 @@ from jobs.registry import build_manifests
 from jobs.targets import JobsContext, job_targets
 from stacks.config import ConfigError, load
 from stacks.config.stackfile import read_stack_config
-from tests.helpers import ROOT, job_problems, job_spec, make_ctx, minimal_values, run_stack
+from tests.helpers import ROOT, broken_plan, job_problems, job_spec, make_ctx, minimal_values, run_stack
 
 NS = "gpu-training"
 TRAINJOB = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
@@ -352,3 +353,22 @@ def test_the_moved_job_resumes_from_the_same_checkpoints(moved):
     assert saved[0]["subPath"].endswith(f"{FIXED['name']}/run-1")
     env = {e["name"]: e.get("value") for e in new["spec"]["trainer"]["env"]}
     assert env["CHECKPOINT_DIR"] == saved[0]["mountPath"]
+
+
+def test_the_invariants_see_a_trainjobs_pods_through_its_runtime(plans):
+    """The invariants read a TrainJob's pods from its runtime in the plan: a runtime asking for one GPU more than
+    the group's nodes have breaks "every pod fits its group's nodes" (and no TrainJob pod is skipped)."""
+    plan = plans["dev"]
+    cfg = load(_values("dev"), NS, "dev")
+    assert invariants.check(plan, cfg) == []
+
+    def more_gpus(records: list[Any]) -> None:
+        for r in records:
+            if r.type == RUNTIME:
+                (rj,) = r.inputs["spec"]["template"]["spec"]["replicatedJobs"]
+                (c,) = rj["template"]["spec"]["template"]["spec"]["containers"]
+                for side in ("limits", "requests"):
+                    c["resources"][side][GPU_RESOURCE] += 1
+
+    violations = invariants.check(broken_plan(plan, more_gpus), cfg)
+    assert any("TrainJob" in str(v) for v in violations), violations
