@@ -63,6 +63,11 @@ class PyTorchElasticSpec(PortableJob, ResilientJob, OnTrainer):
     min_nodes: Int32 | None = Field(None, ge=1, description="fewest nodes the job keeps running with (default: nodes)")
     max_nodes: Int32 | None = Field(None, ge=1, description="most nodes (default: nodes)")
     max_restarts: Int32 = Field(3, ge=0, description="restarts of the worker group torchrun allows")
+    resources_per_node: dict[str, dict[str, str | int]] | None = Field(
+        None,
+        description="with `operator: trainer` on a group without EFA only: the TrainJob's "
+        "`trainer.resourcesPerNode`, which replaces the runtime's resources (refused on EFA groups)",
+    )
     rendezvous: Literal["etcd", "etcd-v2", "c10d"] = Field(
         "etcd",
         description=(

@@ -198,11 +198,11 @@ class OnTrainer(GpuJob):
         description="the operator that runs the job: the kind's legacy one (default) or `trainer`, a TrainJob on the "
         "group's runtime (Kubeflow Trainer v2, `services.trainer`; docs/trainer.md)",
     )
-    resources_per_node: dict[str, dict[str, str | int]] | None = Field(
-        None,
-        description="with `operator: trainer` on a group without EFA only: the TrainJob's "
-        "`trainer.resourcesPerNode`, which replaces the runtime's resources (refused on EFA groups)",
-    )
+
+    def per_node(self) -> dict[str, Any] | None:
+        """The kind's ``resourcesPerNode`` (a kind without the key has none)."""
+        value = getattr(self, "resources_per_node", None)
+        return dict(value) if value is not None else None
 
     @property
     def on_trainer(self) -> bool:
@@ -219,7 +219,7 @@ class OnTrainer(GpuJob):
                 Problem(f"{key}.operator", f"{self.operator!r} is not one of {legacy!r} (the default), 'trainer'")
             )
         if not self.on_trainer:
-            if self.resources_per_node is not None:
+            if self.per_node() is not None:
                 problems.append(Problem(f"{key}.resourcesPerNode", "is read with operator 'trainer' only"))
             return
         if self.TRAINER_FRAMEWORK is None:
@@ -271,7 +271,7 @@ class OnTrainer(GpuJob):
         """What the group's runtime gives that the job would take away."""
         if not group.efa_interfaces:
             return
-        if self.resources_per_node is not None:
+        if self.per_node() is not None:
             problems.append(
                 Problem(
                     f"{key}.resourcesPerNode",
@@ -301,8 +301,8 @@ def convert(spec: OnTrainer, manifests: list[Manifest], ctx: JobsContext) -> lis
             out.append(m)
             continue
         job = trainjob(spec, m, template, spec.TRAINER_FRAMEWORK, target)
-        if spec.resources_per_node is not None:
-            job["spec"]["trainer"]["resourcesPerNode"] = copy.deepcopy(spec.resources_per_node)
+        if spec.per_node() is not None:
+            job["spec"]["trainer"]["resourcesPerNode"] = copy.deepcopy(spec.per_node())
         out.append(job)
     return out
 
