@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -28,6 +28,8 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from facts.operators import Operator
+from jobs import trainjob
+from jobs.targets import JobTarget
 
 
 class ManifestChecksumError(Exception):
@@ -92,6 +94,8 @@ class OperatorArgs:
     # what to install (facts/operators.py): its pinned manifest (any other file is refused), its release as the output
     operator: Operator
     project_root: Path = Path(".")  # where the manifest path is relative to (the program's working directory)
+    # the GPU node groups as jobs see them (Trainer makes its runtimes of them: jobs/trainjob.py)
+    targets: Mapping[str, JobTarget] = field(default_factory=dict)
 
 
 # The kinds an operator's install manifest may hold, as typed resources. Anything else is refused,
@@ -101,6 +105,7 @@ KIND_CLASSES = {
     ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
     ("v1", "Secret"): k8s.core.v1.Secret,
     ("v1", "Service"): k8s.core.v1.Service,
+    ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): k8s.apiextensions.v1.CustomResourceDefinition,
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.rbac.v1.ClusterRole,
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): k8s.rbac.v1.ClusterRoleBinding,
@@ -111,18 +116,22 @@ KIND_CLASSES = {
         "admissionregistration.k8s.io/v1",
         "ValidatingWebhookConfiguration",
     ): k8s.admissionregistration.v1.ValidatingWebhookConfiguration,
+    (
+        "admissionregistration.k8s.io/v1",
+        "MutatingWebhookConfiguration",
+    ): k8s.admissionregistration.v1.MutatingWebhookConfiguration,
 }
 # Registered first, and waited for by everything else: the namespaces and the CRDs.
 ROOT_KINDS = ("Namespace", "CustomResourceDefinition")
 # Then what workloads need besides (RBAC and the Secrets they mount: the training operator keeps its
 # webhook certificate in one), after the namespaces they live in.
-FOUNDATION_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Secret")
+FOUNDATION_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Secret", "ConfigMap")
 # Registered after the foundation, and waited for by the workloads. A webhook configuration must
 # exist before the operator that serves it starts: the training operator writes its CA into the
 # configuration and reports ready only once it has, so its Deployment being ready (which `pulumi up`
 # waits for) means the webhook answers. Registered after the Deployment instead, the webhook would
 # exist, with failurePolicy Fail and no CA yet, while the jobs waiting for the operator are created.
-FRONT_KINDS = ("Service", "ValidatingWebhookConfiguration")
+FRONT_KINDS = ("Service", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 _TOP_LEVEL = {
     "metadata": "metadata",
     "spec": "spec",
@@ -174,11 +183,13 @@ def register_objects(
                 "pass on"
             )
         kwargs = {_TOP_LEVEL[k]: v for k, v in obj.items() if k in _TOP_LEVEL}
-        if obj["kind"] == "Secret" and kwargs.get("data") == {}:
+        if obj["kind"] == "Secret" and not any((kwargs.get("data") or {}).values()):
             # The SDK makes a Secret's data a secret output, which the plan can only show as
             # "[secret]"; an empty map holds nothing to hide, and the API server stores the same
-            # Secret without it (the training operator fills it with its webhook certificate).
-            del kwargs["data"]
+            # Secret without it (the training operator fills it with its webhook certificate; Trainer's and
+            # JobSet's charts list the certificate's keys with empty values, which their cert controllers fill:
+            # left out too, so that no update of the Secret ever writes them back empty).
+            kwargs.pop("data", None)
         obj_stage = _stage(obj["kind"])[0]
         if obj_stage != stage:
             earlier.extend(current)
@@ -245,7 +256,35 @@ class TrainingOperator(VendoredOperator):
         return lambda obj: [pulumi.Alias(name=kustomize_directory_child_name(directory, obj), parent=directory_urn)]
 
 
-def install(operator: Operator, project_root: Path, opts: pulumi.ResourceOptions | None = None) -> VendoredOperator:
+class Trainer(VendoredOperator):
+    """Kubeflow Trainer with JobSet, and the stack's ClusterTrainingRuntimes: one per GPU group and framework
+    (jobs/trainjob.py), created once Trainer serves them (its webhook validates them); a TrainJob waits for
+    them too (``ready``)."""
+
+    COMPONENT = "Trainer"
+
+    def __init__(self, name: str, args: OperatorArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, args, opts)
+        after = list(self.ready)
+        for runtime in trainjob.runtimes(args.targets):
+            self.ready.append(
+                k8s.apiextensions.CustomResource(
+                    f"{name}-runtime-{runtime['metadata']['name']}",
+                    api_version=runtime["apiVersion"],
+                    kind=runtime["kind"],
+                    metadata=runtime["metadata"],
+                    spec=runtime["spec"],
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+                )
+            )
+
+
+def install(
+    operator: Operator,
+    project_root: Path,
+    opts: pulumi.ResourceOptions | None = None,
+    targets: Mapping[str, JobTarget] | None = None,
+) -> VendoredOperator:
     """The component of ``operator``, named ``operator.resource``: its own class where it has one."""
     cls = next((c for c in VendoredOperator.__subclasses__() if operator.component == c.COMPONENT), VendoredOperator)
-    return cls(operator.resource, OperatorArgs(operator, project_root), opts)
+    return cls(operator.resource, OperatorArgs(operator, project_root, dict(targets or {})), opts)

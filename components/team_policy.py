@@ -373,8 +373,10 @@ def policy_manifest(args: TeamPodPolicyArgs) -> dict[str, Any]:
         },
         {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": OPERATIONS, "resources": ["jobs"]},
     ]
-    for group in dict.fromkeys(k.group for k in KINDS):
-        resources = [k.plural for k in KINDS if k.group == group]
+    # The kinds with pod templates of their own (a TrainJob's are its runtime's: its pods are checked as pods).
+    kinds = [k for k in KINDS if k.kind in JOB_REPLICA_SPECS]
+    for group in dict.fromkeys(k.group for k in kinds):
+        resources = [k.plural for k in kinds if k.group == group]
         resource_rules.append(
             {"apiGroups": [group], "apiVersions": ["*"], "operations": OPERATIONS, "resources": resources}
         )

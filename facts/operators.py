@@ -24,7 +24,9 @@ class OperatorKind:
 
     kind: str  # "MPIJob"
     api_version: str  # the version the stack writes, "kubeflow.org/v2beta1"
-    replica_specs: str  # the spec's map of replica types, "mpiReplicaSpecs": one pod set (and pod template) per type
+    # the spec's map of replica types, "mpiReplicaSpecs": one pod set (and pod template) per type; None for a
+    # kind whose pod templates are its runtime's (TrainJob: its pods are checked as pods)
+    replica_specs: str | None
     integration: str  # Kueue's framework for the kind, "kubeflow.org/mpijob"
 
     @property
@@ -53,6 +55,7 @@ class Operator:
     version: str  # its release, the component's output
     manifest: Vendored  # the install manifest, checked against its sha256 before it is read
     kinds: tuple[OperatorKind, ...]  # the kinds it runs
+    on_by_default: bool = True  # its switch's default (a new operator starts off: running stacks opt in)
 
     @property
     def switch_field(self) -> str:
@@ -67,6 +70,9 @@ class Operator:
 MPIJOB = OperatorKind("MPIJob", "kubeflow.org/v2beta1", "mpiReplicaSpecs", "kubeflow.org/mpijob")
 PYTORCHJOB = OperatorKind("PyTorchJob", "kubeflow.org/v1", "pytorchReplicaSpecs", "kubeflow.org/pytorchjob")
 PADDLEJOB = OperatorKind("PaddleJob", "kubeflow.org/v1", "paddleReplicaSpecs", "kubeflow.org/paddlejob")
+# Kubeflow Trainer v2's job: a TrainJob names a (Cluster)TrainingRuntime, which holds the pod templates (a
+# JobSet's replicated jobs); Kueue's integration name at v0.19.2: pkg/controller/jobs/trainjob/trainjob_controller.go.
+TRAINJOB = OperatorKind("TrainJob", "trainer.kubeflow.org/v1alpha1", None, "trainer.kubeflow.org/trainjob")
 
 MPI_OPERATOR = Operator(
     name="mpi",
@@ -92,11 +98,26 @@ TRAINING_OPERATOR = Operator(
     kinds=(PYTORCHJOB, PADDLEJOB),
 )
 
+# Kubeflow Trainer v2 with JobSet (facts/versions.py: the chart rendered with our values). Off by default: a stack
+# turns it on (`services.trainer`) and moves jobs to it one by one (`operator: trainer`, docs/trainer.md).
+TRAINER = Operator(
+    name="trainer",
+    title="Kubeflow Trainer v2 with JobSet",
+    switch="trainer",
+    component="Trainer",
+    resource="kubeflow-trainer",
+    namespace="kubeflow-system",
+    version=versions.TRAINER_VERSION,
+    manifest=versions.TRAINER_MANIFEST,
+    kinds=(TRAINJOB,),
+    on_by_default=False,
+)
+
 # Every operator, in the order the stack installs them (and lists their Kueue integrations).
-OPERATORS = (MPI_OPERATOR, TRAINING_OPERATOR)
+OPERATORS = (MPI_OPERATOR, TRAINING_OPERATOR, TRAINER)
 # Every kind the operators run, and its replica specs: kind -> the spec's map of replica types.
 KINDS = tuple(k for op in OPERATORS for k in op.kinds)
-REPLICA_SPECS = {k.kind: k.replica_specs for k in KINDS}
+REPLICA_SPECS = {k.kind: k.replica_specs for k in KINDS if k.replica_specs is not None}
 
 
 def installed(services: Any) -> tuple[Operator, ...]:

@@ -246,6 +246,36 @@ TRAINING_OPERATOR_MANIFEST = Vendored(
     sha256="06834fee0abd85e3cae0a1d6138544c8ca6ac4e54d53bceca7396f9a87a93982",
 )
 TRAINING_OPERATOR_SCHEMES = ("pytorchjob", "paddlejob")
+# Kubeflow Trainer v2 (TrainJob, TrainingRuntime, ClusterTrainingRuntime, on JobSet): where upstream's work goes
+# (the v1 kinds above are legacy). The release is the one Kueue's newest release builds against: Kueue v0.19.2's
+# go.mod requires github.com/kubeflow/trainer/v2 v2.2.1 and sigs.k8s.io/jobset v0.12.0; Trainer v2.3.0 is not
+# API-compatible with 2.2 and only Kueue main (unreleased 0.20) builds against it (kubernetes-sigs/kueue#14504),
+# and Kueue >= 0.17 needs Trainer >= 2.2 (runtimePatches, kueue#11931). Kueue's docs at v0.19.2
+# (site/content/en/docs/tasks/run/trainjobs.md) ask for Trainer >= v2.0.0 and the integration
+# "trainer.kubeflow.org/trainjob" in its frameworks (charts/kueue/values.yaml at v0.19.2 lists it). So Kueue stays
+# on v0.19.2 and Trainer is v2.2.1. JobSet is the chart's own dependency (charts/kubeflow-trainer/Chart.yaml at
+# v2.2.1: jobset chart 0.11.0, image registry.k8s.io/jobset/jobset:v0.11.0): the pair Trainer releases and tests
+# together, serving jobset.x-k8s.io/v1alpha2 like the 0.12 client Kueue builds with.
+# The chart package is what upstream's publish workflow builds (.github/workflows/publish-helm-charts.yaml:
+# `helm dependency build`, `helm package`), from the tag with the jobset and lws charts packaged as their release
+# scripts do (sources, commands, checksums in manifests/vendor/SOURCES.md); it is rendered once with our values
+# (manifests/trainer/values.yaml: upstream's built-in runtimes off, the stack owns its runtimes; LWS off) into
+# TRAINER_MANIFEST, which `pulumi up` installs object by object like the other operators.
+TRAINER_VERSION = "v2.2.1"
+JOBSET_VERSION = "v0.11.0"
+TRAINER_CHART = Chart(
+    name="kubeflow-trainer",
+    version="2.2.1",
+    file="manifests/vendor/charts/kubeflow-trainer-2.2.1.tgz",
+    sha256="94f30e7452de840f1084f51327d127757ab77eff0948c7fb21e8f93d3399548b",
+    source="kubeflow/trainer, charts/kubeflow-trainer at tag v2.2.1 with the jobset 0.11.0 and lws 0.8.0 charts",
+)
+TRAINER_VALUES = "manifests/trainer/values.yaml"
+TRAINER_NAMESPACE_DOC = "manifests/trainer/namespace.yaml"
+TRAINER_MANIFEST = Vendored(
+    file="manifests/vendor/kubeflow-trainer-v2.2.1.yaml",
+    sha256="950326764db8e8df8ff618133a587d0a0d15223f48a5dc1812673d7b47287115",
+)
 
 # etcd for PyTorch's etcd rendezvous: PyTorch speaks the etcd v2 API, which needs --enable-v2;
 # 3.5 is the last line that has it (3.6 removed it). v3.5.32 is the newest 3.5 patch (July 2026).

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from facts import operators
 from infra import offline
-from jobs import resilience
+from jobs import resilience, trainjob
 from jobs.base import GpuJob
 from jobs.pod import JOB_LABEL, QUEUE_LABEL
 from stacks import config as stack_config
@@ -122,4 +122,18 @@ def lines(cfg: stack_config.StackConfig, records: Sequence[offline.Record], verb
         if verbose:
             hang, saved = resilience.describe(by_name[row.name])
             out += [f"  {'':<22} hang detection {hang}", f"  {'':<22} checkpoints {saved}"]
-    return out
+    return out + legacy_line(cfg, found)
+
+
+def legacy_line(cfg: stack_config.StackConfig, found: Sequence[JobRow]) -> list[str]:
+    """The jobs sent as a legacy API (the training operator's v1 kinds, MPIJob v2beta1), in one line:
+    Kubeflow Trainer v2 is upstream's path (docs/trainer.md)."""
+    on_eks = {r.name for r in found if r.sent_as != "SageMaker"}
+    legacy = []
+    for j in gpu_jobs(cfg):
+        api, old = trainjob.api_of(j)
+        if j.name in on_eks and api is not None and old:
+            legacy.append(f"{j.name} ({api.kind} {api.api_version})")
+    if not legacy:
+        return []
+    return [f"  on a legacy API (Kubeflow Trainer v2 is upstream's path: docs/trainer.md): {', '.join(legacy)}"]

@@ -156,7 +156,7 @@ class VolumeMount(SpecModel):
 DIGEST_KEY_SPELLINGS = {"volumeSizeGiB": "volumeSizeGib"}
 # Keys added after runs were named from the spec: left out while unset, so a spec without them
 # keeps its name (and its run).
-DIGEST_LEFT_OUT_UNSET = ("placement", "placementLayer", "progress", "checkpoints")
+DIGEST_LEFT_OUT_UNSET = ("placement", "placementLayer", "progress", "checkpoints", "operator", "resourcesPerNode")
 
 
 def _digest_keys(value: Any) -> Any:
@@ -195,6 +195,10 @@ class JobBase(SpecModel):
         spec = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256("\n".join([*salt, spec]).encode()).hexdigest()[:length]
 
+    def operator_of(self) -> Operator | None:
+        """The operator this job needs: the kind's (``OPERATOR``), unless the job names another (``operator``)."""
+        return self.OPERATOR
+
     def build(self, ctx: JobsContext) -> list[Manifest]:
         """The job's Kubernetes manifests (pure: no Pulumi, no AWS)."""
         raise NotImplementedError
@@ -230,7 +234,7 @@ class JobBase(SpecModel):
 
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
         """Checks against the rest of the stack (enabled jobs only)."""
-        op = self.OPERATOR
+        op = self.operator_of()
         if op is not None and op.name not in env.operators:
             on = ", ".join(sorted(env.operators)) or "none"
             problems.append(

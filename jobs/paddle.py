@@ -15,15 +15,22 @@ from jobs import pod
 from jobs.base import Int32, Manifest
 from jobs.resilience import ResilientJob
 from jobs.targets import JobsContext
+from jobs.trainjob import OnTrainer
 
 PSERVER_RESOURCES = {"requests": {"cpu": "4", "memory": "8Gi"}}
 
 
-class PaddleSpec(ResilientJob):
+class PaddleSpec(ResilientJob, OnTrainer):
     """PaddlePaddle as a PaddleJob: collective (trainers only) or ps (parameter servers + trainers).
     In training-operator v1 the parameter servers are the ``Master`` replicas."""
 
     OPERATOR = TRAINING_OPERATOR
+    # `operator: trainer` is refused: Trainer v2.2.1's ML policies are torch, mpi, jax, xgboost, flux, plainml
+    # (pkg/runtime/framework/plugins at the tag): a PaddleJob has no TrainJob equivalent.
+    TRAINER_MISSING = (
+        "Trainer v2.2.1 has no Paddle runtime (its ML policies: torch, mpi, jax, xgboost, flux, plain): paddle jobs "
+        "stay on the training operator's PaddleJob"
+    )
 
     kind: Literal["paddle"] = Field(description="`paddle`")
     image: str = Field(description="a PaddlePaddle GPU image")

@@ -24,6 +24,7 @@ from jobs.launchers import Derived
 from jobs.resilience import GUARD_PATH, GUARD_PYTHON, ResilientJob
 from jobs.sagemaker import PortableJob
 from jobs.targets import GroupFacts, JobBuildError, JobEnvironment, JobsContext
+from jobs.trainjob import OnTrainer
 
 TRAINING_API_VERSION = PYTORCHJOB.api_version  # the training operator's (facts/operators.py)
 # The backends that rendezvous on the stack's etcd; PyTorch's code for both imports python-etcd.
@@ -44,13 +45,15 @@ SHUTDOWN_MARGIN = 10
 C10D_OWN_STORE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
-class PyTorchElasticSpec(PortableJob, ResilientJob):
+class PyTorchElasticSpec(PortableJob, ResilientJob, OnTrainer):
     """PyTorch DDP with TorchElastic as a PyTorchJob with elasticPolicy. ``nodes`` is the number of
     workers to start with; min/max default to it (fixed size) and ``nodes`` defaults to minNodes.
     With ``runtime: sagemaker``, a SageMaker training job whose framework container starts torchrun
     on every instance (``sagemaker_torch_distributed_enabled``), on maxNodes instances."""
 
     OPERATOR = TRAINING_OPERATOR
+    # `operator: trainer`: a TrainJob on the group's torch runtime (jobs/trainjob.py), fixed size only.
+    TRAINER_FRAMEWORK = "torch"
     LAUNCHERS = (("torchrun",), ("python", "-m", "torch.distributed.run"))
     LAUNCHER_TEXT = "[torchrun, /path/train.py, --name, value...] (SageMaker's container sets torchrun's own options)"
 
@@ -60,6 +63,11 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
     min_nodes: Int32 | None = Field(None, ge=1, description="fewest nodes the job keeps running with (default: nodes)")
     max_nodes: Int32 | None = Field(None, ge=1, description="most nodes (default: nodes)")
     max_restarts: Int32 = Field(3, ge=0, description="restarts of the worker group torchrun allows")
+    resources_per_node: dict[str, dict[str, str | int]] | None = Field(
+        None,
+        description="with `operator: trainer` on a group without EFA only: the TrainJob's "
+        "`trainer.resourcesPerNode`, which replaces the runtime's resources (refused on EFA groups)",
+    )
     rendezvous: Literal["etcd", "etcd-v2", "c10d"] = Field(
         "etcd",
         description=(
@@ -116,6 +124,34 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
                 )
             )
         self._check_secret_pythonpath(key, problems)
+
+    def trainer_problems(self) -> list[tuple[str, str]]:
+        out = super().trainer_problems()
+        if self.elastic_min != self.elastic_max:
+            out.append(
+                (
+                    "minNodes",
+                    f"a range ({self.elastic_min}..{self.elastic_max}) is not allowed with operator 'trainer': Trainer "
+                    "v2.2 has no elastic training (it removed ElasticPolicy, kubeflow/trainer#3235; "
+                    "kubeflow/trainer#2903); give a fixed size (nodes) or keep the job on the training operator",
+                )
+            )
+        if self.rendezvous in ETCD_BACKENDS:
+            out.append(
+                (
+                    "rendezvous",
+                    f"{self.rendezvous!r} is not allowed with operator 'trainer': Trainer's torch runtime has torchrun "
+                    "meet on node 0 (PET_MASTER_ADDR/PET_MASTER_PORT, trainer v2.2.1 "
+                    "pkg/runtime/framework/plugins/torch/torch.go); set rendezvous: c10d",
+                )
+            )
+        return out
+
+    def derived_env(self) -> dict[str, str]:
+        env = self._worker_env()
+        if self.on_trainer:  # the training operator sets it from elasticPolicy; Trainer's torch plugin does not
+            env["PET_MAX_RESTARTS"] = str(self.max_restarts)
+        return env
 
     def _check_secret_pythonpath(self, key: str, problems: list[Problem]) -> None:
         """On the stack's etcd the container's PYTHONPATH starts with the shipped python-etcd
@@ -225,7 +261,7 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
             return [*head, GUARD_PATH, *guard, "-m"], list(line[at:])
         return [*line[:at], GUARD_PATH, *guard], list(line[at:])
 
-    def derived_env(self) -> dict[str, str]:
+    def _worker_env(self) -> dict[str, str]:
         """Env of the workers besides the job's: the checkpoint directory, torchrun's time to stop them, and
         with c10d a rendezvous store of its own (C10D_OWN_STORE)."""
         env = self.resilience_env()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from jobs import topology
+from jobs import topology, trainjob
 from jobs.base import GpuJob, JobBase, Manifest
 from jobs.data_stage import DataStageSpec
 from jobs.mpi import MpiJobSpec
@@ -33,7 +33,10 @@ KIND_OPERATOR: Mapping[str, str] = {k: op.name for k, cls in JOB_KINDS.items() i
 
 def build_manifests(spec: JobBase, ctx: JobsContext) -> list[Manifest]:
     """The Kubernetes manifests of one job, with Kueue's topology annotations on its pod sets
-    (``jobs/topology.py``); nothing for a disabled job."""
+    (``jobs/topology.py``), as a TrainJob with ``operator: trainer``; nothing for a disabled job."""
     if not spec.enabled:
         return []
-    return [topology.annotate(m, spec, ctx) for m in spec.build(ctx)]
+    manifests = [topology.annotate(m, spec, ctx) for m in spec.build(ctx)]
+    if isinstance(spec, trainjob.OnTrainer):  # `operator: trainer`: the TrainJob instead (jobs/trainjob.py)
+        return trainjob.convert(spec, manifests, ctx)
+    return manifests

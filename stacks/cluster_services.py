@@ -242,7 +242,7 @@ def _fsx(s: _Services) -> None:
 def _operators(s: _Services) -> None:
     """Every operator (facts/operators.py) whose switch is on, from its vendored manifest."""
     for op in installed_operators(s.cfg.services):
-        component = operators.install(op, PROJECT_ROOT, s.k8s_component)
+        component = operators.install(op, PROJECT_ROOT, s.k8s_component, job_targets(s.cfg.gpu_node_groups, s.gpu_az))
         for kind in op.kinds:  # a job of the kind waits for the operator to serve it
             s.job_needs.operators[(kind.api_version, kind.kind)] = component.ready
 

@@ -6,8 +6,9 @@ The axes: queues (off, shared, teams), ProvisioningRequests (unset, false, true)
 the main GPU group is sized (autoscaled, fixed, a Capacity Block with a window, one sized by hand),
 spot, the GPU type (p4d and p5 with three network layers, p5.4xlarge without a topology, p6-b200 with
 four), a SageMaker job beside, the job kind, etcd's members, the main job's topology placement, burn-in
-(on, off, with the loopback test, or off for the main group alone), and alerts (off, or on: alarms and a
-dashboard per GPU job). Every stack
+(on, off, with the loopback test, or off for the main group alone), alerts (off, or on: alarms and a
+dashboard per GPU job), and the operator (legacy, or Kubeflow Trainer v2 with the main job as a TrainJob
+where its kind can move). Every stack
 also has a second, autoscaled p4d group with a job of its own, as a platform team's would.
 
 A combination that is meant to be refused (a ProvisioningRequest check without the autoscaler, spot
@@ -45,6 +46,9 @@ AXES: dict[str, list[Any]] = {
     "placement": ["default", "required", "preferred-layer-1", "none"],
     "burn_in": ["on", "off", "loopback", "main-off"],
     "alerts": [False, True],
+    # Kubeflow Trainer v2 installed, and the main job moved to a TrainJob where its kind can move (pytorch-elastic,
+    # then at a fixed size on c10d: docs/trainer.md); the other kinds stay on their legacy operator beside it.
+    "operator": ["legacy", "trainer"],
 }
 # The GPU types whose EFA groups have a Kueue Topology (the main group's; the second group is p4d).
 TOPOLOGY_TYPES = {n for n in AXES["gpu"] if catalog.BUILTIN[n].network_layers}
@@ -181,6 +185,9 @@ def values_for(c: dict[str, Any]) -> dict[str, Any]:
         "none": {"placement": "none"},
     }[c["placement"]]
     main = _job(c["kind"], "main", "main-job", **(placement if c["kind"] not in ("data-stage", "tensorboard") else {}))
+    if c["operator"] == "trainer" and c["kind"] == "pytorch-elastic":
+        del main["minNodes"], main["maxNodes"]
+        main.update(nodes=2, rendezvous="c10d", operator="trainer")
     jobs = [main, _job("nccl-test", "p4d", "p4d-nccl")]
     queues: dict[str, Any] = {"enabled": c["queues"] != "off"}
     if c["queues"] == "teams":
@@ -192,6 +199,7 @@ def values_for(c: dict[str, Any]) -> dict[str, Any]:
     if c["sagemaker"]:
         jobs.append(_sagemaker_job("main" if _sagemaker_type(c["gpu"]) else "p4d"))
     return minimal_values(
+        services={"trainer": c["operator"] == "trainer"},
         gpuAvailabilityZone=AZ,
         gpuNodeGroups=groups,
         queues=queues,
@@ -233,6 +241,9 @@ def test_every_combination_plans_and_keeps_the_invariants(combination):
     plan = run_stack(values)
     violations = invariants.check(plan, cfg)
     assert not violations, "\n".join(map(str, violations))
+    # On Trainer, the main pytorch-elastic job is a TrainJob (its pods checked above through its runtime).
+    moved = combination["operator"] == "trainer" and combination["kind"] == "pytorch-elastic"
+    assert len([o for o in plan.kubernetes_objects() if o["kind"] == "TrainJob"]) == int(moved)
     # Burn-in as configured: the groups that have it join with a startup taint, the others do not.
     nodes = invariants.view(plan, cfg).nodes
     assert {g.name: bool(nodes[g.name].startup_taints) for g in cfg.gpu_node_groups} == {

@@ -35,6 +35,7 @@ import pytest
 
 from facts.kube import GPU_RESOURCE, NODE_GROUP_LABEL
 from jobs.pod import QUEUE_LABEL
+from jobs.trainjob_merge import replica_sets
 from stacks.queues.admission import REPLICA_SPECS
 from tests.helpers import minimal_values, run_stack, team_values
 
@@ -220,6 +221,9 @@ def test_every_pod_template_is_admitted_on_its_groups_flavor_without_drift(objec
     for job in jobs:
         local_queue = job["metadata"]["labels"][QUEUE_LABEL]
         queues = (local_queue, cluster_queue[(job["metadata"]["namespace"], local_queue)])
+        if job["kind"] == "TrainJob":
+            _trainjob_without_drift(job, objects, by_name)
+            continue
         for i, (podset, template) in enumerate(templates(job)):
             fitting = [name for name, f in by_name.items() if fits(template, f)]
             if gpu_pods(template):
@@ -236,11 +240,26 @@ def test_every_pod_template_is_admitted_on_its_groups_flavor_without_drift(objec
                 assert prune(admitted, job) == job, (job["metadata"]["name"], name)
 
 
+def _trainjob_without_drift(job: dict[str, Any], objects: list[dict[str, Any]], by_name: dict[str, Any]) -> None:
+    """Kueue writes no pod template of a TrainJob: on admission it adds a runtime patch of its own (manager
+    kueue.x-k8s.io/manager, after the stack's: pkg/controller/jobs/trainjob at v0.19.2, RunWithPodSetsInfo) and
+    flips spec.suspend, both pruned away (the list cut at the inputs' length, the key absent from them). Its pods
+    (the runtime's, as Trainer makes them: jobs/trainjob_merge.py) fit their group's flavor and only that."""
+    runtimes = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterTrainingRuntime"}
+    for template in (r["template"] for r in replica_sets(job, runtimes).values()):
+        group = template["spec"]["nodeSelector"][NODE_GROUP_LABEL]
+        assert [name for name, f in by_name.items() if fits(template, f)] == [group]
+    admitted = copy.deepcopy(job)
+    admitted["spec"]["suspend"] = False
+    admitted["spec"]["runtimePatches"].append({"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {}})
+    assert prune(admitted, job) == job, job["metadata"]["name"]
+
+
 def test_the_kinds_kueue_manages_are_all_covered(dev_plan, team_objects, paddle_objects):
     kinds = {
         j["kind"] for objs in (dev_plan.kubernetes_objects(), team_objects, paddle_objects) for j in managed_jobs(objs)
     }
-    assert kinds == {"MPIJob", "PyTorchJob", "PaddleJob"}
+    assert kinds == {"MPIJob", "PyTorchJob", "PaddleJob", "TrainJob"}
     # The stack's batch Jobs (data staging) carry no queue name: Kueue leaves them alone (its
     # manageJobsWithoutQueueName is off), so it never suspends them.
     team_jobs = [o for o in team_objects if o["kind"] == "Job"]

@@ -124,8 +124,9 @@ def test_the_plan_command_writes_the_same_bytes_without_cache_cold_and_warm(helm
         assert operators.snapshot_store is None  # only while the command plans
     n = runs["none"][0]
     assert n >= 4 and runs["cold"][0] == n and runs["warm"][0] == 0
-    # the MPI and training operators' manifests and the ProvisioningRequest CRD (dev serves ProvisioningRequests)
-    assert runs["none"][1] == runs["cold"][1] == 3 and runs["warm"][1] == 0
+    # the MPI and training operators' and Trainer's manifests and the ProvisioningRequest CRD (dev serves
+    # ProvisioningRequests)
+    assert runs["none"][1] == runs["cold"][1] == 4 and runs["warm"][1] == 0
     assert "releases.yaml" in runs["none"][2]
     assert runs["none"][2] == runs["cold"][2] == runs["warm"][2]
     kept = {p.name for p in (tmp_path / "cache").iterdir()}

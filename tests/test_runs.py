@@ -203,7 +203,7 @@ def _pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
     for key in ("mpiReplicaSpecs", "pytorchReplicaSpecs", "paddleReplicaSpecs"):
         if key in spec:
             return [r["template"]["spec"] for r in spec[key].values()]
-    if "template" in spec:
+    if "template" in spec and "containers" in (spec["template"].get("spec") or {}):  # not a runtime's JobSet template
         return [spec["template"]["spec"]]
     return []
 

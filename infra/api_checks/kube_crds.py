@@ -270,8 +270,12 @@ class CompiledVersion:
         body = {k: copy.deepcopy(v) for k, v in obj.items() if k != "metadata"}
         apply_defaults(self.schema, body)
         out = [self._schema_refusal(who, e) for e in self.validator.iter_errors(body)]
+        # A rule at the root sees metadata.name and generateName, no other metadata (Kubernetes docs, "Validation
+        # rules": "only metadata.name and metadata.generateName are accessible"); Trainer's TrainJob has one.
+        meta = obj.get("metadata") or {}
+        cel_body = {**body, "metadata": {k: meta[k] for k in ("name", "generateName") if k in meta}}
         for r in self.rules:
-            for at, value in _values_at(body, r.path):
+            for at, value in _values_at(cel_body, r.path):
                 if not _cel_holds(r.rule, value):
                     out.append(
                         Refusal(who, at, shown(value), r.message, f"x-kubernetes-validations {r.rule!r}, {self.source}")

@@ -24,7 +24,7 @@ from infra.invariants.view import (
 )
 from jobs.pod import QUEUE_LABEL
 from stacks import queues
-from stacks.queues.admission import REPLICA_SPECS, pod_requests, pod_sets
+from stacks.queues.admission import pod_requests, replica_pod_sets
 
 
 def _quota(cq: Mapping[str, Any]) -> dict[str, dict[str, Mapping[str, Any]]]:
@@ -120,7 +120,7 @@ def jobs_admissible(v: StackView) -> list[Violation]:
     for _, o in v.objects:
         meta = o.get("metadata") or {}
         queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
-        if queue is None or o["kind"] not in REPLICA_SPECS:
+        if queue is None or not v.is_queued_job(o):
             continue
         job = f"{o['kind']} {meta.get('namespace')}/{meta['name']}"
         cq = local.get((meta.get("namespace"), queue))
@@ -132,7 +132,7 @@ def jobs_admissible(v: StackView) -> list[Violation]:
             )
             continue
         total: dict[tuple[str, str], int] = {}
-        for ps in pod_sets(o):
+        for ps in replica_pod_sets(v.replica_sets(o)):
             flavor = ps.flavor or next(iter(reach.tables[cq]), "")
             for r, amount in ps.per_pod.items():
                 total[(flavor, r)] = total.get((flavor, r), 0) + ps.count * amount
@@ -342,11 +342,11 @@ def placements_within_topology(v: StackView) -> list[Violation]:
         for _, o in v.of_kind("ResourceFlavor")
     }
     for _, o in v.objects:
-        if o["kind"] not in REPLICA_SPECS or QUEUE_LABEL not in (o["metadata"].get("labels") or {}):
+        if not v.is_queued_job(o):
             continue
         where = f"{o['kind']}/{o['metadata'].get('namespace', '')}/{o['metadata']['name']}"
         groups: dict[str, list[tuple[int, str | None]]] = {}
-        for role, rs in (o["spec"].get(REPLICA_SPECS[o["kind"]]) or {}).items():
+        for role, rs in v.replica_sets(o).items():
             spec = (rs.get("template") or {}).get("spec") or {}
             group = (spec.get("nodeSelector") or {}).get(NODE_GROUP_LABEL)
             if group not in flavors:

@@ -33,7 +33,6 @@ from infra.invariants.view import (
     view,
 )
 from jobs.pod import QUEUE_LABEL
-from stacks.queues.admission import REPLICA_SPECS
 
 NODE_MONITORING_AGENT = "eks-node-monitoring-agent"
 EFA_PRESENT = next(iter(EFA_PRESENT_LABEL.items()))
@@ -103,7 +102,7 @@ def created_after_what_they_need(v: StackView) -> list[Violation]:
             if source is not None:
                 needs.append((f"namespace {meta['namespace']!r}", source))
         queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
-        if queue is not None and o["kind"] in REPLICA_SPECS:
+        if queue is not None and v.is_queued_job(o):
             needs.append((f"LocalQueue {queue!r}", local.get((meta.get("namespace"), queue))))
             needs.append(("Kueue", kueue))
         for name, source in needs:

@@ -23,7 +23,10 @@ from facts.kube import (
     SYSTEM_GROUP,
     ZONE_LABEL,
 )
+from facts.operators import TRAINJOB
 from jobs.pod import QUEUE_LABEL
+from jobs.trainjob import RUNTIME_KIND
+from jobs.trainjob_merge import replica_sets
 from stacks import queues
 from stacks.queues.admission import REPLICA_SPECS
 
@@ -290,6 +293,22 @@ class StackView:
         yield from self._pods
 
     @cached_property
+    def _runtimes(self) -> dict[str, dict[str, Any]]:
+        return {o["metadata"]["name"]: o for _, o in self.of_kind(RUNTIME_KIND)}
+
+    def replica_sets(self, o: Mapping[str, Any]) -> dict[str, Any]:
+        """A queued job object's replica specs (role -> replicas, template); a TrainJob's as Trainer makes them
+        of its runtime in the plan (jobs/trainjob_merge.py); {} for any other object."""
+        if o["kind"] == TRAINJOB.kind:
+            return replica_sets(dict(o), self._runtimes)
+        return dict((o.get("spec") or {}).get(REPLICA_SPECS.get(o["kind"], "")) or {})
+
+    def is_queued_job(self, o: Mapping[str, Any]) -> bool:
+        """A job object Kueue queues (of a kind it integrates, with a queue label)."""
+        kind_ok = o["kind"] in REPLICA_SPECS or o["kind"] == TRAINJOB.kind
+        return kind_ok and QUEUE_LABEL in ((o.get("metadata") or {}).get("labels") or {})
+
+    @cached_property
     def daemonset_pods(self) -> list[PodTemplate]:
         return [p for p in self._pods if p.kind == "DaemonSet"]
 
@@ -306,8 +325,8 @@ class StackView:
                 yield PodTemplate(where, spec, queued, kind)
             elif kind in POD_KINDS:
                 yield PodTemplate(where, (spec.get("template") or {}).get("spec") or {}, queued, kind)
-            elif kind in REPLICA_SPECS:
-                for role, rs in (spec.get(REPLICA_SPECS[kind]) or {}).items():
+            elif kind in REPLICA_SPECS or kind == TRAINJOB.kind:
+                for role, rs in self.replica_sets(o).items():
                     yield PodTemplate(f"{where} {role}", (rs.get("template") or {}).get("spec") or {}, queued, kind)
 
 

@@ -375,3 +375,4 @@ class ServicesConfig(ConfigModel):
     efa_device_plugin: bool = Field(True, description="install the EFA device plugin")
     mpi_operator: bool = Field(True, description="install the MPI operator")
     training_operator: bool = Field(True, description="install the training operator")
+    trainer: bool = Field(False, description="install Kubeflow Trainer v2 with JobSet")

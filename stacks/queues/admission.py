@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from facts.kube import NODE_GROUP_LABEL
-from facts.operators import REPLICA_SPECS
+from facts.operators import REPLICA_SPECS, TRAINJOB
 from facts.topology import GROUP_ANNOTATION, LEVEL_ANNOTATIONS, UNCONSTRAINED_ANNOTATION
 from jobs.base import PRIORITIES, GpuJob, JobBase
 from jobs.pod import QUEUE_LABEL
 from jobs.registry import build_manifests
-from jobs.targets import JobBuildError, JobsContext
+from jobs.targets import JobBuildError, JobsContext, JobTarget
+from jobs.trainjob_merge import node_template
 from stacks.queues.cluster_queues import ClusterQueue
 from stacks.queues.resources import RESOURCES, parse_quantity
 
@@ -70,7 +71,7 @@ class Demand:
     @property
     def placement(self) -> str | None:
         """What the workers ask Kueue for (``PodSet.placement``); None without a topology."""
-        return next((p.placement for p in self.pod_sets if p.name == "worker"), None)
+        return next((p.placement for p in self.pod_sets if p.name in ("worker", "node")), None)
 
     @property
     def total(self) -> dict[str, int]:
@@ -100,9 +101,17 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
     return total
 
 
-def pod_sets(manifest: Mapping[str, Any]) -> list[PodSet]:
-    """The pod sets Kueue makes of a queued job object (one per replica type, ``replicas`` pods)."""
-    replicas = (manifest.get("spec") or {}).get(REPLICA_SPECS.get(manifest.get("kind", ""), ""), {})
+def pod_sets(manifest: Mapping[str, Any], targets: Mapping[str, JobTarget] | None = None) -> list[PodSet]:
+    """The pod sets Kueue makes of a queued job object (one per replica type, ``replicas`` pods; a TrainJob's:
+    its runtime's ``node`` job as Trainer makes it, jobs/trainjob_merge.py)."""
+    if manifest.get("kind") == TRAINJOB.kind:
+        count, template = node_template(dict(manifest), targets or {})
+        return replica_pod_sets({"node": {"replicas": count, "template": template}})
+    return replica_pod_sets((manifest.get("spec") or {}).get(REPLICA_SPECS.get(manifest.get("kind", ""), ""), {}))
+
+
+def replica_pod_sets(replicas: Mapping[str, Any]) -> list[PodSet]:
+    """The pod sets of a job's replica specs (role -> replicas, template)."""
     out = []
     for role, rs in replicas.items():
         spec = (rs.get("template") or {}).get("spec") or {}
@@ -132,7 +141,8 @@ def demands(jobs: Iterable[tuple[str, JobBase]], ctx: JobsContext, queue_of_team
         except JobBuildError:
             continue
         for m in manifests:
-            if m.get("kind") in REPLICA_SPECS and QUEUE_LABEL in (m["metadata"].get("labels") or {}):
+            queued = m.get("kind") in REPLICA_SPECS or m.get("kind") == TRAINJOB.kind
+            if queued and QUEUE_LABEL in (m["metadata"].get("labels") or {}):
                 elastic = (
                     (m["spec"].get("elasticPolicy") or {}).get("maxReplicas") if m["kind"] == "PyTorchJob" else None
                 )
@@ -143,7 +153,7 @@ def demands(jobs: Iterable[tuple[str, JobBase]], ctx: JobsContext, queue_of_team
                         key,
                         queue_of_team[spec.team or ""],
                         spec.priority,
-                        tuple(pod_sets(m)),
+                        tuple(pod_sets(m, ctx.targets)),
                         elastic,
                     )
                 )
