@@ -142,6 +142,7 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
         super().check_environment(key, problems, env)
 
     def check_group(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
+        super().check_group(key, problems, group)
         if self.elastic_max > group.max_size:
             problems.append(
                 Problem(
@@ -191,19 +192,19 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
             problems,
         )
 
-    def worker_line(self) -> tuple[list[str], list[str]]:
+    def worker_line(self, efa_interfaces: int = 0) -> tuple[list[str], list[str]]:
         """The ``pytorch`` container's command and args: the job's own, or with the progress guard
         (``jobs/resilience.py``) around each worker: torchrun starts the guard as its training script
         (``python -u progress_guard.py``) and the guard starts the job's script with the same interpreter."""
-        if not self.guarded:
+        if not self.guarded(efa_interfaces):
             return list(self.command), list(self.args)
         line = self.entry_line()
         start = launchers.torchrun_start(line)
         if start is None:  # not torchrun: the guard wraps the whole command
-            return self.guard_command(list(self.command)), list(self.args)
+            return self.guard_command(list(self.command), efa_interfaces), list(self.args)
         at, options = launchers.torchrun_script(line, start)
         given = {w.option: w.at for w in options}
-        guard = [*self.guard_options(), "--same-python", "--"]
+        guard = [*self.guard_options(efa_interfaces), "--same-python", "--"]
         if "no_python" in given:  # torchrun runs the command as it is: the guard starts it as it is
             return [*line[:at], GUARD_PYTHON, GUARD_PATH, *guard[:-2], "--"], list(line[at:])
         if "module" in given:  # `-m module`: the guard runs `python -u -m module`
@@ -225,7 +226,7 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
         w = pod.gpu_worker(self, ctx, self.worker_env())
         # The training operator requires a container named "pytorch"; it sets PET_* (rendezvous,
         # nnodes min:max, nproc per node, max restarts) for torchrun / torch.distributed.run.
-        command, args = self.worker_line()
+        command, args = self.worker_line(w.efa_interfaces)
         container = w.container("pytorch", command, args)
         worker_pod = w.pod_spec([container])
         self.equip(worker_pod, container, ctx)
