@@ -32,23 +32,47 @@ def account_name(job: str) -> str:
     return f"{job}-guard"
 
 
-def rbac(job: str, namespace: str, labels: dict[str, str]) -> list[Manifest]:
-    """The guard's service account and what it may do in the job's namespace: record Events."""
+def cluster_name(job: str, namespace: str) -> str:
+    """The name of the guard's cluster-wide role and binding (cluster-scoped: the namespace in it)."""
+    return f"gputraining-{namespace}-{job}-guard"
+
+
+def rbac(job: str, namespace: str, labels: dict[str, str], nodes: bool = False) -> list[Manifest]:
+    """The guard's service account and what it may do: record Events in the job's namespace; with ``nodes`` (the
+    slow-node check) also delete the job's pods there and read and taint nodes (a ClusterRole: nodes are not
+    namespaced; Kubernetes RBAC cannot narrow it to the job's nodes, see docs/performance.md)."""
     name = account_name(job)
     meta = {"name": name, "namespace": namespace, "labels": dict(labels)}
-    return [
+    rules: list[dict[str, Any]] = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    if nodes:
+        rules.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "delete"]})
+    subjects = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+    out: list[Manifest] = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
-        {
-            "apiVersion": RBAC_API,
-            "kind": "Role",
-            "metadata": dict(meta),
-            "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}],
-        },
+        {"apiVersion": RBAC_API, "kind": "Role", "metadata": dict(meta), "rules": rules},
         {
             "apiVersion": RBAC_API,
             "kind": "RoleBinding",
             "metadata": dict(meta),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+            "subjects": subjects,
         },
     ]
+    if nodes:
+        wide = {"name": cluster_name(job, namespace), "labels": dict(labels)}
+        out += [
+            {
+                "apiVersion": RBAC_API,
+                "kind": "ClusterRole",
+                "metadata": dict(wide),
+                "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}],
+            },
+            {
+                "apiVersion": RBAC_API,
+                "kind": "ClusterRoleBinding",
+                "metadata": dict(wide),
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": wide["name"]},
+                "subjects": subjects,
+            },
+        ]
+    return out

@@ -19,6 +19,7 @@ from facts.instance_types import InstanceType
 from facts.operators import PYTORCHJOB, TRAINING_OPERATOR
 from facts.problems import Problem
 from jobs import launchers, pod, python_etcd
+from jobs import slow_node as slow_node_spec
 from jobs.base import Int32, Manifest
 from jobs.launchers import Derived
 from jobs.resilience import GUARD_PATH, GUARD_PYTHON, ResilientJob
@@ -68,6 +69,15 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
         ),
     )
 
+    slow_node: slow_node_spec.SlowNode | None = Field(
+        None,
+        description=(
+            "slow-node detection (docs/performance.md): the ranks write their step times to GPUTRAINING_STEP_FILE; a "
+            "node `factor` times slower than the others for `windows` windows is reported, tainted and, for an "
+            "elastic job or one with checkpoints, left (its pod deleted)"
+        ),
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _nodes_default_to_min(cls, data: Any) -> Any:
@@ -90,6 +100,15 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
 
     def entry_line(self) -> list[str]:
         return list(self.command) + list(self.args)
+
+    def node_checks(self) -> list[str]:
+        """The slow-node check's guard options; the job restarts without a slow node when it can go on without it
+        (elastic: minNodes below maxNodes) or resume (checkpoints)."""
+        if self.slow_node is None or self.runtime != "eks":
+            return []
+        return slow_node_spec.guard_options(
+            self.slow_node, self.elastic_min < self.elastic_max or self.checkpoints is not None
+        )
 
     def sagemaker_distribution(self, instance: InstanceType, environment: Mapping[str, str]) -> dict[str, Any]:
         return {"sagemaker_torch_distributed_enabled": True}
@@ -116,6 +135,17 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
                 )
             )
         self._check_secret_pythonpath(key, problems)
+        if self.slow_node is not None:
+            for name, message in slow_node_spec.problems_of(self.slow_node):
+                problems.append(Problem(f"{key}.slowNode.{name}", message))
+            if self.runtime != "eks":
+                problems.append(
+                    Problem(
+                        f"{key}.slowNode", "is not allowed with runtime 'sagemaker': it runs in the job's pods on EKS"
+                    )
+                )
+            elif self.max_workers() < 2:
+                problems.append(Problem(f"{key}.slowNode", "needs a job of 2 nodes or more: it compares the nodes"))
 
     def _check_secret_pythonpath(self, key: str, problems: list[Problem]) -> None:
         """On the stack's etcd the container's PYTHONPATH starts with the shipped python-etcd

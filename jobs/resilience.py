@@ -39,7 +39,10 @@ GUARD_SCRIPT = (SCRIPTS / "progress_guard.py").read_text()
 # job_signals.py is the contract module of facts/ (the signal lines' shape), shipped whole.
 GUARD_FILES = {
     "progress_guard.py": GUARD_SCRIPT,
-    **{name: (SCRIPTS / name).read_text() for name in ("fabric_check.py", "job_signal.py", "kube_api.py")},
+    **{
+        name: (SCRIPTS / name).read_text()
+        for name in ("fabric_check.py", "slow_node.py", "job_signal.py", "kube_api.py")
+    },
     "job_signals.py": Path(job_signals.__file__).read_text(),
 }
 GUARD_DIR = "/opt/gputraining"
@@ -113,8 +116,16 @@ class ResilientJob(GpuJob):
             return "off"
         return self.fabric or fabric_spec.default_mode(efa_interfaces, self.max_workers())
 
+    def node_checks(self) -> list[str]:
+        """The guard options of the kind's own node checks (pytorch-elastic: slowNode); none here."""
+        return []
+
+    def reports(self, efa_interfaces: int) -> bool:
+        """Whether the guard reports through the API (the fabric check, a node check): its account, the pod identity."""
+        return self.fabric_mode(efa_interfaces) != "off" or bool(self.node_checks())
+
     def guarded(self, efa_interfaces: int) -> bool:
-        return self.progress is not None or self.checkpoints is not None or self.fabric_mode(efa_interfaces) != "off"
+        return self.progress is not None or self.checkpoints is not None or self.reports(efa_interfaces)
 
     def efa_of(self, ctx: JobsContext) -> int:
         return job_efa_interfaces(self, self.target(ctx))
@@ -133,6 +144,7 @@ class ResilientJob(GpuJob):
         mode = self.fabric_mode(efa_interfaces)
         if mode != "off":
             out += ["--fabric", mode, "--efa-interfaces", str(efa_interfaces)]
+        out += self.node_checks()
         p = self.progress
         if p is not None:
             out += ["--log-pattern", p.log_pattern] if p.log_pattern is not None else []
@@ -154,7 +166,8 @@ class ResilientJob(GpuJob):
         efa = self.efa_of(ctx)
         if not self.guarded(efa):
             return []
-        account = fabric_spec.rbac(self.name, ctx.namespace, labels(self)) if self.fabric_mode(efa) != "off" else []
+        nodes = bool(self.node_checks())
+        account = fabric_spec.rbac(self.name, ctx.namespace, labels(self), nodes) if self.reports(efa) else []
         return [
             {
                 "apiVersion": "v1",
@@ -175,7 +188,7 @@ class ResilientJob(GpuJob):
         efa = self.efa_of(ctx)
         if not self.guarded(efa):
             return
-        if self.fabric_mode(efa) != "off":
+        if self.reports(efa):
             pod_spec["serviceAccountName"] = fabric_spec.account_name(self.name)
             container["env"] = [*container.get("env", []), *fabric_spec.identity_env()]
         volumes = pod_spec.setdefault("volumes", [])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,11 +20,13 @@ class FakeKubeApi:
     def __init__(self, nodes: dict[str, dict[str, Any]] | None = None):
         self.nodes = nodes or {}
         self.requests: list[tuple[str, str, Any]] = []
+        self.times: list[float] = []  # time.monotonic() of each request
         self.lock = threading.Lock()
 
     def handle(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         with self.lock:
             self.requests.append((method, path, body))
+            self.times.append(time.monotonic())
         parts = path.strip("/").split("/")
         if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
             node = self.nodes.setdefault(parts[3], {"metadata": {"name": parts[3]}, "spec": {}})

@@ -42,6 +42,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its siblings in the ConfigMap, however loaded
 import fabric_check  # noqa: E402
+import slow_node  # noqa: E402
 
 HANG_EXIT = 124  # as timeout(1): the command ran out of time
 STOP_SECONDS = 10.0  # from SIGTERM to SIGKILL when the guard stops a hung child
@@ -152,6 +153,11 @@ def watched(env: dict) -> bool:
     return True
 
 
+def rank_of(env: dict) -> str:
+    """This process's rank in the job (RANK_VARS), "0" when none is set."""
+    return next((env[v].strip() for v in RANK_VARS if env.get(v, "").strip()), "0")
+
+
 def node_leader(env: dict) -> bool:
     """Whether this process is its node's first local rank (or nothing says otherwise)."""
     for var in LOCAL_RANK_VARS:
@@ -184,6 +190,10 @@ def parse(argv: list) -> argparse.Namespace:
     parser.add_argument("--job", default="", help="the job's name, in the signal lines")
     parser.add_argument("--fabric", choices=("enforce", "warn", "off"), default="off")
     parser.add_argument("--efa-interfaces", type=int, default=0, help="the EFA devices the pod requested")
+    parser.add_argument("--slow-node-factor", type=float, help="on: a node this many times slower than the others")
+    parser.add_argument("--slow-node-windows", type=int, default=3, help="for this many windows in a row")
+    parser.add_argument("--slow-node-window", type=float, default=300.0, help="of this many seconds")
+    parser.add_argument("--slow-node-restart", action="store_true", help="delete the slow node's pod")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
@@ -220,8 +230,16 @@ class Guard:
         self.fabric: fabric_check.FabricWatch | None = None
         if args.fabric != "off" and node_leader(env):
             self.fabric = fabric_check.FabricWatch(args.fabric, args.efa_interfaces, env, args.job, say)
+        self.slow: slow_node.Reporter | None = None
+        if args.slow_node_factor is not None:
+            self.slow = slow_node.Reporter(self.slow_options(), env, say, rank_of(env))
         self.child: subprocess.Popen | None = None
         self.pumps: list[threading.Thread] = []  # the threads that copy the child's output
+
+    def slow_options(self) -> dict:
+        a = self.args
+        window, windows, factor = a.slow_node_window, a.slow_node_windows, a.slow_node_factor
+        return {"job": a.job, "factor": factor, "windows": windows, "window": window, "restart": a.slow_node_restart}
 
     def sign(self) -> None:
         self.last_sign = time.monotonic()
@@ -259,6 +277,8 @@ class Guard:
                 env["RESUME_FROM"] = newest
         if self.fabric is not None:
             env.update(self.fabric.child_env())
+        if self.slow is not None:
+            env.update(self.slow.child_env())
         reads_nccl = self.fabric is not None and self.fabric.pattern is None  # the job's own NCCL_DEBUG: its output
         pipe = subprocess.PIPE if (self.watching and self.pattern is not None) or reads_nccl else None
         self.child = subprocess.Popen(command, env=env, stdout=pipe, stderr=pipe)
@@ -336,6 +356,9 @@ class Guard:
         signal.signal(signal.SIGTERM, on_term)
         if self.fabric is not None:
             threading.Thread(target=self.fabric_check, daemon=True).start()
+        if self.slow is not None:
+            report = (self.slow.options, self.env, say, self.slow.rank, watched(self.env), self.slow, threading.Event())
+            threading.Thread(target=slow_node.run, args=report, daemon=True).start()
         tick = max(0.05, min(1.0, self.args.interval_seconds / 20, self.args.startup_seconds / 20))
         while True:
             try:
