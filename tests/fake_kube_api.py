@@ -17,8 +17,12 @@ TOKEN = "token-guard"
 
 
 class FakeKubeApi:
-    def __init__(self, nodes: dict[str, dict[str, Any]] | None = None):
+    def __init__(self, nodes: dict[str, dict[str, Any]] | None = None, pods: dict[str, str] | None = None):
         self.nodes = nodes or {}
+        # pod name -> its node (GET /api/v1/namespaces/<ns>/pods/<pod> answers spec.nodeName)
+        self.pods = {
+            name: {"metadata": {"name": name}, "spec": {"nodeName": node}} for name, node in (pods or {}).items()
+        }
         self.requests: list[tuple[str, str, Any]] = []
         self.times: list[float] = []  # time.monotonic() of each request
         self.lock = threading.Lock()
@@ -31,6 +35,9 @@ class FakeKubeApi:
         if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
             node = self.nodes.setdefault(parts[3], {"metadata": {"name": parts[3]}, "spec": {}})
             return 200, node
+        if parts[:3] == ["api", "v1", "namespaces"] and parts[4:5] == ["pods"] and len(parts) == 6 and method == "GET":
+            pod = self.pods.get(parts[5])
+            return (200, pod) if pod else (404, {"message": "not found"})
         if method == "POST":
             return 201, body
         return 200, {}

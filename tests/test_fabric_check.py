@@ -116,11 +116,11 @@ def test_the_worker_gets_nccl_info_for_init_and_net_in_a_file_unless_the_job_set
 
 
 def test_nccl_warnings_reach_the_log_when_the_job_asked_for_warn(tmp_path, capsys):
-    (tmp_path / "h.1.log").write_text("h:1:2 [0] NCCL INFO Using network Socket\nh:1:2 [0] NCCL WARN NET/OFI gone\n")
     watch = fc.FabricWatch(
         "warn", 4, {"NCCL_DEBUG": "WARN", "NCCL_DEBUG_FILE": str(tmp_path / "%h.%p.log")}, "j", print
     )
     watch.child_env()
+    (tmp_path / "h.1.log").write_text("h:1:2 [0] NCCL INFO Using network Socket\nh:1:2 [0] NCCL WARN NET/OFI gone\n")
     watch.relay_warnings(lambda s: None, rounds=2)
     assert capsys.readouterr().err == "h:1:2 [0] NCCL WARN NET/OFI gone\n"  # once, and no INFO line
 

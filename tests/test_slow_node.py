@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from facts import job_signals
+from infra.api_checks import kube_check
 from infra.api_checks.kube_rules import is_label_value, is_qualified_name
 from jobs import slow_node as spec_side
 from tests.fake_kube_api import FakeKubeApi, serve
-from tests.helpers import ROOT, built
+from tests.helpers import ROOT, built, dev_values, run_stack
 from tests.helpers import elastic_job as elastic
 from tests.helpers import one_job_problem as one
 
@@ -68,7 +69,8 @@ def collector(tmp_path, restart: bool) -> tuple[Any, FakeKubeApi, dict[str, str]
                 "metadata": {"name": "ip-b"},
                 "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]},
             }
-        }
+        },
+        pods={"bert-worker-0": "ip-a", "bert-worker-1": "ip-b"},
     )
     options = {"job": "bert", "factor": 1.5, "windows": 2, "window": 60.0, "restart": restart}
     return options, fake, {"POD_NAMESPACE": "ml", "NODE_NAME": "ip-a"}
@@ -102,6 +104,21 @@ def test_the_collector_reports_taints_and_restarts_without_the_node(tmp_path, ca
     assert deleted == (["/api/v1/namespaces/ml/pods/bert-worker-1"] if restart else [])
     [line] = [json.loads(x) for x in capsys.readouterr().out.splitlines() if job_signals.SIGNAL_KEY in x]
     assert line[job_signals.SIGNAL_KEY] == "slow_node" and line["node"] == "ip-b" and line["value"] == 2.4
+
+
+def test_a_report_naming_a_node_the_pod_is_not_on_is_not_acted_on(tmp_path, capsys):
+    """The collector's port takes reports from the network: a node is tainted only where the API shows the pod."""
+    fake = FakeKubeApi(pods={"bert-worker-1": "ip-b"})
+    options = {"job": "bert", "factor": 1.5, "windows": 1, "window": 60.0, "restart": True}
+    said: list[str] = []
+    with serve(fake, tmp_path / "sa") as api:
+        c = sn.Collector(options, {"POD_NAMESPACE": "ml", **api}, said.append, clock=lambda: 1.0)
+        c.add(sn.Report("ip-a", "bert-worker-0", "0", 1.0, 1.0))
+        c.add(sn.Report("ip-control-plane", "bert-worker-1", "1", 9.0, 1.0))  # a forged report
+        assert [n for n, _ in c.decide()] == ["ip-control-plane"]
+    assert fake.of("PATCH") == [] and fake.of("DELETE") == [] and fake.of("POST") == []
+    assert "not acted on: the API does not show pod 'bert-worker-1' on that node" in said[-1]
+    assert "slow_node" not in capsys.readouterr().out
 
 
 def test_a_node_tainted_already_is_not_patched_again(tmp_path):
@@ -181,3 +198,22 @@ def test_out_of_range_values_are_refused(section, key, text):
 def test_one_node_has_nothing_to_compare_with():
     problem = one([elastic(nodes=1, nodeGroup="p3", slowNode={})])
     assert problem.key.endswith("[0].slowNode") and "2 nodes or more" in problem.message
+
+
+def test_the_dev_stack_with_slow_node_registers_the_rights_the_api_server_takes():
+    """The dev stack's elastic job with slowNode, through the real program offline: the guard's account, its Role
+    and the cluster-wide node rights are registered and every object passes the plan's Kubernetes check."""
+    values = dev_values()
+    jobs = values["gpu-training:jobs"]
+    elastic_job = next(j for j in jobs if j["name"] == "resnet50-elastic")
+    elastic_job["slowNode"] = {"windows": 2}
+    objects = run_stack(values).kubernetes_objects()
+    mine = {
+        (o["kind"], o["metadata"]["name"])
+        for o in objects
+        if o["metadata"].get("labels", {}).get("gputraining/job") == "resnet50-elastic"
+    }
+    assert ("ClusterRole", "gputraining-training-resnet50-elastic-guard") in mine
+    assert ("ClusterRoleBinding", "gputraining-training-resnet50-elastic-guard") in mine
+    assert {("ServiceAccount", "resnet50-elastic-guard"), ("Role", "resnet50-elastic-guard")} <= mine
+    assert [str(r) for r in kube_check.check(objects).refusals] == []

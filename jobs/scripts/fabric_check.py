@@ -29,6 +29,7 @@ requested); ``unknown`` (no network choice seen in the window: NCCL not initiali
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
@@ -193,6 +194,10 @@ class FabricWatch:
         added, self.pattern = nccl_env(self.env)
         if self.pattern:
             os.makedirs(os.path.dirname(self.pattern.replace("%h", "h").replace("%p", "p")) or ".", exist_ok=True)
+        if self.pattern == NCCL_FILE:  # the guard's own files: an earlier start's go (torchrun restarts)
+            for stale in glob.glob(re.sub(r"%[hp]", "*", self.pattern)):
+                with contextlib.suppress(OSError):
+                    os.remove(stale)
         return added
 
     def feed(self, line: str) -> None:

@@ -154,6 +154,8 @@ class Collector:
             f"median step {medians[node]:.3f}s is {ratio:.2f}x the other nodes' {others:.3f}s for {o['windows']} "
             f"windows of {o['window']:g}s (factor {o['factor']:g})"
         )
+        if not self.confirmed(node, pod):
+            return
         restart = bool(o.get("restart")) and bool(pod)
         then = "restarting the job without it" if restart else "the job goes on; the node takes no new work"
         self.say(f"slow node {node}: {reason}; tainted {TAINT_KEY}:NoSchedule; {then}")
@@ -174,6 +176,20 @@ class Collector:
         kube_api.tried(f"taint node {node}", kube_api.taint_node, env, node, taint)
         if restart:
             kube_api.tried(f"delete pod {pod}", kube_api.delete_pod, env, pod)
+
+    def confirmed(self, node: str, pod: str) -> bool:
+        """Whether ``pod`` is a pod of the job's namespace on ``node`` (the API says so): the collector's port takes
+        reports from the network, so a node is acted on only as the API server knows the job's pods."""
+        namespace = self.env.get("POD_NAMESPACE", "default")
+        try:
+            found = kube_api.request(self.env, "GET", f"/api/v1/namespaces/{namespace}/pods/{pod}") if pod else {}
+        except (OSError, ValueError) as err:
+            self.say(f"slow node {node}: not acted on: pod {pod!r} could not be read ({err})")
+            return False
+        if found.get("spec", {}).get("nodeName") != node:
+            self.say(f"slow node {node}: not acted on: the API does not show pod {pod!r} on that node")
+            return False
+        return True
 
     def serve(self, port: int) -> ThreadingHTTPServer:
         collector = self

@@ -123,7 +123,8 @@ def test_one_rank_slowed_on_purpose_is_found_tainted_and_left(tmp_path):
     args = ["--steps", "45", "--work", "0.05", "--slow-node", "node-2", "--slow-factor", "5"]
     line, files = rendered("p3", args, nodes=3, minNodes=2, maxNodes=3, slowNode=SLOW_NODE)
     fake = FakeKubeApi(
-        {f"node-{i}": {"metadata": {"name": f"node-{i}"}, "spec": {"taints": [GPU_TAINT]}} for i in range(3)}
+        {f"node-{i}": {"metadata": {"name": f"node-{i}"}, "spec": {"taints": [GPU_TAINT]}} for i in range(3)},
+        pods={f"bert-worker-{i}": f"node-{i}" for i in range(3)},
     )
     with serve(fake, tmp_path / "sa") as api:
         codes, outputs = run_nodes(tmp_path, line, files, api, 3)
