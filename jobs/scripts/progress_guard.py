@@ -4,7 +4,9 @@
 (``jobs/resilience.py``) and started as the worker's command:
 
     python3 progress_guard.py [--log-pattern RE | --heartbeat-file PATH] [--startup-seconds N]
-        [--interval-seconds N] [--checkpoint-dir DIR] [--same-python] -- COMMAND [ARGS...]
+        [--interval-seconds N] [--checkpoint-dir DIR] [--same-python] [--job NAME]
+        [--fabric enforce|warn|off --efa-interfaces N] [--slow-node-factor K [--slow-node-windows M]
+        [--slow-node-window SECONDS] [--slow-node-restart]] -- COMMAND [ARGS...]
 
 It
 
@@ -22,6 +24,11 @@ It
   worker group (within maxRestarts), MPI and Paddle pods fail and are retried (within backoffLimit);
 - passes SIGTERM on to the child (under torchrun the child already has it: torchrun signals the
   worker's whole process group) and exits with the child's code, so a worker can save on SIGTERM.
+
+With ``--fabric enforce|warn`` the node's first local rank also runs the fabric check (fabric_check.py: did NCCL
+use EFA, did the EFA counters move; ``enforce`` stops the child, exit 78); with ``--slow-node-factor`` every rank
+reports its step times and the first rank finds slow nodes (slow_node.py). Both report through signal lines
+(job_signal.py) and the Kubernetes API (kube_api.py), shipped beside it; docs/performance.md.
 
 ``--same-python`` runs COMMAND with this interpreter (``sys.executable -u COMMAND...``): torchrun starts
 the guard as it would start the training script, and the guard starts the script the same way.
