@@ -143,8 +143,15 @@ class TrainingJobs(pulumi.ComponentResource):
             config_maps: list[pulumi.Resource] = []  # what the job's pods mount (the progress guard)
             for manifest in build_manifests(spec, ctx):
                 waits_for = list(args.depends_on) + needs_of(manifest, args.needs) + config_maps
-                if manifest["kind"] == "Job":
-                    waits_for += identity + accounts
+                if manifest["kind"] not in (
+                    "ServiceAccount",
+                    "ConfigMap",
+                    "Role",
+                    "RoleBinding",
+                    "ClusterRole",
+                    "ClusterRoleBinding",
+                ):
+                    waits_for += identity + accounts  # its pods start with their service account in place
                 res = self._register(name, manifest, waits_for)
                 created.append(res)
                 if manifest["kind"] == "ServiceAccount":
@@ -171,6 +178,18 @@ class TrainingJobs(pulumi.ComponentResource):
             return k8s.core.v1.ServiceAccount(rname, metadata=meta, opts=opts)
         if (api, kind) == ("v1", "ConfigMap"):
             return k8s.core.v1.ConfigMap(rname, metadata=meta, data=manifest["data"], opts=opts)
+        if (api, kind) == ("rbac.authorization.k8s.io/v1", "Role"):  # the guard's (jobs/fabric.py)
+            return k8s.rbac.v1.Role(rname, metadata=meta, rules=manifest["rules"], opts=opts)
+        if (api, kind) == ("rbac.authorization.k8s.io/v1", "RoleBinding"):
+            return k8s.rbac.v1.RoleBinding(
+                rname, metadata=meta, role_ref=manifest["roleRef"], subjects=manifest["subjects"], opts=opts
+            )
+        if (api, kind) == ("rbac.authorization.k8s.io/v1", "ClusterRole"):  # the slow-node check's (nodes)
+            return k8s.rbac.v1.ClusterRole(rname, metadata=meta, rules=manifest["rules"], opts=opts)
+        if (api, kind) == ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"):
+            return k8s.rbac.v1.ClusterRoleBinding(
+                rname, metadata=meta, role_ref=manifest["roleRef"], subjects=manifest["subjects"], opts=opts
+            )
         cls = _CORE_CLASSES.get((api, kind))
         if cls is not None:
             res: pulumi.Resource = cls(rname, metadata=meta, spec=manifest["spec"], opts=opts)

@@ -156,7 +156,10 @@ class VolumeMount(SpecModel):
 DIGEST_KEY_SPELLINGS = {"volumeSizeGiB": "volumeSizeGib"}
 # Keys added after runs were named from the spec: left out while unset, so a spec without them
 # keeps its name (and its run).
-DIGEST_LEFT_OUT_UNSET = ("placement", "placementLayer", "progress", "checkpoints", "operator", "resourcesPerNode")
+DIGEST_LEFT_OUT_UNSET = (
+    *("placement", "placementLayer", "progress", "checkpoints"),
+    *("operator", "resourcesPerNode", "fabric", "slowNode"),
+)
 
 
 def _digest_keys(value: Any) -> Any:

@@ -66,7 +66,7 @@ class PaddleSpec(ResilientJob, OnTrainer):
         w = pod.gpu_worker(self, ctx, self.derived_env())
         # The training operator requires a container named "paddle" in every replica. The trainers run
         # under the progress guard when the job has progress or checkpoints (jobs/resilience.py).
-        trainer = w.container("paddle", self.guard_command(list(self.command)), self.args)
+        trainer = w.container("paddle", self.guard_command(list(self.command), w.efa_interfaces), self.args)
         trainer_pod = w.pod_spec([trainer])
         self.equip(trainer_pod, trainer, ctx)
         replicas: dict[str, Any] = {}

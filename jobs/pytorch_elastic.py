@@ -19,6 +19,7 @@ from facts.instance_types import InstanceType
 from facts.operators import PYTORCHJOB, TRAINING_OPERATOR
 from facts.problems import Problem
 from jobs import launchers, pod, python_etcd
+from jobs import slow_node as slow_node_spec
 from jobs.base import Int32, Manifest
 from jobs.launchers import Derived
 from jobs.resilience import GUARD_PATH, GUARD_PYTHON, ResilientJob
@@ -76,6 +77,15 @@ class PyTorchElasticSpec(PortableJob, ResilientJob, OnTrainer):
         ),
     )
 
+    slow_node: slow_node_spec.SlowNode | None = Field(
+        None,
+        description=(
+            "slow-node detection (docs/performance.md): the ranks write their step times to GPUTRAINING_STEP_FILE; a "
+            "node `factor` times slower than the others for `windows` windows is reported, tainted and, for an "
+            "elastic job or one with checkpoints, left (its pod deleted)"
+        ),
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _nodes_default_to_min(cls, data: Any) -> Any:
@@ -98,6 +108,15 @@ class PyTorchElasticSpec(PortableJob, ResilientJob, OnTrainer):
 
     def entry_line(self) -> list[str]:
         return list(self.command) + list(self.args)
+
+    def node_checks(self) -> list[str]:
+        """The slow-node check's guard options; the job restarts without a slow node when it can go on without it
+        (elastic: minNodes below maxNodes) or resume (checkpoints)."""
+        if self.slow_node is None or self.runtime != "eks":
+            return []
+        return slow_node_spec.guard_options(
+            self.slow_node, self.elastic_min < self.elastic_max or self.checkpoints is not None
+        )
 
     def sagemaker_distribution(self, instance: InstanceType, environment: Mapping[str, str]) -> dict[str, Any]:
         return {"sagemaker_torch_distributed_enabled": True}
@@ -124,6 +143,17 @@ class PyTorchElasticSpec(PortableJob, ResilientJob, OnTrainer):
                 )
             )
         self._check_secret_pythonpath(key, problems)
+        if self.slow_node is not None:
+            for name, message in slow_node_spec.problems_of(self.slow_node):
+                problems.append(Problem(f"{key}.slowNode.{name}", message))
+            if self.runtime != "eks":
+                problems.append(
+                    Problem(
+                        f"{key}.slowNode", "is not allowed with runtime 'sagemaker': it runs in the job's pods on EKS"
+                    )
+                )
+            elif self.max_workers() < 2:
+                problems.append(Problem(f"{key}.slowNode", "needs a job of 2 nodes or more: it compares the nodes"))
 
     def trainer_problems(self) -> list[tuple[str, str]]:
         out = super().trainer_problems()
@@ -184,6 +214,7 @@ class PyTorchElasticSpec(PortableJob, ResilientJob, OnTrainer):
         super().check_environment(key, problems, env)
 
     def check_group(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
+        super().check_group(key, problems, group)
         if self.elastic_max > group.max_size:
             problems.append(
                 Problem(
@@ -241,19 +272,19 @@ class PyTorchElasticSpec(PortableJob, ResilientJob, OnTrainer):
         commands = len(self.command)
         return f"{key}.command[{at}]" if at < commands else f"{key}.args[{at - commands}]"
 
-    def worker_line(self) -> tuple[list[str], list[str]]:
+    def worker_line(self, efa_interfaces: int = 0) -> tuple[list[str], list[str]]:
         """The ``pytorch`` container's command and args: the job's own, or with the progress guard
         (``jobs/resilience.py``) around each worker: torchrun starts the guard as its training script
         (``python -u progress_guard.py``) and the guard starts the job's script with the same interpreter."""
-        if not self.guarded:
+        if not self.guarded(efa_interfaces):
             return list(self.command), list(self.args)
         line = self.entry_line()
         start = launchers.torchrun_start(line)
         if start is None:  # not torchrun: the guard wraps the whole command
-            return self.guard_command(list(self.command)), list(self.args)
+            return self.guard_command(list(self.command), efa_interfaces), list(self.args)
         at, options = launchers.torchrun_script(line, start)
         given = {w.option: w.at for w in options}
-        guard = [*self.guard_options(), "--same-python", "--"]
+        guard = [*self.guard_options(efa_interfaces), "--same-python", "--"]
         if "no_python" in given:  # torchrun runs the command as it is: the guard starts it as it is
             return [*line[:at], GUARD_PYTHON, GUARD_PATH, *guard[:-2], "--"], list(line[at:])
         if "module" in given:  # `-m module`: the guard runs `python -u -m module`
@@ -275,7 +306,7 @@ class PyTorchElasticSpec(PortableJob, ResilientJob, OnTrainer):
         w = pod.gpu_worker(self, ctx, self.derived_env())
         # The training operator requires a container named "pytorch"; it sets PET_* (rendezvous,
         # nnodes min:max, nproc per node, max restarts) for torchrun / torch.distributed.run.
-        command, args = self.worker_line()
+        command, args = self.worker_line(w.efa_interfaces)
         container = w.container("pytorch", command, args)
         worker_pod = w.pod_spec([container])
         self.equip(worker_pod, container, ctx)

@@ -21,17 +21,30 @@ from __future__ import annotations
 import posixpath
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
+from facts import job_signals
 from facts.problems import Problem
+from jobs import fabric as fabric_spec
 from jobs import spec_checks
 from jobs.base import GpuJob, Manifest, SpecModel
-from jobs.pod import claim, labels
-from jobs.targets import JobEnvironment, JobsContext
+from jobs.pod import claim, job_efa_interfaces, labels
+from jobs.targets import GroupFacts, JobEnvironment, JobsContext
 
-GUARD_SCRIPT = (Path(__file__).parent / "scripts" / "progress_guard.py").read_text()
+SCRIPTS = Path(__file__).parent / "scripts"
+GUARD_SCRIPT = (SCRIPTS / "progress_guard.py").read_text()
+# What the guard's ConfigMap carries: the guard, the checks it runs and what they import, each file as it is;
+# job_signals.py is the contract module of facts/ (the signal lines' shape), shipped whole.
+GUARD_FILES = {
+    "progress_guard.py": GUARD_SCRIPT,
+    **{
+        name: (SCRIPTS / name).read_text()
+        for name in ("fabric_check.py", "slow_node.py", "job_signal.py", "kube_api.py")
+    },
+    "job_signals.py": Path(job_signals.__file__).read_text(),
+}
 GUARD_DIR = "/opt/gputraining"
 GUARD_FILE = "progress_guard.py"
 GUARD_PATH = f"{GUARD_DIR}/{GUARD_FILE}"
@@ -92,10 +105,35 @@ class ResilientJob(GpuJob):
     checkpoints: Checkpoints | None = Field(
         None, description="a checkpoint directory and resume (docs/jobs.md, 'Hangs and resume')"
     )
+    fabric: fabric_spec.FabricMode | None = Field(
+        None,
+        description=(
+            "the fabric check (docs/performance.md): `enforce` stops the job when NCCL does not use EFA, `warn` "
+            "reports it, `off`; default enforce on an EFA group with more than one node, else off"
+        ),
+    )
+    # Whether the kind's workers run the guard with the pod's own env (not MPI: its ranks start through sshd).
+    FABRIC_CHECK: ClassVar[bool] = True
 
-    @property
-    def guarded(self) -> bool:
-        return self.progress is not None or self.checkpoints is not None
+    def fabric_mode(self, efa_interfaces: int) -> str:
+        """The fabric check's mode for a worker with ``efa_interfaces`` (0: not on EFA)."""
+        if not self.FABRIC_CHECK or not efa_interfaces or getattr(self, "runtime", "eks") != "eks":
+            return "off"
+        return self.fabric or fabric_spec.default_mode(efa_interfaces, self.max_workers())
+
+    def node_checks(self) -> list[str]:
+        """The guard options of the kind's own node checks (pytorch-elastic: slowNode); none here."""
+        return []
+
+    def reports(self, efa_interfaces: int) -> bool:
+        """Whether the guard reports through the API (the fabric check, a node check): its account, the pod identity."""
+        return self.fabric_mode(efa_interfaces) != "off" or bool(self.node_checks())
+
+    def guarded(self, efa_interfaces: int) -> bool:
+        return self.progress is not None or self.checkpoints is not None or self.reports(efa_interfaces)
+
+    def efa_of(self, ctx: JobsContext) -> int:
+        return job_efa_interfaces(self, self.target(ctx))
 
     def checkpoint_folder(self) -> str:
         """The job's folder on its checkpoint volume, relative to the volume's root."""
@@ -117,8 +155,12 @@ class ResilientJob(GpuJob):
         ]
         return found
 
-    def guard_options(self) -> list[str]:
-        out: list[str] = []
+    def guard_options(self, efa_interfaces: int) -> list[str]:
+        out: list[str] = ["--job", self.name]
+        mode = self.fabric_mode(efa_interfaces)
+        if mode != "off":
+            out += ["--fabric", mode, "--efa-interfaces", str(efa_interfaces)]
+        out += self.node_checks()
         p = self.progress
         if p is not None:
             out += ["--log-pattern", p.log_pattern] if p.log_pattern is not None else []
@@ -128,23 +170,28 @@ class ResilientJob(GpuJob):
             out += ["--checkpoint-dir", self.checkpoints.mount_path]
         return out
 
-    def guard_command(self, command: list[str]) -> list[str]:
+    def guard_command(self, command: list[str], efa_interfaces: int) -> list[str]:
         """``command`` under the guard, started by python3 (MPI ranks, Paddle trainers); unchanged without it."""
-        if not self.guarded:
+        if not self.guarded(efa_interfaces):
             return list(command)
-        return [GUARD_PYTHON, GUARD_PATH, *self.guard_options(), "--", *command]
+        return [GUARD_PYTHON, GUARD_PATH, *self.guard_options(efa_interfaces), "--", *command]
 
     def guard_config_map(self, ctx: JobsContext) -> list[Manifest]:
-        """The ConfigMap that carries the guard (none for a job without it)."""
-        if not self.guarded:
+        """The ConfigMap that carries the guard (none for a job without it), and with the fabric check the guard's
+        service account and Role (Events)."""
+        efa = self.efa_of(ctx)
+        if not self.guarded(efa):
             return []
+        nodes = bool(self.node_checks())
+        account = fabric_spec.rbac(self.name, ctx.namespace, labels(self), nodes) if self.reports(efa) else []
         return [
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": {"name": self.guard_config_map_name, "namespace": ctx.namespace, "labels": labels(self)},
-                "data": {GUARD_FILE: GUARD_SCRIPT},
-            }
+                "data": dict(GUARD_FILES),
+            },
+            *account,
         ]
 
     @property
@@ -152,9 +199,14 @@ class ResilientJob(GpuJob):
         return f"{self.name}-guard"
 
     def equip(self, pod_spec: dict[str, Any], container: dict[str, Any], ctx: JobsContext) -> None:
-        """Give a worker pod the guard, the checkpoint folder and the grace period to save."""
-        if not self.guarded:
+        """Give a worker pod the guard, the checkpoint folder and the grace period to save; with the fabric check
+        the pod's identity and the guard's service account."""
+        efa = self.efa_of(ctx)
+        if not self.guarded(efa):
             return
+        if self.reports(efa):
+            pod_spec["serviceAccountName"] = fabric_spec.account_name(self.name)
+            container["env"] = [*container.get("env", []), *fabric_spec.identity_env()]
         volumes = pod_spec.setdefault("volumes", [])
         mounts = container.setdefault("volumeMounts", [])
         volumes.append({"name": GUARD_VOLUME, "configMap": {"name": self.guard_config_map_name}})
@@ -192,6 +244,11 @@ class ResilientJob(GpuJob):
                         )
                     )
 
+    def check_group(self, key: str, problems: list[Problem], group: GroupFacts) -> None:
+        super().check_group(key, problems, group)
+        efa = 0 if self.efa is False else group.efa_interfaces
+        check_fabric(self, efa, f"{key}.fabric", problems)
+
     def check_environment(self, key: str, problems: list[Problem], env: JobEnvironment) -> None:
         super().check_environment(key, problems, env)
         c = self.checkpoints
@@ -208,6 +265,21 @@ SAGEMAKER_TEXT = {
         "/opt/ml/checkpoints to it and back when a job starts again); or use runtime 'eks'"
     ),
 }
+
+
+def check_fabric(spec: ResilientJob, efa_interfaces: int, k: str, problems: list[Problem]) -> None:
+    """`fabric` enforce or warn needs a kind whose workers run it and a job on EFA."""
+    asked = spec.fabric in ("enforce", "warn")
+    if asked and not spec.FABRIC_CHECK:
+        problems.append(
+            Problem(
+                k,
+                f"{spec.fabric!r} is not allowed for kind {spec.kind!r}: its ranks start through sshd without the "
+                "pod's env; prove the fabric with a nccl-test job, or set fabric: off",
+            )
+        )
+    elif asked and not efa_interfaces:
+        problems.append(Problem(k, f"{spec.fabric!r} needs a job on EFA (an EFA node group, efa not false); use 'off'"))
 
 
 def check_progress(p: Progress, k: str, problems: list[Problem]) -> None:

@@ -65,6 +65,7 @@ def test_each_example_is_accepted_by_the_config_validator(block):
     assert [j.name for j in cfg.jobs] == [j["name"] for j in block]
 
 
+RBAC = "rbac.authorization.k8s.io/v1"
 # What each kind emits, as (apiVersion, kind) of the Kubernetes objects labelled with the job.
 EMITS: dict[str, set[tuple[str, str]]] = {
     "mpi": {("kubeflow.org/v2beta1", "MPIJob")},
@@ -123,15 +124,20 @@ def test_each_example_produces_the_objects_of_its_kind(examples_plan, job):
         return
     # A job with progress or checkpoints also ships the progress guard in a ConfigMap <name>-guard, an elastic
     # job on the stack's etcd python-etcd in a ConfigMap <name>-python-etcd.
-    guarded = bool(job.get("progress") or job.get("checkpoints"))
+    # The fabric check (docs/performance.md; on by default for these kinds on EFA with 2+ nodes) adds the guard and
+    # its ServiceAccount, Role and RoleBinding <name>-guard.
+    fabric = any("--fabric" in str(o.get("spec")) for o in objects if o["kind"] in ("PyTorchJob", "PaddleJob"))
+    accounts = {("v1", "ServiceAccount"), (RBAC, "Role"), (RBAC, "RoleBinding")} if fabric else set()
+    guarded = bool(job.get("progress") or job.get("checkpoints")) or fabric
     on_etcd = job["kind"] == "pytorch-elastic" and job.get("rendezvous", "etcd") != "c10d"
     config_maps = {f"{job['name']}-guard"} if guarded else set()
     config_maps |= {f"{job['name']}-python-etcd"} if on_etcd else set()
-    expected = EMITS[job["kind"]] | ({("v1", "ConfigMap")} if config_maps else set())
+    expected = EMITS[job["kind"]] | ({("v1", "ConfigMap")} if config_maps else set()) | accounts
     assert {(o["apiVersion"], o["kind"]) for o in objects} == expected
     assert {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"} == config_maps
     for o in objects:
-        assert o["kind"] == "ConfigMap" or o["metadata"]["name"] == job["name"]
+        guard = fabric and o["metadata"]["name"] == f"{job['name']}-guard"
+        assert o["kind"] == "ConfigMap" or o["metadata"]["name"] == job["name"] or guard
         assert o["metadata"]["namespace"] == "training"
     if job["kind"] == "data-stage":
         types = {(r.type, r.name) for r in examples_plan.records}
@@ -147,7 +153,7 @@ def test_gpu_examples_get_the_groups_gpus(examples_plan):
     for job in ALL_JOBS:
         if job["kind"] not in J.GPU_KINDS or not job.get("enabled", True) or _on_sagemaker(job):
             continue
-        (cr,) = [o for o in _objects_of(examples_plan, job["name"]) if o["kind"] != "ConfigMap"]
+        (cr,) = [o for o in _objects_of(examples_plan, job["name"]) if o["metadata"]["name"] == job["name"]]
         it = groups[job["nodeGroup"]]
         workers = [
             c

@@ -345,7 +345,7 @@ def test_torchrun_starts_the_guard_as_its_script(command, args, head, rest):
     pod, container = _worker(cr)
     assert container["command"][: len(head)] == head
     assert container["command"][-1] == "--" and container["args"] == rest
-    assert config_map["kind"] == "ConfigMap" and config_map["data"] == {"progress_guard.py": resilience.GUARD_SCRIPT}
+    assert config_map["kind"] == "ConfigMap" and config_map["data"] == resilience.GUARD_FILES
     assert {"name": "progress-guard", "configMap": {"name": "imagenet-guard"}} in pod["volumes"]
     assert pod["terminationGracePeriodSeconds"] == resilience.DEFAULT_GRACE
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -363,7 +363,7 @@ def test_the_module_form_runs_the_module_under_the_guard():
     assert container["command"] == [
         "torchrun",
         resilience.GUARD_PATH,
-        *["--log-pattern", r"step \d+", "--startup-seconds", "900", "--interval-seconds", "300"],
+        *["--job", "imagenet", "--log-pattern", r"step \d+", "--startup-seconds", "900", "--interval-seconds", "300"],
         *["--same-python", "--", "-m"],
     ]
     assert container["args"] == ["pkg.train", "--lr", "1"]

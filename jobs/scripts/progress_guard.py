@@ -4,7 +4,9 @@
 (``jobs/resilience.py``) and started as the worker's command:
 
     python3 progress_guard.py [--log-pattern RE | --heartbeat-file PATH] [--startup-seconds N]
-        [--interval-seconds N] [--checkpoint-dir DIR] [--same-python] -- COMMAND [ARGS...]
+        [--interval-seconds N] [--checkpoint-dir DIR] [--same-python] [--job NAME]
+        [--fabric enforce|warn|off --efa-interfaces N] [--slow-node-factor K [--slow-node-windows M]
+        [--slow-node-window SECONDS] [--slow-node-restart]] -- COMMAND [ARGS...]
 
 It
 
@@ -23,6 +25,11 @@ It
 - passes SIGTERM on to the child (under torchrun the child already has it: torchrun signals the
   worker's whole process group) and exits with the child's code, so a worker can save on SIGTERM.
 
+With ``--fabric enforce|warn`` the node's first local rank also runs the fabric check (fabric_check.py: did NCCL
+use EFA, did the EFA counters move; ``enforce`` stops the child, exit 78); with ``--slow-node-factor`` every rank
+reports its step times and the first rank finds slow nodes (slow_node.py). Both report through signal lines
+(job_signal.py) and the Kubernetes API (kube_api.py), shipped beside it; docs/performance.md.
+
 ``--same-python`` runs COMMAND with this interpreter (``sys.executable -u COMMAND...``): torchrun starts
 the guard as it would start the training script, and the guard starts the script the same way.
 """
@@ -40,10 +47,18 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its siblings in the ConfigMap, however loaded
+import fabric_check  # noqa: E402
+import slow_node  # noqa: E402
+
 HANG_EXIT = 124  # as timeout(1): the command ran out of time
 STOP_SECONDS = 10.0  # from SIGTERM to SIGKILL when the guard stops a hung child
 MARKER = "COMPLETE"  # written last into a checkpoint directory: the checkpoint is whole
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PADDLE_TRAINER_ID")
+# The rank within its node: torchrun's, Open MPI's, MPICH/Intel MPI's. The node's first local rank runs the
+# node's checks (the fabric check).
+LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+FABRIC_EXIT = 78  # sysexits.h EX_CONFIG: the node's fabric is not what the job needs (fabric: enforce)
 TERMINATION_LOG = "/dev/termination-log"
 PREFIX = "progress-guard:"
 # One choice of RESUME_FROM per start of the job's ranks: the first rank's, written into the checkpoint folder
@@ -145,6 +160,20 @@ def watched(env: dict) -> bool:
     return True
 
 
+def rank_of(env: dict) -> str:
+    """This process's rank in the job (RANK_VARS), "0" when none is set."""
+    return next((env[v].strip() for v in RANK_VARS if env.get(v, "").strip()), "0")
+
+
+def node_leader(env: dict) -> bool:
+    """Whether this process is its node's first local rank (or nothing says otherwise)."""
+    for var in LOCAL_RANK_VARS:
+        value = env.get(var)
+        if value is not None and value.strip() != "":
+            return value.strip() == "0"
+    return True
+
+
 def overdue(now: float, started: float, last_sign: float | None, startup: float, interval: float) -> str | None:
     """Why the worker counts as hung at ``now``, or None while it is within its window."""
     if last_sign is None:
@@ -165,6 +194,13 @@ def parse(argv: list) -> argparse.Namespace:
     parser.add_argument("--interval-seconds", type=float, default=600.0)
     parser.add_argument("--checkpoint-dir")
     parser.add_argument("--same-python", action="store_true", help="run COMMAND with this interpreter")
+    parser.add_argument("--job", default="", help="the job's name, in the signal lines")
+    parser.add_argument("--fabric", choices=("enforce", "warn", "off"), default="off")
+    parser.add_argument("--efa-interfaces", type=int, default=0, help="the EFA devices the pod requested")
+    parser.add_argument("--slow-node-factor", type=float, help="on: a node this many times slower than the others")
+    parser.add_argument("--slow-node-windows", type=int, default=3, help="for this many windows in a row")
+    parser.add_argument("--slow-node-window", type=float, default=300.0, help="of this many seconds")
+    parser.add_argument("--slow-node-restart", action="store_true", help="delete the slow node's pod")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
@@ -198,8 +234,19 @@ class Guard:
         self.last_wall: float | None = None  # the heartbeat file's last modification time seen
         self.pattern = re.compile(args.log_pattern) if args.log_pattern else None
         self.watching = bool(args.log_pattern or args.heartbeat_file) and watched(env)
+        self.fabric: fabric_check.FabricWatch | None = None
+        if args.fabric != "off" and node_leader(env):
+            self.fabric = fabric_check.FabricWatch(args.fabric, args.efa_interfaces, env, args.job, say)
+        self.slow: slow_node.Reporter | None = None
+        if args.slow_node_factor is not None:
+            self.slow = slow_node.Reporter(self.slow_options(), env, say, rank_of(env))
         self.child: subprocess.Popen | None = None
         self.pumps: list[threading.Thread] = []  # the threads that copy the child's output
+
+    def slow_options(self) -> dict:
+        a = self.args
+        window, windows, factor = a.slow_node_window, a.slow_node_windows, a.slow_node_factor
+        return {"job": a.job, "factor": factor, "windows": windows, "window": window, "restart": a.slow_node_restart}
 
     def sign(self) -> None:
         self.last_sign = time.monotonic()
@@ -209,8 +256,11 @@ class Guard:
         for raw in iter(source.readline, b""):
             sink.buffer.write(raw)
             sink.flush()
-            if self.pattern is not None and self.pattern.search(raw.decode("utf-8", "replace")):
+            text = raw.decode("utf-8", "replace")
+            if self.pattern is not None and self.pattern.search(text):
                 self.sign()
+            if self.fabric is not None:
+                self.fabric.feed(text)
 
     def heartbeat(self) -> None:
         try:
@@ -232,7 +282,12 @@ class Guard:
             newest = self.resume_from()
             if newest is not None:
                 env["RESUME_FROM"] = newest
-        pipe = subprocess.PIPE if self.watching and self.pattern is not None else None
+        if self.fabric is not None:
+            env.update(self.fabric.child_env())
+        if self.slow is not None:
+            env.update(self.slow.child_env())
+        reads_nccl = self.fabric is not None and self.fabric.pattern is None  # the job's own NCCL_DEBUG: its output
+        pipe = subprocess.PIPE if (self.watching and self.pattern is not None) or reads_nccl else None
         self.child = subprocess.Popen(command, env=env, stdout=pipe, stderr=pipe)
         if pipe is not None:
             for source, sink in ((self.child.stdout, sys.stdout), (self.child.stderr, sys.stderr)):
@@ -265,12 +320,16 @@ class Guard:
         return newest
 
     def stop_hung(self, why: str) -> int:
-        child = self.child
-        assert child is not None
         sign = (
             f"a line matching /{self.args.log_pattern}/" if self.pattern else f"a touch of {self.args.heartbeat_file}"
         )
         text = f"worker hung: {why}; progress is {sign}. Stopping it (exit {HANG_EXIT}) so that the job restarts it"
+        return self.stop(text, HANG_EXIT)
+
+    def stop(self, text: str, code: int) -> int:
+        """Say why, leave it as the termination message, stop the child and its group; exit ``code``."""
+        child = self.child
+        assert child is not None
         say(text)
         terminate_message(text)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -281,7 +340,12 @@ class Guard:
             child.kill()
             child.wait()
         self.drain()
-        return HANG_EXIT
+        return code
+
+    def fabric_check(self) -> None:
+        assert self.fabric is not None
+        self.fabric.run(time.sleep, time.monotonic)
+        self.fabric.relay_warnings(time.sleep)
 
     def drain(self) -> None:
         """Let the pumps pass on what the child wrote last (its own children may hold the pipes: not forever)."""
@@ -297,6 +361,11 @@ class Guard:
                 child.send_signal(signum)
 
         signal.signal(signal.SIGTERM, on_term)
+        if self.fabric is not None:
+            threading.Thread(target=self.fabric_check, daemon=True).start()
+        if self.slow is not None:
+            report = (self.slow.options, self.env, say, self.slow.rank, watched(self.env), self.slow, threading.Event())
+            threading.Thread(target=slow_node.run, args=report, daemon=True).start()
         tick = max(0.05, min(1.0, self.args.interval_seconds / 20, self.args.startup_seconds / 20))
         while True:
             try:
@@ -305,6 +374,8 @@ class Guard:
                 return code if code >= 0 else 128 - code
             except subprocess.TimeoutExpired:
                 pass
+            if self.fabric is not None and self.fabric.failure is not None:
+                return self.stop(f"{self.fabric.failure}. Stopping it (exit {FABRIC_EXIT})", FABRIC_EXIT)
             if not self.watching:
                 continue
             if self.args.heartbeat_file:
