@@ -24,7 +24,7 @@ volumes heal a lost majority by themselves: a member whose node failed comes bac
 when its volume is attached again, after the failed node's detach timeout and only on a node of the
 same AZ. The quorum recovery is needed anyway, and with it volumes add nothing rendezvous state needs:
 it is short-lived, a loss of the majority keeps what the survivors had, a loss of all loses it and jobs
-rendezvous again (README, "Day two").
+rendezvous again (docs/day-two.md).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ PEER_PORT = 2380
 MEMBER_PORT = (
     2390  # the member script's own port: its state (GET /member) for the peers, /started for the startup probe
 )
-# How the member script decides (seconds; README "Day two"): members that do not answer are waited for this
+# How the member script decides (seconds; docs/day-two.md): members that do not answer are waited for this
 # long before a decision without them; a member without a leader while a peer is healthy starts again after
 # STUCK_AFTER; without a leader anywhere (or etcd not running while a peer is healthy), after LOST_AFTER.
 WAIT_FOR_PEERS = 10

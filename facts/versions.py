@@ -52,7 +52,7 @@ KUBERNETES_STANDARD_SUPPORT_ENDS = {
 
 # EKS managed add-ons. kube-proxy must match the Kubernetes minor and CoreDNS is built per minor;
 # the other add-ons serve every supported minor. Each is a build EKS resolved or published for
-# these minors in 2026 (see the README's version section for how to bump).
+# these minors in 2026 (docs/versions.md says how to bump).
 # vpc-cni: must be >= 1.18.5, the first release that handles "efa-only" network interfaces
 # (every EFA card after the first on p4d/p5 nodes is efa-only). v1.22.4-eksbuild.3 is what EKS
 # installed by default on 1.36 clusters in September 2026.

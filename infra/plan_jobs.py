@@ -111,7 +111,7 @@ def _line(first: str, cells: Sequence[str]) -> str:
 
 def lines(cfg: stack_config.StackConfig, records: Sequence[offline.Record], verbose: bool = False) -> list[str]:
     """The GPU jobs table: a header and one line per job; ``verbose`` adds each job's hang detection
-    and checkpoints in words (docs/jobs.md, "Hangs and resume")."""
+    and checkpoints in words (docs/hangs-and-resume.md)."""
     found = rows(cfg, records)
     if not found:
         return []

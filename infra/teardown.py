@@ -3,7 +3,7 @@ resource is deleted except those the plan marks. A protected resource (``protect
 preview fail ("unable to delete resource ... as it is currently marked for protection"), so nothing is
 deleted until it is unprotected; a resource with ``deletionProtection: true`` among its inputs is
 refused by AWS when destroy reaches it; a retained one (``retainOnDelete``) leaves the stack but stays
-in AWS. The plan's summary prints this (README, "Tearing down")."""
+in AWS. The plan's summary prints this (docs/tearing-down.md)."""
 
 from __future__ import annotations
 

@@ -258,7 +258,7 @@ class JobBase(SpecModel):
         return f"job {namespace}/{self.name}"
 
 
-# Defaults of every run's bounds (docs/jobs.md, "Retries, deadlines and clean-up").
+# Defaults of every run's bounds (docs/watching-jobs.md, "Retries, deadlines and clean-up").
 # 3 retries: a job that fails three times is broken, and every retry holds whole GPU nodes.
 DEFAULT_BACKOFF_LIMIT = 3
 # The priorities a GPU job can have: Kueue WorkloadPriorityClasses of these names and values (the
@@ -324,7 +324,7 @@ class GpuJob(RunJob):
         None,
         description="where Kueue puts the workers in the EC2 network: `required` (all in one domain of "
         "`placementLayer`, or wait), `preferred` (the smallest domain from that layer up that holds them), `none`; "
-        "default `preferred` on a group with a network topology, nothing elsewhere (docs/jobs.md, Topology-aware "
+        "default `preferred` on a group with a network topology, nothing elsewhere (docs/topology.md, Topology-aware "
         "placement; ignored with `runtime: sagemaker`)",
     )
     placement_layer: int | None = Field(

@@ -1,5 +1,5 @@
-"""Hang detection and auto-resume for the training kinds (``pytorch-elastic``, ``mpi``, ``paddle``; docs/jobs.md,
-"Hangs and resume").
+"""Hang detection and auto-resume for the training kinds (``pytorch-elastic``, ``mpi``, ``paddle``;
+docs/hangs-and-resume.md).
 
 A job with ``progress`` or ``checkpoints`` runs each worker under the progress guard
 (``jobs/scripts/progress_guard.py``), shipped in a ConfigMap of the job (``<name>-guard``) mounted at
@@ -101,9 +101,9 @@ class ResilientJob(GpuJob):
         **{name: f"is not allowed: {name} {why}" for name, why in RESERVED_ENV.items()},
     }
 
-    progress: Progress | None = Field(None, description="hang detection (docs/jobs.md, 'Hangs and resume')")
+    progress: Progress | None = Field(None, description="hang detection (docs/hangs-and-resume.md)")
     checkpoints: Checkpoints | None = Field(
-        None, description="a checkpoint directory and resume (docs/jobs.md, 'Hangs and resume')"
+        None, description="a checkpoint directory and resume (docs/hangs-and-resume.md)"
     )
     fabric: fabric_spec.FabricMode | None = Field(
         None,

@@ -232,7 +232,7 @@ def _fsx(s: _Services) -> None:
     )
     s.outputs.update(fsxFileSystemId=fsx.file_system_id, fsxDnsName=fsx.dns_name, fsxClaim=FsxStore.CLAIM)
     if fsx.kms_key_retained:
-        # The key `pulumi destroy` leaves behind for the final backup (README, "Teardown").
+        # The key `pulumi destroy` leaves behind for the final backup (docs/day-two.md, "Teardown").
         s.outputs["fsxBackupKmsKeyArn"] = fsx.kms_key_arn
     s.claims["fsx"] = FsxStore.CLAIM
     s.file_systems["fsx"] = SharedFileSystem("FSxLustre", fsx.file_system_id, fsx.security_group_id, fsx.mount_name)

@@ -51,7 +51,7 @@ class PortableJob(GpuJob):
         "it picks the ml. type unless sagemaker.instanceType does)",
     )
     sagemaker: SageMakerOptions | None = Field(
-        None, description="SageMaker settings, read with runtime sagemaker (docs/jobs.md)"
+        None, description="SageMaker settings, read with runtime sagemaker (docs/sagemaker.md)"
     )
 
     @property

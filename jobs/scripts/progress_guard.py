@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The progress guard: the stack runs every worker of a job with ``progress`` or ``checkpoints`` under it
-(docs/jobs.md, "Hangs and resume"). Python 3.8+ standard library only; shipped in the job's ConfigMap
+(docs/hangs-and-resume.md). Python 3.8+ standard library only; shipped in the job's ConfigMap
 (``jobs/resilience.py``) and started as the worker's command:
 
     python3 progress_guard.py [--log-pattern RE | --heartbeat-file PATH] [--startup-seconds N]

@@ -46,8 +46,8 @@ class AutoscalingConfig(ConfigModel):
         description="a queued job is admitted only once the autoscaler has brought up the nodes of its whole gang "
         "(Kueue's ProvisioningRequest admission check, `best-effort-atomic-scale-up`; `true` needs `queues.enabled`), "
         "on every autoscaled group. On AWS the scale-up is one resize of the group, not atomic. Default: on the "
-        "autoscaled groups with a network topology, where Kueue places jobs only on nodes that exist (docs/jobs.md, "
-        "Topology-aware placement); `false` is refused while there are such groups",
+        "autoscaled groups with a network topology, where Kueue places jobs only on nodes that exist "
+        "(docs/topology.md); `false` is refused while there are such groups",
     )
 
     @field_validator("expander", mode="before")
