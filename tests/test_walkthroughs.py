@@ -205,11 +205,13 @@ def test_the_walkthroughs_are_there_and_run_commands():
         assert any(isinstance(s, Command) and s.shown for s in found[title]), title
 
 
+@pytest.mark.real_run
 @pytest.mark.parametrize("title", TITLES)
 def test_walkthrough(title, tmp_path, plan_cache, set_up_project):
     walk(title, tmp_path, plan_cache, set_up_project)
 
 
+@pytest.mark.real_run
 def test_review_walkthrough(tmp_path, plan_cache, set_up_project):
     """Runs `python -m infra diff` (issue 26, item 7)."""
     walk(REVIEW, tmp_path, plan_cache, set_up_project)
