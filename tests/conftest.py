@@ -7,9 +7,7 @@ import hashlib
 import io
 import os
 import pickle
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,25 +24,28 @@ from stacks.config.stackfile import read_stack_config  # noqa: E402
 from tests import aws_stubs  # noqa: E402
 from tests.helpers import ROOT, clean_aws_env, dev_values, run_stack  # noqa: E402
 
-# The offline plan keeps Helm renders and parsed manifests in a cache (infra/plan_cache.py). The
-# tests keep theirs in a folder of this run, made here in the main process before any xdist worker
-# starts (they, and the commands the tests start, inherit it) and removed at the end: every run
-# renders each release and parses each manifest at least once, whatever an earlier run or a plan of
-# the checkout left in .cache/.
-_PLAN_CACHE = pytest.StashKey[tuple[str, "str | None"]]()  # the folder, and the variable's value before
+# The offline plan keeps Helm renders, parsed manifests, botocore's model parts and the CEL parser's
+# tables in a cache (infra/plan_cache.py). The tests keep theirs in .cache/tests/ (TEST_PLAN_CACHE),
+# a folder of their own beside the one the checkout's plans use, kept from one run to the next: an
+# entry is named by a sha256 over everything its content depends on (the chart's files, the values,
+# helm itself, the Kubernetes version, ...), so a second run renders again only what changed, and
+# what an entry holds is checked before it is used. The tests of the cache itself (test_plan_cache.py)
+# each use a folder of their own, so the renders and parses are still run in every session. The
+# variable is set here in the main process before any xdist worker starts (they, and the commands the
+# tests start, inherit it) and put back at the end.
+TEST_PLAN_CACHE = ROOT / ".cache" / "tests"
+_PLAN_CACHE = pytest.StashKey["str | None"]()  # the variable's value before
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # not an xdist worker
-        folder = tempfile.mkdtemp(prefix="plan-cache-")
-        config.stash[_PLAN_CACHE] = (folder, os.environ.get(CACHE_ENV))
-        os.environ[CACHE_ENV] = folder
+        config.stash[_PLAN_CACHE] = os.environ.get(CACHE_ENV)
+        os.environ[CACHE_ENV] = str(TEST_PLAN_CACHE)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _PLAN_CACHE in config.stash:
-        folder, before = config.stash[_PLAN_CACHE]
-        shutil.rmtree(folder, ignore_errors=True)
+        before = config.stash[_PLAN_CACHE]
         if before is None:
             os.environ.pop(CACHE_ENV, None)
         else:

@@ -311,11 +311,11 @@ def test_the_cache_folder(monkeypatch, tmp_path):
 
 
 def test_the_suite_keeps_its_cache_in_a_folder_of_its_own():
-    """tests/conftest.py: a folder made for this run, not the checkout's .cache (no test depends
-    on what an earlier run left there)."""
+    """tests/conftest.py: .cache/tests/, kept from one run to the next, not the folder of the
+    checkout's plans (.cache/helm-renders/ and the others beside it); ignored by git with .cache/."""
     folder = releases.cache_folder()
-    assert folder is not None and not folder.is_relative_to(PROJECT_ROOT)
-    assert folder.parent.name.startswith("plan-cache-")
+    assert folder == PROJECT_ROOT / ".cache" / "tests" / "helm-renders"
+    assert plan_cache.folder("cel") == PROJECT_ROOT / ".cache" / "tests" / "cel"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -113,7 +113,7 @@ needs_helm = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def dev_rendered(dev_plan) -> releases.Rendered:
-    return releases.render(dev_plan, versions.KUBERNETES_DEFAULT)
+    return releases.render(dev_plan, versions.KUBERNETES_DEFAULT, cache=None)  # the readers run, whatever is kept
 
 
 @needs_helm

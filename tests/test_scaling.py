@@ -115,6 +115,7 @@ def test_each_planted_job_is_found_in_a_large_stack(rule, generated):
     assert len(planted) > 10 and named == set(planted), sorted(set(planted) - named)[:3]
 
 
+@pytest.mark.real_run
 def test_the_benchmark_runs_and_prints_an_exponent_per_phase():
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "benchmark_scaling.py"), "--quick"],

@@ -226,15 +226,18 @@ def test_each_walkthrough_starts_from_a_fresh_copy_of_dev(title):
     assert isinstance(first, Command) and first.line == FRESH, title
 
 
+@pytest.mark.real_run
 def test_set_up(tmp_path, plan_cache):
     walk(sections(DOC.read_text())[SETUP], tmp_path, plan_cache)
 
 
+@pytest.mark.real_run
 @pytest.mark.parametrize("title", TITLES)
 def test_walkthrough(title, tmp_path, plan_cache):
     walk(sections(DOC.read_text())[title], tmp_path, plan_cache)
 
 
+@pytest.mark.real_run
 def test_review_walkthrough(tmp_path, plan_cache):
     """Runs `python -m infra diff`."""
     walk(sections(DOC.read_text())[REVIEW], tmp_path, plan_cache)
@@ -245,6 +248,7 @@ def page_commands(page: Path) -> list[Step]:
     return steps_of(page.read_text())
 
 
+@pytest.mark.real_run
 @pytest.mark.parametrize("page", [p for p in PAGES if page_commands(p)], ids=lambda p: p.name)
 def test_the_commands_of_each_page(page, tmp_path, plan_cache):
     walk(page_commands(page), tmp_path, plan_cache)
