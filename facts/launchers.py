@@ -84,6 +84,14 @@ TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 # ``-X opt``, also written joined: ``-Xfaulthandler``), and the one-letter flags, which combine (``-uB``).
 PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
 PYTHON_FLAG_LETTERS = frozenset("bBdEhiIOPqRsSuvVx")
+# env(1) in front of a launcher (``env FOO=1 torchrun ...``): GNU coreutils 9 env's options that take a
+# value as the next argument (-u NAME, -C DIR) and those that take none (-i, -0, -v, --debug, ...; the
+# long ones with a value joined by '='), then NAME=VALUE assignments, then the command it runs
+# (coreutils env(1), "env [OPTION]... [-] [NAME=VALUE]... [COMMAND [ARG]...]"). ``-S``/``--split-string``
+# splits one argument into several: a line using it is not read.
+ENV_NAMES = ("env",)
+ENV_OPTIONS_WITH_VALUE = ("-u", "-C", "--unset", "--chdir")
+ENV_FLAGS = ("-i", "-0", "-v", "-", "--", "--ignore-environment", "--null", "--debug")
 # Shells whose ``-c SCRIPT`` (also combined, ``-lc``, ``-ec``) runs a command line written as one string.
 SHELLS = ("bash", "sh", "dash", "zsh", "ksh")
 

@@ -21,6 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from facts.launchers import (
+    ENV_FLAGS,
+    ENV_NAMES,
+    ENV_OPTIONS_WITH_VALUE,
     MPIRUN_FLAGS,
     MPIRUN_MAP_BY,
     MPIRUN_NAMES,
@@ -128,15 +131,39 @@ def _python_option(arg: str) -> bool:
     return arg.startswith("-") and not arg.startswith("--") and len(arg) > 1 and set(arg[1:]) <= PYTHON_FLAG_LETTERS
 
 
+def env_prefix(line: Sequence[str]) -> int:
+    """How many arguments of ``line`` are ``env [options] [NAME=VALUE...]`` in front of the command it
+    runs (facts.launchers.ENV_*): 0 when the line does not start with env."""
+    if not line or posixpath.basename(line[0]) not in ENV_NAMES:
+        return 0
+    i = 1
+    while i < len(line):
+        arg = line[i]
+        if arg in ENV_OPTIONS_WITH_VALUE:
+            i += 2
+        elif arg in ENV_FLAGS or _ASSIGNMENT.match(arg) or _env_option_with_joined_value(arg):
+            i += 1
+        else:
+            return i
+    return i
+
+
+def _env_option_with_joined_value(arg: str) -> bool:
+    """``--unset=NAME``, ``--chdir=DIR``, ``-uNAME``, ``-CDIR``."""
+    return arg.split("=", 1)[0] in ENV_OPTIONS_WITH_VALUE[2:] or (len(arg) > 2 and arg[:2] in ENV_OPTIONS_WITH_VALUE)
+
+
 def torchrun_start(line: Sequence[str]) -> int | None:
     """Where torchrun's own options start in ``line`` (command + args): after ``torchrun`` or
-    ``python [-u -O -X ...] -m torch.distributed.run`` (or ``.launch``); None when the line starts no
-    torchrun."""
+    ``python [-u -O -X ...] -m torch.distributed.run`` (or ``.launch``), also behind ``env [NAME=VALUE...]``;
+    None when the line starts no torchrun."""
+    skip = env_prefix(line)
+    line = line[skip:]
     if line and posixpath.basename(line[0]) == "torchrun":
-        return 1
+        return skip + 1
     module = _python_module_at(line)
     if module is not None and module[0] in TORCHRUN_MODULES:
-        return module[1]
+        return skip + module[1]
     return None
 
 
@@ -156,7 +183,8 @@ def shell_script_at(line: Sequence[str]) -> int | None:
 
 def script_commands(script: str) -> list[list[str]]:
     """The simple commands of a shell script (split on ; & | and newlines), each without the variable
-    assignments and ``exec`` in front of it; none where the script is not shell words (an open quote)."""
+    assignments and ``exec`` in front of it (``env`` is left to ``env_prefix``); none where the script
+    is not shell words (an open quote)."""
     lexer = shlex.shlex(script, posix=True, punctuation_chars=";&|()\n")
     lexer.whitespace = " \t"
     lexer.whitespace_split = True
@@ -168,7 +196,7 @@ def script_commands(script: str) -> list[list[str]]:
     for word in words:
         if word and set(word) <= set(";&|()\n"):
             commands.append([])
-        elif commands[-1] or not (_ASSIGNMENT.match(word) or word in ("exec", "env")):
+        elif commands[-1] or not (_ASSIGNMENT.match(word) or word == "exec"):
             commands[-1].append(word)
     return [c for c in commands if c]
 
@@ -200,8 +228,10 @@ def launches(line: Sequence[str], start_of: Callable[[Sequence[str]], int | None
 
 
 def mpirun_start(line: Sequence[str]) -> int | None:
-    """1 when ``line`` starts mpirun (mpiexec, orterun; by any path), else None."""
-    return 1 if line and posixpath.basename(line[0]) in MPIRUN_NAMES else None
+    """Where mpirun's options start when ``line`` starts mpirun (mpiexec, orterun; by any path; also
+    behind ``env [NAME=VALUE...]``), else None."""
+    skip = env_prefix(line)
+    return skip + 1 if len(line) > skip and posixpath.basename(line[skip]) in MPIRUN_NAMES else None
 
 
 def _torchrun_dest(name: str) -> str | None:
