@@ -63,3 +63,26 @@ def test_the_guard_goes_after_torchrun_behind_env():
     command, args = spec.worker_line()
     assert command[:3] == ["env", "FOO=1", "torchrun"] and command[3].endswith("progress_guard.py")
     assert args == ["t.py"]
+
+
+# ---------------------------------------------------------------------------------------------
+# infra diff: values old -> new
+# ---------------------------------------------------------------------------------------------
+
+
+def _pod(env: list[dict[str, str]]) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "pytorch", "env": env}]}}
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "WANDB_API_KEY", "DB_PASSWORD"])
+def test_a_containers_env_var_named_as_a_secret_is_masked(name):
+    """SageMaker's Environment.HF_TOKEN was masked (a map key naming a secret), the same variable in a
+    pod's env ({name: HF_TOKEN, value: ...}) was shown old -> new in the PR comment."""
+    from infra.diff import values
+
+    old = _pod([{"name": "A", "value": "1"}, {"name": name, "value": "hf_old_value"}])
+    new = _pod([{"name": "A", "value": "1"}, {"name": name, "value": "hf_new_value"}])
+    assert values.change(old, new, "spec.containers[0].env[1].value")[:2] == (values.MASK, values.MASK)
+    whole = values.change(old, new, "spec.containers[0].env")
+    assert "hf_" not in whole[0] + whole[1], whole
+    assert values.change(old, _pod([{"name": "A", "value": "2"}]), "spec.containers[0].env[0].value")[:2] == ("1", "2")
