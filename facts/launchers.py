@@ -34,6 +34,9 @@ MPIRUN_FLAGS = ("-pernode", "--pernode")
 # and the other objects likewise per object) places the processes itself, against the slots the stack
 # gives each node (slotsPerWorker); the stack's own mapping is ``--map-by slot``.
 MPIRUN_MAP_BY = ("-map-by", "--map-by")
+# N processes per socket of each node: -npersocket/--npersocket N, "deprecated in favor of --map-by
+# ppr:n:socket" (orterun(1), Open MPI 1.8 to 4.1): the same placement as that mapping, so refused with it.
+MPIRUN_PER_SOCKET = ("-npersocket", "--npersocket")
 MPIRUN_PPR = "ppr"
 # The names mpirun is started by: Open MPI's mpirun, mpiexec and orterun (links to one program).
 MPIRUN_NAMES = ("mpirun", "mpiexec", "orterun")

@@ -28,6 +28,7 @@ from facts.launchers import (
     MPIRUN_MAP_BY,
     MPIRUN_NAMES,
     MPIRUN_OPTIONS,
+    MPIRUN_PER_SOCKET,
     MPIRUN_PPR,
     PYTHON_FLAG_LETTERS,
     PYTHON_OPTIONS_WITH_VALUE,
@@ -74,12 +75,17 @@ class Written:
 
 def mpirun_options(args: Sequence[str]) -> list[Written]:
     """The mpirun options of ``args`` (``mpirunArgs``: options only) that set what MPIRUN_OPTIONS lists,
-    and a mapping of N processes per node or other object (``--map-by ppr:N:node``): per node too."""
+    and a mapping of N processes per node or other object (``--map-by ppr:N:node``, ``-npersocket N``):
+    per node too."""
     found = []
     for i, arg in enumerate(args):
         name, eq, value = arg.partition("=")
         if name in MPIRUN_MAP_BY:
             found += _ppr_mapping(args, i, value if eq else None)
+            continue
+        if name in MPIRUN_PER_SOCKET:  # --map-by ppr:N:socket in its older spelling
+            n = value if eq else (args[i + 1] if i + 1 < len(args) else None)
+            found.append(Written(i, arg if eq or n is None else f"{arg} {n}", "per node", f"ppr:{n}:socket"))
             continue
         what = _MPIRUN.get(name)
         if what is None:

@@ -86,3 +86,15 @@ def test_a_containers_env_var_named_as_a_secret_is_masked(name):
     whole = values.change(old, new, "spec.containers[0].env")
     assert "hf_" not in whole[0] + whole[1], whole
     assert values.change(old, _pod([{"name": "A", "value": "2"}]), "spec.containers[0].env[0].value")[:2] == ("1", "2")
+
+
+@pytest.mark.parametrize("args, shown", [(["-npersocket", "4"], "'-npersocket 4'"), (["--npersocket=8"], "=8'")])
+def test_npersocket_is_refused_like_its_ppr_socket_mapping(args, shown):
+    """Open MPI's -npersocket N is --map-by ppr:N:socket in its deprecated spelling (orterun(1))."""
+    problems = parse([mpi_job(mpirunArgs=args)])[1]
+    assert [p.key for p in problems] == [f"{KEY}[maskrcnn].mpirunArgs[0]"], problems
+    assert (
+        shown in problems[0].message
+        and "ppr:" in problems[0].message
+        and "which the stack derives" in problems[0].message
+    )
