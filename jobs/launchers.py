@@ -312,6 +312,19 @@ def torchrun_label(dest: str) -> str:
     return TORCHRUN_OPTIONS[dest][0]
 
 
+def torchrun_env() -> dict[str, str]:
+    """The PET_* variables of the torchrun options the stack derives, each with why a job may not set it
+    in ``env``: torchrun takes PET_<OPTION> as the option's default (torch/distributed/argparse_util.py,
+    ``env``), and the training operator sets these from the job's spec (facts.launchers.TORCHRUN_DERIVED;
+    PET_STANDALONE, which it does not set, would rendezvous each node alone)."""
+    return {
+        f"PET_{dest.upper()}": f"sets torchrun's {torchrun_label(dest)}, which the stack derives (the training "
+        "operator sets the PET_* variables from the job's spec: minNodes/maxNodes, rendezvous, maxRestarts and the "
+        "node group's GPUs)"
+        for dest in TORCHRUN_DERIVED
+    }
+
+
 def ranks_without_gpu(gpus: int) -> Callable[[str], str | None]:
     """What a processes-per-node value other than ``gpus`` (the node's GPUs, one rank each) does."""
 

@@ -51,6 +51,7 @@ class PyTorchElasticSpec(PortableJob, ResilientJob):
     on every instance (``sagemaker_torch_distributed_enabled``), on maxNodes instances."""
 
     OPERATOR = TRAINING_OPERATOR
+    RESERVED_ENV = {**ResilientJob.RESERVED_ENV, **launchers.torchrun_env()}
     LAUNCHERS = (("torchrun",), ("python", "-m", "torch.distributed.run"))
     LAUNCHER_TEXT = "[torchrun, /path/train.py, --name, value...] (SageMaker's container sets torchrun's own options)"
 

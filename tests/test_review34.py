@@ -98,3 +98,17 @@ def test_npersocket_is_refused_like_its_ppr_socket_mapping(args, shown):
         and "ppr:" in problems[0].message
         and "which the stack derives" in problems[0].message
     )
+
+
+@pytest.mark.parametrize(
+    "name", ["PET_NNODES", "PET_NPROC_PER_NODE", "PET_RDZV_ENDPOINT", "PET_MAX_RESTARTS", "PET_STANDALONE"]
+)
+def test_torchruns_pet_variables_in_env_are_refused(name):
+    """PET_<OPTION> is torchrun's option by another name: the family of the derived options and env names."""
+    problems = parse([elastic_job(command=["torchrun", "t.py"], env={name: "1"})])[1]
+    assert [p.key for p in problems] == [f"{KEY}[imagenet].env.{name}"], problems
+    assert "which the stack derives" in problems[0].message and "remove it" in problems[0].message
+
+
+def test_other_pet_like_names_are_accepted():
+    assert parse([elastic_job(command=["torchrun", "t.py"], env={"PET_LOG_DIR": "/tmp/logs", "PETS": "1"})])[1] == []
