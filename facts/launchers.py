@@ -34,6 +34,9 @@ MPIRUN_FLAGS = ("-pernode", "--pernode")
 # and the other objects likewise per object) places the processes itself, against the slots the stack
 # gives each node (slotsPerWorker); the stack's own mapping is ``--map-by slot``.
 MPIRUN_MAP_BY = ("-map-by", "--map-by")
+# N processes per socket of each node: -npersocket/--npersocket N, "deprecated in favor of --map-by
+# ppr:n:socket" (orterun(1), Open MPI 1.8 to 4.1): the same placement as that mapping, so refused with it.
+MPIRUN_PER_SOCKET = ("-npersocket", "--npersocket")
 MPIRUN_PPR = "ppr"
 # The names mpirun is started by: Open MPI's mpirun, mpiexec and orterun (links to one program).
 MPIRUN_NAMES = ("mpirun", "mpiexec", "orterun")
@@ -84,6 +87,14 @@ TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 # ``-X opt``, also written joined: ``-Xfaulthandler``), and the one-letter flags, which combine (``-uB``).
 PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
 PYTHON_FLAG_LETTERS = frozenset("bBdEhiIOPqRsSuvVx")
+# env(1) in front of a launcher (``env FOO=1 torchrun ...``): GNU coreutils 9 env's options that take a
+# value as the next argument (-u NAME, -C DIR) and those that take none (-i, -0, -v, --debug, ...; the
+# long ones with a value joined by '='), then NAME=VALUE assignments, then the command it runs
+# (coreutils env(1), "env [OPTION]... [-] [NAME=VALUE]... [COMMAND [ARG]...]"). ``-S``/``--split-string``
+# splits one argument into several: a line using it is not read.
+ENV_NAMES = ("env",)
+ENV_OPTIONS_WITH_VALUE = ("-u", "-C", "--unset", "--chdir")
+ENV_FLAGS = ("-i", "-0", "-v", "-", "--", "--ignore-environment", "--null", "--debug")
 # Shells whose ``-c SCRIPT`` (also combined, ``-lc``, ``-ec``) runs a command line written as one string.
 SHELLS = ("bash", "sh", "dash", "zsh", "ksh")
 

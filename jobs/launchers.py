@@ -21,10 +21,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from facts.launchers import (
+    ENV_FLAGS,
+    ENV_NAMES,
+    ENV_OPTIONS_WITH_VALUE,
     MPIRUN_FLAGS,
     MPIRUN_MAP_BY,
     MPIRUN_NAMES,
     MPIRUN_OPTIONS,
+    MPIRUN_PER_SOCKET,
     MPIRUN_PPR,
     PYTHON_FLAG_LETTERS,
     PYTHON_OPTIONS_WITH_VALUE,
@@ -71,12 +75,17 @@ class Written:
 
 def mpirun_options(args: Sequence[str]) -> list[Written]:
     """The mpirun options of ``args`` (``mpirunArgs``: options only) that set what MPIRUN_OPTIONS lists,
-    and a mapping of N processes per node or other object (``--map-by ppr:N:node``): per node too."""
+    and a mapping of N processes per node or other object (``--map-by ppr:N:node``, ``-npersocket N``):
+    per node too."""
     found = []
     for i, arg in enumerate(args):
         name, eq, value = arg.partition("=")
         if name in MPIRUN_MAP_BY:
             found += _ppr_mapping(args, i, value if eq else None)
+            continue
+        if name in MPIRUN_PER_SOCKET:  # --map-by ppr:N:socket in its older spelling
+            n = value if eq else (args[i + 1] if i + 1 < len(args) else None)
+            found.append(Written(i, arg if eq or n is None else f"{arg} {n}", "per node", f"ppr:{n}:socket"))
             continue
         what = _MPIRUN.get(name)
         if what is None:
@@ -128,15 +137,39 @@ def _python_option(arg: str) -> bool:
     return arg.startswith("-") and not arg.startswith("--") and len(arg) > 1 and set(arg[1:]) <= PYTHON_FLAG_LETTERS
 
 
+def env_prefix(line: Sequence[str]) -> int:
+    """How many arguments of ``line`` are ``env [options] [NAME=VALUE...]`` in front of the command it
+    runs (facts.launchers.ENV_*): 0 when the line does not start with env."""
+    if not line or posixpath.basename(line[0]) not in ENV_NAMES:
+        return 0
+    i = 1
+    while i < len(line):
+        arg = line[i]
+        if arg in ENV_OPTIONS_WITH_VALUE:
+            i += 2
+        elif arg in ENV_FLAGS or _ASSIGNMENT.match(arg) or _env_option_with_joined_value(arg):
+            i += 1
+        else:
+            return i
+    return i
+
+
+def _env_option_with_joined_value(arg: str) -> bool:
+    """``--unset=NAME``, ``--chdir=DIR``, ``-uNAME``, ``-CDIR``."""
+    return arg.split("=", 1)[0] in ENV_OPTIONS_WITH_VALUE[2:] or (len(arg) > 2 and arg[:2] in ENV_OPTIONS_WITH_VALUE)
+
+
 def torchrun_start(line: Sequence[str]) -> int | None:
     """Where torchrun's own options start in ``line`` (command + args): after ``torchrun`` or
-    ``python [-u -O -X ...] -m torch.distributed.run`` (or ``.launch``); None when the line starts no
-    torchrun."""
+    ``python [-u -O -X ...] -m torch.distributed.run`` (or ``.launch``), also behind ``env [NAME=VALUE...]``;
+    None when the line starts no torchrun."""
+    skip = env_prefix(line)
+    line = line[skip:]
     if line and posixpath.basename(line[0]) == "torchrun":
-        return 1
+        return skip + 1
     module = _python_module_at(line)
     if module is not None and module[0] in TORCHRUN_MODULES:
-        return module[1]
+        return skip + module[1]
     return None
 
 
@@ -156,7 +189,8 @@ def shell_script_at(line: Sequence[str]) -> int | None:
 
 def script_commands(script: str) -> list[list[str]]:
     """The simple commands of a shell script (split on ; & | and newlines), each without the variable
-    assignments and ``exec`` in front of it; none where the script is not shell words (an open quote)."""
+    assignments and ``exec`` in front of it (``env`` is left to ``env_prefix``); none where the script
+    is not shell words (an open quote)."""
     lexer = shlex.shlex(script, posix=True, punctuation_chars=";&|()\n")
     lexer.whitespace = " \t"
     lexer.whitespace_split = True
@@ -168,7 +202,7 @@ def script_commands(script: str) -> list[list[str]]:
     for word in words:
         if word and set(word) <= set(";&|()\n"):
             commands.append([])
-        elif commands[-1] or not (_ASSIGNMENT.match(word) or word in ("exec", "env")):
+        elif commands[-1] or not (_ASSIGNMENT.match(word) or word == "exec"):
             commands[-1].append(word)
     return [c for c in commands if c]
 
@@ -200,8 +234,10 @@ def launches(line: Sequence[str], start_of: Callable[[Sequence[str]], int | None
 
 
 def mpirun_start(line: Sequence[str]) -> int | None:
-    """1 when ``line`` starts mpirun (mpiexec, orterun; by any path), else None."""
-    return 1 if line and posixpath.basename(line[0]) in MPIRUN_NAMES else None
+    """Where mpirun's options start when ``line`` starts mpirun (mpiexec, orterun; by any path; also
+    behind ``env [NAME=VALUE...]``), else None."""
+    skip = env_prefix(line)
+    return skip + 1 if len(line) > skip and posixpath.basename(line[skip]) in MPIRUN_NAMES else None
 
 
 def _torchrun_dest(name: str) -> str | None:
@@ -274,6 +310,19 @@ def derived_option_problems(
 
 def torchrun_label(dest: str) -> str:
     return TORCHRUN_OPTIONS[dest][0]
+
+
+def torchrun_env() -> dict[str, str]:
+    """The PET_* variables of the torchrun options the stack derives, each with why a job may not set it
+    in ``env``: torchrun takes PET_<OPTION> as the option's default (torch/distributed/argparse_util.py,
+    ``env``), and the training operator sets these from the job's spec (facts.launchers.TORCHRUN_DERIVED;
+    PET_STANDALONE, which it does not set, would rendezvous each node alone)."""
+    return {
+        f"PET_{dest.upper()}": f"sets torchrun's {torchrun_label(dest)}, which the stack derives (the training "
+        "operator sets the PET_* variables from the job's spec: minNodes/maxNodes, rendezvous, maxRestarts and the "
+        "node group's GPUs)"
+        for dest in TORCHRUN_DERIVED
+    }
 
 
 def ranks_without_gpu(gpus: int) -> Callable[[str], str | None]:

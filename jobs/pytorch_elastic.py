@@ -55,6 +55,7 @@ class PyTorchElasticSpec(PortableJob, ResilientJob, OnTrainer):
     OPERATOR = TRAINING_OPERATOR
     # `operator: trainer`: a TrainJob on the group's torch runtime (jobs/trainjob.py), fixed size only.
     TRAINER_FRAMEWORK = "torch"
+    RESERVED_ENV = {**ResilientJob.RESERVED_ENV, **launchers.torchrun_env()}
     LAUNCHERS = (("torchrun",), ("python", "-m", "torch.distributed.run"))
     LAUNCHER_TEXT = "[torchrun, /path/train.py, --name, value...] (SageMaker's container sets torchrun's own options)"
 

@@ -165,7 +165,7 @@ def test_turning_fsx_off_leads_the_diff_with_the_deleted_file_system(stack, base
     head = plan_with(stack, without_fsx, tmp_path / "head")
     md = markdown(bases[stack], head)
     words = lead(md)
-    (fs,) = [line for line in words.splitlines() if "`fsx-fs`" in line]
+    (fs,) = [line for line in words.splitlines() if line.startswith("- **DELETES** `fsx-fs`")]
     assert fs.startswith(
         "- **DELETES** `fsx-fs` (`aws:fsx/lustreFileSystem:LustreFileSystem`): FSx for Lustre file system and every "
         "file on it"
@@ -175,6 +175,8 @@ def test_turning_fsx_off_leads_the_diff_with_the_deleted_file_system(stack, base
     else:
         assert "no final backup" in fs and "protected" not in fs
     assert "- **DELETES** `fsx-pv` (`kubernetes:core/v1:PersistentVolume`): PersistentVolume; reclaim policy" in words
+    # Review 34: not "the storage behind it stays" when the same change deletes that storage.
+    assert "reclaim policy Retain, but its file system `fsx-fs` is deleted too (above)" in words
     assert words.index("**DELETES**") < md.index("Resources: ")
     assert exit_code(bases[stack], head) == DISRUPTIVE
 

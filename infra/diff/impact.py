@@ -158,8 +158,22 @@ DELETED: dict[str, str] = {
 }
 
 
-def _pv_detail(record: dict) -> str:
-    policy = ((record.get("inputs") or {}).get("spec") or {}).get("persistentVolumeReclaimPolicy") or "Retain"
+FILE_SYSTEMS = (LUSTRE, "aws:efs/fileSystem:FileSystem")
+
+
+def _pv_detail(diff: Diff, record: dict) -> str:
+    """The PV's reclaim policy, and whether the file system behind it (its CSI volumeHandle: the FSx or
+    EFS file system id, ``fs-...[::fsap-...]`` for EFS) is deleted by the same change."""
+    spec = (record.get("inputs") or {}).get("spec") or {}
+    policy = spec.get("persistentVolumeReclaimPolicy") or "Retain"
+    handle = str((spec.get("csi") or {}).get("volumeHandle") or "")
+    gone = [
+        k[1]
+        for k in diff.resources_removed
+        if k[0] in FILE_SYSTEMS and handle and str(diff.base.resources[k].get("id")) == handle.split("::")[0]
+    ]
+    if gone:
+        return f"reclaim policy {policy}, but its file system `{gone[0]}` is deleted too (above)"
     if policy == "Delete":
         return "reclaim policy Delete: the storage behind it is deleted"
     return f"reclaim policy {policy}: the storage behind it stays"
@@ -189,7 +203,7 @@ def details(diff: Diff, key: Key, record: dict) -> list[str]:
         final = "a final backup is taken first" if skip is False else "no final backup (skipFinalBackup is not false)"
         out.append(final)
     if key[0] == PV:
-        out.append(_pv_detail(record))
+        out.append(_pv_detail(diff, record))
     if key[0] == STATEFULSET:
         out.append(_claims(record))
         users = _users(diff, key)

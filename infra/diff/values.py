@@ -37,6 +37,22 @@ def _last_key(path: str) -> str:
     return re.split(r"[.\[]", path.rstrip("]"))[-1]
 
 
+def _names_a_secret(item: Any) -> bool:
+    """A ``{name, value}`` pair whose name names a secret: a container's env var (Kubernetes EnvVar) such
+    as ``{name: HF_TOKEN, value: hf_...}``, masked like a map key of that name (SageMaker's Environment)."""
+    return (
+        isinstance(item, dict)
+        and "value" in item
+        and isinstance(item.get("name"), str)
+        and _key_is_secret(item["name"])
+    )
+
+
+def _in_secret_pair(tree: Any, path: str) -> bool:
+    """``path`` is the ``value`` of a ``{name, value}`` pair that names a secret (``env[5].value``)."""
+    return path.endswith(".value") and _names_a_secret(get(tree, path[: -len(".value")]))
+
+
 def masked(value: Any, path: str = "", secret_data: bool = False) -> Any:
     """``value`` with every secret in it replaced by ``(secret)``. ``path``: where it is (its last key
     decides); ``secret_data``: the value belongs to a Kubernetes Secret (its data is secret)."""
@@ -45,6 +61,8 @@ def masked(value: Any, path: str = "", secret_data: bool = False) -> Any:
     if isinstance(value, dict):
         if SECRET_SIG in value:
             return MASK
+        if _names_a_secret(value):  # an env var {name: HF_TOKEN, value: ...}: its value is the secret
+            value = {**value, "value": MASK}
         return {k: masked(v, f"{path}.{k}" if path else str(k), secret_data) for k, v in value.items()}
     if isinstance(value, list):
         return [masked(v, f"{path}[{i}]", secret_data) for i, v in enumerate(value)]
@@ -123,6 +141,8 @@ def change(old_tree: Any, new_tree: Any, path: str, secret_data: bool = False) -
     """(old, new, where the texts first differ) of ``path`` between two trees, masked and summarised."""
     raw_old, raw_new = (get(old_tree, path), get(new_tree, path)) if path else (old_tree, new_tree)
     old, new = masked(raw_old, path, secret_data), masked(raw_new, path, secret_data)
+    old = MASK if old is not ABSENT and path and _in_secret_pair(old_tree, path) else old
+    new = MASK if new is not ABSENT and path and _in_secret_pair(new_tree, path) else new
     if old == MASK or new == MASK:  # one side secret: both are (the other is shown only when it is absent)
         return summary(MASK if old is not ABSENT else old), summary(MASK if new is not ABSENT else new), ""
     return summary(old), summary(new), first_difference(old, new)
