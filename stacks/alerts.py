@@ -12,7 +12,7 @@ Metrics read, with their sources:
   DaemonSet, Job, ReplicaSet or StatefulSet (amazon-cloudwatch-agent, internal/containerinsightscommon
   k8sapiserver podstore.go, addPodOwnersAndPodName): the MPIJob, PyTorchJob and PaddleJob workers, named
   ``<job>-worker-<i>`` by their operators.
-- The signal metrics (``GpuTraining/Jobs``, dimensions job and namespace), from metric filters on
+- The signal metrics (``GpuTraining/Jobs/<cluster>``, dimensions job and namespace), from metric filters on
   ``/aws/containerinsights/<cluster>/application``: the JSON line's keys are under
   ``log_processed`` in the record (facts/job_signals.py, RECORD_FIELD), so the filter is a JSON
   pattern on ``$.log_processed.gputraining_signal``.
@@ -64,7 +64,7 @@ def signal_filter(cluster: str, signal: str) -> MetricFilterSpec:
         name=f"gputraining-{signal}",
         log_group=log_group(cluster, "application"),
         pattern=f'{{ {field}.{sig.SIGNAL_KEY} = "{signal}" }}',
-        namespace=sig.METRIC_NAMESPACE,
+        namespace=sig.metric_namespace(cluster),
         metric=signal,
         value=f"{field}.value",
         dimensions={d: f"{field}.{d}" for d in sig.DIMENSIONS},
@@ -82,8 +82,8 @@ def xid_filter(cluster: str) -> MetricFilterSpec:
     )
 
 
-def _signal(job: WatchedJob, signal: str, stat: str) -> MetricStat:
-    return MetricStat("m0", sig.METRIC_NAMESPACE, signal, {"job": job.name, "namespace": job.namespace}, stat)
+def _signal(cluster: str, job: WatchedJob, signal: str, stat: str) -> MetricStat:
+    return MetricStat("m0", sig.metric_namespace(cluster), signal, {"job": job.name, "namespace": job.namespace}, stat)
 
 
 def _pod_metrics(cluster: str, job: WatchedJob, metrics: tuple[str, ...], stat: str) -> tuple[MetricStat, ...]:
@@ -140,7 +140,7 @@ def signal_alarm(
     return AlarmSpec(
         name=f"{cfg.cluster_name}-{job.name}-{kind}",
         description=f"job {job.name} ({job.namespace}): {why}. See docs/alerts.md, {kind}.",
-        metrics=(_signal(job, signal, stat),),
+        metrics=(_signal(cfg.cluster_name, job, signal, stat),),
         comparison="GreaterThanOrEqualToThreshold",
         threshold=1.0,
         period=period,

@@ -34,8 +34,16 @@ def _pod_lines(cluster: str, job: WatchedJob, metric: str, label: str = "") -> l
     ]
 
 
-def _signal_line(job: WatchedJob, signal: str, stat: str) -> list[Any]:
-    return [sig.METRIC_NAMESPACE, signal, "job", job.name, "namespace", job.namespace, {"stat": stat, "label": signal}]
+def _signal_line(cluster: str, job: WatchedJob, signal: str, stat: str) -> list[Any]:
+    return [
+        sig.metric_namespace(cluster),
+        signal,
+        "job",
+        job.name,
+        "namespace",
+        job.namespace,
+        {"stat": stat, "label": signal},
+    ]
 
 
 def _graph(title: str, region: str, metrics: list[list[Any]], stat: str = "Average") -> dict[str, Any]:
@@ -72,12 +80,17 @@ def job_widgets(cfg: StackConfig, job: WatchedJob) -> list[dict[str, Any]]:
     if job.efa:
         efa = _pod_lines(c, job, "pod_efa_rx_bytes", " rx") + _pod_lines(c, job, "pod_efa_tx_bytes", " tx")
         graphs.append(_graph("EFA traffic per pod (bytes per minute)", r, efa, stat="Sum"))
-    steps = [_signal_line(job, sig.STEP_TIME, "Average"), _signal_line(job, sig.STEP_TIME, "Maximum")]
+    steps = [
+        _signal_line(cfg.cluster_name, job, sig.STEP_TIME, "Average"),
+        _signal_line(cfg.cluster_name, job, sig.STEP_TIME, "Maximum"),
+    ]
     graphs.append(_graph("Step time (s): average and slowest rank", r, steps))
     graphs.append(
         _graph("Container restarts per pod", r, _pod_lines(c, job, "pod_number_of_container_restarts"), "Maximum")
     )
-    signals = [_signal_line(job, s, "Maximum") for s in (sig.FABRIC_FALLBACK, sig.SLOW_NODE, sig.JOB_STALLED)]
+    signals = [
+        _signal_line(cfg.cluster_name, job, s, "Maximum") for s in (sig.FABRIC_FALLBACK, sig.SLOW_NODE, sig.JOB_STALLED)
+    ]
     graphs.append(_graph("Findings: fabric fallback, slow node (factor), stalled", r, signals, stat="Maximum"))
     return graphs
 
