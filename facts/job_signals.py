@@ -51,3 +51,13 @@ def metric_namespace(cluster: str) -> str:
     namespace is where the cluster goes.
     """
     return f"{METRIC_NAMESPACE}/{cluster}"
+
+
+# The queue signals: the queue reporter (components/scripts/queue_reporter.py) prints, every minute,
+# one line of each per Kueue ClusterQueue, with the ClusterQueue's name under QUEUE_DIMENSION (not
+# job/namespace: a queue is the cluster's), into the same per-cluster namespace.
+QUEUE_PENDING = "queue_pending"  # workloads waiting for quota in the ClusterQueue
+QUEUE_ADMITTED = "queue_admitted"  # workloads admitted and not finished
+QUEUE_WAIT = "queue_wait"  # seconds the oldest pending workload has waited (0: none pending)
+QUEUE_SIGNALS = (QUEUE_PENDING, QUEUE_ADMITTED, QUEUE_WAIT)
+QUEUE_DIMENSION = "cluster_queue"

@@ -114,3 +114,35 @@ def layout(header: dict[str, Any], graphs: list[dict[str, Any]]) -> list[dict[st
 def job_dashboard(cfg: StackConfig, job: WatchedJob, alarms: list[str]) -> dict[str, Any]:
     """The dashboard body of ``job``."""
     return {"widgets": layout(_header(cfg, job, alarms), job_widgets(cfg, job))}
+
+
+def queues_dashboard_name(cluster: str) -> str:
+    return f"{cluster}-queues"
+
+
+def _queue_lines(cfg: StackConfig, signal: str, cluster_queues: list[str]) -> list[list[Any]]:
+    ns = sig.metric_namespace(cfg.cluster_name)
+    return [[ns, signal, sig.QUEUE_DIMENSION, cq, {"label": cq}] for cq in cluster_queues]
+
+
+def queues_dashboard(cfg: StackConfig, cluster_queues: list[str], alarms: list[str]) -> dict[str, Any]:
+    """The queues' dashboard: per ClusterQueue the pending and admitted workloads and the oldest
+    pending one's wait (the queue reporter's lines, facts/job_signals.py)."""
+    r = cfg.region
+    text = (
+        f"## Queues of {cfg.cluster_name}\n"
+        f"ClusterQueues: {', '.join(f'`{cq}`' for cq in cluster_queues)}. Alarms: "
+        f"{', '.join(f'`{a}`' for a in alarms) or 'none (alerts.queueWaitMinutes unset)'} (docs/alerts.md)."
+    )
+    graphs = [
+        _graph(
+            "Pending workloads per ClusterQueue", r, _queue_lines(cfg, sig.QUEUE_PENDING, cluster_queues), "Maximum"
+        ),
+        _graph(
+            "Admitted workloads per ClusterQueue", r, _queue_lines(cfg, sig.QUEUE_ADMITTED, cluster_queues), "Maximum"
+        ),
+        _graph(
+            "Oldest pending wait (s) per ClusterQueue", r, _queue_lines(cfg, sig.QUEUE_WAIT, cluster_queues), "Maximum"
+        ),
+    ]
+    return {"widgets": layout({"type": "text", "properties": {"markdown": text}}, graphs)}

@@ -298,8 +298,13 @@ def test_the_cost_table_prices_alarm_metrics_and_dashboards(cfg, plan):
     assert f"reading {n_metrics} metrics" in fixed.what
     assert fixed.idle == fixed.maximum == round((n_metrics * 0.10 + len(plan.dashboards) * 3.00) / 730, 4)
     signals = next(line for what, line in lines.items() if what.startswith("CloudWatch metrics"))
-    assert signals.idle == 0.0 and signals.maximum == round(alerts.filter_metrics(cfg) * 0.30 / 730, 4)
-    assert alerts.filter_metrics(cfg) == 2 * len(sig.SIGNALS) + 1
+    queue_metrics = len(alerts.cluster_queues(cfg)) * len(sig.QUEUE_SIGNALS)  # published even when idle
+    assert signals.idle == round(queue_metrics * 0.30 / 730, 4)
+    assert signals.maximum == round(alerts.filter_metrics(cfg) * 0.30 / 730, 4)
+    assert alerts.cluster_queues(cfg), "queues are on by default"
+    assert alerts.filter_metrics(cfg) == 2 * len(sig.SIGNALS) + 1 + len(alerts.cluster_queues(cfg)) * len(
+        sig.QUEUE_SIGNALS
+    )
 
 
 def test_the_watched_pods_are_the_workers_the_job_kinds_name(cfg):
