@@ -323,8 +323,8 @@ def build_alerts(
 
 
 def dashboard_lines(cfg: StackConfig) -> list[str]:
-    """The plan's line listing the job dashboards, with their console links (none with alerts off)."""
+    """The plan's line listing the job and queue dashboards, with their console links (none with alerts off)."""
     names = sorted(plan(cfg).dashboards)
     if not names:
         return []
-    return [f"Job dashboards ({len(names)}): " + ", ".join(dashboard_url(cfg.region, n) for n in names)]
+    return [f"Job and queue dashboards ({len(names)}): " + ", ".join(dashboard_url(cfg.region, n) for n in names)]
