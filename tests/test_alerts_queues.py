@@ -48,22 +48,26 @@ def _cond(kind: str, status: str, ago: float) -> dict[str, Any]:
     return {"type": kind, "status": status, "lastTransitionTime": _stamp(ago), "reason": "r", "message": "m"}
 
 
-WORKLOADS = [
-    _wl("new", "training", 600),  # pending 10 minutes, no condition yet
-    # Evicted and back in the queue 2 minutes ago: it waits since then, not since its creation.
-    _wl("requeued", "training", 7200, [_cond("QuotaReserved", "False", 120)]),
-    _wl(
-        "running",
-        "training",
-        9000,
-        [_cond("QuotaReserved", "True", 8000), _cond("Admitted", "True", 8000)],
-        admission={"clusterQueue": "gpu"},
-    ),
-    _wl("done", "training", 9000, [_cond("QuotaReserved", "True", 8000), _cond("Finished", "True", 10)]),
-    _wl("stopped", "training", 99999, spec={"active": False}),  # deactivated: not waiting
-    _wl("other-team", "vision", 3000),  # pending in another ClusterQueue
-    _wl("lost", "nowhere", 5000),  # its LocalQueue does not exist: counted nowhere
-]
+def _workloads() -> list[dict[str, Any]]:
+    """The workloads, their times relative to now (built when the fake API starts)."""
+    return [
+        _wl("new", "training", 600),  # pending 10 minutes, no condition yet
+        # Evicted and back in the queue 2 minutes ago: it waits since then, not since its creation.
+        _wl("requeued", "training", 7200, [_cond("QuotaReserved", "False", 120)]),
+        _wl(
+            "running",
+            "training",
+            9000,
+            [_cond("QuotaReserved", "True", 8000), _cond("Admitted", "True", 8000)],
+            admission={"clusterQueue": "gpu"},
+        ),
+        _wl("done", "training", 9000, [_cond("QuotaReserved", "True", 8000), _cond("Finished", "True", 10)]),
+        _wl("stopped", "training", 99999, spec={"active": False}),  # deactivated: not waiting
+        _wl("other-team", "vision", 3000),  # pending in another ClusterQueue
+        _wl("lost", "nowhere", 5000),  # its LocalQueue does not exist: counted nowhere
+    ]
+
+
 LOCAL_QUEUES = [
     {"metadata": {"namespace": "training", "name": "training"}, "spec": {"clusterQueue": "gpu"}},
     {"metadata": {"namespace": "training", "name": "vision"}, "spec": {"clusterQueue": "vision"}},
@@ -77,7 +81,7 @@ class FakeApi:
     def __init__(self) -> None:
         self.requests: list[tuple[str, str]] = []
         self.lists = {
-            f"/apis/{API}/workloads": WORKLOADS,
+            f"/apis/{API}/workloads": _workloads(),
             f"/apis/{API}/localqueues": LOCAL_QUEUES,
             f"/apis/{API}/clusterqueues": CLUSTER_QUEUES,
         }
@@ -139,8 +143,8 @@ def test_the_reporter_counts_each_cluster_queue_from_the_workloads(fake_api, tmp
     }
     # The oldest pending one's wait: "new" (10 minutes), not "requeued" (created 2 hours ago,
     # waiting since its QuotaReserved=False 2 minutes ago).
-    assert 600 <= got[("gpu", sig.QUEUE_WAIT)] < 660
-    assert 3000 <= got[("vision", sig.QUEUE_WAIT)] < 3060
+    assert 600 <= got[("gpu", sig.QUEUE_WAIT)] < 600 + 120
+    assert 3000 <= got[("vision", sig.QUEUE_WAIT)] < 3000 + 120
     assert got[("idle", sig.QUEUE_WAIT)] == 0
     # It only lists.
     assert {p for _, p in api.requests} == set(api.lists)
