@@ -105,6 +105,15 @@ BURN_IN_LOOPBACK = DaemonRequests(
 )
 
 
+# Deployments of the stack's own on the system nodes, beside the add-ons' (one replica each).
+QUEUE_REPORTER = DaemonRequests(
+    "gputraining-queue-reporter",
+    10,
+    32,
+    "components/queue_reporter.py: its one container's requests 10m/32Mi (with alerts and queues on)",
+)
+
+
 def kube_reserved_cpu_m(vcpus: int) -> int:
     """nodeadm's kube-reserved CPU for a node of ``vcpus``, in millicores."""
     total = vcpus * 1000

@@ -1,15 +1,16 @@
 """Kubeflow Trainer v2 (``operator: trainer``): the stack's ClusterTrainingRuntimes, one per GPU group and
 framework, and a job's TrainJob on its group's runtime.
 
-A runtime carries the node shape every job on the group gets (``jobs/pod.py``: all GPUs, every EFA device
-of the type, huge pages, the worker memory request, ``IPC_LOCK``, ``/dev/shm`` in memory, the GPU taint
+A runtime carries the node shape every job on the group gets (``jobs/pod.py``: all GPUs, every EFA device of
+the type, huge pages, the worker memory request, ``IPC_LOCK``, ``/dev/shm`` in memory, the GPU taint
 tolerated, the group and AZ selected, the libfabric env); the TrainJob carries what is the job's: image,
 command, args, env, node count, and, as a runtime patch, its pods' labels and topology annotations, its shared
-volumes and their mounts (the fields Trainer v2.2.1 lets a TrainJob patch: pkg/apis/trainer/v1alpha1/
-trainjob_types.go, ``PodSpecPatch``, ``ContainerPatch``). It never sets ``trainer.resourcesPerNode``: Trainer
-replaces the runtime's whole resources with it (pkg/runtime/framework/plugins/jobset/builder.go at v2.2.1,
-``Builder.Trainer``: ``WithResources``), so the EFA devices and huge pages would go and NCCL would fall back
-to sockets without an error (NVIDIA/aicr#2275, #2287).
+volumes and their mounts, its service account (the fields Trainer v2.2.1 lets a TrainJob patch:
+pkg/apis/trainer/v1alpha1/trainjob_types.go, ``PodSpecPatch``, ``ContainerPatch``). It never sets
+``trainer.resourcesPerNode``: Trainer replaces the runtime's whole resources with it
+(pkg/runtime/framework/plugins/jobset/builder.go at v2.2.1, ``Builder.Trainer``: ``WithResources``), so the
+EFA devices and huge pages would go and NCCL would fall back to sockets without an error (NVIDIA/aicr#2275,
+#2287).
 
 The TrainJob is made from the job's legacy object (what the kind builds today, with the topology annotations):
 its worker template less what the runtime has is the TrainJob. ``jobs/trainjob_merge.py`` merges runtime and
@@ -143,8 +144,11 @@ def trainjob(spec: GpuJob, legacy: Manifest, template: dict[str, Any], framework
     patch_pod: dict[str, Any] = {"metadata": copy.deepcopy(template["metadata"])}
     volumes = _less(pod.get("volumes", []), shm, "name")
     mounts = _less(container.get("volumeMounts", []), runtime["volumeMounts"], "mountPath")
-    if volumes or mounts:
+    account = pod.get("serviceAccountName")  # the progress guard's own (Events, the slow-node patch)
+    if volumes or mounts or account:
         patch_pod["spec"] = {}
+        if account:
+            patch_pod["spec"]["serviceAccountName"] = account
         if volumes:
             patch_pod["spec"]["volumes"] = volumes
         if mounts:

@@ -12,7 +12,7 @@ Metrics read, with their sources:
   DaemonSet, Job, ReplicaSet or StatefulSet (amazon-cloudwatch-agent, internal/containerinsightscommon
   k8sapiserver podstore.go, addPodOwnersAndPodName): the MPIJob, PyTorchJob and PaddleJob workers, named
   ``<job>-worker-<i>`` by their operators.
-- The signal metrics (``GpuTraining/Jobs``, dimensions job and namespace), from metric filters on
+- The signal metrics (``GpuTraining/Jobs/<cluster>``, dimensions job and namespace), from metric filters on
   ``/aws/containerinsights/<cluster>/application``: the JSON line's keys are under
   ``log_processed`` in the record (facts/job_signals.py, RECORD_FIELD), so the filter is a JSON
   pattern on ``$.log_processed.gputraining_signal``.
@@ -27,11 +27,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pulumi
+
 from components.alerts import AlarmSpec, Alerts, AlertsArgs, MetricFilterSpec, MetricStat
 from components.monitoring import Monitoring
+from components.queue_reporter import QueueReporter, QueueReporterArgs
+from components.queues import KUEUE_API
 from facts import job_signals as sig
+from facts import versions
+from facts.kube import NODE_GROUP_LABEL, SYSTEM_GROUP
+from stacks import queues
 from stacks.config import StackConfig
-from stacks.dashboards import job_dashboard, job_dashboard_name
+from stacks.dashboards import job_dashboard, job_dashboard_name, queues_dashboard, queues_dashboard_name
 from stacks.watched import CI, WatchedJob, watched_jobs
 
 # Alarms on metric math read at most 10 metrics (CloudWatch user guide, "Limits that apply to
@@ -64,10 +71,24 @@ def signal_filter(cluster: str, signal: str) -> MetricFilterSpec:
         name=f"gputraining-{signal}",
         log_group=log_group(cluster, "application"),
         pattern=f'{{ {field}.{sig.SIGNAL_KEY} = "{signal}" }}',
-        namespace=sig.METRIC_NAMESPACE,
+        namespace=sig.metric_namespace(cluster),
         metric=signal,
         value=f"{field}.value",
         dimensions={d: f"{field}.{d}" for d in sig.DIMENSIONS},
+    )
+
+
+def queue_filter(cluster: str, signal: str) -> MetricFilterSpec:
+    """A queue signal of the reporter into a metric per ClusterQueue."""
+    field = f"$.{sig.RECORD_FIELD}"
+    return MetricFilterSpec(
+        name=f"gputraining-{signal}",
+        log_group=log_group(cluster, "application"),
+        pattern=f'{{ {field}.{sig.SIGNAL_KEY} = "{signal}" }}',
+        namespace=sig.metric_namespace(cluster),
+        metric=signal,
+        value=f"{field}.value",
+        dimensions={sig.QUEUE_DIMENSION: f"{field}.{sig.QUEUE_DIMENSION}"},
     )
 
 
@@ -82,8 +103,8 @@ def xid_filter(cluster: str) -> MetricFilterSpec:
     )
 
 
-def _signal(job: WatchedJob, signal: str, stat: str) -> MetricStat:
-    return MetricStat("m0", sig.METRIC_NAMESPACE, signal, {"job": job.name, "namespace": job.namespace}, stat)
+def _signal(cluster: str, job: WatchedJob, signal: str, stat: str) -> MetricStat:
+    return MetricStat("m0", sig.metric_namespace(cluster), signal, {"job": job.name, "namespace": job.namespace}, stat)
 
 
 def _pod_metrics(cluster: str, job: WatchedJob, metrics: tuple[str, ...], stat: str) -> tuple[MetricStat, ...]:
@@ -140,7 +161,7 @@ def signal_alarm(
     return AlarmSpec(
         name=f"{cfg.cluster_name}-{job.name}-{kind}",
         description=f"job {job.name} ({job.namespace}): {why}. See docs/alerts.md, {kind}.",
-        metrics=(_signal(job, signal, stat),),
+        metrics=(_signal(cfg.cluster_name, job, signal, stat),),
         comparison="GreaterThanOrEqualToThreshold",
         threshold=1.0,
         period=period,
@@ -180,6 +201,50 @@ def xid_alarm(cfg: StackConfig) -> AlarmSpec:
     )
 
 
+def queue_wait_alarm(cfg: StackConfig, cluster_queue: str, minutes: int) -> AlarmSpec:
+    """The ClusterQueue's oldest pending workload has waited past the budget (the reporter's
+    ``queue_wait`` grows by a minute a minute, so one reading above it is enough); no data (the
+    reporter not running) is no alarm."""
+    return AlarmSpec(
+        name=f"{cfg.cluster_name}-queue-{cluster_queue}-wait",
+        description=f"ClusterQueue {cluster_queue}: a workload has waited over {minutes} minutes for quota. See "
+        "docs/alerts.md, queue-wait.",
+        metrics=(
+            MetricStat(
+                "m0",
+                sig.metric_namespace(cfg.cluster_name),
+                sig.QUEUE_WAIT,
+                {sig.QUEUE_DIMENSION: cluster_queue},
+                "Maximum",
+            ),
+        ),
+        comparison="GreaterThanThreshold",
+        threshold=float(minutes * 60),
+        period=60,
+        evaluation_periods=1,
+        datapoints_to_alarm=1,
+        treat_missing_data="notBreaching",
+    )
+
+
+def cluster_queues(cfg: StackConfig) -> list[str]:
+    """The ClusterQueues the stack makes, none without queues."""
+    p = queues.plan_for(cfg)
+    return [] if p is None else [cq.name for cq in p.cluster_queues]
+
+
+def _queue_parts(cfg: StackConfig, p: AlertPlan) -> None:
+    cqs = cluster_queues(cfg)
+    if not cqs:
+        return
+    p.filters += [queue_filter(cfg.cluster_name, s) for s in sig.QUEUE_SIGNALS]
+    minutes = cfg.alerts.queue_wait_minutes
+    waits = [queue_wait_alarm(cfg, cq, minutes) for cq in cqs] if minutes else []
+    p.alarms += waits
+    if cfg.alerts.dashboards:
+        p.dashboards[queues_dashboard_name(cfg.cluster_name)] = queues_dashboard(cfg, cqs, [a.name for a in waits])
+
+
 def plan(cfg: StackConfig) -> AlertPlan:
     """Everything the stack watches, or nothing with alerts off."""
     if not (cfg.alerts.enabled and cfg.monitoring.enabled):
@@ -196,15 +261,23 @@ def plan(cfg: StackConfig) -> AlertPlan:
             job_dashboard_name(cfg.cluster_name, j.name): job_dashboard(cfg, j, [a.name for a in job_alarms(cfg, j)])
             for j in jobs
         }
-    return AlertPlan(filters, alarms, dashboards)
+    out = AlertPlan(filters, alarms, dashboards)
+    _queue_parts(cfg, out)
+    return out
 
 
 def filter_metrics(cfg: StackConfig) -> int:
     """The most metrics the metric filters make: each signal of each watched job (a metric per
-    dimension combination, job and namespace), and the Xid count."""
+    dimension combination, job and namespace), the Xid count, and each queue signal per ClusterQueue."""
     p = plan(cfg)
     xid = any(f.metric == XID_METRIC for f in p.filters)
-    return len(watched_jobs(cfg)) * len(sig.SIGNALS) * bool(p.filters) + xid
+    queued = len(cluster_queues(cfg)) * len(sig.QUEUE_SIGNALS) * bool(p.filters)
+    return len(watched_jobs(cfg)) * len(sig.SIGNALS) * bool(p.filters) + xid + queued
+
+
+def queue_reporter_on(cfg: StackConfig) -> bool:
+    """The reporter runs where its lines are read: alerts on and queues on."""
+    return bool(plan(cfg).filters) and bool(cluster_queues(cfg))
 
 
 def dashboard_url(region: str, name: str) -> str:
@@ -212,9 +285,20 @@ def dashboard_url(region: str, name: str) -> str:
     return f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}#dashboards/dashboard/{name}"
 
 
-def build_alerts(cfg: StackConfig, monitoring: Monitoring, tags: dict[str, str]) -> dict[str, Any]:
-    """Register the alerts next to ``monitoring``; returns the stack outputs of both."""
+def build_alerts(
+    cfg: StackConfig, monitoring: Monitoring, tags: dict[str, str], k8s_opts: pulumi.ResourceOptions | None = None
+) -> dict[str, Any]:
+    """Register the alerts next to ``monitoring`` (and the queue reporter, through ``k8s_opts``'
+    provider); returns the stack outputs of both."""
     outputs: dict[str, Any] = {}
+    if k8s_opts is not None and queue_reporter_on(cfg):
+        args = QueueReporterArgs(
+            image=versions.ETCD_MEMBER_IMAGE,  # the stack's stdlib python image
+            kueue_api=KUEUE_API,
+            signal_key=sig.SIGNAL_KEY,
+            node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
+        )
+        QueueReporter("queue-reporter", args, opts=k8s_opts)
     if monitoring.dashboard_name:
         outputs["dashboardName"] = monitoring.dashboard_name
     p = plan(cfg)
@@ -239,8 +323,8 @@ def build_alerts(cfg: StackConfig, monitoring: Monitoring, tags: dict[str, str])
 
 
 def dashboard_lines(cfg: StackConfig) -> list[str]:
-    """The plan's line listing the job dashboards, with their console links (none with alerts off)."""
+    """The plan's line listing the job and queue dashboards, with their console links (none with alerts off)."""
     names = sorted(plan(cfg).dashboards)
     if not names:
         return []
-    return [f"Job dashboards ({len(names)}): " + ", ".join(dashboard_url(cfg.region, n) for n in names)]
+    return [f"Job and queue dashboards ({len(names)}): " + ", ".join(dashboard_url(cfg.region, n) for n in names)]

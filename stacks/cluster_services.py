@@ -286,7 +286,7 @@ def _monitoring(s: _Services) -> None:
             tags=s.tags,
         ),
     )
-    s.outputs.update(build_alerts(s.cfg, mon, s.tags))
+    s.outputs.update(build_alerts(s.cfg, mon, s.tags, s.k8s_component))
 
 
 def autoscaled(cfg: StackConfig, g: GpuNodeGroupConfig) -> bool:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from facts import job_signals as sig
 from facts import prices
-from stacks.alerts import filter_metrics, plan
+from stacks.alerts import cluster_queues, filter_metrics, plan, queue_reporter_on
 from stacks.config import StackConfig
 
 
@@ -122,16 +123,20 @@ def _alerts(cfg: StackConfig, cost: Cost) -> None:
     fixed = round(monthly / prices.HOURS_PER_MONTH, 4)
     cost.lines.append(
         Line(
-            f"CloudWatch alarms ({len(p.alarms)}, reading {alarm_metrics} metric{'s' * (alarm_metrics != 1)}) and job "
-            "dashboards "
-            f"({len(p.dashboards)})",
+            f"CloudWatch alarms ({len(p.alarms)}, reading {alarm_metrics} metric{'s' * (alarm_metrics != 1)}) and "
+            f"dashboards ({len(p.dashboards)})",
             fixed,
             fixed,
         )
     )
     metrics = filter_metrics(cfg)
     top = round(metrics * prices.CLOUDWATCH_CUSTOM_METRIC_MONTH / prices.HOURS_PER_MONTH, 4)
-    cost.lines.append(Line(f"CloudWatch metrics from the jobs' signals and Xid lines (up to {metrics})", 0.0, top))
+    # The queue reporter publishes its metrics every minute whether or not anything runs.
+    always = len(cluster_queues(cfg)) * len(sig.QUEUE_SIGNALS) if queue_reporter_on(cfg) else 0
+    idle = round(always * prices.CLOUDWATCH_CUSTOM_METRIC_MONTH / prices.HOURS_PER_MONTH, 4)
+    cost.lines.append(
+        Line(f"CloudWatch metrics from the jobs' and queues' signals and Xid lines (up to {metrics})", idle, top)
+    )
     cost.notes.append(
         "CloudWatch: alarms and dashboards at their monthly price; the account's free tier "
         "(10 alarm metrics, 3 dashboards, 10 metrics) is not deducted"

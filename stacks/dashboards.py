@@ -34,8 +34,16 @@ def _pod_lines(cluster: str, job: WatchedJob, metric: str, label: str = "") -> l
     ]
 
 
-def _signal_line(job: WatchedJob, signal: str, stat: str) -> list[Any]:
-    return [sig.METRIC_NAMESPACE, signal, "job", job.name, "namespace", job.namespace, {"stat": stat, "label": signal}]
+def _signal_line(cluster: str, job: WatchedJob, signal: str, stat: str) -> list[Any]:
+    return [
+        sig.metric_namespace(cluster),
+        signal,
+        "job",
+        job.name,
+        "namespace",
+        job.namespace,
+        {"stat": stat, "label": signal},
+    ]
 
 
 def _graph(title: str, region: str, metrics: list[list[Any]], stat: str = "Average") -> dict[str, Any]:
@@ -72,12 +80,17 @@ def job_widgets(cfg: StackConfig, job: WatchedJob) -> list[dict[str, Any]]:
     if job.efa:
         efa = _pod_lines(c, job, "pod_efa_rx_bytes", " rx") + _pod_lines(c, job, "pod_efa_tx_bytes", " tx")
         graphs.append(_graph("EFA traffic per pod (bytes per minute)", r, efa, stat="Sum"))
-    steps = [_signal_line(job, sig.STEP_TIME, "Average"), _signal_line(job, sig.STEP_TIME, "Maximum")]
+    steps = [
+        _signal_line(cfg.cluster_name, job, sig.STEP_TIME, "Average"),
+        _signal_line(cfg.cluster_name, job, sig.STEP_TIME, "Maximum"),
+    ]
     graphs.append(_graph("Step time (s): average and slowest rank", r, steps))
     graphs.append(
         _graph("Container restarts per pod", r, _pod_lines(c, job, "pod_number_of_container_restarts"), "Maximum")
     )
-    signals = [_signal_line(job, s, "Maximum") for s in (sig.FABRIC_FALLBACK, sig.SLOW_NODE, sig.JOB_STALLED)]
+    signals = [
+        _signal_line(cfg.cluster_name, job, s, "Maximum") for s in (sig.FABRIC_FALLBACK, sig.SLOW_NODE, sig.JOB_STALLED)
+    ]
     graphs.append(_graph("Findings: fabric fallback, slow node (factor), stalled", r, signals, stat="Maximum"))
     return graphs
 
@@ -101,3 +114,35 @@ def layout(header: dict[str, Any], graphs: list[dict[str, Any]]) -> list[dict[st
 def job_dashboard(cfg: StackConfig, job: WatchedJob, alarms: list[str]) -> dict[str, Any]:
     """The dashboard body of ``job``."""
     return {"widgets": layout(_header(cfg, job, alarms), job_widgets(cfg, job))}
+
+
+def queues_dashboard_name(cluster: str) -> str:
+    return f"{cluster}-queues"
+
+
+def _queue_lines(cfg: StackConfig, signal: str, cluster_queues: list[str]) -> list[list[Any]]:
+    ns = sig.metric_namespace(cfg.cluster_name)
+    return [[ns, signal, sig.QUEUE_DIMENSION, cq, {"label": cq}] for cq in cluster_queues]
+
+
+def queues_dashboard(cfg: StackConfig, cluster_queues: list[str], alarms: list[str]) -> dict[str, Any]:
+    """The queues' dashboard: per ClusterQueue the pending and admitted workloads and the oldest
+    pending one's wait (the queue reporter's lines, facts/job_signals.py)."""
+    r = cfg.region
+    text = (
+        f"## Queues of {cfg.cluster_name}\n"
+        f"ClusterQueues: {', '.join(f'`{cq}`' for cq in cluster_queues)}. Alarms: "
+        f"{', '.join(f'`{a}`' for a in alarms) or 'none (alerts.queueWaitMinutes unset)'} (docs/alerts.md)."
+    )
+    graphs = [
+        _graph(
+            "Pending workloads per ClusterQueue", r, _queue_lines(cfg, sig.QUEUE_PENDING, cluster_queues), "Maximum"
+        ),
+        _graph(
+            "Admitted workloads per ClusterQueue", r, _queue_lines(cfg, sig.QUEUE_ADMITTED, cluster_queues), "Maximum"
+        ),
+        _graph(
+            "Oldest pending wait (s) per ClusterQueue", r, _queue_lines(cfg, sig.QUEUE_WAIT, cluster_queues), "Maximum"
+        ),
+    ]
+    return {"widgets": layout({"type": "text", "properties": {"markdown": text}}, graphs)}

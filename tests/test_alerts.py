@@ -93,6 +93,60 @@ def test_the_xid_filter_counts_xid_lines_and_nothing_else(plan):
     assert not any(cw.pattern_matches(f.pattern, r) for r in RECORDS["application"].values())
 
 
+def _written_and_read(result) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(namespace, metric) the plan's metric filters write, and the ones its alarms read."""
+    written = {
+        (r.inputs["metricTransformation"]["namespace"], r.inputs["metricTransformation"]["name"])
+        for r in result.records
+        if r.type == "aws:cloudwatch/logMetricFilter:LogMetricFilter"
+    }
+    read: set[tuple[str, str]] = set()
+    for r in (r for r in result.records if r.type == "aws:cloudwatch/metricAlarm:MetricAlarm"):
+        if r.inputs.get("namespace"):
+            read.add((r.inputs["namespace"], r.inputs["metricName"]))
+        for q in r.inputs.get("metricQueries") or []:
+            if q.get("metric"):
+                read.add((q["metric"]["namespace"], q["metric"]["metricName"]))
+    return written, read
+
+
+def _crossed(a, b) -> set[tuple[str, str]]:
+    """What an alarm of either plan reads that the other's filters write."""
+    (wa, ra), (wb, rb) = _written_and_read(a), _written_and_read(b)
+    return (ra & wb) | (rb & wa)
+
+
+def _stack_run(stack: str):
+    from stacks.config.stackfile import read_stack_config
+
+    _, committed = read_stack_config(stack, ROOT)
+    return run_stack(committed, stack)
+
+
+@pytest.fixture(scope="module")
+def dev_and_prod():
+    return _stack_run("dev"), _stack_run("prod")
+
+
+def test_dev_and_prod_alarms_read_only_their_own_clusters_signal_metrics(dev_and_prod):
+    """Two stacks in one account and region: no alarm of one reads a metric the other's filters
+    write, though each stack's own alarms do read its filters' metrics."""
+    dev, prod = dev_and_prod
+    assert _crossed(dev, prod) == set()
+    for result in (dev, prod):
+        written, read = _written_and_read(result)
+        assert read & written, "the stack's signal alarms read its own filters' metrics"
+
+
+def test_one_shared_signal_namespace_would_cross_the_stacks(monkeypatch):
+    """The rule fires: with one namespace for every cluster (the old design), both stacks' filters
+    write the metrics both stacks' alarms read."""
+    monkeypatch.setattr(sig, "metric_namespace", lambda cluster: sig.METRIC_NAMESPACE)
+    one = run_stack(values(), "dev")
+    other = run_stack(values(), "prod")
+    assert _crossed(one, other)
+
+
 # ---------------------------------------------------------------------------------------------
 # Alarms on synthetic series
 # ---------------------------------------------------------------------------------------------
@@ -109,7 +163,7 @@ def series(cfg, *, gpu: float | None, efa: float | None, signals: dict[str, list
         for m in ("pod_efa_rx_bytes", "pod_efa_tx_bytes"):
             out[cw.key(alerts.CI, m, dims)] = [efa] * PERIODS
     for name, vals in (signals or {}).items():
-        out[cw.key(sig.METRIC_NAMESPACE, name, {"job": "bert", "namespace": job.namespace})] = vals
+        out[cw.key(sig.metric_namespace(cfg.cluster_name), name, {"job": "bert", "namespace": job.namespace})] = vals
     return out
 
 
@@ -244,8 +298,13 @@ def test_the_cost_table_prices_alarm_metrics_and_dashboards(cfg, plan):
     assert f"reading {n_metrics} metrics" in fixed.what
     assert fixed.idle == fixed.maximum == round((n_metrics * 0.10 + len(plan.dashboards) * 3.00) / 730, 4)
     signals = next(line for what, line in lines.items() if what.startswith("CloudWatch metrics"))
-    assert signals.idle == 0.0 and signals.maximum == round(alerts.filter_metrics(cfg) * 0.30 / 730, 4)
-    assert alerts.filter_metrics(cfg) == 2 * len(sig.SIGNALS) + 1
+    queue_metrics = len(alerts.cluster_queues(cfg)) * len(sig.QUEUE_SIGNALS)  # published even when idle
+    assert signals.idle == round(queue_metrics * 0.30 / 730, 4)
+    assert signals.maximum == round(alerts.filter_metrics(cfg) * 0.30 / 730, 4)
+    assert alerts.cluster_queues(cfg), "queues are on by default"
+    assert alerts.filter_metrics(cfg) == 2 * len(sig.SIGNALS) + 1 + len(alerts.cluster_queues(cfg)) * len(
+        sig.QUEUE_SIGNALS
+    )
 
 
 def test_the_watched_pods_are_the_workers_the_job_kinds_name(cfg):

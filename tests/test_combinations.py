@@ -261,7 +261,8 @@ def _alerts_as_configured(plan: Any, cfg: Any) -> None:
     assert bool(names) == cfg.alerts.enabled
     watched = alerts.watched_jobs(cfg)
     assert {f"{cfg.cluster_name}-{j.name}-gpu-idle" for j in watched if cfg.alerts.enabled} <= names
-    assert len(wanted.dashboards) == (len(watched) if cfg.alerts.enabled else 0)
+    queues_board = bool(alerts.cluster_queues(cfg))  # and one of the queues when they are on
+    assert len(wanted.dashboards) == ((len(watched) + queues_board) if cfg.alerts.enabled else 0)
     for body in wanted.dashboards.values():
         assert cw.dashboard_problems(body) == []
 

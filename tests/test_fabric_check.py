@@ -242,7 +242,7 @@ def test_an_mpi_job_has_no_fabric_check():
 
 def test_fabric_on_a_group_without_efa_is_refused():
     problem = one([elastic(nodeGroup="p3", nodes=2, fabric="enforce")])
-    assert problem.key.endswith("[0].fabric") and "'enforce' needs a job on EFA" in problem.message
+    assert problem.key.endswith("jobs[imagenet].fabric") and "'enforce' needs a job on EFA" in problem.message
 
 
 def test_fabric_on_an_mpi_job_is_refused():
@@ -255,9 +255,10 @@ def test_fabric_on_an_mpi_job_is_refused():
         "command": ["python", "t.py"],
     }
     problem = one([{**job, "fabric": "warn"}])
-    assert problem.key.endswith("[0].fabric") and "not allowed for kind 'mpi'" in problem.message
+    assert problem.key.endswith("jobs[hvd].fabric") and "not allowed for kind 'mpi'" in problem.message
 
 
 def test_a_bad_fabric_value_names_the_choices():
     problem = one([elastic(nodes=2, fabric="strict")])
-    assert problem.key.endswith("[0].fabric") and "enforce" in problem.message and "'strict'" in problem.message
+    assert problem.key.endswith("jobs[imagenet].fabric")
+    assert "enforce" in problem.message and "'strict'" in problem.message

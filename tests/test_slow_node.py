@@ -192,12 +192,12 @@ def test_a_fixed_size_job_without_checkpoints_is_not_restarted():
 )
 def test_out_of_range_values_are_refused(section, key, text):
     problem = one([elastic(nodes=2, nodeGroup="p3", slowNode=section)])
-    assert problem.key.endswith(f"[0].{key}") and text in problem.message
+    assert problem.key.endswith(f"jobs[imagenet].{key}") and text in problem.message
 
 
 def test_one_node_has_nothing_to_compare_with():
     problem = one([elastic(nodes=1, nodeGroup="p3", slowNode={})])
-    assert problem.key.endswith("[0].slowNode") and "2 nodes or more" in problem.message
+    assert problem.key.endswith("jobs[imagenet].slowNode") and "2 nodes or more" in problem.message
 
 
 def test_the_dev_stack_with_slow_node_registers_the_rights_the_api_server_takes():

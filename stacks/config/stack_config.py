@@ -172,6 +172,8 @@ SNS_TOPIC_ARN = re.compile(r"^arn:aws(-[a-z]+)*:sns:[a-z]{2}(-[a-z]+)+-\d:\d{12}
 # (CloudWatch evaluates at most 1 day of periods of 5 minutes or more: "Evaluating an alarm").
 IDLE_PERIOD_MINUTES = 5
 IDLE_WINDOW_MAX_MINUTES = 1440
+# The queue-wait budget's bound: a week (a wait longer than that is a queue nobody serves).
+QUEUE_WAIT_MAX_MINUTES = 10080
 
 
 class AlertsConfig(ConfigModel):
@@ -195,7 +197,17 @@ class AlertsConfig(ConfigModel):
         description=f"how long a running job's GPUs stay idle before its alarm fires, in minutes (a multiple of "
         f"{IDLE_PERIOD_MINUTES}, at most {IDLE_WINDOW_MAX_MINUTES})",
     )
-    dashboards: bool = Field(True, description="a CloudWatch dashboard per GPU job on EKS (its pods' GPUs, EFA, steps)")
+    dashboards: bool = Field(
+        True,
+        description="a CloudWatch dashboard per GPU job on EKS (its pods' GPUs, EFA, steps), and one of the queues",
+    )
+    queue_wait_minutes: int | None = Field(
+        None,
+        ge=1,
+        le=QUEUE_WAIT_MAX_MINUTES,
+        description="an alarm per Kueue ClusterQueue when its oldest pending workload has waited longer than this, "
+        f"in minutes (1 to {QUEUE_WAIT_MAX_MINUTES}; default: none; needs `queues.enabled`)",
+    )
 
     @field_validator("sns_topic_arn")
     @classmethod
