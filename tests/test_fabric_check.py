@@ -236,7 +236,7 @@ def test_the_mode_follows_the_group_the_nodes_and_the_key(group, over, mode):
 
 def test_an_mpi_job_runs_the_check_in_its_launcher_not_its_ranks():
     # tests/test_mpi_fabric.py has the launcher's side
-    spec = job_spec("mpi", "p4d")
+    spec = job_spec("mpi", "p4d", fabric=None)
     assert isinstance(spec, resilience.ResilientJob) and spec.fabric is None and spec.fabric_mode(4) == "enforce"
     assert "--fabric" not in spec.rank_command()
 

@@ -207,7 +207,7 @@ def mpijob(manifests: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_an_mpi_job_on_efa_with_two_nodes_runs_the_check_in_its_launcher():
-    manifests = built("mpi", "p4d")
+    manifests = built("mpi", "p4d", fabric=None)
     specs = mpijob(manifests)["spec"]["mpiReplicaSpecs"]
     launcher = specs["Launcher"]["template"]["spec"]
     command = launcher["containers"][0]["command"]
@@ -226,9 +226,9 @@ def test_an_mpi_job_on_efa_with_two_nodes_runs_the_check_in_its_launcher():
 
 @pytest.mark.parametrize(("over", "mode"), [({}, "enforce"), ({"fabric": "warn"}, "warn"), ({"fabric": "off"}, "off")])
 def test_the_mpi_mode_follows_the_key(over, mode):
-    spec = job_spec("mpi", "p4d", **over)
-    launcher = mpijob(built("mpi", "p4d", **over))["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
-    command = launcher["containers"][0]["command"]
+    spec = job_spec("mpi", "p4d", **{"fabric": None, **over})
+    specs = mpijob(built("mpi", "p4d", **{"fabric": None, **over}))["spec"]["mpiReplicaSpecs"]
+    command = specs["Launcher"]["template"]["spec"]["containers"][0]["command"]
     assert spec.fabric_mode(4) == mode
     assert ("mpi_fabric.py" in " ".join(command)) == (mode != "off")
 
