@@ -4,7 +4,10 @@ loopback decision of burn-in with it, the files that ship it, and aws-ofi-nccl's
 
 from __future__ import annotations
 
+import subprocess
 import sys
+
+import pytest
 
 from components import burn_in
 from jobs import resilience
@@ -76,3 +79,46 @@ def test_the_rule_ships_with_the_guard_and_with_burn_in():
     loopback = next(c for c in spec["initContainers"] if c["name"] == "loopback")
     env = {e["name"]: e.get("value") for e in loopback["env"]}
     assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_SUBSYS"] == "INIT,NET"
+
+
+# -- nccl-test's gate: the same rule in awk (the nccl-tests images are not known to carry python3) ------------------
+
+GATE = ROOT / "jobs" / "scripts" / "nccl_gate.sh"
+# A result table in nccl-tests' layout (>= 2.13; the gate finds the columns by the header), for the excerpts.
+TABLE = (
+    "# size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+    "1073741824 268435456 float sum -1 536774 2.00 2.00 0 541545 1.98 1.98 0\n"
+)
+RECORDED = sorted([*LOGS.glob("*.log"), *NCCL.glob("*.log")])
+
+
+def python_fails(text: str) -> bool:
+    """The rule as the MPI launcher applies it to lines alone (mpi_fabric.lines_only): any host not on EFA, or none
+    that printed NCCL's choice."""
+    sys.path.insert(0, str(ROOT / "jobs" / "scripts"))
+    import fabric_check as fc
+    import mpi_fabric as mf
+
+    verdicts = mf.lines_only(text.splitlines())
+    return not verdicts or any(v.state != fc.OK for v in verdicts.values())
+
+
+@pytest.mark.parametrize("log", RECORDED, ids=lambda p: p.name)
+def test_the_gate_and_the_rule_agree_on_every_recorded_log(log, tmp_path):
+    text = log.read_text()
+    if "busbw" not in text:
+        text += TABLE
+    (tmp_path / "log").write_text(text)
+    out = subprocess.run(["bash", str(GATE), "check", str(tmp_path / "log"), "1", "0"], capture_output=True, text=True)
+    gate_fails = "did not use the EFA provider" in out.stdout
+    assert gate_fails or "NCCL selected the EFA provider" in out.stdout, out.stdout
+    assert gate_fails == python_fails(text), out.stdout
+
+
+def test_the_gate_names_the_host_that_fell_back(tmp_path):
+    efa = (LOGS / "efa_p4d.log").read_text()
+    socket = "ip-10-216-179-119:416603:416647 [2] NCCL INFO Channel 00/0 : 1[1] -> 9[1] [send] via NET/Socket/0\n"
+    (tmp_path / "log").write_text(efa + socket + TABLE)
+    out = subprocess.run(["bash", str(GATE), "check", str(tmp_path / "log"), "1", "0"], capture_output=True, text=True)
+    assert out.returncode == 1 and "not EFA on ip-10-216-179-119: socket" in out.stdout
+    assert python_fails(efa + socket) and not python_fails(efa)
