@@ -187,8 +187,18 @@ class MpiJobSpec(PortableJob, MpiBase, ResilientJob):
     def derived_env(self) -> dict[str, str]:
         return {**super().derived_env(), **self.resilience_env()}
 
+    def fabric_nccl_env(self, ctx: JobsContext) -> dict[str, str]:
+        """With the launcher's fabric check, NCCL's init and network lines for it (forwarded to the ranks with -x like
+        all env): NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET, unless the job sets them itself (its value wins)."""
+        if self.fabric_mode(self.efa_of(ctx)) == "off" or NCCL_DEBUG in self.env or NCCL_DEBUG in self.secret_env:
+            return {}
+        added = {NCCL_DEBUG: "INFO"}
+        if "NCCL_DEBUG_SUBSYS" not in self.env and "NCCL_DEBUG_SUBSYS" not in self.secret_env:
+            added["NCCL_DEBUG_SUBSYS"] = "INIT,NET"
+        return added
+
     def build(self, ctx: JobsContext) -> list[Manifest]:
-        return [*self.guard_config_map(ctx), *super().build(ctx)]
+        return [*self.guard_config_map(ctx), mpijob(self, ctx, {**self.derived_env(), **self.fabric_nccl_env(ctx)})]
 
     def sagemaker_distribution(self, instance: InstanceType, environment: Mapping[str, str]) -> dict[str, Any]:
         # SageMaker's MPI launcher starts the ranks over SSH like mpi-operator does: the env reaches

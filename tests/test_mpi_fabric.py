@@ -237,3 +237,20 @@ def test_fabric_on_an_mpi_job_without_efa_is_refused():
     job = {"name": "hvd", "kind": "mpi", "nodeGroup": "p3", "nodes": 2, "image": "horovod/horovod:0.28.1"}
     problem = one([{**job, "command": ["python", "t.py"], "fabric": "warn"}])
     assert problem.key.endswith("[hvd].fabric") and "'warn' needs a job on EFA" in problem.message
+
+
+def launcher_env(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    launcher = mpijob(manifests)["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value") for e in launcher["env"]}
+
+
+def test_the_ranks_get_nccls_init_and_net_lines_forwarded_unless_the_job_sets_nccl_debug():
+    manifests = built("mpi", "p4d", fabric=None)
+    env = launcher_env(manifests)
+    assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_SUBSYS"] == "INIT,NET"
+    command = mpijob(manifests)["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
+    forwarded = [command[i + 1] for i, arg in enumerate(command) if arg == "-x"]
+    assert "NCCL_DEBUG" in forwarded and "NCCL_DEBUG_SUBSYS" in forwarded  # mpirun -x: the ranks see them
+    own = launcher_env(built("mpi", "p4d", fabric=None, env={"NCCL_DEBUG": "WARN"}))
+    assert own["NCCL_DEBUG"] == "WARN" and "NCCL_DEBUG_SUBSYS" not in own
+    assert "NCCL_DEBUG" not in launcher_env(built("mpi", "p4d", fabric="off"))
