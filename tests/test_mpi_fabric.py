@@ -47,6 +47,13 @@ def test_the_host_is_read_from_nccls_prefix_behind_mpiruns():
     assert mf.host_of("[1,0]<stdout>:#       size         count      type") is None
 
 
+def test_a_tag_inside_a_line_starts_a_new_one():
+    check = mf.LauncherCheck(mf.parse(["--fabric", "warn", "--hosts", "1", "--mpirun", "/m", "--", "x"]), {}, print)
+    check.feed("[1,0]<stdout>:vm:1:1 [0] NCCL INFO Using network Libfabric[1,1]<stdout>:vm:2:2 [1] NCCL INFO x\n")
+    assert [mf.host_of(x) for x in check.seen()] == ["vm", "vm"]
+    assert fc.read_network(check.seen()).networks == ("libfabric",)
+
+
 def test_each_host_of_a_healthy_efa_run_is_ok():
     lines = tagged("efa_p4d.log")
     hosts = ["ip-10-216-178-255", "ip-10-216-179-119"]
@@ -90,6 +97,26 @@ def test_counter_lines_are_parsed_per_host_and_device():
         ]
     )
     assert mf.parse_counters(text, root) == {"w-0": {"rdmap16s0": 15}, "w-1": {"rdmap17s0": 7}}
+    answered = f"{mf.COUNTER_TAG} w-2 answered\n"  # a host without EFA devices: answered, nothing under the root
+    assert mf.parse_counters(answered + text, root)["w-2"] == {}
+
+
+def test_a_host_whose_counters_could_not_be_read_is_judged_by_its_lines_and_not_failed():
+    lines = tagged("efa_p4d.log")
+    hosts = ["ip-10-216-178-255", "ip-10-216-179-119"]
+    before = counters(hosts, 4, 1000)
+    after = counters(hosts[:1], 4, 9000)  # the second reading did not reach the other host
+    verdicts = mf.host_verdicts(lines, before, after, 4, 30)
+    assert verdicts[hosts[0]].state == fc.OK and "carried traffic" in verdicts[hosts[0]].reason
+    assert verdicts[hosts[1]].state == fc.OK and "could not be read" in verdicts[hosts[1]].reason
+    answered_empty = {**after, hosts[1]: {}}  # it answered, and shows no EFA device: a fall-back
+    assert mf.host_verdicts(lines, before, answered_empty, 4, 30)[hosts[1]].state == fc.FALLBACK
+
+
+def test_a_run_that_ends_before_the_check_keeps_its_exit_code(tmp_path, monkeypatch, capsys):
+    run = launcher_run(tmp_path, monkeypatch, capsys, "enforce", "socket_fallback_mpi.log", run_seconds=0)
+    assert run["code"] == 0 and run["term"] == ""  # reported, not failed afterwards
+    assert [s[job_signals.SIGNAL_KEY] for s in run["signals"]] == ["fabric_fallback"]
 
 
 def test_the_counter_run_is_one_process_per_node_through_the_same_mpirun():
