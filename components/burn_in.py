@@ -71,6 +71,8 @@ NAMESPACE = "kube-system"
 NAME = "gputraining-burn-in"
 SCRIPT = Path(__file__).parent / "scripts" / "burn_in.py"
 DECISIONS = SCRIPT.with_name("burn_in_decisions.py")
+# The fabric rule of the jobs' checks, which the decisions apply to the loopback test's NCCL lines.
+FABRIC_RULE = Path(__file__).parent.parent / "jobs" / "scripts" / "fabric_rule.py"
 SCRIPT_DIR = "/opt/burn-in"
 STATE_DIR = "/run/burn-in"
 TOLERATE_ALL = [{"operator": "Exists"}]
@@ -84,6 +86,8 @@ WATCH_SECONDS = 15
 # The loopback test: 8 B to 256 MiB, doubling, over every GPU of the node in one process, with a
 # result check per size (-c 1); a few seconds on A100/H100.
 LOOPBACK_ARGS = "-b 8 -e 256M -f 2 -c 1"
+# NCCL's init and network lines in the test's log, for the fabric rule (burn_in_decisions.loopback_result).
+LOOPBACK_NCCL_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
 
 @dataclass(frozen=True)
@@ -147,10 +151,11 @@ def expectations(groups: Sequence[GroupExpectation]) -> dict[str, dict[str, Any]
 
 
 def files(groups: Sequence[GroupExpectation]) -> dict[str, str]:
-    """The ConfigMap's files: the script, its decisions, the expectations."""
+    """The ConfigMap's files: the script, its decisions, the fabric rule they use, the expectations."""
     return {
         SCRIPT.name: SCRIPT.read_text(),
         DECISIONS.name: DECISIONS.read_text(),
+        FABRIC_RULE.name: FABRIC_RULE.read_text(),
         "expected.json": json.dumps(expectations(groups), indent=1, sort_keys=True) + "\n",
     }
 
@@ -209,7 +214,7 @@ def pod_spec(args: BurnInArgs) -> dict[str, Any]:
                 "name": "loopback",
                 "image": args.loopback_image,
                 "command": ["/bin/bash", "-c", run],
-                "env": _env(GPU_ENV),
+                "env": _env({**GPU_ENV, **LOOPBACK_NCCL_ENV}),
                 "volumeMounts": MOUNTS,
                 "resources": LOOPBACK_RESOURCES,
             }

@@ -15,10 +15,12 @@ from pydantic import Field
 from facts.instance_types import InstanceType
 from facts.operators import MPI_OPERATOR, MPIJOB
 from facts.problems import Problem
+from jobs import fabric as fabric_spec
 from jobs import launchers, pod, spec_checks
 from jobs.base import EFA_ENV_NAMES, GpuJob, Manifest
 from jobs.launchers import Derived
-from jobs.resilience import ResilientJob
+from jobs.pod import job_efa_interfaces
+from jobs.resilience import GUARD_DIR, GUARD_PYTHON, GUARD_VOLUME, ResilientJob
 from jobs.sagemaker import MAX_HYPERPARAMETER_VALUE, PortableJob
 from jobs.targets import GroupFacts, JobsContext, JobTarget
 
@@ -31,6 +33,8 @@ LAUNCHER_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}}
 # workers find Open MPI even though an ssh session does not get the image's PATH.
 OPEN_MPI_MPIRUN = "/opt/amazon/openmpi/bin/mpirun"
 NCCL_DEBUG = "NCCL_DEBUG"
+# The launcher's fabric check (docs/performance.md, "MPI jobs"), shipped in the guard's ConfigMap.
+MPI_FABRIC = "mpi_fabric.py"
 
 
 class MpiBase(GpuJob):
@@ -119,6 +123,9 @@ class MpiBase(GpuJob):
         """What mpirun runs on every rank."""
         return list(self.command) + list(self.args)
 
+    def equip_launcher(self, pod_spec: dict[str, Any], container: dict[str, Any], ctx: JobsContext) -> None:
+        """What the launcher pod needs besides mpirun (MpiJobSpec: its fabric check); nothing here."""
+
     def build(self, ctx: JobsContext) -> list[Manifest]:
         return [mpijob(self, ctx, self.derived_env())]
 
@@ -134,9 +141,8 @@ class MpiJobSpec(PortableJob, MpiBase, ResilientJob):
         "under mpirun)"
     )
     SCRIPT_SUFFIXES = (".py", ".sh")
-    # The ranks start through the workers' sshd, without the pod's env (its identity, the API's address): the
-    # fabric check of an MPI job is nccl-test's gate (jobs/scripts/nccl_gate.sh) for now.
-    FABRIC_CHECK = False
+    # The ranks start through the workers' sshd, without the pod's env: the fabric check runs in the launcher, over
+    # mpirun's output (jobs/scripts/mpi_fabric.py, MPI_FABRIC), not in the ranks' guard.
 
     kind: Literal["mpi"] = Field(description="`mpi`")
     image: str = Field(
@@ -149,13 +155,50 @@ class MpiJobSpec(PortableJob, MpiBase, ResilientJob):
         return list(self.command) + list(self.args)
 
     def rank_command(self) -> list[str]:
+        # efa 0: the ranks' guard (progress, checkpoints) never runs the fabric check; the launcher does.
         return self.guard_command(list(self.command), 0) + list(self.args)
+
+    def launcher_command(self, target: JobTarget, forward: Sequence[str]) -> list[str]:
+        """mpirun, under the launcher's fabric check when the job has one (docs/performance.md, "MPI jobs")."""
+        mpirun = super().launcher_command(target, forward)
+        efa = job_efa_interfaces(self, target)
+        mode = self.fabric_mode(efa)
+        if mode == "off":
+            return mpirun
+        check = [GUARD_PYTHON, f"{GUARD_DIR}/{MPI_FABRIC}", "--fabric", mode, "--efa-interfaces", str(efa)]
+        check += ["--hosts", str(self.nodes), "--job", self.name, "--mpirun", self.mpirun]
+        return [*check, "--", *mpirun]
+
+    def equip_launcher(self, pod_spec: dict[str, Any], container: dict[str, Any], ctx: JobsContext) -> None:
+        """With the fabric check the launcher runs it: the guard's files, its service account (Events), the pod's
+        identity and its termination message."""
+        if self.fabric_mode(self.efa_of(ctx)) == "off":
+            return
+        pod_spec["serviceAccountName"] = fabric_spec.account_name(self.name)
+        container["env"] = [*container.get("env", []), *fabric_spec.identity_env()]
+        pod_spec.setdefault("volumes", []).append(
+            {"name": GUARD_VOLUME, "configMap": {"name": self.guard_config_map_name}}
+        )
+        container.setdefault("volumeMounts", []).append(
+            {"name": GUARD_VOLUME, "mountPath": GUARD_DIR, "readOnly": True}
+        )
+        container["terminationMessagePolicy"] = "FallbackToLogsOnError"
 
     def derived_env(self) -> dict[str, str]:
         return {**super().derived_env(), **self.resilience_env()}
 
+    def fabric_nccl_env(self, ctx: JobsContext) -> dict[str, str]:
+        """With the launcher's fabric check, NCCL's init and network lines for it (forwarded to the ranks with -x like
+        all env): NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET, unless the job sets them itself (its value wins)."""
+        if self.fabric_mode(self.efa_of(ctx)) == "off" or NCCL_DEBUG in self.env or NCCL_DEBUG in self.secret_env:
+            return {}
+        added = {NCCL_DEBUG: "INFO"}
+        if "NCCL_DEBUG_SUBSYS" not in self.env and "NCCL_DEBUG_SUBSYS" not in self.secret_env:
+            added["NCCL_DEBUG_SUBSYS"] = "INIT,NET"
+        return added
+
     def build(self, ctx: JobsContext) -> list[Manifest]:
-        return [*self.guard_config_map(ctx), *super().build(ctx)]
+        return [*self.guard_config_map(ctx), mpijob(self, ctx, {**self.derived_env(), **self.fabric_nccl_env(ctx)})]
 
     def sagemaker_distribution(self, instance: InstanceType, environment: Mapping[str, str]) -> dict[str, Any]:
         # SageMaker's MPI launcher starts the ranks over SSH like mpi-operator does: the env reaches
@@ -252,6 +295,8 @@ def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dic
         "env": env,
         "resources": copy.deepcopy(LAUNCHER_RESOURCES),
     }
+    launcher_pod = w.pod_spec([launcher], with_volumes=False, shm=False)
+    spec.equip_launcher(launcher_pod, launcher, ctx)
     worker = w.container("worker", spec.worker_command, None)
     worker_pod = w.pod_spec([worker])
     if isinstance(spec, ResilientJob):
@@ -272,9 +317,7 @@ def mpijob(spec: MpiBase, ctx: JobsContext, extra_env: Mapping[str, str]) -> dic
                 "Launcher": {
                     "replicas": 1,
                     "restartPolicy": "OnFailure",
-                    "template": pod.template(
-                        spec, w.pod_spec([launcher], with_volumes=False, shm=False), "launcher", ctx
-                    ),
+                    "template": pod.template(spec, launcher_pod, "launcher", ctx),
                 },
                 "Worker": {
                     # Always set: an omitted Worker.replicas is 0 and the job never starts.

@@ -41,7 +41,14 @@ GUARD_FILES = {
     "progress_guard.py": GUARD_SCRIPT,
     **{
         name: (SCRIPTS / name).read_text()
-        for name in ("fabric_check.py", "slow_node.py", "job_signal.py", "kube_api.py")
+        for name in (
+            "fabric_check.py",
+            "fabric_rule.py",
+            "mpi_fabric.py",
+            "slow_node.py",
+            "job_signal.py",
+            "kube_api.py",
+        )
     },
     "job_signals.py": Path(job_signals.__file__).read_text(),
 }

@@ -330,9 +330,10 @@ def job_spec(kind: str, group: str = "p4d", **over: Any) -> J.JobBase:
     }[kind]
     if kind == "nccl-test" and GROUP_TYPE[group].gpu_model not in J.NCCL_TESTS_IMAGE_GPU_MODELS:
         raw["image"] = V100_NCCL_IMAGE
-    if kind in ("pytorch-elastic", "paddle"):
-        # The fabric check, on by default on EFA with 2+ nodes, wraps these workers in the guard and adds its account
-        # (tests/test_fabric_check.py, with fabric=None: the default); the other tests look at the kinds without it.
+    if kind in ("pytorch-elastic", "paddle", "mpi"):
+        # The fabric check, on by default on EFA with 2+ nodes, wraps these workers (mpi: its launcher) in the guard and
+        # adds its account (tests/test_fabric_check.py, test_mpi_fabric.py, with fabric=None: the default); the other
+        # tests look at the kinds without it.
         raw["fabric"] = "off"
     raw.update(over)
     return J.JOB_KINDS[kind].model_validate(raw)

@@ -33,6 +33,7 @@ NCCL = Path(__file__).parent / "data" / "nccl"
 
 
 def _load() -> ModuleType:
+    sys.path.insert(0, str(burn_in.FABRIC_RULE.parent))  # the decisions import the fabric rule, shipped beside them
     spec = importlib.util.spec_from_file_location("burn_in_decisions", burn_in.DECISIONS)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -124,9 +124,11 @@ def test_each_example_produces_the_objects_of_its_kind(examples_plan, job):
         return
     # A job with progress or checkpoints also ships the progress guard in a ConfigMap <name>-guard, an elastic
     # job on the stack's etcd python-etcd in a ConfigMap <name>-python-etcd.
-    # The fabric check (docs/performance.md; on by default for these kinds on EFA with 2+ nodes) adds the guard and
-    # its ServiceAccount, Role and RoleBinding <name>-guard.
-    fabric = any("--fabric" in str(o.get("spec")) for o in objects if o["kind"] in ("PyTorchJob", "PaddleJob"))
+    # The fabric check (docs/performance.md; on by default for these kinds and mpi on EFA with 2+ nodes) adds the guard
+    # and its ServiceAccount, Role and RoleBinding <name>-guard.
+    fabric = any(
+        "--fabric" in str(o.get("spec")) for o in objects if o["kind"] in ("PyTorchJob", "PaddleJob", "MPIJob")
+    )
     accounts = {("v1", "ServiceAccount"), (RBAC, "Role"), (RBAC, "RoleBinding")} if fabric else set()
     guarded = bool(job.get("progress") or job.get("checkpoints")) or fabric
     on_etcd = job["kind"] == "pytorch-elastic" and job.get("rendezvous", "etcd") != "c10d"

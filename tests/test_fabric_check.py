@@ -234,28 +234,16 @@ def test_the_mode_follows_the_group_the_nodes_and_the_key(group, over, mode):
     assert spec.fabric_mode(spec.efa_of(make_ctx())) == mode
 
 
-def test_an_mpi_job_has_no_fabric_check():
-    spec = job_spec("mpi", "p4d")
-    assert isinstance(spec, resilience.ResilientJob) and spec.fabric is None and spec.fabric_mode(4) == "off"
-    assert all(m["kind"] != "Role" for m in built("mpi", "p4d"))
+def test_an_mpi_job_runs_the_check_in_its_launcher_not_its_ranks():
+    # tests/test_mpi_fabric.py has the launcher's side
+    spec = job_spec("mpi", "p4d", fabric=None)
+    assert isinstance(spec, resilience.ResilientJob) and spec.fabric is None and spec.fabric_mode(4) == "enforce"
+    assert "--fabric" not in spec.rank_command()
 
 
 def test_fabric_on_a_group_without_efa_is_refused():
     problem = one([elastic(nodeGroup="p3", nodes=2, fabric="enforce")])
-    assert problem.key.endswith("jobs[imagenet].fabric") and "'enforce' needs a job on EFA" in problem.message
-
-
-def test_fabric_on_an_mpi_job_is_refused():
-    job = {
-        "name": "hvd",
-        "kind": "mpi",
-        "nodeGroup": "p4d",
-        "nodes": 2,
-        "image": "horovod/horovod:0.28.1",
-        "command": ["python", "t.py"],
-    }
-    problem = one([{**job, "fabric": "warn"}])
-    assert problem.key.endswith("jobs[hvd].fabric") and "not allowed for kind 'mpi'" in problem.message
+    assert problem.key.endswith("[imagenet].fabric") and "'enforce' needs a job on EFA" in problem.message
 
 
 def test_a_bad_fabric_value_names_the_choices():

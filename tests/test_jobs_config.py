@@ -417,9 +417,11 @@ def test_targets_for_the_parsed_jobs_build_clean_manifests():
         cluster_name="c",
     )
     kinds = [m["kind"] for s in specs for m in J.build_manifests(s, ctx)]
-    # The elastic job on the stack's etcd ships python-etcd in a ConfigMap (jobs/python_etcd.py).
+    # The elastic job on the stack's etcd ships python-etcd in a ConfigMap (jobs/python_etcd.py); the mpi job on EFA
+    # with 2 nodes runs the fabric check in its launcher: the guard's ConfigMap and account (tests/test_mpi_fabric.py).
     assert kinds == [
-        *("MPIJob", "MPIJob", "ConfigMap", "PyTorchJob", "PaddleJob"),
+        *("ConfigMap", "ServiceAccount", "Role", "RoleBinding", "MPIJob"),
+        *("MPIJob", "ConfigMap", "PyTorchJob", "PaddleJob"),
         *("ServiceAccount", "Job", "Deployment", "Service"),
     ]
 

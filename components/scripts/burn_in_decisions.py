@@ -39,6 +39,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+# The fabric rule the jobs' checks use (jobs/scripts/fabric_rule.py in the repo), shipped beside this file.
+import fabric_rule
+
 # Xids NVIDIA's catalog attributes to the application, not the GPU: graphics engine exception (13),
 # MMU fault (31), GPU stopped processing (43), preemptive cleanup (45).
 APPLICATION_XIDS = frozenset({13, 31, 43, 45})
@@ -142,14 +145,20 @@ def efa_devices(sysfs: Sequence[tuple[str, str]]) -> list[str]:
 
 
 def loopback_result(log: str) -> tuple[bool, str]:
-    """Whether an ``all_reduce_perf`` log finished with no value out of bounds, and what it measured."""
+    """Whether an ``all_reduce_perf`` log finished with no value out of bounds, and what it measured; and the fabric
+    rule on one node (fabric_rule.one_node): the node's own GPUs talk over P2P/SHM, so the network NCCL names (Socket,
+    in a container without the EFA devices) fails nothing; only channels through a network other than EFA do."""
     bounds = _OUT_OF_BOUNDS.search(log)
     busbw = _BUSBW.search(log)
     if bounds is None:
         return False, "the NCCL loopback test did not finish (no 'Out of bounds values' line)"
     if int(bounds["n"]) != 0:
         return False, f"the NCCL loopback test found {bounds['n']} value(s) out of bounds"
-    return True, f"NCCL loopback all-reduce {busbw['bw'] if busbw else '?'} GB/s average bus bandwidth"
+    fabric = fabric_rule.one_node(log.splitlines())
+    if fabric.failed:
+        return False, f"the NCCL loopback test went through the network, not EFA: {fabric.reason}"
+    bandwidth = busbw["bw"] if busbw else "?"
+    return True, f"NCCL loopback all-reduce {bandwidth} GB/s average bus bandwidth ({fabric.reason})"
 
 
 # -- the verdict ---------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 # The nccl-test health gate. Runs in the launcher of every nccl-test MPIJob (the whole script is the
 # launcher's command; jobs/nccl_test.py embeds it) and fails the job -- non-zero exit, so the
 # MPIJob is Failed -- when the network is not what the node group promises:
-#   - on an EFA group, NCCL did not select the EFA provider (the silent fall-back to sockets);
+#   - on an EFA group, NCCL did not use EFA on some host (the silent fall-back to sockets), by the fabric
+#     rule of the jobs' checks (jobs/scripts/fabric_rule.py; written again here because the nccl-tests
+#     images are not known to carry python3);
 #   - the peak bus bandwidth of all sizes and both in-place and out-of-place is below a threshold.
 #
 #   nccl_gate.sh run   <require-efa 0|1> <min-busbw-GB/s> -- <command...>   run, tee, then check
@@ -19,8 +21,32 @@ check() {
   awk -v require_efa="$require_efa" -v min_busbw="$min_busbw" '
     { sub(/^\[[0-9]+,[0-9]+\]<std(out|err)>: ?/, "") }
     { low = tolower($0) }
-    index(low, "selected provider is efa") { efa = 1 }
-    index(low, "using network socket") || index(low, "via net/socket") { sockets = 1 }
+    # The fabric rule (jobs/scripts/fabric_rule.py, network_verdict; the same per host as mpi_fabric.py):
+    # per host (NCCL'"'"'s "<host>:<pid>:<tid> [<dev>]" prefix), the networks NCCL chose ("Using network X",
+    # "via NET/X/") and aws-ofi-nccl'"'"'s provider ("Selected provider is P"); EFA is libfabric/ofi with
+    # provider efa, anything else is a fall-back. tests/test_fabric_rule.py holds the two to the same verdicts.
+    index(low, " nccl ") || index(low, "nccl info") {
+      host = "?"
+      if (match($0, /^[^ :[]+:[0-9]+:[0-9]+ \[[0-9]+\] NCCL /)) host = substr($0, 1, index($0, ":") - 1)
+      value = ""
+      if ((i = index(low, "nccl info using network ")) > 0) {
+        value = substr(low, i + 24); sub(/[ \t\r]+$/, "", value)
+      } else if ((i = index(low, "via net/")) > 0) {
+        value = substr(low, i + 8); sub(/\/.*$/, "", value)
+      }
+      if (value != "") {
+        chose[host] = 1
+        if (value != "aws libfabric" && value != "libfabric" && value != "ofi" && !index(other[host] " ", " " value " ")) {
+          other[host] = other[host] " " value
+        }
+        if (value == "socket") sockets = 1
+      }
+      if ((i = index(low, "net/ofi selected provider is ")) > 0) {
+        value = substr(low, i + 29); sub(/[ ,].*$/, "", value)
+        chose[host] = 1
+        if (value != "efa") other[host] = other[host] " provider " value
+      }
+    }
     /^#/ && index($0, "busbw") && index($0, "size") {
       ncols = 0
       n = split($0, h, " ")
@@ -39,8 +65,11 @@ check() {
       fail = 0
       if (rows == 0) { print "nccl-gate: FAIL: no nccl-tests result rows in the log"; exit 1 }
       printf "nccl-gate: %d sizes, peak bus bandwidth %.2f GB/s (at %s bytes), average %s GB/s\n", rows, best, at, (avg == "" ? "n/a" : avg)
-      if (require_efa == 1 && (!efa || sockets)) {
-        print "nccl-gate: FAIL: NCCL did not use the EFA provider on an EFA node group (no \"Selected provider is efa\"" (sockets ? ", and it fell back to sockets" : "") "): check the EFA device plugin, the EFA requests of the workers and the aws-ofi-nccl plugin in the image"
+      seen = 0; hosts = ""
+      for (hn in chose) seen++
+      for (hn in other) hosts = hosts " " hn ":" other[hn]
+      if (require_efa == 1 && (seen == 0 || hosts != "")) {
+        print "nccl-gate: FAIL: NCCL did not use the EFA provider on an EFA node group (" (seen == 0 ? "no network choice in the log" : "not EFA on" hosts) (sockets ? ", it fell back to sockets" : "") "): check the EFA device plugin, the EFA requests of the workers and the aws-ofi-nccl plugin in the image"
         fail = 1
       } else if (require_efa == 1) {
         print "nccl-gate: OK: NCCL selected the EFA provider"
