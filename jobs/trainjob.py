@@ -45,7 +45,7 @@ FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 # "kueue.x-k8s.io/manager", pkg/controller/jobs/trainjob at Kueue v0.19.2).
 PATCH_MANAGER = "gputraining.io/pulumi"
 # The frameworks a runtime is made for, and the job kinds that run on each.
-FRAMEWORKS = ("torch",)
+FRAMEWORKS = ("torch", "mpi")
 # What a TrainJob's pods get on a group's runtime besides: the grace period to save a checkpoint (the pods'
 # terminationGracePeriodSeconds is the runtime's: a TrainJob cannot patch it), and the guard's message on failure.
 RUNTIME_GRACE_SECONDS = DEFAULT_GRACE
@@ -78,7 +78,7 @@ def env_of_runtime(target: JobTarget) -> list[dict[str, Any]]:
 
 def cluster_runtime(target: JobTarget, framework: str) -> Manifest:
     """The ClusterTrainingRuntime of ``target``'s group for ``framework`` (torch: torchrun on every node)."""
-    if framework not in FRAMEWORKS:
+    if framework != "torch":
         raise JobBuildError(f"no Trainer runtime for framework {framework!r} (runtimes: {', '.join(FRAMEWORKS)})")
     pod = gpu_pod_spec(target, [runtime_container(target)], [])
     pod["restartPolicy"] = "OnFailure"
@@ -111,7 +111,9 @@ def cluster_runtime(target: JobTarget, framework: str) -> Manifest:
 
 def runtimes(targets: Mapping[str, JobTarget]) -> list[Manifest]:
     """Every group's runtimes, one per framework."""
-    return [cluster_runtime(t, f) for t in targets.values() for f in FRAMEWORKS]
+    from jobs import trainjob_mpi  # noqa: PLC0415 (it builds on this module)
+
+    return [cluster_runtime(t, "torch") for t in targets.values()] + trainjob_mpi.runtimes(targets)
 
 
 def _less(items: list[dict[str, Any]], taken: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
@@ -143,8 +145,10 @@ def trainjob(spec: GpuJob, legacy: Manifest, template: dict[str, Any], framework
     patch_pod: dict[str, Any] = {"metadata": copy.deepcopy(template["metadata"])}
     volumes = _less(pod.get("volumes", []), shm, "name")
     mounts = _less(container.get("volumeMounts", []), runtime["volumeMounts"], "mountPath")
-    if volumes or mounts:
+    if volumes or mounts or "serviceAccountName" in pod:
         patch_pod["spec"] = {}
+        if "serviceAccountName" in pod:  # the fabric check's identity (jobs/resilience.py); PodSpecPatch has it
+            patch_pod["spec"]["serviceAccountName"] = pod["serviceAccountName"]
         if volumes:
             patch_pod["spec"]["volumes"] = volumes
         if mounts:
@@ -293,9 +297,14 @@ def convert(spec: OnTrainer, manifests: list[Manifest], ctx: JobsContext) -> lis
     its TrainJob when the job runs on Trainer; as they are otherwise."""
     if not spec.on_trainer or spec.TRAINER_FRAMEWORK is None:
         return manifests
+    from jobs import trainjob_mpi  # noqa: PLC0415 (it builds on this module)
+
     target = spec.target(ctx)
     out = []
     for m in manifests:
+        if m.get("kind") == MPIJOB.kind:
+            out.append(trainjob_mpi.trainjob(spec, m, target))
+            continue
         template = worker_template(m)
         if template is None:
             out.append(m)
