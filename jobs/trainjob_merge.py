@@ -237,3 +237,33 @@ def compare(legacy: dict[str, Any], trainer: dict[str, Any]) -> list[Difference]
     differ("metadata.labels", lm.get("labels"), tm.get("labels"))
     differ("metadata.annotations", lm.get("annotations"), tm.get("annotations"))
     return out
+
+
+def _without(items: list[dict[str, Any]], names: set[str]) -> list[dict[str, Any]]:
+    return [i for i in items if i.get("name") not in names]
+
+
+def compare_mpi(legacy: dict[str, Any], trainer: dict[str, Any]) -> list[Difference]:
+    """``compare`` for an MPIJob's launcher or worker and the TrainJob's pod of the same role: the volumes and mounts
+    Trainer's MPI plugin adds are differences of their own (each with its reason), the rest compared as above."""
+    trainer = copy.deepcopy(trainer)
+    added = {mpi_model.SSH_VOLUME, mpi_model.HOSTFILE_VOLUME}
+    out: list[Difference] = []
+    spec = trainer["spec"]
+    for v in spec.get("volumes") or []:
+        if v["name"] in added:
+            what = f"spec.volumes.{v['name']}"
+            out.append(Difference(what, None, v, mpi_model.MPI_REASONS.get(what)))
+    spec["volumes"] = _without(spec.get("volumes") or [], added)
+    if not spec["volumes"]:
+        del spec["volumes"]
+    (container,) = spec["containers"]
+    for m in container.get("volumeMounts") or []:
+        if m["name"] in added:
+            what = f"container.volumeMounts.{m['name']}"
+            out.append(Difference(what, None, m, mpi_model.MPI_REASONS.get(what)))
+    container["volumeMounts"] = _without(container.get("volumeMounts") or [], added)
+    if not container["volumeMounts"]:
+        del container["volumeMounts"]
+    found = compare(legacy, trainer)
+    return out + [Difference(d.what, d.legacy, d.trainer, mpi_model.MPI_REASONS.get(d.what)) for d in found]

@@ -115,3 +115,27 @@ def hostfile(job: Mapping[str, Any], policy: Mapping[str, Any]) -> str:
     slots = procs_per_node(policy, trainer)
     count = int(trainer.get("numNodes", policy.get("numNodes", 1)))
     return "".join(f"{name}-{trainjob.NODE}-0-{i}.{name} slots={slots}\n" for i in range(count))
+
+
+# What differs between an MPIJob's pods and a TrainJob's on the MPI runtime, and why (anything else has no reason).
+MPI_REASONS = {
+    "container.name": "Trainer's containers are named `node` (pkg/constants: Node, also in the launcher); the MPIJob's "
+    "`launcher` and `worker`",
+    **{
+        f"container.env.{n}": "set by Trainer's MPI plugin on the launcher (mpi.go EnforceMLPolicy); mpi-operator sets "
+        "its own OpenMPI env on its launcher at run time"
+        for n in OMPI_ENV
+    },
+    f"spec.volumes.{SSH_VOLUME}": "Trainer's SSH keys Secret (<job>-mpi-ssh-auth, mpi.go buildSSHAuthSecret); "
+    "mpi-operator mounts its own <job>-ssh at run time",
+    f"spec.volumes.{HOSTFILE_VOLUME}": "Trainer's hostfile ConfigMap (<job>-mpi-hostfile); mpi-operator mounts its "
+    "<job>-config at run time",
+    f"container.volumeMounts.{SSH_VOLUME}": "the SSH keys at sshAuthMountPath (/root/.ssh, where mpi-operator puts "
+    "them)",
+    f"container.volumeMounts.{HOSTFILE_VOLUME}": "the hostfile at /etc/mpi (mpi-operator's place too)",
+    "container.terminationMessagePolicy": "the runtime's: the progress guard's message on failure for every job",
+    "spec.terminationGracePeriodSeconds": "the runtime's (a TrainJob cannot patch it): the default checkpoint grace "
+    "period for every job",
+    "spec.restartPolicy": "the runtime's, as the MPIJob's replica restartPolicy (launcher OnFailure, workers Never), "
+    "which mpi-operator sets on its pods at run time",
+}
