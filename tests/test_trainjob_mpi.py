@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from facts.kube import EFA_RESOURCE, GPU_RESOURCE, HUGEPAGES_2MI_RESOURCE
+from infra import plan_jobs
 from infra.api_checks.kube_crds import CrdIndex
 from jobs import trainjob_merge as merge
 from jobs import trainjob_merge_mpi as mpi_model
@@ -255,3 +256,23 @@ def test_an_mpi_job_with_its_own_image_stays_on_the_mpi_operator():
     job = {"kind": "mpi", "name": "hvd", "image": "repo/hvd:1", "nodeGroup": "p4d", "command": ["python", "t.py"]}
     assert _problems(job) == {}
     assert "image" in _problems({**job, "operator": "trainer"})
+
+
+def test_the_plans_legacy_api_line_stops_listing_a_moved_nccl_test(moved_dev):
+    """dev's job table names nccl-p4d on MPIJob v2beta1 until it moves; moved, its row says TrainJob and the
+    legacy-API line leaves it out."""
+    values = _values("dev")
+    for j in values[f"{NS}:jobs"]:
+        if j.get("kind") == "nccl-test":
+            j["enabled"] = True
+    before = plan_jobs.lines(load(values, NS, "dev"), run_stack(values, "dev").records)
+    (legacy,) = [line for line in before if "on a legacy API" in line]
+    assert "nccl-p4d (MPIJob kubeflow.org/v2beta1)" in legacy
+    moved_values = _values("dev")
+    for j in moved_values[f"{NS}:jobs"]:
+        if j.get("kind") == "nccl-test":
+            j.update(operator="trainer", enabled=True)
+    after = plan_jobs.lines(load(moved_values, NS, "dev"), moved_dev.records)
+    assert not any("nccl-p4d" in line for line in after if "on a legacy API" in line)
+    (row,) = [line for line in after if line.strip().startswith("nccl-p4d ")]
+    assert "TrainJob" in row
