@@ -27,6 +27,7 @@ from infra.api_checks.kube_crds import CrdIndex
 from jobs import trainjob_merge as merge
 from jobs import trainjob_merge_mpi as mpi_model
 from jobs import trainjob_mpi
+from jobs.mpi import TRAINER_WORKER_IMAGE
 from jobs.registry import build_manifests
 from jobs.targets import job_targets
 from stacks.config import ConfigError, load
@@ -276,3 +277,37 @@ def test_the_plans_legacy_api_line_stops_listing_a_moved_nccl_test(moved_dev):
     assert not any("nccl-p4d" in line for line in after if "on a legacy API" in line)
     (row,) = [line for line in after if line.strip().startswith("nccl-p4d ")]
     assert "TrainJob" in row
+
+
+def test_a_guarded_mpi_job_keeps_its_guard_and_checkpoints_on_trainer():
+    """An mpi job in the runtime's image with hang detection and checkpoints: its workers get the guard's
+    ConfigMap and the checkpoint folder through the runtime patch, the launcher's mpirun runs each rank under the
+    guard, and the pods match the MPIJob's but for reasoned differences."""
+    job = {
+        "kind": "mpi",
+        "name": "hvd",
+        "image": TRAINER_WORKER_IMAGE,
+        "nodeGroup": "p4d",
+        "nodes": 2,
+        "command": ["python", "/efs/train.py"],
+        "volumes": [{"name": "efs", "mountPath": "/efs"}],
+        "progress": {"logPattern": "step", "intervalSeconds": 600},
+        "checkpoints": {"volume": "fsx"},
+    }
+    assert _problems({**job, "operator": "trainer"}) == {}
+    values = minimal_values(services={"trainer": True}, jobs=[job])
+    ctx = make_ctx(targets=job_targets(load(values, NS, "test").gpu_node_groups, "us-west-2a"))
+    (legacy,) = [m for m in build_manifests(load(values, NS, "test").jobs[0], ctx) if m["kind"] == "MPIJob"]
+    moved_values = {**values, f"{NS}:jobs": [{**job, "operator": "trainer"}]}
+    (moved,) = [m for m in build_manifests(load(moved_values, NS, "test").jobs[0], ctx) if m["kind"] == "TrainJob"]
+    sets = merge.stack_replica_sets(moved, ctx.targets)
+    roles = legacy["spec"]["mpiReplicaSpecs"]
+    for role, name in (("Launcher", trainjob_mpi.LAUNCHER), ("Worker", merge.trainjob.NODE)):
+        differences = merge.compare_mpi(roles[role]["template"], sets[name]["template"])
+        assert [d for d in differences if d.reason is None] == [], role
+    (worker,) = sets[merge.trainjob.NODE]["template"]["spec"]["containers"]
+    mounts = {m["name"]: m for m in worker["volumeMounts"]}
+    assert "fsx" in mounts and mounts["fsx"]["subPath"].endswith("hvd/run-1")
+    assert any("guard" in m for m in mounts)
+    (launcher,) = sets[trainjob_mpi.LAUNCHER]["template"]["spec"]["containers"]
+    assert any("progress_guard" in part for part in launcher["command"]), launcher["command"]
