@@ -109,11 +109,9 @@ def cluster_runtime(target: JobTarget, framework: str) -> Manifest:
     }
 
 
-def runtimes(targets: Mapping[str, JobTarget]) -> list[Manifest]:
-    """Every group's runtimes, one per framework."""
-    from jobs import trainjob_mpi  # noqa: PLC0415 (it builds on this module)
-
-    return [cluster_runtime(t, "torch") for t in targets.values()] + trainjob_mpi.runtimes(targets)
+def torch_runtimes(targets: Mapping[str, JobTarget]) -> list[Manifest]:
+    """Every group's torch runtime (jobs/trainjob_runtimes.py has every framework's)."""
+    return [cluster_runtime(t, "torch") for t in targets.values()]
 
 
 def _less(items: list[dict[str, Any]], taken: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
@@ -292,19 +290,14 @@ class OnTrainer(GpuJob):
             )
 
 
-def convert(spec: OnTrainer, manifests: list[Manifest], ctx: JobsContext) -> list[Manifest]:
-    """``manifests`` (a job's legacy objects, topology annotations on) with its legacy job object replaced by
-    its TrainJob when the job runs on Trainer; as they are otherwise."""
+def convert_torch(spec: OnTrainer, manifests: list[Manifest], ctx: JobsContext) -> list[Manifest]:
+    """``manifests`` (a job's legacy objects, topology annotations on) with its PyTorchJob replaced by its TrainJob
+    when the job runs on Trainer; as they are otherwise (jobs/trainjob_runtimes.py converts every kind)."""
     if not spec.on_trainer or spec.TRAINER_FRAMEWORK is None:
         return manifests
-    from jobs import trainjob_mpi  # noqa: PLC0415 (it builds on this module)
-
     target = spec.target(ctx)
     out = []
     for m in manifests:
-        if m.get("kind") == MPIJOB.kind:
-            out.append(trainjob_mpi.trainjob(spec, m, target))
-            continue
         template = worker_template(m)
         if template is None:
             out.append(m)

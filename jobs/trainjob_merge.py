@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jobs import trainjob
+from jobs import trainjob, trainjob_runtimes
 from jobs import trainjob_merge_mpi as mpi_model
 from jobs.base import Manifest
 from jobs.targets import JobBuildError, JobTarget
@@ -153,7 +153,7 @@ def stack_replica_sets(job: Manifest, targets: Mapping[str, JobTarget]) -> dict[
     """A TrainJob's pod sets (``{"node": {replicas, template}, ...}``; an MPI job's launcher too) on its runtime
     made of ``targets``."""
     name = job["spec"]["runtimeRef"]["name"]
-    runtimes = {r["metadata"]["name"]: r for r in trainjob.runtimes(targets)}
+    runtimes = {r["metadata"]["name"]: r for r in trainjob_runtimes.runtimes(targets)}
     if name not in runtimes:
         raise JobBuildError(f"TrainJob {job['metadata']['name']!r}: no runtime {name!r} in this stack")
     return replica_sets(job, runtimes)
@@ -162,7 +162,7 @@ def stack_replica_sets(job: Manifest, targets: Mapping[str, JobTarget]) -> dict[
 def node_template(job: Manifest, targets: Mapping[str, JobTarget]) -> tuple[int, dict[str, Any]]:
     """(node count, pod template) of a TrainJob the stack writes, on its runtime made of ``targets``."""
     name = job["spec"]["runtimeRef"]["name"]
-    runtime = next((r for r in trainjob.runtimes(targets) if r["metadata"]["name"] == name), None)
+    runtime = next((r for r in trainjob_runtimes.runtimes(targets) if r["metadata"]["name"] == name), None)
     if runtime is None:
         raise JobBuildError(f"TrainJob {job['metadata']['name']!r}: no runtime {name!r} in this stack")
     rjs = {rj["name"]: rj for rj in jobset(runtime, job)["spec"]["replicatedJobs"]}

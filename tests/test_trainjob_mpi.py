@@ -26,7 +26,7 @@ from infra import plan_jobs
 from infra.api_checks.kube_crds import CrdIndex
 from jobs import trainjob_merge as merge
 from jobs import trainjob_merge_mpi as mpi_model
-from jobs import trainjob_mpi
+from jobs import trainjob_mpi, trainjob_runtimes
 from jobs.mpi import TRAINER_WORKER_IMAGE
 from jobs.registry import build_manifests
 from jobs.targets import job_targets
@@ -123,7 +123,9 @@ def test_the_launcher_runs_todays_mpirun_over_trainers_hostfile(stack, index):
     line = today["command"][today["command"].index("--") + 1 :] if "--" in today["command"] else today["command"]
     np = int(line[line.index("-np") + 1])
     policy = next(
-        r for r in merge.trainjob.runtimes(ctx.targets) if r["metadata"]["name"] == moved["spec"]["runtimeRef"]["name"]
+        r
+        for r in trainjob_runtimes.runtimes(ctx.targets)
+        if r["metadata"]["name"] == moved["spec"]["runtimeRef"]["name"]
     )
     hosts = mpi_model.hostfile(moved, policy["spec"]["mlPolicy"]).splitlines()
     slots = {int(h.split("slots=")[1]) for h in hosts}
