@@ -8,9 +8,10 @@ marked as the trainer step and a ``node`` replicated job running sshd, both cont
 The ``node`` job carries today's worker shape (``jobs/pod.py``: all GPUs, every EFA device, huge pages,
 IPC_LOCK, /dev/shm, the GPU taint tolerated, the group and AZ selected, the libfabric env); the launcher today's
 launcher pod (the group's nodes, no GPU). Workers are Ready before the launcher starts (today's
-``WaitForWorkersReady``): JobSet's ``startupPolicyOrder: InOrder`` with ``node`` listed first (JobSet v0.11.0
-api/jobset/v1alpha2/jobset_types.go, StartupPolicy); the JobSet succeeds with its launcher (``successPolicy``,
-as upstream's runtime).
+``WaitForWorkersReady``): the launcher ``dependsOn`` the ``node`` job being ``Ready`` (JobSet v0.11.0
+api/jobset/v1alpha2/jobset_types.go, DependsOn; it replaces the deprecated StartupPolicy; the first replicated job
+cannot depend, so ``node`` is listed first); the JobSet succeeds with its launcher (``successPolicy``, as
+upstream's runtime).
 
 What a TrainJob cannot say (trainer v2.2.1 pkg/apis/trainer/v1alpha1/trainjob_types.go): ``trainer.image``,
 ``command`` and ``args`` go to the trainer step only (pkg/runtime/framework/plugins/jobset/builder.go,
@@ -113,11 +114,13 @@ def cluster_runtime(target: JobTarget) -> Manifest:
             "template": {
                 "spec": {
                     "network": {"publishNotReadyAddresses": True},
-                    "startupPolicy": {"startupPolicyOrder": "InOrder"},
                     "successPolicy": {"operator": "All", "targetReplicatedJobs": [LAUNCHER]},
                     "replicatedJobs": [
                         _replicated_job(NODE, node_pod, trainer_step=False),
-                        _replicated_job(LAUNCHER, launcher_pod, trainer_step=True),
+                        {
+                            **_replicated_job(LAUNCHER, launcher_pod, trainer_step=True),
+                            "dependsOn": [{"name": NODE, "status": "Ready"}],
+                        },
                     ],
                 }
             },

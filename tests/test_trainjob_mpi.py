@@ -188,6 +188,9 @@ def test_every_mpi_runtime_gives_its_workers_the_whole_node(moved_dev):
             assert HUGEPAGES_2MI_RESOURCE in node["resources"]["requests"]
             assert node["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
         assert r["spec"]["mlPolicy"]["mpi"]["numProcPerNode"] == node["resources"]["limits"][GPU_RESOURCE]
+        # today's WaitForWorkersReady: the launcher starts once the workers are Ready
+        (launcher_job,) = [rj for rj in r["spec"]["template"]["spec"]["replicatedJobs"] if rj["name"] == "launcher"]
+        assert launcher_job["dependsOn"] == [{"name": "node", "status": "Ready"}]
     assert on_efa >= 1
 
 
