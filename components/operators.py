@@ -28,7 +28,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from facts.operators import Operator
-from jobs import trainjob
+from jobs import trainjob_runtimes
 from jobs.targets import JobTarget
 
 
@@ -258,7 +258,7 @@ class TrainingOperator(VendoredOperator):
 
 class Trainer(VendoredOperator):
     """Kubeflow Trainer with JobSet, and the stack's ClusterTrainingRuntimes: one per GPU group and framework
-    (jobs/trainjob.py), created once Trainer serves them (its webhook validates them); a TrainJob waits for
+    (jobs/trainjob_runtimes.py), created once Trainer serves them (its webhook validates them); a TrainJob waits for
     them too (``ready``)."""
 
     COMPONENT = "Trainer"
@@ -266,7 +266,7 @@ class Trainer(VendoredOperator):
     def __init__(self, name: str, args: OperatorArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(name, args, opts)
         after = list(self.ready)
-        for runtime in trainjob.runtimes(args.targets):
+        for runtime in trainjob_runtimes.runtimes(args.targets):
             self.ready.append(
                 k8s.apiextensions.CustomResource(
                     f"{name}-runtime-{runtime['metadata']['name']}",

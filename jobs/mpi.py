@@ -15,14 +15,16 @@ from pydantic import Field
 from facts.instance_types import InstanceType
 from facts.operators import MPI_OPERATOR, MPIJOB
 from facts.problems import Problem
+from facts.versions import NCCL_TESTS_IMAGE
 from jobs import fabric as fabric_spec
 from jobs import launchers, pod, spec_checks
-from jobs.base import EFA_ENV_NAMES, GpuJob, Manifest
+from jobs.base import EFA_ENV_NAMES, Manifest
 from jobs.launchers import Derived
 from jobs.pod import job_efa_interfaces
 from jobs.resilience import GUARD_DIR, GUARD_PYTHON, GUARD_VOLUME, ResilientJob
 from jobs.sagemaker import MAX_HYPERPARAMETER_VALUE, PortableJob
 from jobs.targets import GroupFacts, JobsContext, JobTarget
+from jobs.trainjob import OnTrainer
 
 MPIJOB_API_VERSION = MPIJOB.api_version  # the MPI operator's (facts/operators.py)
 # mpi-operator v2 reaches the workers over SSH: they run sshd (the operator mounts the keys).
@@ -35,12 +37,23 @@ OPEN_MPI_MPIRUN = "/opt/amazon/openmpi/bin/mpirun"
 NCCL_DEBUG = "NCCL_DEBUG"
 # The launcher's fabric check (docs/performance.md, "MPI jobs"), shipped in the guard's ConfigMap.
 MPI_FABRIC = "mpi_fabric.py"
+# On Kubeflow Trainer (`operator: trainer`, jobs/trainjob_mpi.py) the workers run the group's MPI runtime's image
+# and command: a TrainJob sets the launcher's only (trainer v2.2.1 pkg/runtime/framework/plugins/jobset/builder.go,
+# Builder.Trainer; its ContainerPatch has no image or command). sshd in AWS's EFA build of nccl-tests (Open MPI).
+TRAINER_WORKER_IMAGE = NCCL_TESTS_IMAGE
+TRAINER_WORKER_COMMAND = list(SSHD_COMMAND)
+TRAINER_WORKERS_TEXT = (
+    "is not allowed with operator 'trainer': a TrainJob sets the image and command of its launcher only (trainer "
+    "v2.2.1 Builder.Trainer; ContainerPatch has neither), so the workers run the group's MPI runtime's {what} "
+    "({value}); keep the job on the MPI operator (drop operator) to run another"
+)
 
 
-class MpiBase(GpuJob):
-    """What MPIJob kinds share."""
+class MpiBase(OnTrainer):
+    """What MPIJob kinds share; with ``operator: trainer`` a TrainJob on the group's MPI runtime."""
 
     OPERATOR = MPI_OPERATOR
+    TRAINER_FRAMEWORK = "mpi"
 
     mpirun_args: list[str] = Field(default_factory=list, description="extra mpirun arguments, before the command")
     worker_command: list[str] = Field(
@@ -71,6 +84,20 @@ class MpiBase(GpuJob):
                 )
             )
         self.check_no_nested_mpirun(key, problems)
+
+    def trainer_problems(self) -> list[tuple[str, str]]:
+        """A TrainJob's workers run the runtime's image and command (above): another is refused."""
+        out = super().trainer_problems()
+        if self.image != TRAINER_WORKER_IMAGE:
+            out.append(
+                ("image", f"{self.image!r} " + TRAINER_WORKERS_TEXT.format(what="image", value=TRAINER_WORKER_IMAGE))
+            )
+        if list(self.worker_command) != TRAINER_WORKER_COMMAND:
+            value = " ".join(TRAINER_WORKER_COMMAND)
+            out.append(
+                ("workerCommand", f"{self.worker_command} " + TRAINER_WORKERS_TEXT.format(what="command", value=value))
+            )
+        return out
 
     def check_no_nested_mpirun(self, key: str, problems: list[Problem]) -> None:
         """``command`` is what mpirun runs on every rank: an mpirun in it (also in a ``bash -c`` script)

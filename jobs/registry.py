@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from jobs import topology, trainjob
+from jobs import topology, trainjob, trainjob_runtimes
 from jobs.base import GpuJob, JobBase, Manifest
 from jobs.data_stage import DataStageSpec
 from jobs.mpi import MpiJobSpec
@@ -38,5 +38,5 @@ def build_manifests(spec: JobBase, ctx: JobsContext) -> list[Manifest]:
         return []
     manifests = [topology.annotate(m, spec, ctx) for m in spec.build(ctx)]
     if isinstance(spec, trainjob.OnTrainer):  # `operator: trainer`: the TrainJob instead (jobs/trainjob.py)
-        return trainjob.convert(spec, manifests, ctx)
+        return trainjob_runtimes.convert(spec, manifests, ctx)
     return manifests

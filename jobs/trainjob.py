@@ -46,7 +46,7 @@ FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 # "kueue.x-k8s.io/manager", pkg/controller/jobs/trainjob at Kueue v0.19.2).
 PATCH_MANAGER = "gputraining.io/pulumi"
 # The frameworks a runtime is made for, and the job kinds that run on each.
-FRAMEWORKS = ("torch",)
+FRAMEWORKS = ("torch", "mpi")
 # What a TrainJob's pods get on a group's runtime besides: the grace period to save a checkpoint (the pods'
 # terminationGracePeriodSeconds is the runtime's: a TrainJob cannot patch it), and the guard's message on failure.
 RUNTIME_GRACE_SECONDS = DEFAULT_GRACE
@@ -79,7 +79,7 @@ def env_of_runtime(target: JobTarget) -> list[dict[str, Any]]:
 
 def cluster_runtime(target: JobTarget, framework: str) -> Manifest:
     """The ClusterTrainingRuntime of ``target``'s group for ``framework`` (torch: torchrun on every node)."""
-    if framework not in FRAMEWORKS:
+    if framework != "torch":
         raise JobBuildError(f"no Trainer runtime for framework {framework!r} (runtimes: {', '.join(FRAMEWORKS)})")
     pod = gpu_pod_spec(target, [runtime_container(target)], [])
     pod["restartPolicy"] = "OnFailure"
@@ -110,9 +110,9 @@ def cluster_runtime(target: JobTarget, framework: str) -> Manifest:
     }
 
 
-def runtimes(targets: Mapping[str, JobTarget]) -> list[Manifest]:
-    """Every group's runtimes, one per framework."""
-    return [cluster_runtime(t, f) for t in targets.values() for f in FRAMEWORKS]
+def torch_runtimes(targets: Mapping[str, JobTarget]) -> list[Manifest]:
+    """Every group's torch runtime (jobs/trainjob_runtimes.py has every framework's)."""
+    return [cluster_runtime(t, "torch") for t in targets.values()]
 
 
 def _less(items: list[dict[str, Any]], taken: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
@@ -292,9 +292,9 @@ class OnTrainer(GpuJob):
             )
 
 
-def convert(spec: OnTrainer, manifests: list[Manifest], ctx: JobsContext) -> list[Manifest]:
-    """``manifests`` (a job's legacy objects, topology annotations on) with its legacy job object replaced by
-    its TrainJob when the job runs on Trainer; as they are otherwise."""
+def convert_torch(spec: OnTrainer, manifests: list[Manifest], ctx: JobsContext) -> list[Manifest]:
+    """``manifests`` (a job's legacy objects, topology annotations on) with its PyTorchJob replaced by its TrainJob
+    when the job runs on Trainer; as they are otherwise (jobs/trainjob_runtimes.py converts every kind)."""
     if not spec.on_trainer or spec.TRAINER_FRAMEWORK is None:
         return manifests
     target = spec.target(ctx)

@@ -29,9 +29,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jobs import trainjob
+from jobs import trainjob, trainjob_runtimes
+from jobs import trainjob_merge_mpi as mpi_model
 from jobs.base import Manifest
 from jobs.targets import JobBuildError, JobTarget
+from jobs.trainjob_merge_mpi import upsert
 
 # Trainer's torch plugin (pkg/constants/constants.go at v2.2.1).
 TORCH_PORT = 29500
@@ -75,18 +77,6 @@ def strategic_merge(base: Any, patch: Any, field: str = "") -> Any:
     return copy.deepcopy(patch)
 
 
-def upsert(items: list[dict[str, Any]], new: list[dict[str, Any]], key: str = "name") -> list[dict[str, Any]]:
-    """Trainer's upsert (pkg/apply): the same key replaced in place, a new one appended."""
-    out = copy.deepcopy(items)
-    for item in new:
-        at = next((i for i, o in enumerate(out) if o[key] == item[key]), None)
-        if at is None:
-            out.append(copy.deepcopy(item))
-        else:
-            out[at] = copy.deepcopy(item)
-    return out
-
-
 def jobset(runtime: Manifest, job: Manifest) -> Manifest:
     """The JobSet Trainer v2.2.1 makes of ``job`` on ``runtime`` (a torch runtime with a ``node`` trainer job)."""
     template = copy.deepcopy(runtime["spec"]["template"])
@@ -102,8 +92,13 @@ def jobset(runtime: Manifest, job: Manifest) -> Manifest:
                     have["template"] = strategic_merge(have["template"], rj["template"])
     trainer = job["spec"].get("trainer") or {}
     name = job["metadata"]["name"]
+    if mpi_model.MPI in runtime["spec"]["mlPolicy"]:
+        mpi_model.enforce(template["spec"]["replicatedJobs"], runtime["spec"]["mlPolicy"], trainer, name)
     for rj in template["spec"]["replicatedJobs"]:
         if (rj["template"].get("metadata") or {}).get("labels", {}).get(trainjob.ANCESTOR_LABEL) != "trainer":
+            continue
+        if mpi_model.MPI in runtime["spec"]["mlPolicy"]:
+            mpi_model.trainer_step(rj, trainer)
             continue
         count = trainer.get("numNodes", runtime["spec"]["mlPolicy"].get("numNodes", 1))
         rj["replicas"] = 1
@@ -154,13 +149,24 @@ def replica_sets(job: Manifest, runtimes: Mapping[str, Manifest]) -> dict[str, d
     return out
 
 
+def stack_replica_sets(job: Manifest, targets: Mapping[str, JobTarget]) -> dict[str, dict[str, Any]]:
+    """A TrainJob's pod sets (``{"node": {replicas, template}, ...}``; an MPI job's launcher too) on its runtime
+    made of ``targets``."""
+    name = job["spec"]["runtimeRef"]["name"]
+    runtimes = {r["metadata"]["name"]: r for r in trainjob_runtimes.runtimes(targets)}
+    if name not in runtimes:
+        raise JobBuildError(f"TrainJob {job['metadata']['name']!r}: no runtime {name!r} in this stack")
+    return replica_sets(job, runtimes)
+
+
 def node_template(job: Manifest, targets: Mapping[str, JobTarget]) -> tuple[int, dict[str, Any]]:
     """(node count, pod template) of a TrainJob the stack writes, on its runtime made of ``targets``."""
     name = job["spec"]["runtimeRef"]["name"]
-    runtime = next((r for r in trainjob.runtimes(targets) if r["metadata"]["name"] == name), None)
+    runtime = next((r for r in trainjob_runtimes.runtimes(targets) if r["metadata"]["name"] == name), None)
     if runtime is None:
         raise JobBuildError(f"TrainJob {job['metadata']['name']!r}: no runtime {name!r} in this stack")
-    (rj,) = jobset(runtime, job)["spec"]["replicatedJobs"]
+    rjs = {rj["name"]: rj for rj in jobset(runtime, job)["spec"]["replicatedJobs"]}
+    rj = rjs[trainjob.NODE]
     return int(rj["template"]["spec"]["parallelism"]), rj["template"]["spec"]["template"]
 
 
@@ -231,3 +237,33 @@ def compare(legacy: dict[str, Any], trainer: dict[str, Any]) -> list[Difference]
     differ("metadata.labels", lm.get("labels"), tm.get("labels"))
     differ("metadata.annotations", lm.get("annotations"), tm.get("annotations"))
     return out
+
+
+def _without(items: list[dict[str, Any]], names: set[str]) -> list[dict[str, Any]]:
+    return [i for i in items if i.get("name") not in names]
+
+
+def compare_mpi(legacy: dict[str, Any], trainer: dict[str, Any]) -> list[Difference]:
+    """``compare`` for an MPIJob's launcher or worker and the TrainJob's pod of the same role: the volumes and mounts
+    Trainer's MPI plugin adds are differences of their own (each with its reason), the rest compared as above."""
+    trainer = copy.deepcopy(trainer)
+    added = {mpi_model.SSH_VOLUME, mpi_model.HOSTFILE_VOLUME}
+    out: list[Difference] = []
+    spec = trainer["spec"]
+    for v in spec.get("volumes") or []:
+        if v["name"] in added:
+            what = f"spec.volumes.{v['name']}"
+            out.append(Difference(what, None, v, mpi_model.MPI_REASONS.get(what)))
+    spec["volumes"] = _without(spec.get("volumes") or [], added)
+    if not spec["volumes"]:
+        del spec["volumes"]
+    (container,) = spec["containers"]
+    for m in container.get("volumeMounts") or []:
+        if m["name"] in added:
+            what = f"container.volumeMounts.{m['name']}"
+            out.append(Difference(what, None, m, mpi_model.MPI_REASONS.get(what)))
+    container["volumeMounts"] = _without(container.get("volumeMounts") or [], added)
+    if not container["volumeMounts"]:
+        del container["volumeMounts"]
+    found = compare(legacy, trainer)
+    return out + [Difference(d.what, d.legacy, d.trainer, mpi_model.MPI_REASONS.get(d.what)) for d in found]

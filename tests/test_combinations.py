@@ -25,6 +25,7 @@ import pytest
 from allpairspy import AllPairs
 
 from facts import catalog
+from facts.versions import NCCL_TESTS_IMAGE
 from infra import invariants
 from stacks import alerts
 from stacks.config import ConfigError, load
@@ -47,7 +48,7 @@ AXES: dict[str, list[Any]] = {
     "burn_in": ["on", "off", "loopback", "main-off"],
     "alerts": [False, True],
     # Kubeflow Trainer v2 installed, and the main job moved to a TrainJob where its kind can move (pytorch-elastic,
-    # then at a fixed size on c10d: docs/trainer.md); the other kinds stay on their legacy operator beside it.
+    # then at a fixed size on c10d; mpi and nccl-test: docs/trainer.md); the other kinds stay on their legacy operator.
     "operator": ["legacy", "trainer"],
 }
 # The GPU types whose EFA groups have a Kueue Topology (the main group's; the second group is p4d).
@@ -188,6 +189,9 @@ def values_for(c: dict[str, Any]) -> dict[str, Any]:
     if c["operator"] == "trainer" and c["kind"] == "pytorch-elastic":
         del main["minNodes"], main["maxNodes"]
         main.update(nodes=2, rendezvous="c10d", operator="trainer")
+    if c["operator"] == "trainer" and c["kind"] in ("mpi", "nccl-test"):
+        # On Trainer an MPI job's workers run the group's MPI runtime's image (jobs/trainjob_mpi.py).
+        main.update(operator="trainer", **({"image": NCCL_TESTS_IMAGE} if c["kind"] == "mpi" else {}))
     jobs = [main, _job("nccl-test", "p4d", "p4d-nccl")]
     queues: dict[str, Any] = {"enabled": c["queues"] != "off"}
     if c["queues"] == "teams":
@@ -241,8 +245,9 @@ def test_every_combination_plans_and_keeps_the_invariants(combination):
     plan = run_stack(values)
     violations = invariants.check(plan, cfg)
     assert not violations, "\n".join(map(str, violations))
-    # On Trainer, the main pytorch-elastic job is a TrainJob (its pods checked above through its runtime).
-    moved = combination["operator"] == "trainer" and combination["kind"] == "pytorch-elastic"
+    # On Trainer, the main pytorch-elastic, mpi or nccl-test job is a TrainJob (its pods checked above through its
+    # runtime: an MPI job's launcher and workers).
+    moved = combination["operator"] == "trainer" and combination["kind"] in ("pytorch-elastic", "mpi", "nccl-test")
     assert len([o for o in plan.kubernetes_objects() if o["kind"] == "TrainJob"]) == int(moved)
     # Burn-in as configured: the groups that have it join with a startup taint, the others do not.
     nodes = invariants.view(plan, cfg).nodes

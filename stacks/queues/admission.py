@@ -16,7 +16,7 @@ from jobs.base import PRIORITIES, GpuJob, JobBase
 from jobs.pod import QUEUE_LABEL
 from jobs.registry import build_manifests
 from jobs.targets import JobBuildError, JobsContext, JobTarget
-from jobs.trainjob_merge import node_template
+from jobs.trainjob_merge import stack_replica_sets
 from stacks.queues.cluster_queues import ClusterQueue
 from stacks.queues.resources import RESOURCES, parse_quantity
 
@@ -103,10 +103,9 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
 
 def pod_sets(manifest: Mapping[str, Any], targets: Mapping[str, JobTarget] | None = None) -> list[PodSet]:
     """The pod sets Kueue makes of a queued job object (one per replica type, ``replicas`` pods; a TrainJob's:
-    its runtime's ``node`` job as Trainer makes it, jobs/trainjob_merge.py)."""
+    its runtime's jobs as Trainer makes them, jobs/trainjob_merge.py)."""
     if manifest.get("kind") == TRAINJOB.kind:
-        count, template = node_template(dict(manifest), targets or {})
-        return replica_pod_sets({"node": {"replicas": count, "template": template}})
+        return replica_pod_sets(stack_replica_sets(dict(manifest), targets or {}))
     return replica_pod_sets((manifest.get("spec") or {}).get(REPLICA_SPECS.get(manifest.get("kind", ""), ""), {}))
 
 
