@@ -33,7 +33,7 @@ class QueueReporterArgs:
     kueue_api: str  # group/version of Kueue's API, e.g. kueue.x-k8s.io/v1beta2
     signal_key: str  # the key of the signal lines
     node_selector: dict[str, str]  # the system nodes
-    namespace: str = "kube-system"
+    namespace: str = "kube-system"  # the namespace the reporter runs in
 
 
 def script_digest() -> str:

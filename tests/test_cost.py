@@ -29,10 +29,11 @@ def test_dev_idles_without_a_gpu_node():
     gpu = [line for line in c.lines if line.what.startswith("GPU group")]
     assert gpu and all(line.idle == 0 for line in gpu)
     # control plane, one NAT gateway and its public IPv4 address, two KMS keys (EKS secrets, EFS),
-    # two system nodes with their root volumes, SCRATCH_2 FSx; the alarms (10, reading 18 metrics) and
-    # the two job dashboards (docs/alerts.md).
+    # two system nodes with their root volumes, SCRATCH_2 FSx; the alarms (14, reading 26 metrics), the
+    # three job dashboards and the queues' (docs/alerts.md), and the queue reporter's three metrics of the
+    # one ClusterQueue, published every minute even when idle.
     expected_idle = 0.10 + 0.045 + 0.005 + 2 * 1.00 / 730 + 2 * (0.34 + 100 * 0.08 / 730) + 1200 * 0.140 / 730
-    expected_idle += (18 * 0.10 + 2 * 3.00) / 730
+    expected_idle += (26 * 0.10 + 4 * 3.00) / 730 + 3 * 0.30 / 730
     assert c.idle == pytest.approx(expected_idle, abs=0.005)
     # At the maximum: both GPU groups full (p3dn is spot: priced at on-demand, an upper bound).
     p4d = next(line for line in gpu if "p4d" in line.what)
@@ -71,7 +72,7 @@ def test_capacity_blocks_and_types_without_a_price_are_left_out_with_a_note():
 def test_the_plan_prints_and_writes_it(dev_plan_command):
     assert dev_plan_command.code == 0
     text = dev_plan_command.stdout
-    assert "Cost per hour (on-demand, us-west-2 prices of 2026-07): idle $1.10" in text
+    assert "Cost per hour (on-demand, us-west-2 prices of 2026-07): idle $1.11" in text
     data = json.loads((dev_plan_command.out / "cost.json").read_text())
     assert data["idlePerHour"] == cost.estimate(cfg_of("dev")).idle and data["maximumPerHour"] > data["idlePerHour"]
 
