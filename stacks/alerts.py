@@ -65,7 +65,8 @@ def xid_namespace(cluster: str) -> str:
 XID_METRIC = "gpu_xid_events"
 
 
-def signal_filter(cluster: str, signal: str) -> MetricFilterSpec:
+def signal_filter(cluster: str, signal: str, dimensions: tuple[str, ...] = sig.DIMENSIONS) -> MetricFilterSpec:
+    """A signal of the jobs (or, with the queue dimension, of the queue reporter) into a metric of the cluster."""
     field = f"$.{sig.RECORD_FIELD}"
     return MetricFilterSpec(
         name=f"gputraining-{signal}",
@@ -74,22 +75,13 @@ def signal_filter(cluster: str, signal: str) -> MetricFilterSpec:
         namespace=sig.metric_namespace(cluster),
         metric=signal,
         value=f"{field}.value",
-        dimensions={d: f"{field}.{d}" for d in sig.DIMENSIONS},
+        dimensions={d: f"{field}.{d}" for d in dimensions},
     )
 
 
 def queue_filter(cluster: str, signal: str) -> MetricFilterSpec:
     """A queue signal of the reporter into a metric per ClusterQueue."""
-    field = f"$.{sig.RECORD_FIELD}"
-    return MetricFilterSpec(
-        name=f"gputraining-{signal}",
-        log_group=log_group(cluster, "application"),
-        pattern=f'{{ {field}.{sig.SIGNAL_KEY} = "{signal}" }}',
-        namespace=sig.metric_namespace(cluster),
-        metric=signal,
-        value=f"{field}.value",
-        dimensions={sig.QUEUE_DIMENSION: f"{field}.{sig.QUEUE_DIMENSION}"},
-    )
+    return signal_filter(cluster, signal, (sig.QUEUE_DIMENSION,))
 
 
 def xid_filter(cluster: str) -> MetricFilterSpec:
