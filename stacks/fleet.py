@@ -23,11 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from components.multikueue import ManagerArgs, ManagerQueue
 from facts.multikueue import INCREMENTAL_STEP
+from facts.paths import PROJECT_ROOT
 from jobs.base import PRIORITIES
+from stacks import config as stack_config
 from stacks.config.fleet import cluster_name
+from stacks.config.stackfile import read_stack_config
 from stacks.queues.plan import plan_for
 from stacks.queues.resources import GPU, RESOURCES, quantity
 
@@ -212,3 +217,51 @@ def refusal(job: FleetJob, verdicts: Sequence[Verdict]) -> str | None:
         return None
     reasons = "; ".join(f"{v.cluster}: {v.reason}" for v in verdicts)
     return f"job {job.name!r}: no worker of the fleet can ever admit it ({reasons})"
+
+
+# ---------------------------------------------------------------------------------------------
+# The fleet of a manager stack, offline
+# ---------------------------------------------------------------------------------------------
+
+
+def worker_stack_file(reference: str, manager_file: Path) -> Path:
+    """Where the offline plan reads worker ``reference``'s config: ``Pulumi.<stack>.yaml`` beside the
+    manager's stack file (a project's stacks), else in the sibling folder ``<stack>/`` (examples/)."""
+    stack = reference.rsplit("/", 1)[-1]
+    here = manager_file.parent / f"Pulumi.{stack}.yaml"
+    return here if here.exists() else manager_file.parent.parent / stack / f"Pulumi.{stack}.yaml"
+
+
+def offline_workers(cfg: Any, manager_file: Path) -> list[WorkerSupply]:
+    """The workers of manager ``cfg`` as the offline plan sees them, from their stack files."""
+    out = []
+    for w in cfg.fleet.workers:
+        path = worker_stack_file(w.stack, manager_file)
+        stack = w.stack.rsplit("/", 1)[-1]
+        project, values = read_stack_config(stack, PROJECT_ROOT, path)
+        worker = stack_config.load(values, project, stack)
+        out.append(supply_of(w.stack, worker, worker.gpu_availability_zone))
+    return out
+
+
+def manager_args(workers: Sequence[WorkerSupply]) -> ManagerArgs:
+    """The manager's objects for ``workers``: the same queues and priorities, quotas summed."""
+    summed = summed_quotas(workers)
+    return ManagerArgs(
+        clusters=tuple(w.cluster for w in workers),
+        flavors=tuple(sorted({f for q in summed.values() for f in q})),
+        covered_resources=RESOURCES,
+        cluster_queues=tuple(
+            ManagerQueue(
+                q, tuple(sorted({ns for w in workers for ns, _, c in w.local_queues if c == q})), quantities(fs)
+            )
+            for q, fs in sorted(summed.items())
+        ),
+        local_queues=tuple(sorted({lq for w in workers for lq in w.local_queues})),
+        priorities=dict(PRIORITIES),
+    )
+
+
+def _namespaces(workers: Sequence[WorkerSupply], queue: str) -> tuple[str, ...]:
+    """The namespaces whose LocalQueues feed ClusterQueue ``queue`` on any worker."""
+    return tuple(sorted({ns for w in workers for ns, _, cq in w.local_queues if cq == queue}))
