@@ -118,11 +118,11 @@ class ManagerQueue:
 @dataclass(frozen=True)
 class ManagerArgs:
     clusters: tuple[str, ...]  # the workers' MultiKueueCluster names, in the config's order
-    flavors: tuple[str, ...]
-    covered_resources: tuple[str, ...]
-    cluster_queues: tuple[ManagerQueue, ...]
+    flavors: tuple[str, ...]  # the fleet's ResourceFlavors: one per GPU instance type of the workers
+    covered_resources: tuple[str, ...]  # what the ClusterQueues count, in order
+    cluster_queues: tuple[ManagerQueue, ...]  # the workers' ClusterQueues, quotas summed
     local_queues: tuple[tuple[str, str, str], ...]  # (namespace, name, cluster queue)
-    priorities: Mapping[str, int]
+    priorities: Mapping[str, int]  # the WorkloadPriorityClasses every stack has: name -> value
 
 
 def _kueue(
