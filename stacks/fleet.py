@@ -6,9 +6,9 @@ What a worker supplies comes from its validated config (``supply_of``): in the o
 stack file, at `pulumi up` from the worker stack's ``fleetWorker`` output (the same dictionary,
 ``WorkerSupply.output``) read through a stack reference. The manager's quota of a fleet flavor (one
 per GPU instance type) is the sum over the workers of each resource their ClusterQueue of that name
-holds on that type's flavors: the manager admits at most what the workers together can run, and each
-worker's own Kueue admits again (site/content/en/docs/concepts/multikueue.md at v0.19.2: "the
-workload is admitted in the manager cluster ... then copies are created in the worker clusters").
+holds on that type's flavors, as Kueue advises (site/content/en/docs/concepts/multikueue.md at v0.19.2:
+"Ideally, the quota in the manager cluster should equal the total quota available in all worker
+clusters"); each worker's own Kueue admits the job again against its own quota.
 
 Kueue's dispatchers (pkg/controller/admissionchecks/multikueue/workload.go and
 pkg/controller/workloaddispatcher/incrementaldispatcher.go at v0.19.2):
