@@ -315,12 +315,26 @@ def _replica_specs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return list(replicas.values())
 
 
+def _fleet_manager(ex: Example) -> None:
+    """The fleet's control stack: no GPU group of its own, two workers (tests/test_fleet.py plans the fleet)."""
+    assert ex.cfg.gpu_node_groups == [] and ex.cfg.fleet.role == "manager" and len(ex.cfg.fleet.workers) == 2
+
+
+def _fleet_worker(ex: Example) -> None:
+    """A worker of the fleet: one p5 group, naming the fleet's manager."""
+    assert ex.cfg.fleet.manager is not None and ex.cfg.fleet.manager.endswith("/fleet")
+    assert [g.instance_type for g in ex.cfg.gpu_node_groups] == ["p5.48xlarge"]
+
+
 SCENARIOS: dict[str, Callable[[Example], None]] = {
     "minimal": _minimal,
     "teams": _teams,
     "capacity-block": _capacity_block,
     "sagemaker-hybrid": _sagemaker_hybrid,
     "all-job-kinds": _all_job_kinds,
+    "fleet": _fleet_manager,
+    "fleet-west": _fleet_worker,
+    "fleet-block": _fleet_worker,
 }
 
 

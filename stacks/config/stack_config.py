@@ -15,6 +15,7 @@ from pydantic_core import PydanticCustomError
 
 from facts.kube import BURN_IN_MAX_REPLACEMENTS, BURN_IN_REPLACEMENT_WINDOW_SECONDS
 from jobs.base import JobBase
+from stacks.config.fleet import FleetConfig
 from stacks.config.models import (
     ClusterConfig,
     ConfigModel,
@@ -270,6 +271,9 @@ class StackConfig(ConfigModel):
     queues: QueuesConfig = Field(QueuesConfig(), description="Kueue queues for the GPU jobs")
     jobs: list[JobBase] = Field(
         default_factory=list, description="training jobs emitted by the same stack: see docs/jobs.md"
+    )
+    fleet: FleetConfig = Field(
+        FleetConfig(), description="several stacks behind one queue (Kueue MultiKueue): see docs/fleet.md"
     )
     tags: dict[str, str] = Field(default_factory=dict, description="extra tags on every AWS resource")
 
