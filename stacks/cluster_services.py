@@ -5,7 +5,6 @@ that order by ``build_services`` through one provider bound to the cluster (stac
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -21,16 +20,6 @@ from components.etcd import Etcd, EtcdArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network
 from components.node_group import NodeGroup
-from components.queues import (
-    ClusterQueueArgs,
-    FlavorArgs,
-    LocalQueueArgs,
-    ProvisioningArgs,
-    Queues,
-    QueuesArgs,
-    ResourceQuota,
-    TeamArgs,
-)
 from components.sagemaker import SageMakerTrainingJobs, SageMakerTrainingJobsArgs, SharedFileSystem
 from components.storage import EfsStore, EfsStoreArgs, FsxStore, FsxStoreArgs
 from components.training_jobs import JobNeeds, TrainingJobs, TrainingJobsArgs
@@ -38,7 +27,6 @@ from facts import versions
 from facts.kube import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL, NODE_GROUP_LABEL, PART_OF, SYSTEM_GROUP
 from facts.operators import installed as installed_operators
 from facts.paths import PROJECT_ROOT
-from jobs.base import PRIORITIES
 from jobs.nccl_test import NCCL_TESTS_IMAGE_GPU_MODELS
 from jobs.targets import JobsContext, job_targets
 from stacks import queues
@@ -46,31 +34,8 @@ from stacks.addons import addon_version
 from stacks.alerts import build_alerts
 from stacks.config import GpuNodeGroupConfig, StackConfig
 from stacks.config.job_entries import runtime_of, sagemaker_jobs
-
-
-@dataclass
-class _Services:
-    """What the services build on, and what the jobs will need from them."""
-
-    cfg: StackConfig
-    gpu_az: str
-    network: Network
-    cluster: Cluster
-    tags: dict[str, str]
-    namespace: k8s.core.v1.Namespace
-    k8s_component: pulumi.ResourceOptions  # a component whose children go through the k8s provider
-    cluster_ready: list[pulumi.Resource]  # what add-ons wait for
-    outputs: dict[str, Any]
-    job_needs: JobNeeds = field(default_factory=JobNeeds)  # what the jobs' objects may wait for, by name
-    claims: dict[str, str] = field(default_factory=dict)
-    file_systems: dict[str, SharedFileSystem] = field(default_factory=dict)  # what SageMaker jobs read
-    etcd_endpoint: str | None = None
-    job_queues: dict[str, str] = field(
-        default_factory=dict
-    )  # team ("" = none) -> LocalQueue of its jobs; empty without queues
-    provisioning_request_crd: pulumi.Resource | None = None  # the ProvisioningRequest API, when installed
-    gpu_node_group_names: dict[str, str] = field(default_factory=dict)  # GPU group -> its EKS node group (built ones)
-    gpu_node_groups: dict[str, pulumi.Resource] = field(default_factory=dict)  # GPU group -> its node group resource
+from stacks.kueue_services import add_queues
+from stacks.services import Services as _Services
 
 
 def build_services(
@@ -111,7 +76,7 @@ def build_services(
         gpu_node_group_names=dict(gpu_node_group_names or {}),
         gpu_node_groups=dict(gpu_node_groups or {}),
     )
-    for add in (_device_plugins, _burn_in, _efs, _fsx, _operators, _etcd, _monitoring, _autoscaler, _queues):
+    for add in (_device_plugins, _burn_in, _efs, _fsx, _operators, _etcd, _monitoring, _autoscaler, add_queues):
         add(s)
     _jobs(s, provider)
     _sagemaker_jobs(s)
@@ -323,82 +288,6 @@ def _autoscaler(s: _Services) -> None:
         opts=s.k8s_component,
     )
     s.provisioning_request_crd = autoscaler.provisioning_request_crd
-
-
-def _queues(s: _Services) -> None:
-    """Kueue and the queues of the GPU jobs (``stacks/queues`` derives every quota)."""
-    cfg = s.cfg
-    plan = queues.plan_for(cfg)
-    if plan is None:
-        return
-    covered = list(queues.RESOURCES)
-
-    def amount(r: str, value: int | None) -> str | None:
-        return None if value is None else queues.quantity(r, value)
-
-    def quotas(cq: queues.ClusterQueue) -> dict[str, list[ResourceQuota]]:
-        return {
-            flavor: [
-                ResourceQuota(
-                    r, queues.quantity(r, lim[r].nominal), amount(r, lim[r].borrowing), amount(r, lim[r].lending)
-                )
-                for r in covered
-            ]
-            for flavor, lim in cq.limits.items()
-        }
-
-    component = Queues(
-        "queues",
-        QueuesArgs(
-            chart=versions.KUEUE_CHART,
-            image_repository=versions.KUEUE_IMAGE_REPOSITORY,
-            image_tag=versions.KUEUE_VERSION,
-            node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
-            managed_namespaces=plan.managed_namespaces,
-            integrations=plan.integrations,
-            pods_ready_timeout=plan.pods_ready_timeout,
-            requeue_limit=plan.requeue_limit,
-            backoff_base_seconds=queues.REQUEUE_BACKOFF_BASE_SECONDS,
-            backoff_max_seconds=queues.REQUEUE_BACKOFF_MAX_SECONDS,
-            fair_sharing=plan.fair_sharing,
-            cohort=queues.COHORT,
-            covered_resources=covered,
-            flavors=[FlavorArgs(f.name, f.node_labels, f.tolerations, f.topology) for f in plan.flavors],
-            topologies=plan.topologies,
-            cluster_queues=[
-                ClusterQueueArgs(
-                    cq.name,
-                    cq.namespaces,
-                    quotas(cq),
-                    None if cq.fair_share_weight is None else f"{cq.fair_share_weight:g}",
-                    plan.provisioning_flavors,
-                )
-                for cq in plan.cluster_queues
-            ],
-            local_queues=[LocalQueueArgs(q.namespace, q.name, q.cluster_queue) for q in plan.local_queues],
-            priorities=dict(PRIORITIES),
-            cluster_name=cfg.cluster_name,
-            namespace=queues.KUEUE_NAMESPACE,
-            teams=[TeamArgs(t.name, t.namespace, t.role_arn, t.kubernetes_group) for t in plan.teams],
-            provisioning=ProvisioningArgs(queues.PROVISIONING_CHECK, queues.PROVISIONING_CLASS, [queues.GPU])
-            if plan.provisioning
-            else None,
-            apis_at_start=[queues.PROVISIONING_REQUEST_API] if s.provisioning_request_crd is not None else [],
-            project_root=PROJECT_ROOT,
-            depends_on=[
-                s.cluster.eks,
-                s.namespace,
-                *([s.provisioning_request_crd] if s.provisioning_request_crd is not None else []),
-            ],
-            tags=s.tags,
-        ),
-        opts=s.k8s_component,
-    )
-    s.job_queues = queues.job_queues(cfg.queues.teams)
-    s.outputs["clusterQueues"] = [cq.name for cq in plan.cluster_queues]
-    # Before a job: its LocalQueue, priority class and Kueue's webhooks (the release, not the whole component).
-    s.job_needs.kueue, s.job_needs.queue_objects = [component.release], dict(component.named)
-    s.job_needs.namespaces.update(component.namespaces)
 
 
 def _jobs(s: _Services, provider: k8s.Provider) -> None:
