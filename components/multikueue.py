@@ -20,10 +20,16 @@ Kueue's controller and cluster admins read.
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.queues import KueueObject
 from facts.kube import KUEUE_NAMESPACE, PART_OF
 from facts.multikueue import CONTROLLER_NAME, WORKER_CALLS
 
@@ -178,3 +184,153 @@ def manager_objects(args: ManagerArgs) -> list[dict[str, Any]]:
         out.append(_kueue("ClusterQueue", cq.name, spec))
     out += [_kueue("LocalQueue", name, {"clusterQueue": cq}, namespace=ns) for ns, name, cq in args.local_queues]
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Registered at `pulumi up`
+# ---------------------------------------------------------------------------------------------
+
+KUBECONFIG_KEY = "kubeconfig"  # the Secret's key Kueue reads (apis/kueue/v1beta2/multikueue_types.go)
+QUEUE_KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue")  # the manager's objects summed from the workers
+
+
+def manager_kubeconfig(cluster: str, server: str, certificate_authority: str, token: str) -> str:
+    """The kubeconfig the manager's MultiKueue uses for worker ``cluster``, as JSON (a kubeconfig clientcmd
+    reads as YAML). Kueue v0.19.2 refuses an exec plugin, an auth provider, basic auth, a token file, a
+    CA file path and skipping TLS verification (multikueuecluster.go validateKubeconfig and
+    validateRestConfig): the server, the CA as data and the token, nothing else."""
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": cluster, "cluster": {"server": server, "certificate-authority-data": certificate_authority}}
+            ],
+            "users": [{"name": WORKER_ACCOUNT, "user": {"token": token}}],
+            "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": WORKER_ACCOUNT}}],
+            "current-context": cluster,
+        },
+        sort_keys=True,
+    )
+
+
+def _typed(name: str, obj: Mapping[str, Any], opts: pulumi.ResourceOptions) -> pulumi.Resource:
+    """A worker object as the Kubernetes SDK's own resource of its kind."""
+    meta = obj["metadata"]
+    kind = obj["kind"]
+    if kind == "ServiceAccount":
+        return k8s.core.v1.ServiceAccount(name, metadata=meta, opts=opts)
+    if kind == "ClusterRole":
+        return k8s.rbac.v1.ClusterRole(name, metadata=meta, rules=obj["rules"], opts=opts)
+    if kind == "ClusterRoleBinding":
+        return k8s.rbac.v1.ClusterRoleBinding(
+            name, metadata=meta, role_ref=obj["roleRef"], subjects=obj["subjects"], opts=opts
+        )
+    return k8s.core.v1.Secret(name, metadata=meta, type=obj["type"], opts=opts)
+
+
+@dataclass
+class FleetWorkerArgs:
+    """Inputs of ``FleetWorker``."""
+
+    cluster: str  # this worker's MultiKueueCluster name on the manager (the kubeconfig's cluster and context)
+    generation: int  # the token generation the manager's kubeconfig carries; the one before is kept too
+    server: pulumi.Input[str]  # the worker's Kubernetes API endpoint (the EKS cluster's)
+    certificate_authority: pulumi.Input[str]  # the cluster's CA certificate, base64 (certificate-authority-data)
+    depends_on: list[pulumi.Resource] = field(default_factory=list)  # Kueue (its namespace) before the account
+
+
+class FleetWorker(pulumi.ComponentResource):
+    """What a worker gives its fleet's manager (``worker_objects``), and ``kubeconfig``: the manager's
+    kubeconfig for it, a secret Output carrying this generation's token.
+
+    The token is read from the token Secret's ``data``: pulumi-kubernetes waits on create until the token
+    controller has filled in a ``kubernetes.io/service-account-token`` Secret (pulumi/pulumi-kubernetes
+    pull request #2048, "Add awaiter for service-account-token secret")."""
+
+    def __init__(self, name: str, args: FleetWorkerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gputraining:components:FleetWorker", name, None, opts)
+        made: dict[str, pulumi.Resource] = {}
+        for obj in worker_objects(args.generation):
+            after = [made[WORKER_ACCOUNT]] if obj["kind"] in ("Secret", "ClusterRoleBinding") else []
+            child = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *after])
+            made[obj["metadata"]["name"]] = _typed(
+                f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}", obj, child
+            )
+        token = made[token_secret(args.generation)]
+        assert isinstance(token, k8s.core.v1.Secret)
+        self.token_secret = token_secret(args.generation)
+        self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
+            pulumi.Output.all(args.server, args.certificate_authority, token.data).apply(
+                lambda a: manager_kubeconfig(args.cluster, a[0], a[1], base64.b64decode(a[2]["token"]).decode())
+            )
+        )
+        self.register_outputs({"kubeconfig": self.kubeconfig, "tokenSecret": self.token_secret})
+
+
+@dataclass
+class FleetManagerArgs:
+    """Inputs of ``FleetManager``."""
+
+    clusters: Sequence[str]  # the workers' MultiKueueCluster names, in the config's order
+    kubeconfigs: Mapping[str, pulumi.Output[str]]  # cluster -> the kubeconfig its worker stack exports (a secret)
+    namespace: str  # Kueue's namespace, where its MultiKueue reads the kubeconfig Secrets
+    namespaces: Mapping[str, pulumi.Resource]  # the manager's namespaces LocalQueues may be in, by name
+    depends_on: list[pulumi.Resource] = field(default_factory=list)  # Kueue's release (its CRDs and webhooks)
+
+
+class FleetManager(pulumi.ComponentResource):
+    """The manager's MultiKueue objects: a kubeconfig Secret and a MultiKueueCluster per worker, the
+    MultiKueueConfig and the AdmissionCheck; ``add_queues`` adds the fleet's ResourceFlavors, ClusterQueues
+    (with the check) and LocalQueues once the workers' supply is known (their stack outputs)."""
+
+    def __init__(self, name: str, args: FleetManagerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gputraining:components:FleetManager", name, None, opts)
+        self._name, self._args = name, args
+        after_kueue = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+        secrets = {
+            c: k8s.core.v1.Secret(
+                f"{name}-secret-{c}",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=kubeconfig_secret(c), namespace=args.namespace, labels=dict(_LABELS)
+                ),
+                type="Opaque",
+                string_data={KUBECONFIG_KEY: args.kubeconfigs[c]},  # secret: the worker exports it so
+                opts=after_kueue,
+            )
+            for c in args.clusters
+        }
+        static = ManagerArgs(tuple(args.clusters), (), (), (), (), {})
+        self.objects: list[pulumi.Resource] = []
+        for obj in manager_objects(static):
+            meta = obj["metadata"]
+            needs = [secrets[meta["name"]]] if obj["kind"] == "MultiKueueCluster" else []
+            self.objects.append(
+                KueueObject(
+                    f"{name}-{obj['kind'].lower()}-{meta['name']}",
+                    obj,
+                    pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *needs, *self.objects]),
+                )
+            )
+        self.register_outputs(
+            {"clusters": list(args.clusters), "kubeconfigSecrets": [s.metadata.name for s in secrets.values()]}
+        )
+
+    def add_queues(self, queues: ManagerArgs) -> list[pulumi.Resource]:
+        """Register the fleet's flavors, ClusterQueues and LocalQueues (call once, with the workers' supply)."""
+        made: list[pulumi.Resource] = []
+        for obj in manager_objects(queues):
+            if obj["kind"] not in QUEUE_KINDS:
+                continue
+            meta = obj["metadata"]
+            ns = meta.get("namespace")
+            if ns is not None and ns not in self._args.namespaces:
+                raise ValueError(f"LocalQueue {meta['name']!r} is in namespace {ns!r}, which the manager has not")
+            needs = [self._args.namespaces[ns]] if ns is not None else []
+            opts = pulumi.ResourceOptions(
+                parent=self, depends_on=[*self._args.depends_on, *self.objects, *needs, *made]
+            )
+            made.append(
+                KueueObject(f"{self._name}-{obj['kind'].lower()}-{(ns + '-') if ns else ''}{meta['name']}", obj, opts)
+            )
+        return made

@@ -165,6 +165,8 @@ class QueuesArgs:
     project_root: Path = Path(".")  # where the chart path is relative to
     depends_on: list[pulumi.Resource] = field(default_factory=list)  # what must exist first (the cluster, system nodes)
     tags: dict[str, str] = field(default_factory=dict)  # tags on the access entries
+    # A fleet's manager: Kueue's Configuration `multiKueue` section (None: not a manager, Kueue's defaults).
+    multi_kueue: Mapping[str, Any] | None = None
 
 
 def _in_namespaces(names: Sequence[str]) -> dict[str, Any]:
@@ -192,6 +194,8 @@ def manager_config(args: QueuesArgs) -> dict[str, Any]:
         # is not held back for it.
         "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
     }
+    if args.multi_kueue is not None:
+        config["multiKueue"] = dict(args.multi_kueue)
     if args.fair_sharing:
         config["fairSharing"] = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
     return config

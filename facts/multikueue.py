@@ -83,3 +83,26 @@ INCREMENTAL_ROUND_MINUTES = 5
 # before it is evicted and requeued on the manager (apis/config/v1beta2/configuration_types.go
 # WorkerLostTimeout; its default DefaultMultiKueueWorkerLostTimeout in apis/config/v1beta2/defaults.go).
 WORKER_LOST_TIMEOUT_MINUTES = 15
+
+# The manager's Kueue Configuration `multiKueue` section (apis/config/v1beta2/configuration_types.go
+# MultiKueue at v0.19.2), pinned here rather than left to Kueue's defaults (apis/config/v1beta2/defaults.go)
+# so that docs/fleet.md's day-two behaviour does not change with a Kueue upgrade:
+# - gcInterval: how often the garbage collector deletes a worker's objects whose manager-side Workload is
+#   gone (Kueue's default, 1 minute: a removed job's pods stop within about that);
+# - workerLostTimeout: how long a job on an unreachable worker keeps its admission before it is queued
+#   again for the others (Kueue's default, 15 minutes: longer than an EKS control-plane update's blip);
+# - origin: the label value marking what this manager created on a worker (the garbage collector deletes
+#   only its own): the manager's cluster name instead of the shared default "multikueue".
+GC_INTERVAL = "1m"
+WORKER_LOST_TIMEOUT = f"{WORKER_LOST_TIMEOUT_MINUTES}m"
+ORIGIN_MAX = 63  # a label value
+
+
+def multikueue_config(origin: str, dispatcher_name: str) -> dict[str, str]:
+    """The manager's `multiKueue` section."""
+    return {
+        "gcInterval": GC_INTERVAL,
+        "origin": origin[:ORIGIN_MAX].rstrip("-._"),
+        "workerLostTimeout": WORKER_LOST_TIMEOUT,
+        "dispatcherName": dispatcher_name,
+    }

@@ -89,6 +89,7 @@ def plan(
         stack=stack,
         region=cfg.region,
         on_record=watch(cfg) if watch else None,
+        fleet=offline.offline_fleet(cfg, stack_file or root / f"Pulumi.{stack}.yaml"),
     )
     return cfg, result
 

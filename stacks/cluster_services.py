@@ -34,7 +34,7 @@ from stacks.addons import addon_version
 from stacks.alerts import build_alerts
 from stacks.config import GpuNodeGroupConfig, StackConfig
 from stacks.config.job_entries import runtime_of, sagemaker_jobs
-from stacks.kueue_services import add_queues
+from stacks.kueue_services import add_fleet, add_queues
 from stacks.services import Services as _Services
 
 
@@ -76,7 +76,18 @@ def build_services(
         gpu_node_group_names=dict(gpu_node_group_names or {}),
         gpu_node_groups=dict(gpu_node_groups or {}),
     )
-    for add in (_device_plugins, _burn_in, _efs, _fsx, _operators, _etcd, _monitoring, _autoscaler, add_queues):
+    for add in (
+        _device_plugins,
+        _burn_in,
+        _efs,
+        _fsx,
+        _operators,
+        _etcd,
+        _monitoring,
+        _autoscaler,
+        add_queues,
+        add_fleet,
+    ):
         add(s)
     _jobs(s, provider)
     _sagemaker_jobs(s)

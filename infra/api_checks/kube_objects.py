@@ -246,8 +246,10 @@ def _config_map(c: _Checker, obj: Mapping[str, Any]) -> None:
 
 
 def _secret(c: _Checker, obj: Mapping[str, Any]) -> None:
-    data = {k: _decoded(v) for k, v in (obj.get("data") or {}).items()}
-    data.update({k: str(v).encode() for k, v in (obj.get("stringData") or {}).items()})  # stringData wins
+    # A part given as a secret Output is recorded masked ("[secret]"): its keys are not known here.
+    parts = {p: v if isinstance(v, Mapping) else {} for p in ("data", "stringData") if (v := obj.get(p))}
+    data = {k: _decoded(v) for k, v in parts.get("data", {}).items()}
+    data.update({k: str(v).encode() for k, v in parts.get("stringData", {}).items()})  # stringData wins
     for key in data:
         c.rule(f"data[{key}]", str(key), rules.is_config_map_key, f"ValidateSecret: IsConfigMapKey, {rules.UTIL}")
     _data_size(c, "data", sum(len(v) for v in data.values()), "Secret")

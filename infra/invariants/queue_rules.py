@@ -11,6 +11,7 @@ from typing import Any
 from components.queues import PROVISIONING_CONTROLLER
 from facts import topology
 from facts.kube import NODE_GROUP_LABEL
+from facts.multikueue import CONTROLLER_NAME as MULTIKUEUE_CONTROLLER
 from infra.invariants.view import (
     AUTOSCALER_RELEASE,
     CRD,
@@ -45,12 +46,31 @@ def _quotas_by_flavor(v: StackView) -> dict[str, list[dict[str, Mapping[str, Any
     return out
 
 
+def fleet_flavors(v: StackView) -> set[str]:
+    """The flavors of a fleet manager's ClusterQueues (those with the MultiKueue check): their supply is
+    the workers' nodes, summed by stacks/fleet.py, not this plan's (tests/test_fleet_wiring.py checks it)."""
+    multikueue = {
+        o["metadata"]["name"]
+        for _, o in v.of_kind("AdmissionCheck")
+        if o["spec"].get("controllerName") == MULTIKUEUE_CONTROLLER
+    }
+    out: set[str] = set()
+    for _, cq in v.of_kind("ClusterQueue"):
+        checks = (cq["spec"].get("admissionChecksStrategy") or {}).get("admissionChecks") or []
+        if any(c.get("name") in multikueue for c in checks):
+            out |= set(_quota(cq))
+    return out
+
+
 def quota_within_supply(v: StackView) -> list[Violation]:
-    """No flavor is promised more than its group can hold."""
+    """No flavor is promised more than its group can hold (a fleet's flavors: its workers' groups)."""
     out = []
     by_flavor = _quotas_by_flavor(v)
+    fleet = fleet_flavors(v)
     for _, flavor in v.of_kind("ResourceFlavor"):
         group = flavor["metadata"]["name"]
+        if group in fleet:
+            continue
         node = v.nodes.get(group)
         if node is None or node.allocatable is None:
             out.append(Violation("quota_within_supply", f"flavor {group!r} names no GPU node group of the plan"))
@@ -208,6 +228,8 @@ def admission_checks_have_their_api(v: StackView) -> list[Violation]:
     crds = [r for r in v.records if r.type == CRD and r.inputs["metadata"]["name"] == queues.PROVISIONING_REQUEST_API]
     kueue, autoscaler = v.release(KUEUE_RELEASE), v.release(AUTOSCALER_RELEASE)
     for name, check in checks.items():
+        if check["spec"].get("controllerName") == MULTIKUEUE_CONTROLLER and kueue is not None:
+            continue  # Kueue's own MultiKueue controller (a beta feature, on by default since v0.9)
         if check["spec"].get("controllerName") != PROVISIONING_CONTROLLER:
             out.append(
                 Violation(

@@ -26,6 +26,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from infra.offline.deployed import Deployed
+from infra.offline.fleet import OfflineFleet
 from infra.offline.mocks import OfflineMocks
 from infra.offline.monitor import DuplicateURNError, Record, RecordingMonitor
 
@@ -103,17 +104,21 @@ def run(
     region: str | None = None,
     on_record: Callable[[Record], None] | None = None,
     deployed: Deployed | None = None,
+    fleet: OfflineFleet | None = None,
 ) -> PlanResult:
     """Run ``program`` against the offline engine with ``config`` (``{"ns:key": value}``).
 
     Returns what was registered, in order, and the resolved stack outputs (secrets masked).
     ``on_record`` sees each registration as it is recorded (from the monitor's threads).
     ``deployed``: what the stack already has in AWS (default: nothing, a new stack).
+    ``fleet``: the outputs of the stacks it references and its organization (default: none).
     """
     region = region or str(config.get("aws:region") or "us-west-2")
-    mocks = OfflineMocks(region, deployed)
+    mocks = OfflineMocks(region, deployed, fleet)
     monitor = RecordingMonitor(mocks, on_record)
-    pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    pulumi_mocks.set_mocks(
+        mocks, project=project, stack=stack, preview=False, monitor=monitor, organization=mocks.fleet.organization
+    )
     set_all_config(flat_config(config), [])
     # Config comes from `config` only, never from a PULUMI_CONFIG left in the environment.
     saved_env_config = os.environ.pop("PULUMI_CONFIG", None)

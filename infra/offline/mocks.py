@@ -5,6 +5,7 @@ from AWS's recorded data, ``region.py``; what the stack has already made from ``
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from pulumi.runtime import mocks as pulumi_mocks
 
 from infra.offline.deployed import TOKENS, Deployed
+from infra.offline.fleet import OfflineFleet
 from infra.offline.region import az_offerings, region_azs
 
 ACCOUNT_ID = "123456789012"
@@ -66,8 +68,11 @@ def _fake_kubeconfig(cluster_name: str, region: str) -> dict[str, Any]:
     }
 
 
+STACK_REFERENCE = "pulumi:pulumi:StackReference"
+SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"  # noqa: S105 (a Secret type)
+
 # What the mocks read of a Kubernetes object (not a Helm release): the rest never reaches them.
-IDENTITY = ("apiVersion", "kind", "metadata")
+IDENTITY = ("apiVersion", "kind", "metadata", "type")  # type: a Secret's (a token Secret is answered)
 
 
 def identity_only(typ: str) -> bool:
@@ -77,15 +82,26 @@ def identity_only(typ: str) -> bool:
 class OfflineMocks(pulumi_mocks.Mocks):
     """Stable fake ids and the outputs the program reads; region facts from recorded AWS data."""
 
-    def __init__(self, region: str, deployed: Deployed | None = None):
+    def __init__(self, region: str, deployed: Deployed | None = None, fleet: OfflineFleet | None = None):
         self.region = region
         self.deployed = deployed or Deployed()  # what the stack already has (default: nothing, a new stack)
+        self.fleet = fleet or OfflineFleet()  # the outputs of the stacks it references (a fleet's workers)
 
     # -- resources ------------------------------------------------------------------------
     def new_resource(self, args: pulumi_mocks.MockResourceArgs):
         typ, name, inputs = args.typ, args.name, dict(args.inputs)
+        if typ == STACK_REFERENCE:
+            return self._stack_reference(str(args.resource_id or inputs.get("name")))
         if args.resource_id:
             return args.resource_id, inputs
+        if typ == "kubernetes:core/v1:Secret" and inputs.get("type") == SERVICE_ACCOUNT_TOKEN:
+            # The token controller fills in the token, and pulumi-kubernetes waits for it on create
+            # (pulumi/pulumi-kubernetes#2048): a placeholder, base64 as Secret data is.
+            token = base64.b64encode(f"offline-token-{_digest(typ, name)}".encode()).decode()
+            return f"{name}-{_digest(typ, name)}", {
+                **{k: inputs[k] for k in IDENTITY if k in inputs},
+                "data": {"token": token},
+            }
         if identity_only(typ):
             # Kubernetes objects: the program reads back only their metadata (names), and a CRD's
             # schema runs to hundreds of kilobytes: hand back the identity only (sending whole
@@ -99,6 +115,12 @@ class OfflineMocks(pulumi_mocks.Mocks):
         extra = self._extra_outputs(typ, name, inputs, rid)
         state.update(extra)
         return rid, state
+
+    def _stack_reference(self, stack: str) -> tuple[str, dict[str, Any]]:
+        """A StackReference's state as the engine reads it: the stack's outputs and which are secret."""
+        outputs = self.fleet.outputs.get(stack, {})
+        secret = [k for k in self.fleet.secret_outputs if k in outputs]
+        return stack, {"name": stack, "outputs": outputs, "secretOutputNames": secret}
 
     def _extra_outputs(self, typ: str, name: str, inputs: dict, rid: str) -> dict[str, Any]:
         if typ == "aws:iam/role:Role":

@@ -84,6 +84,14 @@ class FleetConfig(ConfigModel):
         "every 5 minutes, in the order of `workers`",
     )
 
+    token_generation: int = Field(
+        1,
+        ge=1,
+        description="on a worker, the generation of the token the manager's kubeconfig carries: raising it by one "
+        "adds a new token Secret and keeps the one before until the next raise (rotation without downtime; "
+        "deploy the worker, then the manager)",
+    )
+
     @property
     def role(self) -> Literal["manager", "worker", "none"]:
         return "manager" if self.workers else "worker" if self.manager else "none"
@@ -126,6 +134,16 @@ class FleetConfig(ConfigModel):
                     {"a": seen[name], "b": w.stack, "name": name},
                 )
             seen[name] = w.stack
+        return self
+
+    @model_validator(mode="after")
+    def _generation_on_worker(self) -> FleetConfig:
+        if "token_generation" in self.model_fields_set and self.manager is None:
+            raise PydanticCustomError(
+                "fleet_token_generation",
+                "tokenGeneration {value} is set but the stack names no manager: only a fleet's worker has a token",
+                {"value": self.token_generation},
+            )
         return self
 
     @model_validator(mode="after")

@@ -1,0 +1,187 @@
+"""A fleet at `pulumi up` (docs/fleet.md): what a worker stack registers and exports for its manager, and
+what the manager reads of its workers and registers.
+
+- A worker (``fleet.manager`` set) registers the account MultiKueue acts as (components/multikueue.py
+  ``FleetWorker``) and exports ``fleetWorker``: what it supplies (stacks/fleet.py ``WorkerSupply.output``),
+  the manager it names, and the manager's kubeconfig for it (a secret: server and CA of its EKS cluster,
+  the token of the current generation).
+- A manager (``fleet.workers``) reads each worker's ``fleetWorker`` through a stack reference
+  (https://www.pulumi.com/docs/iac/concepts/stacks/#stackreferences), registers ``FleetManager`` (the
+  kubeconfig Secrets, MultiKueueClusters, MultiKueueConfig, AdmissionCheck) and, once the workers' outputs
+  are read, the fleet's flavors and ClusterQueues with the quotas summed (stacks/fleet.py
+  ``manager_args``). Stack references are read in `pulumi preview` too, so those appear in the preview.
+
+Deploy order: the workers first (each with ``fleet.manager``), then the manager; a worker with no
+``fleetWorker`` output, or one naming another manager, stops the manager's run with what to do.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import pulumi
+
+from components.multikueue import FleetManager, FleetManagerArgs, FleetWorker, FleetWorkerArgs
+from facts.kube import KUEUE_NAMESPACE
+from stacks.config import StackConfig
+from stacks.config.fleet import cluster_name
+from stacks.fleet import WorkerFlavor, WorkerSupply, manager_args, summed_quotas, supply_of
+from stacks.services import Services
+
+FLEET_OUTPUT = "fleetWorker"  # the worker stack's output the manager reads
+SUPPLY_KEYS = ("stack", "cluster", "region", "availabilityZone", "flavors", "queues", "localQueues", "priorities")
+
+
+class FleetWiringError(pulumi.RunError):
+    """A fleet that cannot be wired as configured (a worker's output missing or not for this manager): a
+    RunError, which the Pulumi engine prints without a Python traceback."""
+
+
+def stack_reference(cfg: StackConfig) -> str:
+    """This stack's name as other stacks reference it: organization/project/stack."""
+    return f"{pulumi.get_organization()}/{cfg.project}/{cfg.stack}"
+
+
+def worker_output(supply: WorkerSupply, manager: str, kubeconfig: Any, token_secret: str) -> dict[str, Any]:
+    """The worker's ``fleetWorker`` output: its supply, the manager it serves, and the kubeconfig."""
+    return {**supply.output(), "manager": manager, "tokenSecret": token_secret, "kubeconfig": kubeconfig}
+
+
+def supply_from_output(value: Mapping[str, Any]) -> WorkerSupply:
+    """``WorkerSupply.output`` read back (the manager's view of a worker)."""
+    return WorkerSupply(
+        stack=value["stack"],
+        cluster=value["cluster"],
+        region=value["region"],
+        availability_zone=value["availabilityZone"],
+        flavors=tuple(
+            WorkerFlavor(
+                f["group"],
+                f["instanceType"],
+                int(f["nodes"]),
+                {r: int(n) for r, n in f["perNode"].items()},
+                f.get("topology"),
+                (f["window"][0], f["window"][1]) if f.get("window") else None,
+            )
+            for f in value["flavors"]
+        ),
+        queues={
+            q: {g: {r: int(n) for r, n in rs.items()} for g, rs in gs.items()} for q, gs in value["queues"].items()
+        },
+        local_queues=tuple((lq[0], lq[1], lq[2]) for lq in value["localQueues"]),
+        priorities={p: int(v) for p, v in value["priorities"].items()},
+    )
+
+
+def checked_output(worker: str, manager: str, value: Any) -> dict[str, Any]:
+    """Worker ``worker``'s ``fleetWorker`` output, refused when missing or made for another manager."""
+    if not isinstance(value, Mapping) or any(k not in value for k in (*SUPPLY_KEYS, "manager", "kubeconfig")):
+        raise FleetWiringError(
+            f"gpu-training:fleet.workers: stack '{worker}' has no '{FLEET_OUTPUT}' output (not deployed yet, or "
+            f"deployed without gpu-training:fleet.manager): set `manager: {manager}` in its fleet section and run "
+            "`pulumi up` on it first, then on this stack"
+        )
+    if value["manager"] != manager:
+        raise FleetWiringError(
+            f"gpu-training:fleet.workers: stack '{worker}' serves the manager '{value['manager']}', not '{manager}': "
+            f"a worker has one manager; set its fleet.manager to '{manager}' (or remove it from this stack's workers)"
+        )
+    return dict(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker
+# ---------------------------------------------------------------------------------------------
+
+
+def server_and_ca(kubeconfig_json: str) -> list[str]:
+    """The EKS endpoint and CA data of the cluster's kubeconfig (pulumi-eks's, one cluster)."""
+    cluster = json.loads(kubeconfig_json)["clusters"][0]["cluster"]
+    return [cluster["server"], cluster["certificate-authority-data"]]
+
+
+def add_worker(s: Services) -> None:
+    """A worker's account for its manager and its ``fleetWorker`` output (nothing without ``fleet.manager``)."""
+    cfg = s.cfg
+    if cfg.fleet.manager is None:
+        return
+    if not s.job_needs.kueue:
+        raise FleetWiringError(
+            "gpu-training:fleet.manager: a fleet's worker runs the jobs under its own Kueue, and this stack has "
+            "none: give it GPU node groups (gpuNodeGroups) with queues.enabled"
+        )
+    me = stack_reference(cfg)
+    endpoint = s.cluster.kubeconfig.apply(server_and_ca)
+    worker = FleetWorker(
+        "fleet-worker",
+        FleetWorkerArgs(
+            cluster=cluster_name(me),
+            generation=cfg.fleet.token_generation,
+            server=endpoint[0],
+            certificate_authority=endpoint[1],
+            depends_on=list(s.job_needs.kueue),
+        ),
+        opts=s.k8s_component,
+    )
+    supply = supply_of(me, cfg, s.gpu_az)
+    s.outputs[FLEET_OUTPUT] = worker_output(supply, cfg.fleet.manager, worker.kubeconfig, worker.token_secret)
+
+
+# ---------------------------------------------------------------------------------------------
+# Manager
+# ---------------------------------------------------------------------------------------------
+
+
+def _register_queues(
+    manager: FleetManager, own_queues: Sequence[str], workers: Sequence[WorkerSupply]
+) -> dict[str, Any]:
+    """The fleet's flavors and ClusterQueues for the workers as read; returns the summed quotas."""
+    args = manager_args(workers)
+    clash = sorted({q.name for q in args.cluster_queues} & set(own_queues))
+    if clash:
+        raise FleetWiringError(
+            f"gpu-training:fleet.workers: the workers' ClusterQueue(s) {', '.join(clash)} have the names of this "
+            "stack's own queues (its GPU node groups'): a manager's own GPU jobs need queue names no worker uses "
+            "(queues.teams on one side)"
+        )
+    try:
+        manager.add_queues(args)
+    except ValueError as err:
+        raise FleetWiringError(f"gpu-training:fleet.workers: {err} (create it, e.g. a team of the same name)") from None
+    return summed_quotas(workers)
+
+
+def add_manager(s: Services, own_queues: Sequence[str]) -> None:
+    """A manager's MultiKueue objects for its workers (nothing without ``fleet.workers``)."""
+    cfg = s.cfg
+    if not cfg.fleet.workers:
+        return
+    me = stack_reference(cfg)
+    clusters = [cluster_name(w.stack) for w in cfg.fleet.workers]
+    outputs = [
+        pulumi.StackReference(f"fleet-{c}", stack_name=w.stack)
+        .get_output(FLEET_OUTPUT)
+        .apply(partial(checked_output, w.stack, me))
+        for c, w in zip(clusters, cfg.fleet.workers, strict=True)
+    ]
+    manager = FleetManager(
+        "fleet-manager",
+        FleetManagerArgs(
+            clusters=clusters,
+            kubeconfigs={
+                c: pulumi.Output.secret(o.apply(lambda v: str(v["kubeconfig"])))
+                for c, o in zip(clusters, outputs, strict=True)
+            },
+            namespace=KUEUE_NAMESPACE,
+            namespaces=dict(s.job_needs.namespaces),
+            depends_on=list(s.job_needs.kueue),
+        ),
+        opts=s.k8s_component,
+    )
+    # What a worker supplies is no secret (only its kubeconfig is): the quotas are plain in the state.
+    supplies = [pulumi.Output.unsecret(o.apply(supply_from_output)) for o in outputs]
+    s.outputs["fleetQueues"] = pulumi.Output.all(*supplies).apply(partial(_register_queues, manager, list(own_queues)))
+    s.outputs["fleetWorkers"] = clusters
