@@ -72,7 +72,8 @@ STACK_REFERENCE = "pulumi:pulumi:StackReference"
 SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"  # noqa: S105 (a Secret type)
 
 # What the mocks read of a Kubernetes object (not a Helm release): the rest never reaches them.
-IDENTITY = ("apiVersion", "kind", "metadata", "type")  # type: a Secret's (a token Secret is answered)
+# ... and a Secret's `type` (a token Secret is answered with its token).
+IDENTITY = ("apiVersion", "kind", "metadata", "type")
 
 
 def identity_only(typ: str) -> bool:
