@@ -32,7 +32,6 @@ from facts.paths import PROJECT_ROOT
 from jobs.base import PRIORITIES
 from stacks import config as stack_config
 from stacks.config.fleet import cluster_name
-from stacks.config.stackfile import read_stack_config
 from stacks.queues.plan import plan_for
 from stacks.queues.resources import GPU, RESOURCES, quantity
 
@@ -234,6 +233,10 @@ def worker_stack_file(reference: str, manager_file: Path) -> Path:
 
 def offline_workers(cfg: Any, manager_file: Path) -> list[WorkerSupply]:
     """The workers of manager ``cfg`` as the offline plan sees them, from their stack files."""
+    # Imported here: what `pulumi up` runs (stacks/fleet_wiring.py imports this module) reads no stack
+    # files, and the reader needs ruamel.yaml, which only the tooling installs (tests/test_layers.py).
+    from stacks.config.stackfile import read_stack_config
+
     out = []
     for w in cfg.fleet.workers:
         path = worker_stack_file(w.stack, manager_file)
