@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from components import node_scaling
 from facts import catalog, instance_types, versions
-from infra import critical_path, offline, plan_jobs, releases, teardown
+from infra import critical_path, offline, plan_fleet, plan_jobs, releases, teardown
 from infra.diff.plans import manifest_key
 from stacks import alerts, cost, queues
 from stacks import config as stack_config
@@ -48,6 +48,7 @@ def summary(
     lines += ["", *resource_lines(result.records, verbose)]
     lines += kubernetes_lines(result, rendered, verbose)
     lines += plan_jobs.lines(cfg, result.records, verbose)
+    lines += plan_fleet.lines(cfg, result.outputs)
     lines += alerts.dashboard_lines(cfg)
     queue_plan = queues.plan_for(cfg) if verbose else None
     if queue_plan is not None:

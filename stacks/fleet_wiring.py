@@ -184,4 +184,4 @@ def add_manager(s: Services, own_queues: Sequence[str]) -> None:
     # What a worker supplies is no secret (only its kubeconfig is): the quotas are plain in the state.
     supplies = [pulumi.Output.unsecret(o.apply(supply_from_output)) for o in outputs]
     s.outputs["fleetQueues"] = pulumi.Output.all(*supplies).apply(partial(_register_queues, manager, list(own_queues)))
-    s.outputs["fleetWorkers"] = clusters
+    s.outputs["fleetWorkers"] = pulumi.Output.all(*supplies).apply(lambda ws: [w.output() for w in ws])

@@ -15,8 +15,8 @@ import yaml
 
 from components import multikueue as mk
 from facts.multikueue import WORKER_CALLS
-from infra import offline
-from infra.plan import plan
+from infra import offline, plan_fleet
+from infra.plan import load_config, plan
 from stacks.fleet_wiring import FLEET_OUTPUT, FleetWiringError, checked_output
 from stacks.queues.resources import RESOURCES, parse_quantity
 from tests.helpers import ROOT
@@ -199,8 +199,6 @@ def _mock_kubeconfig() -> str:
 
 
 def _cfg(stack: str) -> Any:
-    from infra.plan import load_config
-
     return load_config(stack, None, EXAMPLES / stack / f"Pulumi.{stack}.yaml")
 
 
@@ -218,8 +216,6 @@ def test_rotation_keeps_the_token_before(tmp_path: Path) -> None:
 
 
 def _cfg_at(folder: Path, stack: str) -> Any:
-    from infra.plan import load_config
-
     return load_config(stack, None, folder / stack / f"Pulumi.{stack}.yaml")
 
 
@@ -250,3 +246,22 @@ def test_a_worker_of_another_manager_is_refused() -> None:
     assert checked_output("acme/p/west", "acme/p/other", output)["manager"] == "acme/p/other"
     with pytest.raises(FleetWiringError, match="has no 'fleetWorker' output"):
         checked_output("acme/p/west", "acme/p/fleet", None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan's text
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_plan_text_has_a_fleet_block(plans: dict[str, offline.PlanResult]) -> None:
+    manager = plan_fleet.lines(_cfg("fleet"), plans["fleet"].outputs)
+    assert manager[1].startswith("Fleet manager (MultiKueue, dispatcher AllAtOnce): 2 worker(s)")
+    assert "  fleet-west (us-west-2b): p5 4 x p5.48xlarge" in manager
+    assert any(line.startswith("  fleet-block (us-west-2a): p5 2 x p5.48xlarge, capacity block") for line in manager)
+    assert "  ClusterQueue gpu, p5-48xlarge (summed): 48 GPUs" in "\n".join(manager)
+    worker = plan_fleet.lines(_cfg("fleet-west"), plans["fleet-west"].outputs)
+    assert worker[1].startswith("Fleet worker of acme/gpu-training/fleet: MultiKueue acts as kueue-system/multikueue")
+    assert "  may workloads/status: update" in worker
+    assert all(len(line) <= 120 for line in manager + worker)
+    # Broken: a stack outside a fleet (dev) has no fleet block.
+    assert plan_fleet.lines(load_config("dev"), {}) == []

@@ -148,7 +148,7 @@ def run(
     try:
         with collector_paused():
             _sync_await(run_pulumi_func(body))
-    except DuplicateURNError:
+    except Exception:  # a duplicate URN, or the program's own error (a RunError raised in an apply)
         _end_pending_tasks()
         raise
     finally:
@@ -169,14 +169,14 @@ def _no_stack_trace() -> source_pb2.StackTrace:
 
 
 def _quiet_about_duplicates(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    if not isinstance(context.get("exception"), DuplicateURNError):
+    if not isinstance(context.get("exception"), (DuplicateURNError, pulumi.RunError)):
         loop.default_exception_handler(context)
 
 
 def _end_pending_tasks() -> None:
-    """A run stopped at a duplicate URN leaves the SDK's other registrations and outputs pending (the
-    mocks' settings keep the set of output tasks from run to run); end them, so that the next run in
-    this process starts clean instead of meeting them."""
+    """A run stopped at a duplicate URN (or by the program's own error) leaves the SDK's other
+    registrations and outputs pending (the mocks' settings keep the set of output tasks from run to
+    run); end them, so that the next run in this process starts clean instead of meeting them."""
     loop = asyncio.get_event_loop()
     # The registration's futures hold the error too; asyncio would print each with its traceback
     # when they are collected ("exception was never retrieved"): the error is reported already.
