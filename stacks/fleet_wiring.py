@@ -135,7 +135,7 @@ def add_worker(s: Services) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _register_queues(
+def register_fleet_queues(
     manager: FleetManager, own_queues: Sequence[str], workers: Sequence[WorkerSupply]
 ) -> dict[str, Any]:
     """The fleet's flavors and ClusterQueues for the workers as read; returns the summed quotas."""
@@ -150,7 +150,10 @@ def _register_queues(
     try:
         manager.add_queues(args)
     except ValueError as err:
-        raise FleetWiringError(f"gpu-training:fleet.workers: {err} (create it, e.g. a team of the same name)") from None
+        raise FleetWiringError(
+            f"gpu-training:fleet.workers: {err}: the manager has its services.trainingNamespace and, with GPU node "
+            "groups, its queues.teams' namespaces; give the manager and its workers the same ones"
+        ) from None
     return summed_quotas(workers)
 
 
@@ -183,5 +186,7 @@ def add_manager(s: Services, own_queues: Sequence[str]) -> None:
     )
     # What a worker supplies is no secret (only its kubeconfig is): the quotas are plain in the state.
     supplies = [pulumi.Output.unsecret(o.apply(supply_from_output)) for o in outputs]
-    s.outputs["fleetQueues"] = pulumi.Output.all(*supplies).apply(partial(_register_queues, manager, list(own_queues)))
+    s.outputs["fleetQueues"] = pulumi.Output.all(*supplies).apply(
+        partial(register_fleet_queues, manager, list(own_queues))
+    )
     s.outputs["fleetWorkers"] = pulumi.Output.all(*supplies).apply(lambda ws: [w.output() for w in ws])

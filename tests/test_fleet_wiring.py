@@ -17,7 +17,8 @@ from components import multikueue as mk
 from facts.multikueue import WORKER_CALLS
 from infra import offline, plan_fleet
 from infra.plan import load_config, plan
-from stacks.fleet_wiring import FLEET_OUTPUT, FleetWiringError, checked_output
+from stacks import fleet as fleet_model
+from stacks.fleet_wiring import FLEET_OUTPUT, FleetWiringError, checked_output, register_fleet_queues
 from stacks.queues.resources import RESOURCES, parse_quantity
 from tests.helpers import ROOT
 from tests.kueue_crds import errors, kueue_objects
@@ -205,9 +206,7 @@ def _cfg(stack: str) -> Any:
 def test_rotation_keeps_the_token_before(tmp_path: Path) -> None:
     folder = _copy_fleet(tmp_path)
     path = folder / "fleet-west" / "Pulumi.fleet-west.yaml"
-    values = yaml.safe_load(path.read_text())
-    values["config"]["gpu-training:fleet"]["tokenGeneration"] = 2
-    path.write_text(yaml.safe_dump(values))
+    _edit(path, "gpu-training:fleet", {"manager": "acme/gpu-training/fleet", "tokenGeneration": 2})
     west = planned("fleet-west", folder)
     names = sorted(s["metadata"]["name"] for s in objects(west, "Secret") if s.get("type") == mk.TOKEN_TYPE)
     assert names == ["multikueue-token-1", "multikueue-token-2"]
@@ -265,3 +264,35 @@ def test_the_plan_text_has_a_fleet_block(plans: dict[str, offline.PlanResult]) -
     assert all(len(line) <= 120 for line in manager + worker)
     # Broken: a stack outside a fleet (dev) has no fleet block.
     assert plan_fleet.lines(load_config("dev"), {}) == []
+
+
+def _edit(path: Path, section: str, value: Any) -> None:
+    values = yaml.safe_load(path.read_text())
+    values["config"][section] = value
+    path.write_text(yaml.safe_dump(values))
+
+
+def test_a_workers_queue_in_a_namespace_the_manager_lacks_is_refused(tmp_path: Path) -> None:
+    folder = _copy_fleet(tmp_path)
+    _edit(folder / "fleet-west" / "Pulumi.fleet-west.yaml", "gpu-training:services", {"trainingNamespace": "west"})
+    with pytest.raises(Exception, match="LocalQueue 'gpu' is in namespace 'west', which the manager has not"):
+        planned("fleet", folder)
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.added: list[Any] = []
+
+    def add_queues(self, args: Any) -> list[Any]:
+        self.added.append(args)
+        return []
+
+
+def test_the_managers_own_queues_and_the_fleets_are_named_apart() -> None:
+    workers = fleet_model.offline_workers(_cfg("fleet"), EXAMPLES / "fleet" / "Pulumi.fleet.yaml")
+    manager = _Recorder()
+    assert register_fleet_queues(manager, ["team-a"], workers)["gpu"]["p5-48xlarge"]["nvidia.com/gpu"] == 48  # type: ignore[arg-type]
+    assert [q.name for q in manager.added[0].cluster_queues] == ["gpu"]
+    # Broken: a manager whose own GPU queue is also called gpu.
+    with pytest.raises(FleetWiringError, match=r"ClusterQueue\(s\) gpu have the names of this stack's own queues"):
+        register_fleet_queues(_Recorder(), ["gpu"], workers)  # type: ignore[arg-type]
