@@ -3,7 +3,7 @@ kubernetes-sigs/kueue at tag v0.19.2 (the bare mirror: `git show v0.19.2:<path>`
 
 The calls the manager's MultiKueue controller makes on a worker cluster, through the kubeconfig of the
 worker's MultiKueueCluster, for the job kinds this project emits (batch Job, MPIJob, PyTorchJob,
-PaddleJob). The worker's ClusterRole grants exactly these (tests/test_fleet_rbac.py evaluates it):
+PaddleJob, TrainJob). The worker's ClusterRole grants exactly these (tests/test_fleet_rbac.py evaluates it):
 
 - Workloads: the remote client watches and lists them by the origin label
   (pkg/controller/admissionchecks/multikueue/multikueuecluster.go: establishWatch `c.Watch(..., MatchingLabels
@@ -13,7 +13,8 @@ PaddleJob). The worker's ClusterRole grants exactly these (tests/test_fleet_rbac
   on eviction), deletes it (`remoteClient.Delete`) and opens its preemption gate (`Status().Update`).
 - The job objects: each adapter gets, creates and deletes the remote job
   (pkg/controller/jobs/job/job_multikueue_adapter.go, jobs/mpijob/mpijob_multikueue_adapter.go,
-  jobs/kubeflow/kubeflowjob/kubeflowjob_multikueue_adapter.go: `remoteClient.Get/Create/Delete`), and the
+  jobs/kubeflow/kubeflowjob/kubeflowjob_multikueue_adapter.go, jobs/trainjob/trainjob_multikueue_adapter.go:
+  `remoteClient.Get/Create/Delete`), and the
   watcher lists and watches them (their `GetEmptyList`, used by multikueuecluster.go's establishWatcher).
   The remote job's status is read from the object itself (no `/status` read).
 - Not needed: ClusterQueues and LocalQueues on the worker are watched only with the
@@ -47,6 +48,8 @@ JOB_RESOURCES: tuple[tuple[str, str, str], ...] = (
     ("kubeflow.org", "mpijobs", "pkg/controller/jobs/mpijob/mpijob_multikueue_adapter.go"),
     ("kubeflow.org", "pytorchjobs", "pkg/controller/jobs/kubeflow/kubeflowjob/kubeflowjob_multikueue_adapter.go"),
     ("kubeflow.org", "paddlejobs", "pkg/controller/jobs/kubeflow/kubeflowjob/kubeflowjob_multikueue_adapter.go"),
+    # Trainer v2's TrainJob (when the stacks run Trainer v2): the same Get, Create, Delete and list/watch.
+    ("trainer.kubeflow.org", "trainjobs", "pkg/controller/jobs/trainjob/trainjob_multikueue_adapter.go"),
 )
 
 WORKER_CALLS: tuple[Call, ...] = (
@@ -70,7 +73,13 @@ WORKER_CALLS: tuple[Call, ...] = (
 )
 
 # Kueue's integrations the manager needs for those kinds (apis/config/v1beta2 framework names).
-INTEGRATIONS = ("batch/job", "kubeflow.org/mpijob", "kubeflow.org/pytorchjob", "kubeflow.org/paddlejob")
+INTEGRATIONS = (
+    "batch/job",
+    "kubeflow.org/mpijob",
+    "kubeflow.org/pytorchjob",
+    "kubeflow.org/paddlejob",
+    "trainer.kubeflow.org/trainjob",
+)
 
 CONTROLLER_NAME = "kueue.x-k8s.io/multikueue"  # apis/kueue/v1beta2/multikueue_types.go MultiKueueControllerName
 # The Incremental dispatcher (pkg/controller/workloaddispatcher/incrementaldispatcher.go): DefaultStepSize

@@ -17,10 +17,11 @@ from components import multikueue as mk
 from facts.multikueue import WORKER_CALLS
 from infra import offline, plan_fleet
 from infra.plan import load_config, plan
+from stacks import config as stack_config
 from stacks import fleet as fleet_model
 from stacks.fleet_wiring import FLEET_OUTPUT, FleetWiringError, checked_output, register_fleet_queues
 from stacks.queues.resources import RESOURCES, parse_quantity
-from tests.helpers import ROOT
+from tests.helpers import ROOT, minimal_values
 from tests.kueue_crds import errors, kueue_objects
 
 EXAMPLES = ROOT / "examples"
@@ -296,3 +297,18 @@ def test_the_managers_own_queues_and_the_fleets_are_named_apart() -> None:
     # Broken: a manager whose own GPU queue is also called gpu.
     with pytest.raises(FleetWiringError, match=r"ClusterQueue\(s\) gpu have the names of this stack's own queues"):
         register_fleet_queues(_Recorder(), ["gpu"], workers)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("fleet", "expected"),
+    [
+        ({"tokenGeneration": 2}, "tokenGeneration 2 is set but the stack names no manager"),
+        ({"manager": "a/p/m", "tokenGeneration": 0}, "gpu-training:fleet.tokenGeneration: 0 is not allowed"),
+    ],
+)
+def test_token_generation_only_on_a_worker(fleet: dict[str, Any], expected: str) -> None:
+    values = minimal_values(fleet=fleet)
+    with pytest.raises(stack_config.ConfigError, match=expected):
+        stack_config.load(values, "gpu-training", "w")
+    fine = minimal_values(fleet={"manager": "a/p/m", "tokenGeneration": 2})
+    assert stack_config.load(fine, "gpu-training", "w").fleet.token_generation == 2
