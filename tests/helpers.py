@@ -83,12 +83,14 @@ def load_values(values: dict[str, Any]) -> stack_config.StackConfig:
     return stack_config.load(values, "gpu-training", "test")
 
 
-def run_stack(values: dict[str, Any], stack: str = "test") -> offline.PlanResult:
-    """Validate and run the real program offline; returns what it registered."""
+def run_stack(values: dict[str, Any], stack: str = "test", stack_file: Path | None = None) -> offline.PlanResult:
+    """Validate and run the real program offline; returns what it registered. ``stack_file``: where the
+    values came from (a fleet's manager: its workers' stack files are found from there)."""
     from infra import program
 
-    stack_config.load(values, "gpu-training", stack)  # raise ConfigError first, like the CLI
-    return offline.run(program.main, values, project="gpu-training", stack=stack)
+    cfg = stack_config.load(values, "gpu-training", stack)  # raise ConfigError first, like the CLI
+    fleet = offline.offline_fleet(cfg, stack_file) if stack_file is not None else None
+    return offline.run(program.main, values, project="gpu-training", stack=stack, fleet=fleet)
 
 
 class BrokenPlan:

@@ -173,8 +173,9 @@ def test_an_input_the_table_does_not_map_is_counted_unmapped():
 def examples() -> list[tuple[str, offline.PlanResult]]:
     out = []
     for folder in sorted(p for p in (ROOT / "examples").iterdir() if p.is_dir()):
-        _, values = read_stack_config(folder.name, ROOT, folder / f"Pulumi.{folder.name}.yaml")
-        out.append((folder.name, run_stack(values, stack=folder.name)))
+        path = folder / f"Pulumi.{folder.name}.yaml"
+        _, values = read_stack_config(folder.name, ROOT, path)
+        out.append((folder.name, run_stack(values, stack=folder.name, stack_file=path)))
     return out
 
 
