@@ -34,6 +34,7 @@ from stacks.config.models import (
     SystemNodeGroupConfig,
 )
 from stacks.config.node_group_checks import _K8S_NAME, _check_gpu_groups, _check_system
+from stacks.config.fleet import FleetConfig
 from stacks.config.stack_config import (
     AlertsConfig,
     AutoscalingConfig,
@@ -81,6 +82,7 @@ class Sections:
     autoscaling: AutoscalingConfig | None
     queues: QueuesConfig | None
     burn_in: BurnInConfig | None
+    fleet: FleetConfig | None = None
 
     def or_default(self, name: str) -> Any:
         """Section ``name``, or its default where it was given but invalid (its problems are
