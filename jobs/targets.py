@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from facts import topology
 from facts.instance_types import InstanceType
 from facts.kube import ACCELERATOR_LABEL, GPU_TAINT, INSTANCE_TYPE_LABEL, NODE_GROUP_LABEL, ZONE_LABEL
+from facts.multikueue import CONTROLLER_NAME as MULTIKUEUE_CONTROLLER
 
 GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}
 
@@ -48,6 +49,8 @@ class JobTarget:
         0  # the bandwidth of the network cards carrying the group's EFA interfaces, Gbit/s (0 without EFA)
     )
     network_layers: int = 0  # the network layers Kueue places the group's jobs by (0: no topology)
+    # A fleet target's: the controller the queued job object names as its manager (runPolicy.managedBy).
+    managed_by: str | None = None
 
     @classmethod
     def from_instance(
@@ -135,7 +138,14 @@ def fleet_target(instance: InstanceType, max_nodes: int) -> JobTarget:
     MultiKueue copies is the same on the manager and on every worker. GPUs, EFA interfaces and huge
     pages are those of the type (all its EFA interfaces: a worker group with EFA off cannot take the
     job, the dispatch model says so). No topology: the manager's flavors carry none, and Kueue refuses
-    a topology request on a flavor without one (pkg/scheduler/flavorassigner/tas_flavorassigner.go)."""
+    a topology request on a flavor without one (pkg/scheduler/flavorassigner/tas_flavorassigner.go).
+
+    The queued job object names MultiKueue as its manager (``runPolicy.managedBy``, ``managed_by``):
+    Kueue's webhook would default it only when the job's ClusterQueue is already in its cache
+    (pkg/controller/jobframework/defaults.go ApplyDefaultForManagedBy), MultiKueue dispatches only a job
+    that names it (jobs/mpijob/mpijob_multikueue_adapter.go IsJobManagedByKueue), and the field is
+    immutable; on the worker's copy MultiKueue clears it (the adapters' ``ManagedBy = nil``), so the
+    worker's operator runs it."""
     if not instance.is_gpu:
         raise ValueError(f"{instance.name} has no GPU: jobs target GPU types only")
     selector = {INSTANCE_TYPE_LABEL: instance.name}
@@ -155,6 +165,7 @@ def fleet_target(instance: InstanceType, max_nodes: int) -> JobTarget:
         network_gbps=instance.network_gbps,
         efa_gbps=instance.efa_gbps if instance.efa_interfaces else 0.0,
         network_layers=0,
+        managed_by=MULTIKUEUE_CONTROLLER,
     )
 
 

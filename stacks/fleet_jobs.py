@@ -27,7 +27,7 @@ from typing import Any
 from facts import catalog
 from facts.aws_names import INT32_MAX
 from facts.problems import ConfigError, Problem
-from jobs.base import GpuJob, JobBase
+from jobs.base import GpuJob
 from jobs.registry import build_manifests
 from jobs.targets import JobBuildError, JobsContext, fleet_targets
 from stacks import fleet
@@ -84,9 +84,7 @@ class FleetJobPlan:
 
 def gang(spec: GpuJob, ctx: JobsContext) -> tuple[int, dict[str, int]]:
     """The job's GPU pods as Kueue counts them: how many, and the most one of them asks per resource."""
-    pods = [
-        ps for m in build_manifests(spec, ctx) for ps in pod_sets(m, ctx.targets) if ps.per_pod.get(GPU, 0) > 0
-    ]
+    pods = [ps for m in build_manifests(spec, ctx) for ps in pod_sets(m, ctx.targets) if ps.per_pod.get(GPU, 0) > 0]
     per_node = {r: max((ps.per_pod.get(r, 0) for ps in pods), default=0) for r in RESOURCES}
     return sum(ps.count for ps in pods), per_node
 
@@ -133,9 +131,7 @@ def plans(cfg: Any, workers: Sequence[fleet.WorkerSupply]) -> list[FleetJobPlan]
 
 def problems(cfg: Any, workers: Sequence[fleet.WorkerSupply]) -> list[Problem]:
     """A problem for every job of the fleet no worker can ever take, naming the job's key."""
-    return [
-        Problem(f"{NAMESPACE}:jobs[{p.name}]", p.refusal) for p in plans(cfg, workers) if p.refusal is not None
-    ]
+    return [Problem(f"{NAMESPACE}:jobs[{p.name}]", p.refusal) for p in plans(cfg, workers) if p.refusal is not None]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from facts.kube import RESERVED_NAMESPACES
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
 from stacks.config.address_checks import check_subnet_addresses
+from stacks.config.fleet import FleetConfig
 from stacks.config.models import (
     NAMESPACE,
     ClusterConfig,
@@ -34,7 +35,6 @@ from stacks.config.models import (
     SystemNodeGroupConfig,
 )
 from stacks.config.node_group_checks import _K8S_NAME, _check_gpu_groups, _check_system
-from stacks.config.fleet import FleetConfig
 from stacks.config.stack_config import (
     AlertsConfig,
     AutoscalingConfig,
