@@ -7,9 +7,8 @@ from typing import Any
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from facts.paths import PROJECT_ROOT
 from stacks import config as stack_config
-from stacks import environment, fleet_jobs
+from stacks import environment
 from stacks.placement import AwsRegionFacts, PlacementError, resolve_placement
 
 
@@ -35,19 +34,9 @@ def load_config(aws_facts: AwsRegionFacts | None = None) -> stack_config.StackCo
         raise pulumi.RunError(str(err)) from None
 
 
-def check_fleet_jobs(cfg: stack_config.StackConfig) -> None:
-    """A fleet's manager: its jobs against the workers' stack files when the project has them
-    (stacks/fleet_jobs.py; without them the check waits for the workers' stack references)."""
-    try:
-        fleet_jobs.check(cfg, PROJECT_ROOT / f"Pulumi.{cfg.stack}.yaml")
-    except stack_config.ConfigError as err:
-        raise pulumi.RunError(str(err)) from None
-
-
 def main() -> dict[str, Any]:
     aws_facts = AwsRegionFacts()
     cfg = load_config(aws_facts)
-    check_fleet_jobs(cfg)
     try:
         outputs = environment.build(cfg, resolve_placement(cfg, aws_facts))
     except PlacementError as err:

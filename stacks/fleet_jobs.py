@@ -10,10 +10,12 @@ namespace of the manager's, with the same labels: pkg/controller/admissionchecks
 at v0.19.2, ``clone``), so a worker's verdict is taken against the ClusterQueue its own LocalQueue of
 that name feeds.
 
-Where the workers' supply comes from: the offline plan (and `pulumi up`, before any resource is
-registered) reads the workers' stack files when they are in the project (``present_workers``); at
-`pulumi up` without them the supply is the worker stacks' ``fleetWorker`` outputs, read through stack
-references, and ``refusals_from_outputs`` is the same check made inside an apply on those outputs.
+Where the workers' supply comes from: the offline plan reads the workers' stack files when they are in the
+project (``present_workers``), before the program runs. `pulumi up` reads no stack file (the engine hands
+the program its own config only): there the supply is the worker stacks' ``fleetWorker`` outputs, read
+through stack references, and ``refusals_from_outputs`` is the same check made inside an apply on those
+outputs. (This module imports ``stacks.fleet``, which reads stack files with ruamel.yaml for the offline
+plan; the program must import the check without it, tests/test_layers.py.)
 """
 
 from __future__ import annotations
@@ -24,32 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from facts import catalog
-from facts.aws_names import INT32_MAX
+from facts.multikueue import INCREMENTAL_ROUND_MINUTES
 from facts.problems import ConfigError, Problem
 from jobs.base import GpuJob
 from jobs.registry import build_manifests
-from jobs.targets import JobBuildError, JobsContext, fleet_targets
+from jobs.targets import JobBuildError, JobsContext
 from stacks import fleet
-from stacks.config.fleet_jobs import is_fleet_job
+from stacks.config.fleet_jobs import fleet_context, is_fleet_job
 from stacks.config.models import NAMESPACE
 from stacks.queues.admission import pod_sets
-from stacks.queues.cluster_queues import job_queues
 from stacks.queues.resources import GPU, RESOURCES
-
-
-def fleet_context(cfg: Any) -> JobsContext:
-    """The JobsContext the manager builds its fleet jobs with: a fleet target per GPU type, the
-    LocalQueue of each team (the workers' LocalQueues of the same names)."""
-    return JobsContext(
-        namespace=cfg.services.training_namespace,
-        targets=fleet_targets(catalog.BUILTIN.values(), INT32_MAX),
-        claims={v: f"{v}-claim" for v in ("efs", "fsx")},
-        etcd_endpoint="etcd:2379",
-        system_node_selector={},
-        cluster_name=cfg.cluster_name,
-        queues=job_queues(cfg.queues.teams),
-    )
 
 
 def fleet_specs(cfg: Any) -> list[GpuJob]:
@@ -69,10 +55,19 @@ class FleetJobPlan:
     local_queue: str  # namespace/name
     verdicts: tuple[fleet.Verdict, ...]
     rounds: tuple[tuple[str, ...], ...]  # the dispatcher's offers, round by round
+    down: frozenset[str] = frozenset()  # workers whose MultiKueueCluster is inactive (day two, not a plan state)
 
     @property
     def takers(self) -> list[str]:
+        """The workers that could ever take the job."""
         return [v.cluster for v in self.verdicts if v.fits]
+
+    @property
+    def goes_to(self) -> list[str]:
+        """The workers that get a copy of the job in the first round holding an active taker (one of them
+        keeps it), or [] when no active worker can take it: it waits on the manager, not refused."""
+        active = [c for c in self.takers if c not in self.down]
+        return next(([c for c in r if c in active] for r in self.rounds if any(c in active for c in r)), [])
 
     @property
     def refusal(self) -> str | None:
@@ -97,8 +92,18 @@ def worker_verdict(job: fleet.FleetJob, namespace: str, local_queue: str, w: fle
     return fleet.verdict(fleet.FleetJob(job.name, cq, job.instance_type, job.nodes, job.per_node), w)
 
 
-def plan_job(spec: GpuJob, ctx: JobsContext, workers: Sequence[fleet.WorkerSupply], dispatcher: str) -> FleetJobPlan:
-    """The verdicts and the dispatcher's offers of one job of the fleet."""
+def plan_job(
+    spec: GpuJob,
+    ctx: JobsContext,
+    workers: Sequence[fleet.WorkerSupply],
+    dispatcher: str,
+    down: frozenset[str] = frozenset(),
+) -> FleetJobPlan:
+    """The verdicts and the dispatcher's offers of one job of the fleet; ``down``: workers whose
+    MultiKueueCluster is inactive. Kueue hands a copy only to connected workers (workload.go
+    remoteClientsForAC: a cluster not connected is ``unavailable``), while the Incremental dispatcher
+    nominates from every cluster of the MultiKueueConfig (incrementaldispatcher.go GetRemoteClusters): a
+    worker down still takes its place in a round, and gets no copy."""
     target = spec.target(ctx)
     nodes, per_node = gang(spec, ctx)
     local_queue = ctx.queues[spec.team or ""]
@@ -113,17 +118,18 @@ def plan_job(spec: GpuJob, ctx: JobsContext, workers: Sequence[fleet.WorkerSuppl
         f"{ctx.namespace}/{local_queue}",
         verdicts,
         tuple(tuple(r) for r in rounds),
+        down,
     )
 
 
-def plans(cfg: Any, workers: Sequence[fleet.WorkerSupply]) -> list[FleetJobPlan]:
+def plans(cfg: Any, workers: Sequence[fleet.WorkerSupply], down: frozenset[str] = frozenset()) -> list[FleetJobPlan]:
     """Every job of the fleet of manager ``cfg`` against ``workers`` (those it cannot build are left to
-    the job checks)."""
+    the job checks); ``down`` as in ``plan_job``."""
     ctx = fleet_context(cfg)
     out = []
     for spec in fleet_specs(cfg):
         try:
-            out.append(plan_job(spec, ctx, workers, cfg.fleet.dispatcher))
+            out.append(plan_job(spec, ctx, workers, cfg.fleet.dispatcher, down))
         except JobBuildError:
             continue
     return out
@@ -204,7 +210,7 @@ def offers(rounds: Sequence[Sequence[str]], takers: Sequence[str], dispatcher: s
     if dispatcher == "AllAtOnce":
         head = f"AllAtOnce offers it to {', '.join(first)} at once"
     else:
-        later = "; ".join(f"+{5 * i} min: {', '.join(r)}" for i, r in enumerate(rounds[1:], 1))
+        later = "; ".join(f"+{INCREMENTAL_ROUND_MINUTES * i} min: {', '.join(r)}" for i, r in enumerate(rounds[1:], 1))
         head = f"Incremental offers it to {', '.join(first)} first" + (f" ({later})" if later else "")
     if len(keeps) == 1:
         return f"{head}; only {keeps[0]} can keep it"

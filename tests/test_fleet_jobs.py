@@ -298,3 +298,12 @@ def test_the_plan_text_has_a_line_per_job_of_the_fleet(
 
 def test_stacks_without_a_fleet_have_no_fleet_lines() -> None:
     assert fleet_jobs.lines(load_config("dev"), None) == []
+
+
+def test_the_docs_show_the_plans_lines(manager: stack_config.StackConfig, workers: list[fleet.WorkerSupply]) -> None:
+    """docs/fleet.md quotes the example's lines as the plan prints them, and a refusal as the check words it."""
+    docs = (ROOT / "docs" / "fleet.md").read_text()
+    assert "\n".join(fleet_jobs.lines(manager, workers)[1:]) in docs
+    cfg = stack_config.load(manager_values([fleet_job("huge", nodes=6)]), "gpu-training", "fleet")
+    (problem,) = fleet_jobs.problems(cfg, workers)
+    assert " ".join(str(problem).split()) in " ".join(docs.split())

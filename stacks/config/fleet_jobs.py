@@ -29,8 +29,9 @@ from facts.aws_names import INT32_MAX
 from facts.multikueue import JOB_RESOURCES
 from facts.problems import Problem
 from jobs.base import GpuJob, JobBase
-from jobs.targets import GroupFacts, fleet_flavor
+from jobs.targets import GroupFacts, JobsContext, JobTarget, fleet_flavor, fleet_targets
 from jobs.trainjob import OnTrainer
+from stacks.queues.cluster_queues import job_queues
 
 FLEET_RESOURCES = ", ".join(f"{r} ({g or 'core'})" for g, r, _ in JOB_RESOURCES)
 
@@ -46,6 +47,33 @@ def fleet_groups(fleet: Any) -> dict[str, GroupFacts]:
         for t in catalog.BUILTIN.values()
         if t.is_gpu and catalog.refusal(t.name) is None
     }
+
+
+def fleet_job_targets(fleet: Any) -> dict[str, JobTarget]:
+    """What the jobs of a fleet's manager are built for: a ``fleet_target`` per fleet flavor (none on a
+    stack that is no manager)."""
+    if fleet is None or not fleet.workers:
+        return {}
+    return fleet_targets((g.instance for g in fleet_groups(fleet).values()), INT32_MAX)
+
+
+def fleet_job_queues(cfg: Any) -> dict[str, str]:
+    """The LocalQueue of each team's jobs of the fleet (the workers' LocalQueues of the same names), on a
+    fleet's manager; none elsewhere."""
+    return job_queues(cfg.queues.teams) if cfg.fleet.workers else {}
+
+
+def fleet_context(cfg: Any) -> JobsContext:
+    """A JobsContext like the manager's, for sizing its jobs of the fleet before anything exists."""
+    return JobsContext(
+        namespace=cfg.services.training_namespace,
+        targets=fleet_job_targets(cfg.fleet),
+        claims={v: f"{v}-claim" for v in ("efs", "fsx")},
+        etcd_endpoint="etcd:2379",
+        system_node_selector={},
+        cluster_name=cfg.cluster_name,
+        queues=fleet_job_queues(cfg),
+    )
 
 
 def is_fleet_job(spec: JobBase, fleet: Any, own_groups: Sequence[str]) -> bool:
