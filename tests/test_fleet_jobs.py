@@ -307,3 +307,15 @@ def test_the_docs_show_the_plans_lines(manager: stack_config.StackConfig, worker
     cfg = stack_config.load(manager_values([fleet_job("huge", nodes=6)]), "gpu-training", "fleet")
     (problem,) = fleet_jobs.problems(cfg, workers)
     assert " ".join(str(problem).split()) in " ".join(docs.split())
+
+
+def test_a_managers_own_queues_do_not_judge_its_jobs_of_the_fleet(workers: list[fleet.WorkerSupply]) -> None:
+    """A manager with a GPU group of its own (p4d): a four-node p5 job of the fleet is the workers' to admit, not
+    its own queue's; a p4d job on its own group is still judged by its own queue."""
+    own = [{"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 0, "desiredSize": 0, "maxSize": 1}]
+    values = manager_values([fleet_job("on-fleet", nodes=4)], gpuNodeGroups=own, gpuAvailabilityZone="us-west-2b")
+    cfg = stack_config.load(values, "gpu-training", "fleet")
+    assert [s.name for s in fleet_jobs.fleet_specs(cfg)] == ["on-fleet"]
+    assert fleet_jobs.problems(cfg, workers) == []
+    local = manager_values([fleet_job("local", nodes=2, nodeGroup="p4d")], gpuNodeGroups=own)
+    assert any("jobs[local].nodes: 2 is more than node group 'p4d' can hold" in p for p in problems_of(local))
