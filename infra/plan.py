@@ -207,7 +207,7 @@ def run_cli(
         rendered = renderers[0].collect(result)
         manager_file = Path(stack_file) if stack_file else PROJECT_ROOT / f"Pulumi.{stack}.yaml"
         workers = fleet_jobs.present_workers(cfg, manager_file) if fleet_jobs.fleet_specs(cfg) else None
-        stdout.write(summary(cfg, result, rendered, verbose, fleet_workers=workers))
+        stdout.write(summary(cfg, result, rendered, verbose, workers))
         # Placeholders copied from the examples: planned as they are, refused by preflight; sizes above an
         # adjustable quota's default: planned, checked by preflight against the account's quota.
         for problem in placeholders(cfg) + quota_warnings(cfg):

@@ -130,7 +130,10 @@ def fleet_target(instance: InstanceType, max_nodes: int) -> JobTarget:
 
     Its pods select the type (``node.kubernetes.io/instance-type``, on every node) and its accelerator
     label (on every node of a GPU group, and in every worker ResourceFlavor's nodeLabels, so the worker's
-    Kueue considers only flavors of that GPU); never a group name or an AZ. The worker's Kueue adds its
+    Kueue considers only flavors of that GPU: it matches a pod's nodeSelector against a flavor on the keys
+    of that flavor's own nodeLabels, pkg/scheduler/flavorassigner/flavorassigner.go flavorSelector at
+    v0.19.2; the instance type, no flavor's key, is the kube-scheduler's to match); never a group name or
+    an AZ. The worker's Kueue adds its
     admitted flavor's nodeLabels (the group label) and tolerations (the group's taints) to the pod
     templates when it admits the copy (kubernetes-sigs/kueue v0.19.2 pkg/podset/podset.go FromAssignment:
     ``utilmaps.Copy(&info.NodeSelector, flv.Spec.NodeLabels)``, ``info.Tolerations = append(...,
