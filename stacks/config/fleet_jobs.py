@@ -10,10 +10,12 @@ the job's own config decides, one rule each:
 - it waits in a queue: the manager runs queues (``queues.enabled``), else MultiKueue never sees it;
 - it runs on EKS: ``runtime: sagemaker`` is a SageMaker training job of the manager's account, not a
   Kubernetes job MultiKueue could hand to a worker;
-- its object is one the workers' credential lets MultiKueue create (``facts.multikueue.JOB_RESOURCES``:
-  batch Job, MPIJob, PyTorchJob, PaddleJob). Kueue v0.19.2 also dispatches TrainJobs
-  (site/content/en/docs/tasks/run/multikueue/trainjob.md), but the workers' role does not grant them and
-  Trainer v2 runs per-group runtimes named by the worker's groups: ``operator: trainer`` is refused;
+- it is no TrainJob (``operator: trainer``): Kueue v0.19.2 dispatches TrainJobs
+  (site/content/en/docs/tasks/run/multikueue/trainjob.md), but a TrainJob names its ClusterTrainingRuntime,
+  which this project makes per node group and names after it (``jobs.trainjob.runtime_name``), and a
+  worker's groups are its own: the copy would name a runtime no worker has. The kinds left (MPIJob,
+  PyTorchJob, PaddleJob) are among those MultiKueue dispatches and the workers' credential serves
+  (``facts.multikueue.JOB_RESOURCES``; tests/test_fleet_jobs.py builds each);
 - it asks for no network placement: the manager's flavors carry no Topology, and Kueue refuses a
   topology request on a flavor without one ("Flavor %q does not support TopologyAwareScheduling",
   pkg/scheduler/flavorassigner/tas_flavorassigner.go at v0.19.2).
@@ -26,14 +28,11 @@ from typing import Any
 
 from facts import catalog
 from facts.aws_names import INT32_MAX
-from facts.multikueue import JOB_RESOURCES
 from facts.problems import Problem
 from jobs.base import GpuJob, JobBase
 from jobs.targets import GroupFacts, JobsContext, JobTarget, fleet_flavor, fleet_targets
 from jobs.trainjob import OnTrainer
 from stacks.queues.cluster_queues import job_queues
-
-FLEET_RESOURCES = ", ".join(f"{r} ({g or 'core'})" for g, r, _ in JOB_RESOURCES)
 
 
 def fleet_groups(fleet: Any) -> dict[str, GroupFacts]:
@@ -125,8 +124,9 @@ def _not_trainer(key: str, spec: JobBase, problems: list[Problem]) -> None:
         problems.append(
             Problem(
                 f"{key}.operator",
-                f"'trainer' is not allowed on a job of the fleet: the workers' credential lets MultiKueue create "
-                f"{FLEET_RESOURCES} only, and a TrainJob's runtime names a worker's own node group; drop operator",
+                "'trainer' is not allowed on a job of the fleet: a TrainJob names its runtime, which each stack "
+                "names after its own node group, so a worker would not have it; drop operator (the kind's own "
+                "operator runs it on the worker)",
             )
         )
 
