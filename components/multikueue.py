@@ -316,9 +316,10 @@ class FleetManager(pulumi.ComponentResource):
             {"clusters": list(args.clusters), "kubeconfigSecrets": [s.metadata.name for s in secrets.values()]}
         )
 
-    def add_queues(self, queues: ManagerArgs) -> list[pulumi.Resource]:
-        """Register the fleet's flavors, ClusterQueues and LocalQueues (call once, with the workers' supply)."""
-        made: list[pulumi.Resource] = []
+    def add_queues(self, queues: ManagerArgs) -> dict[tuple[str, str, str], pulumi.Resource]:
+        """Register the fleet's flavors, ClusterQueues and LocalQueues (call once, with the workers' supply);
+        returns them by (kind, namespace or "", name), as jobs name them."""
+        made: dict[tuple[str, str, str], pulumi.Resource] = {}
         for obj in manager_objects(queues):
             if obj["kind"] not in QUEUE_KINDS:
                 continue
@@ -328,9 +329,9 @@ class FleetManager(pulumi.ComponentResource):
                 raise ValueError(f"LocalQueue {meta['name']!r} is in namespace {ns!r}, which the manager has not")
             needs = [self._args.namespaces[ns]] if ns is not None else []
             opts = pulumi.ResourceOptions(
-                parent=self, depends_on=[*self._args.depends_on, *self.objects, *needs, *made]
+                parent=self, depends_on=[*self._args.depends_on, *self.objects, *needs, *made.values()]
             )
-            made.append(
-                KueueObject(f"{self._name}-{obj['kind'].lower()}-{(ns + '-') if ns else ''}{meta['name']}", obj, opts)
+            made[(obj["kind"], ns or "", meta["name"])] = KueueObject(
+                f"{self._name}-{obj['kind'].lower()}-{(ns + '-') if ns else ''}{meta['name']}", obj, opts
             )
         return made

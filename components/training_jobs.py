@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pulumi
@@ -45,6 +46,8 @@ class JobNeeds:
     # (kind, namespace or "", name) -> a Kueue object a job names: its LocalQueue, its WorkloadPriorityClass.
     queue_objects: dict[tuple[str, str, str], pulumi.Resource] = field(default_factory=dict)
     pod_identity: list[pulumi.Resource] = field(default_factory=list)  # the Pod Identity agent (associations)
+    # A fleet manager's queues, registered once its workers' outputs are read: (kind, namespace, name) -> object.
+    fleet_queues: pulumi.Output[dict[tuple[str, str, str], pulumi.Resource]] | None = None
 
 
 @dataclass
@@ -85,14 +88,14 @@ def _claims_of(value: Any, found: set[str]) -> None:
             _claims_of(v, found)
 
 
-def needs_of(manifest: dict[str, Any], needs: JobNeeds) -> list[pulumi.Resource]:
+def needs_of(manifest: dict[str, Any], needs: JobNeeds) -> list[pulumi.Input[pulumi.Resource]]:
     """What the object of ``manifest`` must be created after: its namespace; the operator of its kind;
     the claims it mounts; etcd, when it names etcd's host; its LocalQueue, priority class and Kueue,
     when queued (labels of ``jobs/pod.py``)."""
     meta = manifest.get("metadata") or {}
     namespace = meta.get("namespace") or ""
     labels = meta.get("labels") or {}
-    out: list[pulumi.Resource] = []
+    out: list[pulumi.Input[pulumi.Resource]] = []
     if namespace in needs.namespaces:
         out.append(needs.namespaces[namespace])
     out += needs.operators.get((manifest["apiVersion"], manifest["kind"]), [])
@@ -109,7 +112,17 @@ def needs_of(manifest: dict[str, Any], needs: JobNeeds) -> list[pulumi.Resource]
         for key in (("LocalQueue", namespace, labels[QUEUE_LABEL]), _priority_key(labels)):
             if key is not None and key in needs.queue_objects:
                 out.append(needs.queue_objects[key])
+            elif key is not None and needs.fleet_queues is not None and needs.kueue:
+                out.append(needs.fleet_queues.apply(partial(_fleet_queue, key, needs.kueue[0])))
     return list(dict.fromkeys(out))
+
+
+def _fleet_queue(
+    key: tuple[str, str, str], kueue: pulumi.Resource, made: dict[tuple[str, str, str], pulumi.Resource]
+) -> pulumi.Resource:
+    """The fleet's queue object ``key`` names, or Kueue's release when the fleet has none of that name
+    (the manager's run refuses such a job first: stacks/fleet_jobs.py)."""
+    return made.get(key, kueue)
 
 
 def _priority_key(labels: dict[str, str]) -> tuple[str, str, str] | None:
@@ -169,7 +182,9 @@ class TrainingJobs(pulumi.ComponentResource):
             }
         )
 
-    def _register(self, prefix: str, manifest: dict[str, Any], depends_on: list[pulumi.Resource]) -> pulumi.Resource:
+    def _register(
+        self, prefix: str, manifest: dict[str, Any], depends_on: list[pulumi.Input[pulumi.Resource]]
+    ) -> pulumi.Resource:
         api, kind = manifest["apiVersion"], manifest["kind"]
         meta = manifest["metadata"]
         rname = f"{prefix}-{meta['name']}-{kind.lower()}"

@@ -29,7 +29,7 @@ from infra.plan_summary import refused_lines as refused_lines
 from infra.plan_summary import summary
 from infra.plan_text import json_text, manifests_yaml
 from stacks import config as stack_config
-from stacks import cost
+from stacks import cost, fleet_jobs
 from stacks.config.loading import PlacementAsk
 from stacks.config.placeholders import placeholders
 from stacks.config.quota_warnings import quota_warnings
@@ -78,6 +78,8 @@ def plan(
     root = root or PROJECT_ROOT
     project, values = read_stack_config(stack, root, stack_file)
     cfg = stack_config.load(values, project, stack, placement_check=offline_placement_check)
+    # A fleet's manager: every job of the fleet against the workers' stack files (stacks/fleet_jobs.py).
+    fleet_jobs.check(cfg, stack_file or root / f"Pulumi.{stack}.yaml")
     from infra import program  # imported late: the program module imports pulumi resources
 
     watch = _on_record.get()
@@ -204,7 +206,9 @@ def run_cli(
         if not renderers:  # (a plan() that did not ask for it: a test's stand-in)
             start_rendering(cfg)
         rendered = renderers[0].collect(result)
-        stdout.write(summary(cfg, result, rendered, verbose))
+        manager_file = Path(stack_file) if stack_file else PROJECT_ROOT / f"Pulumi.{stack}.yaml"
+        workers = fleet_jobs.present_workers(cfg, manager_file) if fleet_jobs.fleet_specs(cfg) else None
+        stdout.write(summary(cfg, result, rendered, verbose, workers))
         # Placeholders copied from the examples: planned as they are, refused by preflight; sizes above an
         # adjustable quota's default: planned, checked by preflight against the account's quota.
         for problem in placeholders(cfg) + quota_warnings(cfg):

@@ -18,6 +18,7 @@ from jobs.base import GpuJob
 from jobs.pod import JOB_LABEL, QUEUE_LABEL
 from stacks import config as stack_config
 from stacks import queues
+from stacks.config.fleet_jobs import fleet_groups
 from stacks.config.job_entries import sagemaker_jobs
 
 _OPERATOR_KINDS = frozenset(k.kind for k in operators.KINDS)
@@ -82,6 +83,7 @@ def rows(cfg: stack_config.StackConfig, records: Sequence[offline.Record]) -> li
     objects, waits = job_objects(records), verdicts(cfg)
     on_sagemaker = {s.job: s for s in sagemaker_jobs(cfg.jobs, cfg.gpu_node_groups, cfg.region, cfg.cluster_name, {})}
     groups = {g.name: g for g in cfg.gpu_node_groups}
+    fleet_types = {name: g.instance for name, g in fleet_groups(cfg.fleet).items()}
     out = []
     for j in gpu_jobs(cfg):
         hang, saved = (_on_off(text) for text in resilience.describe(j))
@@ -93,8 +95,9 @@ def rows(cfg: stack_config.StackConfig, records: Sequence[offline.Record]) -> li
             obj = objects.get(j.name, {})
             queue = ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
             group = groups.get(j.node_group or "")
-            gpus = group.instance.gpus if group is not None else "?"
-            verdict = f"{queue}: {waits.get(j.name, 'queued')}" if queue else "-"
+            fleet_type = fleet_types.get(j.node_group or "")  # a job of the fleet: its GPU type's
+            gpus = group.instance.gpus if group is not None else fleet_type.gpus if fleet_type is not None else "?"
+            verdict = f"{queue}: {waits.get(j.name, 'to a worker' if fleet_type else 'queued')}" if queue else "-"
             size = f"{_nodes(j)} x {gpus}"
             row = JobRow(
                 j.name, j.kind, str(obj.get("kind", "?")), str(j.node_group), size, verdict, f"{hang}, {saved}"

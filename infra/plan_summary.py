@@ -21,7 +21,7 @@ from components import node_scaling
 from facts import catalog, instance_types, versions
 from infra import critical_path, offline, plan_fleet, plan_jobs, releases, teardown
 from infra.diff.plans import manifest_key
-from stacks import alerts, cost, queues
+from stacks import alerts, cost, fleet, fleet_jobs, queues
 from stacks import config as stack_config
 
 VERBOSE_HINT = (
@@ -37,6 +37,7 @@ def summary(
     result: offline.PlanResult,
     rendered: releases.Rendered | None = None,
     verbose: bool = False,
+    fleet_workers: Sequence[fleet.WorkerSupply] | None = None,
 ) -> str:
     lines = [
         f"Stack {cfg.project}/{cfg.stack} in {cfg.region}: cluster {cfg.cluster_name}, Kubernetes "
@@ -49,6 +50,7 @@ def summary(
     lines += kubernetes_lines(result, rendered, verbose)
     lines += plan_jobs.lines(cfg, result.records, verbose)
     lines += plan_fleet.lines(cfg, result.outputs)
+    lines += fleet_jobs.lines(cfg, fleet_workers)
     lines += alerts.dashboard_lines(cfg)
     queue_plan = queues.plan_for(cfg) if verbose else None
     if queue_plan is not None:

@@ -303,7 +303,10 @@ class RunJob(JobBase):
 class GpuJob(RunJob):
     """A job whose workers own whole nodes of one GPU node group."""
 
-    node_group: str = Field(description="the GPU node group the job runs on")
+    node_group: str = Field(
+        description="the GPU node group the job runs on; on a fleet's manager, or a fleet flavor: the GPU type "
+        "with '.' as '-' (`p5-48xlarge`), run on whichever worker admits it (docs/fleet.md)"
+    )
     nodes: Int32 = Field(1, ge=1, description="worker nodes (one worker pod per node, all its GPUs)")
     volumes: list[VolumeMount] = Field(
         default_factory=list, description="shared volumes to mount: `{name: fsx|efs, mountPath, readOnly}`"

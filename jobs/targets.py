@@ -12,7 +12,8 @@ from typing import Any, Protocol
 
 from facts import topology
 from facts.instance_types import InstanceType
-from facts.kube import GPU_TAINT, NODE_GROUP_LABEL, ZONE_LABEL
+from facts.kube import ACCELERATOR_LABEL, GPU_TAINT, INSTANCE_TYPE_LABEL, NODE_GROUP_LABEL, ZONE_LABEL
+from facts.multikueue import CONTROLLER_NAME as MULTIKUEUE_CONTROLLER
 
 GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}
 
@@ -48,6 +49,8 @@ class JobTarget:
         0  # the bandwidth of the network cards carrying the group's EFA interfaces, Gbit/s (0 without EFA)
     )
     network_layers: int = 0  # the network layers Kueue places the group's jobs by (0: no topology)
+    # A fleet target's: the controller the queued job object names as its manager (runPolicy.managedBy).
+    managed_by: str | None = None
 
     @classmethod
     def from_instance(
@@ -112,6 +115,66 @@ def job_targets(groups: Iterable[ConfiguredGroup], availability_zone: str) -> di
         )
         for g in groups
     }
+
+
+def fleet_flavor(instance_type: str) -> str:
+    """The fleet's name of a GPU instance type: the manager's ResourceFlavor, and what a job of a fleet's
+    manager names as its ``nodeGroup`` (a DNS label: '.' as '-', ``p5.48xlarge`` -> ``p5-48xlarge``)."""
+    return instance_type.replace(".", "-")
+
+
+def fleet_target(instance: InstanceType, max_nodes: int) -> JobTarget:
+    """What a job of a fleet's manager is built for (docs/fleet.md, "Jobs of the fleet"): the instance type,
+    not a node group, since the job runs on whichever worker admits it, in that worker's AZ, on its group
+    of that type, whatever its name.
+
+    Its pods select the type (``node.kubernetes.io/instance-type``, on every node) and its accelerator
+    label (on every node of a GPU group, and in every worker ResourceFlavor's nodeLabels, so the worker's
+    Kueue considers only flavors of that GPU: it matches a pod's nodeSelector against a flavor on the keys
+    of that flavor's own nodeLabels, pkg/scheduler/flavorassigner/flavorassigner.go flavorSelector at
+    v0.19.2; the instance type, no flavor's key, is the kube-scheduler's to match); never a group name or
+    an AZ. The worker's Kueue adds its
+    admitted flavor's nodeLabels (the group label) and tolerations (the group's taints) to the pod
+    templates when it admits the copy (kubernetes-sigs/kueue v0.19.2 pkg/podset/podset.go FromAssignment:
+    ``utilmaps.Copy(&info.NodeSelector, flv.Spec.NodeLabels)``, ``info.Tolerations = append(...,
+    flv.Spec.Tolerations...)``; Merge refuses only a key already set to another value). So the object
+    MultiKueue copies is the same on the manager and on every worker. GPUs, EFA interfaces and huge
+    pages are those of the type (all its EFA interfaces: a worker group with EFA off cannot take the
+    job, the dispatch model says so). No topology: the manager's flavors carry none, and Kueue refuses
+    a topology request on a flavor without one (pkg/scheduler/flavorassigner/tas_flavorassigner.go).
+
+    The queued job object names MultiKueue as its manager (``runPolicy.managedBy``, ``managed_by``):
+    Kueue's webhook would default it only when the job's ClusterQueue is already in its cache
+    (pkg/controller/jobframework/defaults.go ApplyDefaultForManagedBy), MultiKueue dispatches only a job
+    that names it (jobs/mpijob/mpijob_multikueue_adapter.go IsJobManagedByKueue), and the field is
+    immutable; on the worker's copy MultiKueue clears it (the adapters' ``ManagedBy = nil``), so the
+    worker's operator runs it."""
+    if not instance.is_gpu:
+        raise ValueError(f"{instance.name} has no GPU: jobs target GPU types only")
+    selector = {INSTANCE_TYPE_LABEL: instance.name}
+    if instance.accelerator:
+        selector[ACCELERATOR_LABEL] = instance.accelerator
+    return JobTarget(
+        group=fleet_flavor(instance.name),
+        instance_type=instance.name,
+        gpus=instance.gpus,
+        efa_interfaces=instance.efa_interfaces,
+        efa_rdma=instance.efa_rdma and instance.efa_interfaces > 0,
+        max_nodes=max_nodes,
+        availability_zone="",
+        node_selector=selector,
+        tolerations=[dict(GPU_TOLERATION)],
+        gpu_model=instance.gpu_model,
+        network_gbps=instance.network_gbps,
+        efa_gbps=instance.efa_gbps if instance.efa_interfaces else 0.0,
+        network_layers=0,
+        managed_by=MULTIKUEUE_CONTROLLER,
+    )
+
+
+def fleet_targets(instances: Iterable[InstanceType], max_nodes: int) -> dict[str, JobTarget]:
+    """A ``fleet_target`` per GPU type of ``instances``, keyed by its fleet flavor."""
+    return {fleet_flavor(i.name): fleet_target(i, max_nodes) for i in instances if i.is_gpu}
 
 
 @dataclass

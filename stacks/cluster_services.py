@@ -32,7 +32,7 @@ from jobs.targets import JobsContext, job_targets
 from stacks import queues
 from stacks.addons import addon_version
 from stacks.alerts import build_alerts
-from stacks.config import GpuNodeGroupConfig, StackConfig
+from stacks.config import GpuNodeGroupConfig, StackConfig, fleet_job_queues, fleet_job_targets
 from stacks.config.job_entries import runtime_of, sagemaker_jobs
 from stacks.kueue_services import add_fleet, add_queues
 from stacks.services import Services as _Services
@@ -312,13 +312,13 @@ def _jobs(s: _Services, provider: k8s.Provider) -> None:
             jobs=on_eks,
             context=JobsContext(
                 namespace=cfg.services.training_namespace,
-                targets=job_targets(cfg.gpu_node_groups, s.gpu_az),
+                targets={**fleet_job_targets(cfg.fleet), **job_targets(cfg.gpu_node_groups, s.gpu_az)},
                 claims=s.claims,
                 etcd_endpoint=s.etcd_endpoint,
                 system_node_selector={NODE_GROUP_LABEL: SYSTEM_GROUP},
                 cluster_name=cfg.cluster_name,
                 region=cfg.region,
-                queues=s.job_queues,
+                queues=s.job_queues or fleet_job_queues(cfg),  # a fleet's manager: the workers' LocalQueues
             ),
             tags=s.tags,
             needs=s.job_needs,

@@ -268,3 +268,29 @@ def manager_args(workers: Sequence[WorkerSupply]) -> ManagerArgs:
 def _namespaces(workers: Sequence[WorkerSupply], queue: str) -> tuple[str, ...]:
     """The namespaces whose LocalQueues feed ClusterQueue ``queue`` on any worker."""
     return tuple(sorted({ns for w in workers for ns, _, cq in w.local_queues if cq == queue}))
+
+
+def supply_from_output(value: Mapping[str, Any]) -> WorkerSupply:
+    """``WorkerSupply.output`` read back (the manager's view of a worker)."""
+    return WorkerSupply(
+        stack=value["stack"],
+        cluster=value["cluster"],
+        region=value["region"],
+        availability_zone=value["availabilityZone"],
+        flavors=tuple(
+            WorkerFlavor(
+                f["group"],
+                f["instanceType"],
+                int(f["nodes"]),
+                {r: int(n) for r, n in f["perNode"].items()},
+                f.get("topology"),
+                (f["window"][0], f["window"][1]) if f.get("window") else None,
+            )
+            for f in value["flavors"]
+        ),
+        queues={
+            q: {g: {r: int(n) for r, n in rs.items()} for g, rs in gs.items()} for q, gs in value["queues"].items()
+        },
+        local_queues=tuple((lq[0], lq[1], lq[2]) for lq in value["localQueues"]),
+        priorities={p: int(v) for p, v in value["priorities"].items()},
+    )

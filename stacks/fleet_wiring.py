@@ -26,9 +26,11 @@ import pulumi
 
 from components.multikueue import FleetManager, FleetManagerArgs, FleetWorker, FleetWorkerArgs
 from facts.kube import KUEUE_NAMESPACE
+from facts.problems import ConfigError
 from stacks.config import StackConfig
 from stacks.config.fleet import cluster_name
-from stacks.fleet import WorkerFlavor, WorkerSupply, manager_args, summed_quotas, supply_of
+from stacks.fleet import WorkerSupply, manager_args, summed_quotas, supply_from_output, supply_of
+from stacks.fleet_jobs import refusals_from_outputs
 from stacks.services import Services
 
 FLEET_OUTPUT = "fleetWorker"  # the worker stack's output the manager reads
@@ -48,32 +50,6 @@ def stack_reference(cfg: StackConfig) -> str:
 def worker_output(supply: WorkerSupply, manager: str, kubeconfig: Any, token_secret: str) -> dict[str, Any]:
     """The worker's ``fleetWorker`` output: its supply, the manager it serves, and the kubeconfig."""
     return {**supply.output(), "manager": manager, "tokenSecret": token_secret, "kubeconfig": kubeconfig}
-
-
-def supply_from_output(value: Mapping[str, Any]) -> WorkerSupply:
-    """``WorkerSupply.output`` read back (the manager's view of a worker)."""
-    return WorkerSupply(
-        stack=value["stack"],
-        cluster=value["cluster"],
-        region=value["region"],
-        availability_zone=value["availabilityZone"],
-        flavors=tuple(
-            WorkerFlavor(
-                f["group"],
-                f["instanceType"],
-                int(f["nodes"]),
-                {r: int(n) for r, n in f["perNode"].items()},
-                f.get("topology"),
-                (f["window"][0], f["window"][1]) if f.get("window") else None,
-            )
-            for f in value["flavors"]
-        ),
-        queues={
-            q: {g: {r: int(n) for r, n in rs.items()} for g, rs in gs.items()} for q, gs in value["queues"].items()
-        },
-        local_queues=tuple((lq[0], lq[1], lq[2]) for lq in value["localQueues"]),
-        priorities={p: int(v) for p, v in value["priorities"].items()},
-    )
 
 
 def checked_output(worker: str, manager: str, value: Any) -> dict[str, Any]:
@@ -137,8 +113,8 @@ def add_worker(s: Services) -> None:
 
 def register_fleet_queues(
     manager: FleetManager, own_queues: Sequence[str], workers: Sequence[WorkerSupply]
-) -> dict[str, Any]:
-    """The fleet's flavors and ClusterQueues for the workers as read; returns the summed quotas."""
+) -> dict[tuple[str, str, str], pulumi.Resource]:
+    """The fleet's flavors, ClusterQueues and LocalQueues for the workers as read, by what jobs name."""
     args = manager_args(workers)
     clash = sorted({q.name for q in args.cluster_queues} & set(own_queues))
     if clash:
@@ -148,13 +124,21 @@ def register_fleet_queues(
             "(queues.teams on one side)"
         )
     try:
-        manager.add_queues(args)
+        return manager.add_queues(args)
     except ValueError as err:
         raise FleetWiringError(
             f"gpu-training:fleet.workers: {err}: the manager has its services.trainingNamespace and, with GPU node "
             "groups, its queues.teams' namespaces; give the manager and its workers the same ones"
         ) from None
-    return summed_quotas(workers)
+
+
+def check_jobs(cfg: StackConfig, outputs: Sequence[Mapping[str, Any]]) -> None:
+    """The manager's jobs of the fleet against the workers as read (stacks/fleet_jobs.py), refused as a
+    RunError naming each job and every worker's reason."""
+    try:
+        refusals_from_outputs(cfg, outputs)
+    except ConfigError as err:
+        raise FleetWiringError(str(err)) from None
 
 
 def add_manager(s: Services, own_queues: Sequence[str]) -> None:
@@ -185,8 +169,11 @@ def add_manager(s: Services, own_queues: Sequence[str]) -> None:
         opts=s.k8s_component,
     )
     # What a worker supplies is no secret (only its kubeconfig is): the quotas are plain in the state.
-    supplies = [pulumi.Output.unsecret(o.apply(supply_from_output)) for o in outputs]
-    s.outputs["fleetQueues"] = pulumi.Output.all(*supplies).apply(
-        partial(register_fleet_queues, manager, list(own_queues))
+    plain = [pulumi.Output.unsecret(o) for o in outputs]
+    supplies = [o.apply(supply_from_output) for o in plain]
+    checked = pulumi.Output.all(*plain).apply(partial(check_jobs, cfg))
+    s.job_needs.fleet_queues = pulumi.Output.all(checked, *supplies).apply(
+        lambda read: register_fleet_queues(manager, list(own_queues), read[1:])
     )
+    s.outputs["fleetQueues"] = pulumi.Output.all(*supplies).apply(summed_quotas)
     s.outputs["fleetWorkers"] = pulumi.Output.all(*supplies).apply(lambda ws: [w.output() for w in ws])

@@ -19,7 +19,7 @@ from infra import offline, plan_fleet
 from infra.plan import load_config, plan
 from stacks import config as stack_config
 from stacks import fleet as fleet_model
-from stacks.fleet_wiring import FLEET_OUTPUT, FleetWiringError, checked_output, register_fleet_queues
+from stacks.fleet_wiring import FLEET_OUTPUT, FleetWiringError, check_jobs, checked_output, register_fleet_queues
 from stacks.queues.resources import RESOURCES, parse_quantity
 from tests.helpers import ROOT, minimal_values
 from tests.kueue_crds import errors, kueue_objects
@@ -256,8 +256,8 @@ def test_a_worker_of_another_manager_is_refused() -> None:
 def test_the_plan_text_has_a_fleet_block(plans: dict[str, offline.PlanResult]) -> None:
     manager = plan_fleet.lines(_cfg("fleet"), plans["fleet"].outputs)
     assert manager[1].startswith("Fleet manager (MultiKueue, dispatcher AllAtOnce): 2 worker(s)")
-    assert "  fleet-west (us-west-2b): p5 4 x p5.48xlarge" in manager
-    assert any(line.startswith("  fleet-block (us-west-2a): p5 2 x p5.48xlarge, capacity block") for line in manager)
+    assert "  fleet-west (us-west-2b): p5 2 x p5.48xlarge" in manager
+    assert any(line.startswith("  fleet-block (us-west-2a): p5 4 x p5.48xlarge, capacity block") for line in manager)
     assert "  ClusterQueue gpu, p5-48xlarge (summed): 48 GPUs" in "\n".join(manager)
     worker = plan_fleet.lines(_cfg("fleet-west"), plans["fleet-west"].outputs)
     assert worker[1].startswith("Fleet worker of acme/gpu-training/fleet: MultiKueue acts as kueue-system/multikueue")
@@ -284,16 +284,18 @@ class _Recorder:
     def __init__(self) -> None:
         self.added: list[Any] = []
 
-    def add_queues(self, args: Any) -> list[Any]:
+    def add_queues(self, args: Any) -> dict[Any, Any]:
         self.added.append(args)
-        return []
+        return {("LocalQueue", "training", "gpu"): "the LocalQueue"}
 
 
 def test_the_managers_own_queues_and_the_fleets_are_named_apart() -> None:
     workers = fleet_model.offline_workers(_cfg("fleet"), EXAMPLES / "fleet" / "Pulumi.fleet.yaml")
     manager = _Recorder()
-    assert register_fleet_queues(manager, ["team-a"], workers)["gpu"]["p5-48xlarge"]["nvidia.com/gpu"] == 48  # type: ignore[arg-type]
+    made = register_fleet_queues(manager, ["team-a"], workers)  # type: ignore[arg-type]
+    assert made == {("LocalQueue", "training", "gpu"): "the LocalQueue"}  # what the manager registered, for the jobs
     assert [q.name for q in manager.added[0].cluster_queues] == ["gpu"]
+    assert manager.added[0].cluster_queues[0].quotas["p5-48xlarge"]["nvidia.com/gpu"] == "48"
     # Broken: a manager whose own GPU queue is also called gpu.
     with pytest.raises(FleetWiringError, match=r"ClusterQueue\(s\) gpu have the names of this stack's own queues"):
         register_fleet_queues(_Recorder(), ["gpu"], workers)  # type: ignore[arg-type]
@@ -312,3 +314,29 @@ def test_token_generation_only_on_a_worker(fleet: dict[str, Any], expected: str)
         stack_config.load(values, "gpu-training", "w")
     fine = minimal_values(fleet={"manager": "a/p/m", "tokenGeneration": 2})
     assert stack_config.load(fine, "gpu-training", "w").fleet.token_generation == 2
+
+
+def test_the_managers_jobs_wait_for_the_fleets_localqueue(plans: dict[str, offline.PlanResult]) -> None:
+    """The fleet's LocalQueues are registered once the workers' outputs are read; a job of the fleet still
+    waits for the one it names (a queued job created before its LocalQueue would be refused by Kueue's
+    webhook as naming no queue)."""
+    records = plans["fleet"].records
+    queues = {r.name for r in records if r.type.endswith(":LocalQueue")}
+    assert "fleet-manager-localqueue-training-gpu" in queues
+    jobs = [r for r in records if r.type.endswith(":MPIJob")]
+    assert {r.name for r in jobs} == {"jobs-nccl-fleet-mpijob", "jobs-nccl-block-mpijob"}
+    for job in jobs:
+        assert {
+            "type": "kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue",
+            "name": "fleet-manager-localqueue-training-gpu",
+        } in [{"type": d["type"], "name": d["name"]} for d in job.depends_on], job.name
+
+
+def test_pulumi_up_refuses_a_fleet_job_no_worker_read_can_take() -> None:
+    """At `pulumi up` the workers come through stack references: the same job check runs over their outputs."""
+    cfg = _cfg("fleet")
+    workers = fleet_model.offline_workers(cfg, EXAMPLES / "fleet" / "Pulumi.fleet.yaml")
+    check_jobs(cfg, [w.output() for w in workers])  # both workers: every job has one
+    west = [w.output() for w in workers if w.stack.endswith("/fleet-west")]
+    with pytest.raises(FleetWiringError, match=r"nccl-block.*fleet-west: queue 'gpu' holds fewer than 4"):
+        check_jobs(cfg, west)

@@ -18,6 +18,7 @@ next run because they depend on another.
 
 from facts.problems import ConfigError, Problem
 from stacks.config.cross_checks import LOG_RETENTION_DAYS, RESERVED_NAMESPACES, known_regions
+from stacks.config.fleet_jobs import fleet_job_queues, fleet_job_targets
 from stacks.config.loading import decode_config_values, load
 from stacks.config.models import (
     NAMESPACE,
@@ -46,6 +47,8 @@ from stacks.config.stack_config import (
 from stacks.config.storage_checks import FSX_CAPACITY_STEP, FSX_THROUGHPUT, fsx_capacity_allowed
 
 __all__ = [
+    "fleet_job_queues",
+    "fleet_job_targets",
     "FOREIGN_NAMESPACES_ALLOWED",
     "FSX_CAPACITY_STEP",
     "FSX_THROUGHPUT",

@@ -23,6 +23,7 @@ from facts.kube import RESERVED_NAMESPACES
 from facts.problems import Problem
 from facts.problems import fmt as _fmt
 from stacks.config.address_checks import check_subnet_addresses
+from stacks.config.fleet import FleetConfig
 from stacks.config.models import (
     NAMESPACE,
     ClusterConfig,
@@ -81,6 +82,7 @@ class Sections:
     autoscaling: AutoscalingConfig | None
     queues: QueuesConfig | None
     burn_in: BurnInConfig | None
+    fleet: FleetConfig | None = None
 
     def or_default(self, name: str) -> Any:
         """Section ``name``, or its default where it was given but invalid (its problems are

@@ -8,6 +8,7 @@ switched off because its node group or operator is gone.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -21,6 +22,7 @@ from jobs.sagemaker import PortableJob, SageMakerJob
 from jobs.targets import GroupFacts, JobEnvironment
 from stacks import queues
 from stacks.config.errors import parse
+from stacks.config.fleet_jobs import check_fleet_jobs, fleet_groups, is_fleet_job
 from stacks.config.models import (
     NAMESPACE,
     EtcdConfig,
@@ -118,15 +120,30 @@ def parse_job_section(
         sections.or_default("etcd"),
         sections.or_default("queues"),
     )
+    # A fleet's manager: its jobs may name a fleet flavor (stacks/config/fleet_jobs.py); its own groups win.
+    env = dataclasses.replace(env, groups={**fleet_groups(sections.fleet), **env.groups})
     specs = parse_jobs(raw, f"{NAMESPACE}:jobs", problems, env, invalid_groups=invalid)
+    keyed = _keyed(raw, specs)
+    own = [g.name for g in usable]
+    check_fleet_jobs(keyed, sections.fleet, sections.queues, own, problems)
     if sections.queues is not None:
-        _check_queued_jobs(raw, specs, usable, sections, env, problems)
+        local = [(k, s) for k, s in keyed if not is_fleet_job(s, sections.fleet, own)]
+        _check_queued_jobs(local, usable, sections, env, problems)
     return specs
 
 
+def _keyed(raw: Any, specs: list[JobBase]) -> list[tuple[str, JobBase]]:
+    """Each parsed job with its config key (the first entry of its name)."""
+    first: dict[str, str] = {}
+    names = entry_names(raw)
+    for k, name in zip(entry_keys(f"{NAMESPACE}:jobs", names), names, strict=True):
+        if isinstance(name, str):
+            first.setdefault(name, k)
+    return [(first[s.name], s) for s in specs if s.name in first]
+
+
 def _check_queued_jobs(
-    raw: Any,
-    specs: list[JobBase],
+    keyed: list[tuple[str, JobBase]],
     groups: list[GpuNodeGroupConfig],
     sections: Any,
     env: JobEnvironment,
@@ -134,12 +151,6 @@ def _check_queued_jobs(
 ) -> None:
     """Jobs against the queues (``stacks/queues/``): a job's team exists, and every job can be
     admitted by its queue at all (else it would wait forever). ``env`` is what the stack offers jobs."""
-    first: dict[str, str] = {}
-    names = entry_names(raw)
-    for k, name in zip(entry_keys(f"{NAMESPACE}:jobs", names), names, strict=True):
-        if isinstance(name, str):
-            first.setdefault(name, k)
-    keyed = [(first[s.name], s) for s in specs if s.name in first]
     before = len(problems)
     queues.check_job_teams(keyed, sections.queues, problems)
     if len(problems) > before or not sections.queues.enabled or not groups:
