@@ -27,6 +27,7 @@ import pulumi
 from components.multikueue import FleetManager, FleetManagerArgs, FleetWorker, FleetWorkerArgs
 from facts.kube import KUEUE_NAMESPACE
 from facts.problems import ConfigError
+from jobs.base import PRIORITIES
 from stacks.config import StackConfig
 from stacks.config.fleet import cluster_name
 from stacks.fleet import WorkerSupply, manager_args, summed_quotas, supply_from_output, supply_of
@@ -64,6 +65,12 @@ def checked_output(worker: str, manager: str, value: Any) -> dict[str, Any]:
         raise FleetWiringError(
             f"gpu-training:fleet.workers: stack '{worker}' serves the manager '{value['manager']}', not '{manager}': "
             f"a worker has one manager; set its fleet.manager to '{manager}' (or remove it from this stack's workers)"
+        )
+    if dict(value["priorities"]) != dict(PRIORITIES):
+        raise FleetWiringError(
+            f"gpu-training:fleet.workers: stack '{worker}' has the priority classes {dict(value['priorities'])}, this "
+            f"stack {dict(PRIORITIES)}: a job keeps its priority class on the worker, so every stack of a fleet needs "
+            "the same ones; run `pulumi up` on the worker with this release of gpu-training"
         )
     return dict(value)
 

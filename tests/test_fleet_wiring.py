@@ -17,6 +17,7 @@ from components import multikueue as mk
 from facts.multikueue import WORKER_CALLS
 from infra import offline, plan_fleet
 from infra.plan import load_config, plan
+from jobs.base import PRIORITIES
 from stacks import config as stack_config
 from stacks import fleet as fleet_model
 from stacks.fleet_wiring import FLEET_OUTPUT, FleetWiringError, check_jobs, checked_output, register_fleet_queues
@@ -240,12 +241,23 @@ def test_a_worker_not_deployed_stops_the_manager(tmp_path: Path) -> None:
 
 def test_a_worker_of_another_manager_is_refused() -> None:
     output: Mapping[str, Any] = {k: None for k in ("stack", "cluster", "region", "availabilityZone", "flavors")}
-    output = {**output, "queues": {}, "localQueues": [], "priorities": {}, "kubeconfig": "k", "manager": "acme/p/other"}
+    output = {**output, "queues": {}, "localQueues": [], "priorities": dict(PRIORITIES), "kubeconfig": "k"}
+    output["manager"] = "acme/p/other"
     with pytest.raises(FleetWiringError, match="serves the manager 'acme/p/other', not 'acme/p/fleet'"):
         checked_output("acme/p/west", "acme/p/fleet", output)
     assert checked_output("acme/p/west", "acme/p/other", output)["manager"] == "acme/p/other"
     with pytest.raises(FleetWiringError, match="has no 'fleetWorker' output"):
         checked_output("acme/p/west", "acme/p/fleet", None)
+
+
+def test_a_worker_with_other_priority_classes_is_refused() -> None:
+    """A job keeps its priority class label on the worker's copy: a worker deployed by another release
+    (other WorkloadPriorityClasses) would refuse or misorder the fleet's jobs."""
+    output: dict[str, Any] = {k: None for k in ("stack", "cluster", "region", "availabilityZone", "flavors")}
+    output.update(queues={}, localQueues=[], kubeconfig="k", manager="acme/p/fleet")
+    assert checked_output("acme/p/west", "acme/p/fleet", {**output, "priorities": dict(PRIORITIES)})
+    with pytest.raises(FleetWiringError, match=r"stack 'acme/p/west' has the priority classes \{'low': 1\}"):
+        checked_output("acme/p/west", "acme/p/fleet", {**output, "priorities": {"low": 1}})
 
 
 # ---------------------------------------------------------------------------------------------
