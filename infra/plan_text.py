@@ -8,11 +8,16 @@
   order, block style, multi-line text as a literal block (``|``) where YAML allows one.
 
 The same objects give the same bytes: both emitters are deterministic and keys keep their order.
+Two shortcuts, each giving what the dumper gives: a document of plain values is turned into YAML's
+nodes directly (``_yaml_node``), and a document written before in this process is taken from memory
+(``_document``: the same CRDs are in most plans).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import pickle
 from typing import Any
 
 import yaml
@@ -120,6 +125,91 @@ def _str_presenter(dumper: yaml.representer.SafeRepresenter, data: str) -> yaml.
 PlanDumper.add_representer(str, _str_presenter)
 
 
+class _NotPlainYaml(Exception):
+    """A document ``_yaml_node`` leaves to the dumper's own representer."""
+
+
+_MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+_INT, _BOOL, _NULL = "tag:yaml.org,2002:int", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"
+
+
+def _yaml_node(value: Any, seen: set[int]) -> yaml.Node:
+    """The node PlanDumper's representer makes of ``value``, made directly (PyYAML 6.0.3
+    lib/yaml/representer.py, ``SafeRepresenter``: ``represent_str`` as ``_str_presenter``, ``represent_dict``
+    in the dict's order with ``default_flow_style=False``, ``represent_list``, ``represent_int``,
+    ``represent_bool``, ``represent_none``). Its ``represent_data`` goes through alias bookkeeping and a
+    type lookup for every value, most of a document's dump. A dict or list met twice (which the
+    representer writes as an anchor and alias) or any other type is left to the representer."""
+    kind = type(value)
+    if kind is str:
+        return yaml.ScalarNode(_STR, value, style="|" if "\n" in value else None)
+    if kind is dict or kind is list:
+        if id(value) in seen:
+            raise _NotPlainYaml
+        seen.add(id(value))
+        if kind is dict:
+            pairs = [(_yaml_node(k, seen), _yaml_node(v, seen)) for k, v in value.items()]
+            return yaml.MappingNode(_MAP, pairs, flow_style=False)
+        return yaml.SequenceNode(_SEQ, [_yaml_node(v, seen) for v in value], flow_style=False)
+    if kind is bool:
+        return yaml.ScalarNode(_BOOL, "true" if value else "false")
+    if kind is int:
+        return yaml.ScalarNode(_INT, str(value))
+    if value is None:
+        return yaml.ScalarNode(_NULL, "null")
+    raise _NotPlainYaml
+
+
+class _FastPlanDumper(PlanDumper):
+    """PlanDumper whose documents of dicts, lists, text, booleans, integers and None are represented by
+    ``_yaml_node``; the rest by the representer as before (the same nodes, so the same bytes)."""
+
+    def represent(self, data: Any) -> None:
+        try:
+            node = _yaml_node(data, set())
+        except (_NotPlainYaml, RecursionError):
+            super().represent(data)
+            return
+        self.serialize(node)
+
+
+def _dump(objects: list[Any]) -> str:
+    options: dict[str, Any] = {"sort_keys": False, "default_flow_style": False, "explicit_start": True}
+    return yaml.dump_all(objects, Dumper=_FastPlanDumper, **options)
+
+
+# The text of documents written before in this process (the same CRDs are in most plans: four fifths of a
+# plan's YAML), by a digest of their pickle: equal pickles are equal values of the same types, sharing
+# the same objects (which YAML writes as anchors), so they dump alike. The oldest go first past the bound.
+_written: dict[bytes, str] = {}
+WRITTEN_KEPT = 512
+# What ends a stream whose last document ends open (a block scalar kept with its final empty lines,
+# ``|+``): LibYAML's emitter (yaml_emitter_emit_stream_end, open_ended) and PyYAML's write it at the
+# end of the stream only, never between documents.
+_OPEN_END = "\n...\n"
+
+
+def _document(obj: Any) -> str:
+    """``obj`` alone as a YAML stream, from memory if it was written before."""
+    try:
+        key = hashlib.sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+    except Exception:  # noqa: BLE001 - not picklable (or too deep): dumped as it is, not kept
+        return _dump([obj])
+    text = _written.get(key)
+    if text is None:
+        text = _dump([obj])
+        if len(_written) >= WRITTEN_KEPT:
+            del _written[next(iter(_written))]
+        _written[key] = text
+    return text
+
+
 def manifests_yaml(objects: list[Any]) -> str:
-    """The Kubernetes objects as one multi-document YAML text ("" for none)."""
-    return yaml.dump_all(objects, Dumper=PlanDumper, sort_keys=False, default_flow_style=False, explicit_start=True)
+    """The Kubernetes objects as one multi-document YAML text ("" for none): what ``yaml.dump_all`` writes
+    of them, made of each document's own text (``_document``), the open end of a document written only
+    after the last."""
+    parts = [_document(obj) for obj in objects]
+    for i in range(len(parts) - 1):
+        if parts[i].endswith(_OPEN_END):
+            parts[i] = parts[i][: -len(_OPEN_END) + 1]
+    return "".join(parts)
