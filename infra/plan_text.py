@@ -180,9 +180,11 @@ def _dump(objects: list[Any]) -> str:
 
 # The text of documents written before in this process (the same CRDs are in most plans: four fifths of a
 # plan's YAML), by a digest of their pickle: equal pickles are equal values of the same types, sharing
-# the same objects (which YAML writes as anchors), so they dump alike. The oldest go first past the bound.
+# the same objects (which YAML writes as anchors), so they dump alike. The oldest go first past the
+# bound (characters of text kept: a plan's YAML is 2-3 million).
 _written: dict[bytes, str] = {}
-WRITTEN_KEPT = 512
+_written_chars = [0]  # the characters of _written's texts
+WRITTEN_KEPT = 16_000_000
 # What ends a stream whose last document ends open (a block scalar kept with its final empty lines,
 # ``|+``): LibYAML's emitter (yaml_emitter_emit_stream_end, open_ended) and PyYAML's write it at the
 # end of the stream only, never between documents.
@@ -197,10 +199,10 @@ def _document(obj: Any) -> str:
         return _dump([obj])
     text = _written.get(key)
     if text is None:
-        text = _dump([obj])
-        if len(_written) >= WRITTEN_KEPT:
-            del _written[next(iter(_written))]
-        _written[key] = text
+        text = _written[key] = _dump([obj])
+        _written_chars[0] += len(text)
+        while _written_chars[0] > WRITTEN_KEPT:
+            _written_chars[0] -= len(_written.pop(next(iter(_written))))
     return text
 
 

@@ -43,6 +43,7 @@ def _value(rng: random.Random, depth: int = 0) -> Any:
 @pytest.fixture(autouse=True)
 def _empty_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(plan_text, "_written", {})
+    monkeypatch.setattr(plan_text, "_written_chars", [0])
 
 
 def test_generated_documents_are_written_as_the_dumper_writes_them_and_again_from_memory():
@@ -107,11 +108,13 @@ def test_what_the_dumper_refuses_is_refused_and_not_kept():
 
 
 def test_the_memory_is_bounded(monkeypatch):
-    monkeypatch.setattr(plan_text, "WRITTEN_KEPT", 5)
-    docs = [{"n": i} for i in range(12)]
+    docs = [{"n": i} for i in range(12)]  # each "---\nn: <i>\n": 9 or 10 characters
+    monkeypatch.setattr(plan_text, "WRITTEN_KEPT", 50)
     assert plan_text.manifests_yaml(docs) == _reference(docs)
-    assert len(plan_text._written) == 5
+    assert plan_text._written_chars == [sum(map(len, plan_text._written.values()))]
+    assert plan_text._written_chars[0] <= 50 and len(plan_text._written) == 5
     assert plan_text.manifests_yaml(docs[:1]) == _reference(docs[:1])  # the oldest went first: written anew
+    assert len(plan_text._written) == 5
 
 
 # ---------------------------------------------------------------------------------------------
