@@ -29,7 +29,7 @@ from infra.plan_summary import refused_lines as refused_lines
 from infra.plan_summary import summary
 from infra.plan_text import json_text, manifests_yaml
 from stacks import config as stack_config
-from stacks import cost, fleet_jobs
+from stacks import cost, fleet_jobs, queues
 from stacks.config.loading import PlacementAsk
 from stacks.config.placeholders import placeholders
 from stacks.config.quota_warnings import quota_warnings
@@ -168,6 +168,7 @@ def run_cli(
     # files allocate much as well, and the run's objects are not worth a collection in between.
     # Each Helm release is rendered from the moment it is registered, beside the rest of the run.
     with offline.collector_paused(), contextlib.ExitStack() as cleanup:
+        cleanup.enter_context(queues.plans_kept())  # (the summary, cost and checks read the one queue plan)
         # The operator manifests are parsed once, then read from .cache/manifests/ (infra/plan_cache.py).
         kept = plan_cache.folder("manifests")
         cleanup.callback(setattr, operators, "snapshot_store", operators.snapshot_store)

@@ -8,7 +8,7 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from stacks import config as stack_config
-from stacks import environment
+from stacks import environment, queues
 from stacks.placement import AwsRegionFacts, PlacementError, resolve_placement
 
 
@@ -38,7 +38,8 @@ def main() -> dict[str, Any]:
     aws_facts = AwsRegionFacts()
     cfg = load_config(aws_facts)
     try:
-        outputs = environment.build(cfg, resolve_placement(cfg, aws_facts))
+        with queues.plans_kept():  # (the services, alerts and autoscaler read the one queue plan)
+            outputs = environment.build(cfg, resolve_placement(cfg, aws_facts))
     except PlacementError as err:
         raise pulumi.RunError(str(err)) from None
     for key, value in outputs.items():

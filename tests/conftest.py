@@ -21,7 +21,7 @@ if str(_ROOT) not in sys.path:
 from infra import offline  # noqa: E402
 from infra.plan_cache import CACHE_ENV  # noqa: E402
 from stacks.config.stackfile import read_stack_config  # noqa: E402
-from tests import aws_stubs  # noqa: E402
+from tests import aws_stubs, plan_memo  # noqa: E402
 from tests.helpers import ROOT, clean_aws_env, dev_values, run_stack  # noqa: E402
 
 # The offline plan keeps Helm renders, parsed manifests, botocore's model parts and the CEL parser's
@@ -50,6 +50,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             os.environ.pop(CACHE_ENV, None)
         else:
             os.environ[CACHE_ENV] = before
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _plans_kept() -> Iterator[None]:
+    """Runs of the real program go through tests/plan_memo.py in this process (a config planned before
+    is handed out again, as a copy)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(offline, "run", plan_memo.run)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _fresh_plans_when_patched(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that patches code or the environment plans afresh: a kept plan was made without its patch."""
+    if "monkeypatch" in request.fixturenames:
+        with plan_memo.fresh_plans():
+            yield
+    else:
+        yield
 
 
 # The plans of the repository's dev and prod stacks and one run of the dev plan command, made once

@@ -6,8 +6,9 @@ fields."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
-import sys
 import textwrap
 from typing import Any
 
@@ -16,13 +17,14 @@ import pytest
 from pydantic import model_validator
 
 from infra import offline
+from infra.__main__ import main as infra_main
 from infra.plan import offline_placement_check
 from stacks import config as stack_config
 from stacks.config.errors import parse
 from stacks.config.loading import PlacementAsk
 from stacks.config.models import ConfigModel
 from stacks.placement import AwsRegionFacts, RegionFacts
-from tests.helpers import NS, ROOT, minimal_values
+from tests.helpers import NS, minimal_values
 
 AZ = f"{NS}:gpuAvailabilityZone"
 
@@ -317,17 +319,15 @@ MANY_KEYS = [
 
 
 def test_the_plan_command_reports_every_mistake_in_one_run(tmp_path):
-    """The real process: exit 2, each of the mistakes on stderr, no traceback, no files."""
+    """The command's entry point in-process (the real process's exit code on a bad config is
+    test_plan_cli.py's): exit 2, each of the mistakes on stderr, no traceback, no files."""
     stack_file = tmp_path / "Pulumi.many.yaml"
     stack_file.write_text(MANY_MISTAKES)
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "infra", "plan", "--stack", "many", "--config-file", str(stack_file), "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = infra_main(["plan", "--stack", "many", "--config-file", str(stack_file), "--out", str(out)])
+    proc = subprocess.CompletedProcess([], code, stdout.getvalue(), stderr.getvalue())
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     assert "Traceback" not in proc.stderr

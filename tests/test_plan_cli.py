@@ -19,6 +19,7 @@ from facts import catalog
 from facts.paths import TOOLS_BIN
 from infra.__main__ import main
 from tests.helpers import NS, ROOT
+from tests.plan_memo import fresh_plans
 
 _RUN_CLI = plan_module.run_cli
 FILES = ("resources.json", "manifests.yaml", "outputs.json", "cost.json", "aws-model.json")
@@ -70,7 +71,8 @@ def dev_runs(tmp_path_factory):
     )
     try:
         runs = {}
-        with pytest.MonkeyPatch.context() as mp:
+        # Two runs of their own (not a kept plan handed out twice): that they agree is the point.
+        with pytest.MonkeyPatch.context() as mp, fresh_plans():
             for name in ("a", "b"):
                 rc, out, err = _run_main(["plan", "--stack", "dev", "--out", str(base / name)], mp)
                 runs[name] = {"rc": rc, "stdout": out, "stderr": err, "dir": base / name}

@@ -4,11 +4,10 @@ add and remove, the GPU AZ move first."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +15,12 @@ import pytest
 import yaml
 
 from infra import plan as infra_plan
+from infra.__main__ import main as infra_main
 from infra.diff import cli as plan_diff
 from infra.diff.compare import changed_paths, touches
 from infra.diff.markdown import MARKER
 from infra.diff.replace_fields import RULES, STATEFUL, rule_for
-from tests.helpers import NS, ROOT, dev_values, run_stack
+from tests.helpers import NS, dev_values, run_stack
 
 
 def _resource(typ: str, name: str, inputs: dict, parent: dict | None = None, deps: list | None = None) -> dict:
@@ -262,34 +262,32 @@ def test_the_replace_table_names_its_sources_and_covers_the_stateful_types():
     assert rule_for("kubernetes:kustomize/v2:Directory") is None and rule_for("aws:ec2/vpc:Vpc") is None
 
 
+def _cli(argv: list[str]) -> tuple[int, str, str]:
+    """``python -m infra ARGV`` in-process (``infra.__main__.main``, what the module's ``sys.exit`` returns;
+    the process itself is tested in test_cli_help.py): (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = infra_main(argv)
+        except SystemExit as stop:  # argparse's --help
+            code = stop.code if isinstance(stop.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
 def test_the_cli_lists_diff_and_refuses_a_base_without_a_plan(tmp_path):
-    """Through the real CLI: `python -m infra --help` lists the subcommand, and a base folder
+    """Through the CLI's entry point: `python -m infra --help` lists the subcommand, and a base folder
     without a plan exits 1 naming it (the workflow passes --base-absent for a new stack)."""
-    helped = subprocess.run(
-        [sys.executable, "-m", "infra", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert helped.returncode == 0 and "diff" in helped.stdout
+    code, stdout, _ = _cli(["--help"])
+    assert code == 0 and "diff" in stdout
     head = write_plan(tmp_path / "head", [_resource("aws:ec2/vpc:Vpc", "network-vpc", {})], [], {})
     missing = tmp_path / "base"
-    done = subprocess.run(
-        [sys.executable, "-m", "infra", "diff", str(missing), str(head)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 1 and done.stdout == ""
-    assert f"BASE {missing} does not exist" in done.stderr and "resources.json" in done.stderr
-    assert "Traceback" not in done.stderr
-    new = subprocess.run(
-        [sys.executable, "-m", "infra", "diff", str(missing), str(head), "--base-absent"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert new.returncode == 0, new.stderr
-    assert "**0 to replace, 0 to update in place, 1 to add, 0 to remove**" in new.stdout
+    code, stdout, stderr = _cli(["diff", str(missing), str(head)])
+    assert code == 1 and stdout == ""
+    assert f"BASE {missing} does not exist" in stderr and "resources.json" in stderr
+    assert "Traceback" not in stderr
+    code, stdout, stderr = _cli(["diff", str(missing), str(head), "--base-absent"])
+    assert code == 0, stderr
+    assert "**0 to replace, 0 to update in place, 1 to add, 0 to remove**" in stdout
 
 
 # ---------------------------------------------------------------------------------------------

@@ -340,6 +340,9 @@ class CrdIndex:
 
     def __init__(self, objects: Iterable[Mapping[str, Any]]):
         self.by_kind: dict[tuple[str, str], Mapping[str, Any]] = {}
+        # Each CRD version's compiled form, looked up once per plan: ``compiled`` keys by a digest of the
+        # whole schema (hundreds of KB of JSON), too dear to take for every custom object.
+        self._versions: dict[tuple[int, str], CompiledVersion] = {}
         for o in objects:
             if o.get("kind") == CRD_KIND:
                 self.by_kind[(o["spec"]["group"], o["spec"]["names"]["kind"])] = o
@@ -380,4 +383,7 @@ class CrdIndex:
                     f"CRD {crd['metadata']['name']}",
                 )
             ]
-        return compiled(crd, version).refusals(obj)
+        key = (id(crd), name)
+        if key not in self._versions:
+            self._versions[key] = compiled(crd, version)
+        return self._versions[key].refusals(obj)

@@ -5,7 +5,10 @@ out; its resource options), refusing a URN registered twice as the engine does.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import pickle
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,6 +98,37 @@ def _plain(value: Any) -> Any:
     return value
 
 
+# The recorded inputs of large Kubernetes objects (CRDs: hundreds of KB of schema each) by a digest of their
+# wire form, pickled: every plan of a process registers the same CRDs (the tests plan many configs), and
+# walking their Struct is most of what recording them costs. Each record gets a copy of its own.
+_recorded: dict[bytes, bytes] = {}
+_recorded_bytes = [0]  # the bytes of _recorded's pickles
+_recorded_lock = threading.Lock()  # (registrations are recorded on the SDK's threads)
+RECORDED_KEPT = 64_000_000  # bytes of pickles kept; the oldest go first
+LARGE_OBJECT = 16_384  # bytes of wire form from which an object's recorded inputs are kept
+
+
+def _object_inputs(struct: Any) -> dict[str, Any]:
+    """``_plain(_wire_dict(struct))`` of a Kubernetes object, from memory when it is large and was recorded
+    before: the same bytes of wire form (serialized deterministically: map keys sorted) are the same inputs."""
+    if struct.ByteSize() < LARGE_OBJECT:
+        return _plain(_wire_dict(struct, []))
+    key = hashlib.sha256(struct.SerializeToString(deterministic=True)).digest()
+    with _recorded_lock:
+        kept = _recorded.get(key)
+    if kept is not None:
+        return pickle.loads(kept)
+    inputs = _plain(_wire_dict(struct, []))
+    kept = pickle.dumps(inputs, protocol=pickle.HIGHEST_PROTOCOL)
+    with _recorded_lock:
+        if key not in _recorded:
+            _recorded[key] = kept
+            _recorded_bytes[0] += len(kept)
+            while _recorded_bytes[0] > RECORDED_KEPT:
+                _recorded_bytes[0] -= len(_recorded.pop(next(iter(_recorded))))
+    return inputs
+
+
 def _without_references(value: Any) -> Any:
     if isinstance(value, dict):
         if value.get(_SIG_KEY) == _SIG_RESOURCE:
@@ -162,21 +196,25 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             raise DuplicateURNError(f"Duplicate resource URN '{urn}'; try giving it a unique name")
         self.urns.add(urn)
         references: list[dict[str, Any]] = []
-        raw = _wire_dict(request.object, references)
         # Resource references among the inputs (a cluster handed to a node group) reach the mocks
         # as their URN: deserializing them for real would start lookups on another event loop. A
         # Kubernetes object reaches them as its identity, all they read of it (the SDK's decoding
-        # of a CRD's whole schema, only to be dropped, was a good part of registering it). Most
-        # other registrations go to the mocks as they came.
+        # of a CRD's whole schema, only to be dropped, was a good part of registering it), and its
+        # inputs are recorded by ``_object_inputs``. Most other registrations go to the mocks as they came.
         only_identity = identity_only(request.type)
+        if only_identity:
+            fields = request.object.fields
+            raw = {k: _wire_value(fields[k], references) for k in IDENTITY if k in fields}
+            inputs = _object_inputs(request.object)
+        else:
+            raw = _wire_dict(request.object, references)
+            inputs = _plain(raw)
         sanitized = request
         if references or only_identity:
             sanitized = type(request)()
             sanitized.CopyFrom(request)
             sanitized.object.Clear()
-            sanitized.object.update(
-                _without_references({k: raw[k] for k in IDENTITY if k in raw} if only_identity else raw)
-            )
+            sanitized.object.update(_without_references(raw))
         response = super().RegisterResource(sanitized)
         parent = None
         if request.parent and _urn_parts(request.parent)[0] != "pulumi:pulumi:Stack":
@@ -206,7 +244,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             id=response.id if request.custom else None,
             parent=parent,
             depends_on=deps,
-            inputs=_recorded_inputs(request.type, _plain(raw)),
+            inputs=_recorded_inputs(request.type, inputs),
             custom=bool(request.custom),
             urn=response.urn,
             options=options,

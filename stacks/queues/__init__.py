@@ -61,6 +61,7 @@ from stacks.queues.plan import (
     node_services,
     plan_context,
     plan_for,
+    plans_kept,
 )
 from stacks.queues.queue_checks import MAX_FLAVOR_TOLERATIONS, check_config, check_job_teams, check_jobs
 from stacks.queues.resources import (
@@ -136,6 +137,7 @@ __all__ = [
     "node_services",
     "plan_context",
     "plan_for",
+    "plans_kept",
     "pod_requests",
     "pod_sets",
     "quantity",

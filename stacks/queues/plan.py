@@ -5,7 +5,9 @@ validated config; and the queue table of the offline plan.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextvars
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,8 +192,38 @@ def node_services(cfg: Any) -> NodeServices:
     )
 
 
+# The queue plans made inside ``plans_kept``, by the identity of their config (kept with it, so that its id
+# names no other config meanwhile).
+_kept: contextvars.ContextVar[dict[int, tuple[Any, QueuePlan | None]] | None] = contextvars.ContextVar(
+    "queue_plans_kept", default=None
+)
+
+
+@contextmanager
+def plans_kept() -> Iterator[None]:
+    """Inside, ``plan_for`` makes each config's plan once: a program run and the plan's summary, cost
+    and checks ask for it a dozen times (the alerts, the cost, the autoscaler, the queues), and each
+    time sizes every job by building its manifests. A validated ``StackConfig`` is frozen, so one
+    object has one plan; a config built anew is planned anew."""
+    token = _kept.set({})
+    try:
+        yield
+    finally:
+        _kept.reset(token)
+
+
 def plan_for(cfg: Any) -> QueuePlan | None:
-    """The queues of a validated ``StackConfig``; None when it runs none."""
+    """The queues of a validated ``StackConfig``; None when it runs none (from memory inside ``plans_kept``)."""
+    kept = _kept.get()
+    if kept is None:
+        return _plan_for(cfg)
+    found = kept.get(id(cfg))
+    if found is None or found[0] is not cfg:
+        found = kept[id(cfg)] = (cfg, _plan_for(cfg))
+    return found[1]
+
+
+def _plan_for(cfg: Any) -> QueuePlan | None:
     if not cfg.queues.enabled or not cfg.gpu_node_groups:
         return None
     st, sv = cfg.storage, cfg.services

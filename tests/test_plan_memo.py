@@ -1,0 +1,78 @@
+"""The tests' kept plans (tests/plan_memo.py): a config planned before in this process is handed out
+again, as a copy of its own; patched tests, ``fresh_plans()``, other programs and deployed stacks plan
+afresh."""
+
+from __future__ import annotations
+
+import pulumi
+import pytest
+
+from infra import offline
+from infra import program as real_program
+from tests import plan_memo
+from tests.helpers import minimal_values, run_stack
+
+STACK = "memo"  # a stack name no other module plans, so the first run here is a real one
+
+
+def _values(**sections):
+    return minimal_values(**{"tags": {"memo": "yes"}, **sections})
+
+
+def test_a_config_planned_again_is_handed_out_again_as_a_copy():
+    assert offline.run is plan_memo.run  # conftest.py installs it for the session
+    first = run_stack(_values(), stack=STACK)
+    hits = plan_memo.hits[0]
+    again = run_stack(_values(), stack=STACK)
+    assert plan_memo.hits[0] == hits + 1
+    assert [r.as_json() for r in again.records] == [r.as_json() for r in first.records]
+    assert again.outputs == first.outputs
+    # A copy of its own: what one caller changes, the next one does not see.
+    again.records[0].inputs["changed"] = True
+    again.records.pop()
+    third = run_stack(_values(), stack=STACK)
+    assert "changed" not in third.records[0].inputs and len(third.records) == len(first.records)
+    assert third.records[0] is not again.records[0]
+
+
+def test_another_config_stack_or_program_is_planned_afresh():
+    run_stack(_values(), stack=STACK)
+    hits = plan_memo.hits[0]
+    other = run_stack(_values(tags={"memo": "no"}), stack=STACK)
+    run_stack(_values(), stack=f"{STACK}-other")
+    offline.run(lambda: {"n": 1}, _values(), project="gpu-training", stack=STACK)
+    assert plan_memo.hits[0] == hits
+    assert any("no" in str(r.inputs.get("tags")) for r in other.records)
+
+
+def test_inside_fresh_plans_nothing_is_handed_out():
+    run_stack(_values(), stack=STACK)
+    hits = plan_memo.hits[0]
+    with plan_memo.fresh_plans():
+        run_stack(_values(), stack=STACK)
+    assert plan_memo.hits[0] == hits
+
+
+def test_a_test_that_patches_plans_afresh(monkeypatch):
+    run_stack(_values(), stack=STACK)
+    hits = plan_memo.hits[0]
+    monkeypatch.setattr(real_program, "main", real_program.main)  # (a patch: the kept plan may not hold)
+    run_stack(_values(), stack=STACK)
+    assert plan_memo.hits[0] == hits
+
+
+def test_a_kept_run_shows_each_record_to_on_record_in_order():
+    values = _values()
+    first = offline.run(real_program.main, values, project="gpu-training", stack=STACK)
+    seen: list[offline.Record] = []
+    offline.run(real_program.main, values, project="gpu-training", stack=STACK, on_record=seen.append)
+    assert [(r.type, r.name) for r in seen] == [(r.type, r.name) for r in first.records]
+
+
+def test_a_run_that_fails_is_not_kept():
+    values = _values(gpuAvailabilityZone="us-west-2z")
+    hits = plan_memo.hits[0]
+    for _ in range(2):
+        with pytest.raises(pulumi.RunError):
+            offline.run(real_program.main, values, project="gpu-training", stack=STACK)
+    assert plan_memo.hits[0] == hits
