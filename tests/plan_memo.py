@@ -4,7 +4,8 @@ kept and handed out again. Many modules plan the dev or prod stack, or the same 
 (a plan is about half a second of CPU under the mocks).
 
 - The key is a sha256 over the config values, the project, stack and region (as JSON, keys sorted).
-  Only runs of the real program with no deployed stack are kept; a run that raises is not.
+  Only runs of the real program with no deployed stack and no fleet's workers are kept; a run that
+  raises is not.
 - Each caller gets a copy of its own (the run is kept pickled and unpickled per hit), so a test that
   edits what it got cannot change what another one gets.
 - ``on_record`` (the plan command's Helm renders) sees every record of a kept run again, in order.
@@ -52,12 +53,14 @@ def run(
     region: str | None = None,
     on_record: Callable[[offline.Record], None] | None = None,
     deployed: offline.Deployed | None = None,
+    fleet: offline.OfflineFleet | None = None,
 ) -> offline.PlanResult:
     """``infra.offline.run``, keeping the runs of the real program (see the module's docstring)."""
     from infra import program as real_program
 
-    if program is not real_program.main or deployed is not None or _fresh[0]:
-        return engine.run(program, config, project, stack, region, on_record, deployed)
+    # A fleet's manager reads its workers' stack files too (their answers are not in the key): afresh.
+    if program is not real_program.main or deployed is not None or fleet is not None or _fresh[0]:
+        return engine.run(program, config, project, stack, region, on_record, deployed, fleet)
     # (the engine's default region, so that the plan command's runs, which name it, and run_stack's agree)
     key = _key(config, project, stack, region or str(config.get("aws:region") or "us-west-2"))
     kept = _KEPT.get(key)
