@@ -55,9 +55,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _plans_kept() -> Iterator[None]:
     """Runs of the real program go through tests/plan_memo.py in this process (a config planned before
-    is handed out again, as a copy)."""
+    is handed out again, as a copy), and so do the plan folders `infra diff` reads."""
+    from infra.diff import cli as diff_cli
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(offline, "run", plan_memo.run)
+        mp.setattr(diff_cli, "load_plan", plan_memo.load_plan)  # and the plan folders `infra diff` reads
         yield
 
 
