@@ -7,7 +7,9 @@ import hashlib
 import io
 import os
 import pickle
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +39,26 @@ TEST_PLAN_CACHE = ROOT / ".cache" / "tests"
 _PLAN_CACHE = pytest.StashKey["str | None"]()  # the variable's value before
 
 
+_MEMO = pytest.StashKey["str | None"]()  # plan_memo.SHARED_ENV's value before
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # not an xdist worker
         config.stash[_PLAN_CACHE] = os.environ.get(CACHE_ENV)
         os.environ[CACHE_ENV] = str(TEST_PLAN_CACHE)
+        # The session's kept plans, shared by its workers (tests/plan_memo.py); gone when the session ends.
+        config.stash[_MEMO] = os.environ.get(plan_memo.SHARED_ENV)
+        os.environ[plan_memo.SHARED_ENV] = tempfile.mkdtemp(prefix="gpu-training-plan-memo-")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _MEMO in config.stash:
+        shutil.rmtree(os.environ[plan_memo.SHARED_ENV], ignore_errors=True)
+        before_memo = config.stash[_MEMO]
+        if before_memo is None:
+            os.environ.pop(plan_memo.SHARED_ENV, None)
+        else:
+            os.environ[plan_memo.SHARED_ENV] = before_memo
     if _PLAN_CACHE in config.stash:
         before = config.stash[_PLAN_CACHE]
         if before is None:

@@ -5,6 +5,7 @@ afresh. The plan folders `infra diff` reads likewise, by their files' bytes."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pulumi
@@ -80,6 +81,19 @@ def test_a_run_that_fails_is_not_kept():
         with pytest.raises(pulumi.RunError):
             offline.run(real_program.main, values, project="gpu-training", stack=STACK)
     assert plan_memo.hits[0] == hits
+
+
+def test_a_run_kept_by_another_process_of_the_session_is_read_from_the_sessions_folder():
+    folder = Path(os.environ[plan_memo.SHARED_ENV])  # conftest.py makes it before the workers start
+    before = set(folder.glob("*.pickle"))
+    first = run_stack(_values(tags={"memo": "shared"}), stack=STACK)
+    (written,) = set(folder.glob("*.pickle")) - before
+    del plan_memo._KEPT[written.stem]  # as if another process had planned it
+    hits, shared = plan_memo.hits[0], plan_memo.shared_hits[0]
+    again = run_stack(_values(tags={"memo": "shared"}), stack=STACK)
+    assert (plan_memo.hits[0], plan_memo.shared_hits[0]) == (hits + 1, shared + 1)
+    assert [r.as_json() for r in again.records] == [r.as_json() for r in first.records]
+    assert not list(folder.glob("*.part"))  # written whole, then renamed
 
 
 # ---------------------------------------------------------------------------------------------
