@@ -90,7 +90,8 @@ def _fresh_plans_when_patched(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 # The plans of the repository's dev and prod stacks and one run of the dev plan command, made once
-# per session (per xdist worker) and shared by every test that only reads them (a test that
+# per session (per xdist worker; the workers share the plans: tests/plan_memo.py) and shared by every
+# test that only reads them (a test that
 # changes a plan plans its own, or copies). That they stay unchanged is checked when the session
 # ends: each is kept with a function that fingerprints it and the fingerprint it had.
 _SHARED: dict[str, tuple[Callable[[], str], str]] = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from pathlib import Path
 
 import pulumi
@@ -85,15 +86,16 @@ def test_a_run_that_fails_is_not_kept():
 
 def test_a_run_kept_by_another_process_of_the_session_is_read_from_the_sessions_folder():
     folder = Path(os.environ[plan_memo.SHARED_ENV])  # conftest.py makes it before the workers start
-    before = set(folder.glob("*.pickle"))
-    first = run_stack(_values(tags={"memo": "shared"}), stack=STACK)
-    (written,) = set(folder.glob("*.pickle")) - before
-    del plan_memo._KEPT[written.stem]  # as if another process had planned it
+    values = _values(tags={"memo": "shared"})
+    first = run_stack(values, stack=STACK)
+    key = plan_memo._key(values, "gpu-training", STACK, "us-west-2")
+    written = pickle.loads((folder / f"{key}.pickle").read_bytes())
+    assert [r.as_json() for r in written.records] == [r.as_json() for r in first.records]
+    del plan_memo._KEPT[key]  # as if another process had planned it
     hits, shared = plan_memo.hits[0], plan_memo.shared_hits[0]
-    again = run_stack(_values(tags={"memo": "shared"}), stack=STACK)
+    again = run_stack(values, stack=STACK)
     assert (plan_memo.hits[0], plan_memo.shared_hits[0]) == (hits + 1, shared + 1)
     assert [r.as_json() for r in again.records] == [r.as_json() for r in first.records]
-    assert not list(folder.glob("*.part"))  # written whole, then renamed
 
 
 # ---------------------------------------------------------------------------------------------
