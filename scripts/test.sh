@@ -42,7 +42,7 @@ wait "$ticker" 2>/dev/null || true
 step "config reference (docs/config.md) up to date"
 .venv/bin/python scripts/config_reference.py --check
 step "pytest (tests/ but tests/integration and the real_run tests)"
-# One worker per core (at most 8: each plans the shared dev and prod stacks once); pass -n 0 to run
+# One worker per core (at most 8; they share the plans they make: tests/plan_memo.py); pass -n 0 to run
 # in this process (a debugger, -x on the first failure in order). Work stealing: a worker that runs out
 # takes tests queued for another, so a few long tests (the combinations) do not leave one core idle
 # at the end.

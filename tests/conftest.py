@@ -7,7 +7,9 @@ import hashlib
 import io
 import os
 import pickle
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +39,26 @@ TEST_PLAN_CACHE = ROOT / ".cache" / "tests"
 _PLAN_CACHE = pytest.StashKey["str | None"]()  # the variable's value before
 
 
+_MEMO = pytest.StashKey["str | None"]()  # plan_memo.SHARED_ENV's value before
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # not an xdist worker
         config.stash[_PLAN_CACHE] = os.environ.get(CACHE_ENV)
         os.environ[CACHE_ENV] = str(TEST_PLAN_CACHE)
+        # The session's kept plans, shared by its workers (tests/plan_memo.py); gone when the session ends.
+        config.stash[_MEMO] = os.environ.get(plan_memo.SHARED_ENV)
+        os.environ[plan_memo.SHARED_ENV] = tempfile.mkdtemp(prefix="gpu-training-plan-memo-")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _MEMO in config.stash:
+        shutil.rmtree(os.environ[plan_memo.SHARED_ENV], ignore_errors=True)
+        before_memo = config.stash[_MEMO]
+        if before_memo is None:
+            os.environ.pop(plan_memo.SHARED_ENV, None)
+        else:
+            os.environ[plan_memo.SHARED_ENV] = before_memo
     if _PLAN_CACHE in config.stash:
         before = config.stash[_PLAN_CACHE]
         if before is None:
@@ -55,9 +70,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _plans_kept() -> Iterator[None]:
     """Runs of the real program go through tests/plan_memo.py in this process (a config planned before
-    is handed out again, as a copy)."""
+    is handed out again, as a copy), and so do the plan folders `infra diff` reads."""
+    from infra.diff import cli as diff_cli
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(offline, "run", plan_memo.run)
+        mp.setattr(diff_cli, "load_plan", plan_memo.load_plan)  # and the plan folders `infra diff` reads
         yield
 
 
@@ -72,7 +90,8 @@ def _fresh_plans_when_patched(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 # The plans of the repository's dev and prod stacks and one run of the dev plan command, made once
-# per session (per xdist worker) and shared by every test that only reads them (a test that
+# per session (per xdist worker; the workers share the plans: tests/plan_memo.py) and shared by every
+# test that only reads them (a test that
 # changes a plan plans its own, or copies). That they stay unchanged is checked when the session
 # ends: each is kept with a function that fingerprints it and the fingerprint it had.
 _SHARED: dict[str, tuple[Callable[[], str], str]] = {}

@@ -1,14 +1,20 @@
 """The tests' kept plans (tests/plan_memo.py): a config planned before in this process is handed out
 again, as a copy of its own; patched tests, ``fresh_plans()``, other programs and deployed stacks plan
-afresh."""
+afresh. The plan folders `infra diff` reads likewise, by their files' bytes."""
 
 from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
 
 import pulumi
 import pytest
 
 from infra import offline
 from infra import program as real_program
+from infra.diff import cli as diff_cli
 from tests import plan_memo
 from tests.helpers import minimal_values, run_stack
 
@@ -76,3 +82,54 @@ def test_a_run_that_fails_is_not_kept():
         with pytest.raises(pulumi.RunError):
             offline.run(real_program.main, values, project="gpu-training", stack=STACK)
     assert plan_memo.hits[0] == hits
+
+
+def test_a_run_kept_by_another_process_of_the_session_is_read_from_the_sessions_folder():
+    folder = Path(os.environ[plan_memo.SHARED_ENV])  # conftest.py makes it before the workers start
+    values = _values(tags={"memo": "shared"})
+    first = run_stack(values, stack=STACK)
+    key = plan_memo._key(values, "gpu-training", STACK, "us-west-2")
+    written = pickle.loads((folder / f"{key}.pickle").read_bytes())
+    assert [r.as_json() for r in written.records] == [r.as_json() for r in first.records]
+    del plan_memo._KEPT[key]  # as if another process had planned it
+    hits, shared = plan_memo.hits[0], plan_memo.shared_hits[0]
+    again = run_stack(values, stack=STACK)
+    assert (plan_memo.hits[0], plan_memo.shared_hits[0]) == (hits + 1, shared + 1)
+    assert [r.as_json() for r in again.records] == [r.as_json() for r in first.records]
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan folders `infra diff` reads
+# ---------------------------------------------------------------------------------------------
+
+
+def _folder(path: Path, name: str) -> Path:
+    path.mkdir()
+    (path / "resources.json").write_text(json.dumps([{"type": "t:m:T", "name": name, "inputs": {"n": name}}]))
+    (path / "outputs.json").write_text("{}")
+    (path / "manifests.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n")
+    return path
+
+
+def test_a_plan_folder_read_again_is_handed_out_again_as_a_copy(tmp_path):
+    assert diff_cli.load_plan is plan_memo.load_plan  # conftest.py installs it for the session
+    folder = _folder(tmp_path / "a", "one")
+    first = diff_cli.load_plan(folder)
+    hits = plan_memo.folder_hits[0]
+    again = diff_cli.load_plan(folder)
+    assert plan_memo.folder_hits[0] == hits + 1
+    assert (again.resources, again.manifests, again.outputs) == (first.resources, first.manifests, first.outputs)
+    again.resources[("t:m:T", "one")]["inputs"]["n"] = "changed"
+    assert diff_cli.load_plan(folder).resources[("t:m:T", "one")]["inputs"]["n"] == "one"
+
+
+def test_a_plan_folder_with_other_files_or_root_is_read_afresh(tmp_path):
+    folder = _folder(tmp_path / "a", "one")
+    diff_cli.load_plan(folder)
+    hits = plan_memo.folder_hits[0]
+    (folder / "resources.json").write_text(json.dumps([{"type": "t:m:T", "name": "two", "inputs": {}}]))
+    assert list(diff_cli.load_plan(folder).resources) == [("t:m:T", "two")]
+    diff_cli.load_plan(folder, tmp_path)  # the root is part of what is read (written as <project>)
+    with plan_memo.fresh_plans():
+        diff_cli.load_plan(folder)
+    assert plan_memo.folder_hits[0] == hits

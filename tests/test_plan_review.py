@@ -50,6 +50,14 @@ def exit_code(base: Path, head: Path, *extra: str) -> int:
     return plan_diff.main([str(base), str(head), "--detailed-exitcode", *extra], out=io.StringIO())
 
 
+def reviewed(base: Path, head: Path) -> tuple[str, int]:
+    """The markdown and the exit code of one `infra diff --detailed-exitcode` (the flag changes the code, not the
+    markdown; ``markdown`` checks that a difference exits 0 without it)."""
+    out = io.StringIO()
+    code = plan_diff.main([str(base), str(head), "--detailed-exitcode"], out=out)
+    return out.getvalue(), code
+
+
 # `infra diff --detailed-exitcode` (terraform's codes, plus 3).
 SAME, ERROR, CHANGES, DISRUPTIVE = 0, 1, 2, 3
 
@@ -100,7 +108,7 @@ def test_a_bigger_disk_rolls_the_groups_nodes_and_the_diff_leads_with_it(stack, 
         group(values, "p4d")["diskSizeGiB"] = before + 300
 
     head = plan_with(stack, bigger, tmp_path / "head")
-    md = markdown(bases[stack], head)
+    md, code = reviewed(bases[stack], head)
     words = lead(md)
     assert "**`pulumi up` deletes or disrupts stateful resources:**" in words
     (roll,) = [line for line in words.splitlines() if "**ROLLS**" in line]
@@ -114,7 +122,7 @@ def test_a_bigger_disk_rolls_the_groups_nodes_and_the_diff_leads_with_it(stack, 
     (row,) = [r for r in section(md, "Updated in place (`~`)").splitlines() if "gpu-p4d-lt" in r]
     assert "`pulumi preview` decides" not in row
     assert row.endswith("(**a new version: node group `p4d` rolls**, see above) |")
-    assert exit_code(bases[stack], head) == DISRUPTIVE
+    assert code == DISRUPTIVE
 
 
 def test_raising_max_size_rolls_nothing(bases, tmp_path):
@@ -124,9 +132,9 @@ def test_raising_max_size_rolls_nothing(bases, tmp_path):
         group(values, "p4d")["maxSize"] = 4
 
     head = plan_with("dev", more, tmp_path / "head")
-    md = markdown(bases["dev"], head)
+    md, code = reviewed(bases["dev"], head)
     assert "ROLLS" not in md and "disrupts" not in md
-    assert exit_code(bases["dev"], head) == CHANGES
+    assert code == CHANGES
 
 
 def test_a_version_change_rolls_every_group(bases, tmp_path):
@@ -137,11 +145,11 @@ def test_a_version_change_rolls_every_group(bases, tmp_path):
         values[f"{NS}:cluster"]["kubernetesVersion"] = "1.35"
 
     head = plan_with("dev", older, tmp_path / "head")
-    md = markdown(bases["dev"], head)
+    md, code = reviewed(bases["dev"], head)
     rolled = [line.split("`")[1] for line in lead(md).splitlines() if line.startswith("- **ROLLS**")]
     assert rolled == ["p3dn", "p4d", "system"]
     assert "Because `version` 1.36 → 1.35." in lead(md)
-    assert exit_code(bases["dev"], head) == DISRUPTIVE
+    assert code == DISRUPTIVE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,7 +171,7 @@ def without_fsx(values: dict[str, Any]) -> None:
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_turning_fsx_off_leads_the_diff_with_the_deleted_file_system(stack, bases, tmp_path):
     head = plan_with(stack, without_fsx, tmp_path / "head")
-    md = markdown(bases[stack], head)
+    md, code = reviewed(bases[stack], head)
     words = lead(md)
     (fs,) = [line for line in words.splitlines() if line.startswith("- **DELETES** `fsx-fs`")]
     assert fs.startswith(
@@ -178,7 +186,7 @@ def test_turning_fsx_off_leads_the_diff_with_the_deleted_file_system(stack, base
     # Review 34: not "the storage behind it stays" when the same change deletes that storage.
     assert "reclaim policy Retain, but its file system `fsx-fs` is deleted too (above)" in words
     assert words.index("**DELETES**") < md.index("Resources: ")
-    assert exit_code(bases[stack], head) == DISRUPTIVE
+    assert code == DISRUPTIVE
 
 
 def test_removing_etcd_names_the_jobs_that_used_it(bases, tmp_path):
@@ -189,11 +197,11 @@ def test_removing_etcd_names_the_jobs_that_used_it(bases, tmp_path):
                 job["rendezvous"] = "c10d"
 
     head = plan_with("dev", without_etcd, tmp_path / "head")
-    md = markdown(bases["dev"], head)
+    md, code = reviewed(bases["dev"], head)
     (etcd,) = [line for line in lead(md).splitlines() if "`etcd-members`" in line]
     assert etcd.startswith("- **DELETES** `etcd-members` (`kubernetes:apps/v1:StatefulSet`): StatefulSet and its pods")
     assert "used by 1 resource(s) of the base: `jobs-resnet50-elastic-pytorchjob`" in etcd
-    assert exit_code(bases["dev"], head) == DISRUPTIVE
+    assert code == DISRUPTIVE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,13 +270,13 @@ def test_a_dependency_only_change_is_no_update(bases, tmp_path):
     head = tmp_path / "head"
     shutil.copytree(bases["dev"], head)
     (head / "resources.json").write_text(json.dumps(records))
-    md = markdown(bases["dev"], head)
+    md, code = reviewed(bases["dev"], head)
     assert "Resources: **0 to replace, 0 to update in place, 0 to add, 0 to remove**" in md
     assert "; 1 with only dependsOn or options changed (recorded in the state, nothing changes in the cloud)" in md
     assert "Updated in place" not in md
     state = section(md, "Recorded in the state only (nothing changes in the cloud)")
     assert f"| `kubernetes:kubeflow.org/v1:PyTorchJob` | `{job['name']}` | `dependsOn` |" in state
-    assert exit_code(bases["dev"], head) == CHANGES
+    assert code == CHANGES
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -285,7 +293,7 @@ def test_a_replaced_volume_is_counted_as_replaced(stack, bases, tmp_path):
             fsx.update(deploymentType="PERSISTENT_2", perUnitStorageThroughput=125)
 
     head = plan_with(stack, new_fsx, tmp_path / "head")
-    md = markdown(bases[stack], head)
+    md, code = reviewed(bases[stack], head)
     assert "1 replaced, " in md.split("Kubernetes objects: ")[1].split("\n")[0]
     (row,) = [r for r in section(md, "Kubernetes objects changed").splitlines() if "PersistentVolume (v1)" in r]
     assert row.startswith(f"| -/+ | `PersistentVolume (v1)` | `gpu-training-{stack}-fsx` | its resource `fsx-pv`")
@@ -294,7 +302,7 @@ def test_a_replaced_volume_is_counted_as_replaced(stack, bases, tmp_path):
     handle = "| `fsx-pv` | `inputs.spec.csi.volumeHandle` | `fs-"
     (value,) = [r for r in section(md, "Values (old → new)").splitlines() if r.startswith(handle)]
     assert value.endswith("| (known after `pulumi up`: new id of `fsx-fs`) |")
-    assert exit_code(bases[stack], head) == DISRUPTIVE
+    assert code == DISRUPTIVE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,11 +343,11 @@ def test_a_plan_without_its_releases_objects_says_so(dev_plan_command, tmp_path)
     without = tmp_path / "without-helm"
     shutil.copytree(with_helm, without)
     (without / "releases.yaml").unlink()
-    md = markdown(with_helm, without)
+    md, code = reviewed(with_helm, without)
     assert md.startswith(MARKER)
     assert "**The Helm releases' objects are missing from the head plan** (no releases.yaml" in lead(md)
     assert "Kubernetes objects removed" not in md
-    assert exit_code(with_helm, without) == SAME
+    assert code == SAME
     assert "missing" not in markdown(with_helm, with_helm)
 
 

@@ -15,9 +15,9 @@ import yaml
 
 from facts.operators import KINDS
 from infra import plan as plan_mod
-from infra.diff.plans import load_plan
 from stacks import queues
 from tests.helpers import cfg_of, dev_values
+from tests.plan_memo import load_plan  # (infra.diff.plans.load_plan, kept per process: the dev plan command's folder)
 
 SCREEN = 60  # lines: what the issue asks of dev and prod
 

@@ -38,6 +38,7 @@ from lark import Token, Tree
 from components import team_policy as tp
 from facts import versions
 from facts.operators import KINDS
+from infra.api_checks import kube_crds
 from infra.invariants import selects
 from stacks import queues
 from stacks.config.cross_checks import RESERVED_NAMESPACES
@@ -111,7 +112,9 @@ def binding(team_plan) -> dict[str, Any]:
 # Running the policy as the API server does
 # ---------------------------------------------------------------------------------------------
 
-_ENV = celpy.Environment()
+# cel-python's environment with the parser the plan's CRD check keeps (its LALR tables read from the plan cache,
+# not built again: CELParser() after this takes the same parser; tests/test_api_checks.py checks it is cel-python's).
+_ENV = kube_crds._environment()
 
 
 @cache
