@@ -50,3 +50,21 @@ def test_refused(fleet: Any, expected: str) -> None:
 
 def test_most_workers_allowed() -> None:
     assert len(load({"workers": [{"stack": f"a/p/w{i}"} for i in range(MAX_WORKERS)]}).fleet.workers) == MAX_WORKERS
+
+
+def test_a_worker_keeps_its_public_endpoint() -> None:
+    """The manager's Kueue connects from its own VPC: a worker serving its API on a private endpoint only
+    would never be reached (nothing here peers the VPCs)."""
+    base = {"aws:region": "us-west-2", "gpu-training:fleet": {"manager": "acme/gpu-training/fleet"}}
+    private = {"endpointPublicAccess": False, "endpointPrivateAccess": True}
+    narrowed = {"endpointPublicAccessCidrs": ["203.0.113.7/32"]}
+    assert stack_config.load({**base, "gpu-training:cluster": narrowed}, "gpu-training", "w").fleet.role == "worker"
+    # A stack outside a fleet may keep its API private.
+    assert not stack_config.load(
+        {"aws:region": "us-west-2", "gpu-training:cluster": private}, "gpu-training", "w"
+    ).cluster.endpoint_public_access
+    with pytest.raises(stack_config.ConfigError) as e:
+        stack_config.load({**base, "gpu-training:cluster": private}, "gpu-training", "w")
+    (problem,) = e.value.problems
+    assert problem.key == "gpu-training:cluster.endpointPublicAccess"
+    assert "fleet worker" in problem.message and "endpointPublicAccessCidrs" in problem.message

@@ -125,6 +125,7 @@ def check_all(az: str, region: str, cluster_name: str, s: Sections, problems: li
             NAMESPACE,
             s.or_default("burn_in"),
         )
+    _check_fleet_worker_endpoint(s, problems)
     if s.alerts is not None and s.alerts.enabled and not s.or_default("monitoring").enabled:
         problems.append(Problem(f"{NAMESPACE}:alerts.enabled", ALERTS_NEED_MONITORING))
     if s.monitoring is not None and s.monitoring.log_retention_days not in LOG_RETENTION_DAYS:
@@ -294,6 +295,21 @@ LOG_RETENTION_DAYS = (
     3653,
 )
 RFC1918 = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+
+
+def _check_fleet_worker_endpoint(s: Sections, problems: list[Problem]) -> None:
+    """A fleet's worker serves its API on the public endpoint: the manager's Kueue, in another VPC (or
+    region), connects to it there; this project builds no peering to reach a private-only endpoint."""
+    if s.fleet is None or not s.fleet.manager or s.or_default("cluster").endpoint_public_access:
+        return
+    problems.append(
+        Problem(
+            f"{NAMESPACE}:cluster.endpointPublicAccess",
+            "false on a fleet worker (fleet.manager is set): the manager's Kueue connects to this cluster's API "
+            "server from its own VPC over the public endpoint; keep it true and narrow it with "
+            "cluster.endpointPublicAccessCidrs to the manager's NAT gateway addresses",
+        )
+    )
 
 
 def _check_cluster(c: ClusterConfig, problems: list[Problem]) -> None:
