@@ -14,13 +14,7 @@ from stacks import config as stack_config
 from stacks import queues
 from stacks.fleet_wiring import FLEET_OUTPUT
 
-_SHORT = {
-    queues.GPU: "GPUs",
-    queues.EFA: "EFA",
-    queues.HUGEPAGES: "hugepages",
-    queues.CPU: "CPU",
-    queues.MEMORY: "memory",
-}
+_SHORT = queues.RESOURCE_SHORT
 
 
 def lines(cfg: stack_config.StackConfig, outputs: Mapping[str, Any]) -> list[str]:

@@ -30,15 +30,11 @@ from components.multikueue import ManagerArgs, ManagerQueue
 from facts.multikueue import INCREMENTAL_STEP
 from facts.paths import PROJECT_ROOT
 from jobs.base import PRIORITIES
+from jobs.targets import fleet_flavor
 from stacks import config as stack_config
 from stacks.config.fleet import cluster_name
 from stacks.queues.plan import plan_for
 from stacks.queues.resources import GPU, RESOURCES, quantity
-
-
-def fleet_flavor(instance_type: str) -> str:
-    """The manager's ResourceFlavor of a GPU instance type (a DNS label: '.' as '-')."""
-    return instance_type.replace(".", "-")
 
 
 @dataclass(frozen=True)

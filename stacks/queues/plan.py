@@ -246,7 +246,8 @@ def _plan_for(cfg: Any) -> QueuePlan | None:
 
 
 _TABLE = (GPU, EFA, HUGEPAGES, CPU, MEMORY)
-_SHORT = {GPU: "GPUs", EFA: "EFA", HUGEPAGES: "hugepages", CPU: "CPU", MEMORY: "memory"}
+# How the plan's text names each counted resource (the queue table, the fleet block).
+RESOURCE_SHORT = {GPU: "GPUs", EFA: "EFA", HUGEPAGES: "hugepages", CPU: "CPU", MEMORY: "memory"}
 
 
 def describe(plan: QueuePlan, kueue_version: str) -> str:
@@ -263,7 +264,7 @@ def describe(plan: QueuePlan, kueue_version: str) -> str:
         extras.append("fair sharing between the teams")
     if extras:
         lines.append("  " + "; ".join(extras))
-    head = f"    {'':<22}" + "".join(f"{_SHORT[r]:>12}" for r in _TABLE)
+    head = f"    {'':<22}" + "".join(f"{RESOURCE_SHORT[r]:>12}" for r in _TABLE)
     admissions = {a.demand.job: a for a in plan.admissions()}
     for cq in plan.cluster_queues:
         lqs = ", ".join(f"{q.namespace}/{q.name}" for q in plan.local_queues if q.cluster_queue == cq.name)
