@@ -86,3 +86,14 @@ BURN_IN_LABEL = "gputraining/burn-in"
 # that fails every node of a type would otherwise terminate and relaunch instances forever).
 BURN_IN_MAX_REPLACEMENTS = 3
 BURN_IN_REPLACEMENT_WINDOW_SECONDS = 3600
+
+
+def is_kubernetes_object(typ: str, inputs: dict) -> bool:
+    """Whether a registration of Pulumi type ``typ`` is a Kubernetes object whose inputs are its manifest (the
+    plan's manifests.yaml): a ``kubernetes:`` resource with apiVersion and kind, not a Helm release or a provider."""
+    return (
+        typ.startswith("kubernetes:")
+        and not typ.startswith(("kubernetes:helm.sh/", "pulumi:providers"))
+        and "apiVersion" in inputs
+        and "kind" in inputs
+    )

@@ -3,6 +3,8 @@ Helpers (functions, configs, specs) are in tests/helpers.py."""
 
 from __future__ import annotations
 
+import functools
+import gc
 import hashlib
 import io
 import os
@@ -41,8 +43,19 @@ _PLAN_CACHE = pytest.StashKey["str | None"]()  # the variable's value before
 
 _MEMO = pytest.StashKey["str | None"]()  # plan_memo.SHARED_ENV's value before
 
+# Python's cyclic collector runs a young-generation collection every 700 allocations by default, and every
+# tenth of those a middle one, every tenth of those (once the old generation has grown by a quarter) a full
+# one. A test process holds a large heap (the SDKs, the plans it keeps) and allocates millions of objects
+# (each plan, helm's output parsed, botocore's models): at the default that was about a quarter of the
+# suite's CPU, mostly in full collections walking the whole heap. Each process of the session (the xdist
+# workers too) collects every 10,000 allocations instead: the same garbage goes, a few hundred MB later.
+GC_THRESHOLD = (10_000, 10, 10)
+_GC = pytest.StashKey["tuple[int, int, int]"]()  # the thresholds before
+
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_GC] = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLD)
     if not hasattr(config, "workerinput"):  # not an xdist worker
         config.stash[_PLAN_CACHE] = os.environ.get(CACHE_ENV)
         os.environ[CACHE_ENV] = str(TEST_PLAN_CACHE)
@@ -52,6 +65,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _GC in config.stash:
+        gc.set_threshold(*config.stash[_GC])
     if _MEMO in config.stash:
         shutil.rmtree(os.environ[plan_memo.SHARED_ENV], ignore_errors=True)
         before_memo = config.stash[_MEMO]
@@ -65,6 +80,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             os.environ.pop(CACHE_ENV, None)
         else:
             os.environ[CACHE_ENV] = before
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _kubernetes_schemas_read_once() -> Iterator[None]:
+    """kubernetes-validate reads and parses its JSON schema files (the definitions file is megabytes) on every
+    ``validate``: each file is read once per process instead (the validator does not change what it reads)."""
+    import kubernetes_validate.utils as kv_utils
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kv_utils, "schema_contents", functools.cache(kv_utils.schema_contents))
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -49,6 +49,14 @@ NS = stack_config.NAMESPACE
 # ---------------------------------------------------------------------------------------------
 
 
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: manifests run to megabytes of CRDs
+
+
+def yaml_objects(text: str) -> list[dict[str, Any]]:
+    """The maps among the documents of a YAML stream (a manifest, helm's or the plan's output)."""
+    return [d for d in yaml.load_all(text, Loader=YAML_LOADER) if isinstance(d, dict)]
+
+
 def minimal_values(**sections: Any) -> dict[str, Any]:
     """A small valid config: us-west-2, one p4d group. Override sections by their key name."""
     values: dict[str, Any] = {
@@ -613,7 +621,7 @@ def render_agent(chart: str, k8s: str, values: dict[str, Any] | None) -> list[di
             path.write_text(json.dumps(values))  # JSON is YAML
             cmd += ["-f", str(path)]
         text = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
-    return [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    return yaml_objects(text)
 
 
 # Preflight tests
@@ -645,6 +653,4 @@ def render_kueue(values: dict[str, Any] | None) -> list[dict[str, Any]]:
             path.write_text(json.dumps(values))
             cmd += ["-f", str(path)]
         text = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
-    return [
-        d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if isinstance(d, dict)
-    ]  # (1.7 MB of CRDs)
+    return yaml_objects(text)  # (1.7 MB of CRDs)

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import yaml
 
 from facts import versions
 from infra import plan as plan_mod
@@ -23,7 +22,7 @@ from infra import releases
 from infra.api_checks import kube_check, kube_crds, kube_objects, kube_rules
 from stacks.config import ConfigError
 from stacks.queues import queue_checks
-from tests.helpers import ROOT, load_values, minimal_values, run_stack
+from tests.helpers import ROOT, load_values, minimal_values, run_stack, yaml_objects
 
 # ---------------------------------------------------------------------------------------------
 # The rules themselves, at their edges (apimachinery v0.36.3)
@@ -71,8 +70,7 @@ def dev_objects(dev_plan_command: Any) -> list[dict[str, Any]]:
     """The objects of the dev plan as the plan command wrote them (the program's and the Helm releases')."""
     out = []
     for name in ("manifests.yaml", "releases.yaml"):
-        with open(dev_plan_command.out / name) as fh:
-            out += [d for d in yaml.safe_load_all(fh) if isinstance(d, dict)]
+        out += yaml_objects((dev_plan_command.out / name).read_text())
     return out
 
 
@@ -398,7 +396,7 @@ def test_the_pulumi_program_does_not_load_the_checks():
 
 
 def _max_at(crd_file: str, path: list[str], keyword: str) -> int:
-    doc = yaml.safe_load((ROOT / versions.KUEUE_CRDS / crd_file).read_text())
+    (doc,) = yaml_objects((ROOT / versions.KUEUE_CRDS / crd_file).read_text())
     node = next(v for v in doc["spec"]["versions"] if v["name"] == "v1beta2")["schema"]["openAPIV3Schema"]
     for step in path:
         node = node["items"] if step == "[]" else node["properties"][step]

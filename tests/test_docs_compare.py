@@ -1,7 +1,8 @@
 """scripts/compare.sh, the one command docs/previews.md and docs/development.md give for comparing a checkout's
 plan with another commit's: it plans both, prints `python -m infra diff`, and leaves no worktree behind, also
 when a plan fails. Run in a throwaway git repository made of this checkout's files (never this repository's
-own worktrees)."""
+own worktrees). Marked real_run (bash scripts/test_slow.sh): each test plans two stacks in processes of their
+own, as a reader runs the script."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT
+
+pytestmark = pytest.mark.real_run
 
 SCRIPT = "scripts/compare.sh"
 GIT_ENV = {

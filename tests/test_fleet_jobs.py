@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from facts import catalog
 from facts.kube import ACCELERATOR_LABEL, INSTANCE_TYPE_LABEL, NODE_GROUP_LABEL, ZONE_LABEL
@@ -28,7 +27,7 @@ from stacks import config as stack_config
 from stacks import fleet, fleet_jobs
 from stacks.config.stackfile import load_yaml
 from stacks.queues import plan_for
-from tests.helpers import ROOT, TRAIN_IMAGE
+from tests.helpers import ROOT, TRAIN_IMAGE, yaml_objects
 
 EXAMPLES = ROOT / "examples"
 MANAGER_FILE = EXAMPLES / "fleet" / "Pulumi.fleet.yaml"
@@ -119,7 +118,7 @@ def test_the_workers_kueue_lands_the_pods_on_its_group(manager: stack_config.Sta
 
 
 def test_the_objects_pass_the_api_checks(manager: stack_config.StackConfig) -> None:
-    crds = [d for d in yaml.safe_load_all(MPI_OPERATOR.read_text()) if d and d["kind"] == "CustomResourceDefinition"]
+    crds = [d for d in yaml_objects(MPI_OPERATOR.read_text()) if d["kind"] == "CustomResourceDefinition"]
     objects = queued_objects(manager)
     report = plan_module.api_checks(crds + objects)
     assert report.checked == len(crds + objects) and report.refusals == []

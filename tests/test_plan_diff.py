@@ -19,6 +19,7 @@ from infra.__main__ import main as infra_main
 from infra.diff import cli as plan_diff
 from infra.diff.compare import changed_paths, touches
 from infra.diff.markdown import MARKER
+from infra.diff.plans import load_plan, manifest_key
 from infra.diff.replace_fields import RULES, STATEFUL, rule_for
 from tests.helpers import NS, dev_values, run_stack
 
@@ -27,9 +28,17 @@ def _resource(typ: str, name: str, inputs: dict, parent: dict | None = None, dep
     return {"type": typ, "name": name, "id": f"{name}-id", "parent": parent, "dependsOn": deps or [], "inputs": inputs}
 
 
+def object_record(manifest: dict) -> dict:
+    """The record of a registered Kubernetes object, as resources.json holds it: its manifest is its inputs."""
+    group, _, version = manifest["apiVersion"].rpartition("/")
+    typ = f"kubernetes:{group or 'core'}/{version}:{manifest['kind']}"
+    return _resource(typ, f"{manifest['kind'].lower()}-{manifest['metadata']['name']}", manifest)
+
+
 def write_plan(folder: Path, resources: list[dict], manifests: list[dict], outputs: dict[str, Any]) -> Path:
+    """A plan folder as the plan command writes it: the objects in manifests.yaml are registered resources too."""
     folder.mkdir(parents=True)
-    (folder / "resources.json").write_text(json.dumps(resources))
+    (folder / "resources.json").write_text(json.dumps([*resources, *map(object_record, manifests)]))
     (folder / "manifests.yaml").write_text(yaml.safe_dump_all(manifests, explicit_start=True) if manifests else "")
     (folder / "outputs.json").write_text(json.dumps(outputs))
     return folder
@@ -111,8 +120,9 @@ def test_synthetic_plans(synthetic):
     base, head = synthetic
     md = run([base, head, "--title", "Offline plan: dev"])
     assert md.startswith(MARKER + "\n### Offline plan: dev\n")
-    assert "Resources: **1 to replace, 1 to update in place, 1 to add, 1 to remove** (5 → 5)" in md
-    assert "Kubernetes objects: **1 added, 1 removed, 0 replaced, 1 changed in place** (3 → 3)" in md
+    assert "Resources: **2 to replace, 1 to update in place, 2 to add, 2 to remove** (8 → 8)" in md
+    # (pulumi-kubernetes replaces a ConfigMap whose data changes: infra/diff/replace_fields.py)
+    assert "Kubernetes objects: **1 added, 1 removed, 1 replaced, 0 changed in place** (3 → 3)" in md
     # A subnet's CIDR block is replace-on-change; its tags are not, but ride along.
     assert "| -/+ | `aws:ec2/subnet:Subnet` | `network-private-a` | forced by `inputs.cidrBlock` |" in section(
         md, "Replaced (`-/+`)"
@@ -127,7 +137,7 @@ def test_synthetic_plans(synthetic):
     assert "network-vpc" not in md.split("#### Added")[0] and "minSize" not in md  # unchanged things stay out
     assert "| `Deployment (apps/v1)` | `training/new` |" in section(md, "Kubernetes objects added")
     assert "| `Service (v1)` | `training/old` |" in section(md, "Kubernetes objects removed")
-    assert "| `ConfigMap (v1)` | `training/cfg` | `data.k` |" in section(md, "Kubernetes objects changed")
+    assert "| -/+ | `ConfigMap (v1)` | `training/cfg` | `data.k` |" in section(md, "Kubernetes objects changed")
     assert "Namespace" not in md
     outputs = section(md, "Stack outputs changed")
     assert "`gpuAvailabilityZone`" in outputs and "vpcId" not in outputs
@@ -151,7 +161,7 @@ def test_synthetic_plans(synthetic):
 def test_identical_plans_say_so(synthetic):
     base, _ = synthetic
     md = run([base, base])
-    assert "Resources: **0 to replace, 0 to update in place, 0 to add, 0 to remove** (5 → 5)" in md
+    assert "Resources: **0 to replace, 0 to update in place, 0 to add, 0 to remove** (8 → 8)" in md
     assert "No difference in resources, Kubernetes objects or stack outputs." in md
     assert "####" not in md and "MOVES" not in md
 
@@ -160,7 +170,7 @@ def test_new_stack_says_so_explicitly(synthetic, tmp_path):
     _, head = synthetic
     md = run([tmp_path / "missing", head, "--base-absent"])
     assert "The base branch has no plan for this stack (new stack)" in md
-    assert "Resources: **0 to replace, 0 to update in place, 5 to add, 0 to remove** (0 → 5)" in md
+    assert "Resources: **0 to replace, 0 to update in place, 8 to add, 0 to remove** (0 → 8)" in md
     assert "MOVES" not in md  # a new stack has no AZ to move from
 
 
@@ -182,7 +192,7 @@ def test_a_folder_without_a_plan_is_an_error(synthetic, tmp_path, side):
 def test_failed_base_plan_is_noted(synthetic, tmp_path):
     _, head = synthetic
     md = run([tmp_path / "no-plan", head, "--base-failed"])
-    assert "The offline plan of the base branch failed" in md and "**0 to replace, 0 to update in place, 5 to add" in md
+    assert "The offline plan of the base branch failed" in md and "**0 to replace, 0 to update in place, 8 to add" in md
 
 
 def test_failed_head_plan_shows_its_output(synthetic, tmp_path):
@@ -435,3 +445,15 @@ def test_conditional_replacements_are_noted_and_a_new_parent_is_a_new_resource(t
     version_only["inputs"]["version"] = "1.36"
     md = run([base, write_plan(tmp_path / "version", [version_only, role], [], {})])
     assert rows(md, "Updated in place (`~`)") == ["| ~ | `eks:index:Cluster` | `cluster-eks` | `inputs.version` |"]
+
+
+def test_the_diff_reads_the_objects_manifests_yaml_lists(dev_plan_command):
+    """The diff takes the stack's objects from resources.json (their records' inputs), not from parsing
+    manifests.yaml: the plan writes the same documents to both, in the same order."""
+    out = dev_plan_command.out
+    plan = load_plan(out)
+    listed = [d for d in yaml.load_all((out / "manifests.yaml").read_text(), Loader=yaml.CSafeLoader) if d]
+    registered = {k: m for k, m in plan.manifests.items() if k not in (plan.release_objects or ())}
+    assert len(listed) > 50
+    assert [manifest_key(d) for d in listed] == list(registered)
+    assert listed == list(registered.values())

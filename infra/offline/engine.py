@@ -25,10 +25,12 @@ from pulumi.runtime.proto import source_pb2
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from facts.kube import is_kubernetes_object
 from infra.offline.deployed import Deployed
 from infra.offline.fleet import OfflineFleet
 from infra.offline.mocks import OfflineMocks
 from infra.offline.monitor import DuplicateURNError, Record, RecordingMonitor
+from infra.offline.wire_memo import memo_wire_forms
 
 
 @dataclass
@@ -51,17 +53,7 @@ class PlanResult:
 
     def kubernetes_objects(self) -> list[dict[str, Any]]:
         """Every Kubernetes object registered, as its manifest."""
-        out = []
-        for r in self.records:
-            if (
-                not r.type.startswith("kubernetes:")
-                or r.type.startswith("kubernetes:helm.sh/")
-                or r.type.startswith("pulumi:providers")
-            ):
-                continue
-            if "apiVersion" in r.inputs and "kind" in r.inputs:
-                out.append(r.inputs)
-        return out
+        return [r.inputs for r in self.records if is_kubernetes_object(r.type, r.inputs)]
 
 
 _heap_frozen = False
@@ -146,7 +138,7 @@ def run(
     original_stack_trace = sdk_registration._get_stack_trace
     sdk_registration._get_stack_trace = _no_stack_trace
     try:
-        with collector_paused():
+        with collector_paused(), memo_wire_forms():
             _sync_await(run_pulumi_func(body))
     except Exception:  # a duplicate URN, or the program's own error (a RunError raised in an apply)
         _end_pending_tasks()
