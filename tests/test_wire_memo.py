@@ -1,5 +1,5 @@
 """The offline engine's memory of wire forms (infra/offline/wire_memo.py): large plain inputs serialized
-once and decoded once per process give what the SDK gives every time, each caller a copy of its own."""
+once per process, and the outputs of large Kubernetes objects made once, give what the SDK gives every time."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import copy
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 import pytest
 from google.protobuf import struct_pb2
 from pulumi.runtime import rpc
@@ -36,34 +37,56 @@ def test_a_plan_answered_from_memory_is_the_plan_without_it(monkeypatch):
     without = _plan()
     monkeypatch.undo()
     monkeypatch.setattr(wire_memo, "_kept", {})
-    monkeypatch.setattr(wire_memo, "_decoded", {})
+    monkeypatch.setattr(wire_memo, "_resolved", {})
     first = _plan()
-    hits, decode_hits = wire_memo.hits[0], wire_memo.decode_hits[0]
+    hits, resolve_hits = wire_memo.hits[0], wire_memo.resolve_hits[0]
     second = _plan()
     assert wire_memo.hits[0] - hits >= 8  # (the dev stack's CRDs, at least)
-    assert wire_memo.decode_hits[0] - decode_hits >= 8
+    assert wire_memo.resolve_hits[0] - resolve_hits >= 8
     assert first == without
     assert second == without
 
 
-def test_decoding_from_memory_gives_what_the_sdk_gives_a_copy_each():
-    struct = struct_pb2.Struct()
-    struct.update(_crd())
-    sdk = rpc.deserialize_property(struct)
-    hits = wire_memo.decode_hits[0]
-    with wire_memo.memo_wire_forms():
-        first, second = rpc.deserialize_property(struct), rpc.deserialize_property(struct)
-    assert first == sdk and second == sdk
-    assert wire_memo.decode_hits[0] - hits == 1
-    assert first is not second and first["spec"] is not second["spec"]
-
-
-def test_a_struct_holding_a_resource_reference_is_decoded_by_the_sdk_each_time():
-    struct = struct_pb2.Struct()
+def _crd_program() -> dict[str, Any]:
     crd = _crd()
-    crd["metadata"]["owner"] = {rpc._special_sig_key: rpc._special_resource_sig, "urn": "urn:pulumi:s::p::t::n"}
-    struct.update(crd)
-    assert wire_memo._decode_key(struct, None, True) is None
+    res = k8s.apiextensions.v1.CustomResourceDefinition("mpijobs", metadata=crd["metadata"], spec=crd["spec"])
+    return {"spec": res.spec, "name": res.metadata.name}
+
+
+def _crd_outputs() -> dict[str, Any]:
+    return engine.run(_crd_program, {"aws:region": "us-west-2"}, project="p", stack="s").outputs
+
+
+def test_a_kubernetes_objects_outputs_from_memory_are_the_sdks(monkeypatch):
+    with monkeypatch.context() as mp:
+        mp.setattr(engine, "memo_wire_forms", contextlib.nullcontext)
+        without = _crd_outputs()
+    monkeypatch.setattr(wire_memo, "_resolved", {})
+    first = _crd_outputs()
+    hits = wire_memo.resolve_hits[0]
+    second = _crd_outputs()
+    assert wire_memo.resolve_hits[0] - hits == 1
+    assert without["name"] == "mpijobs.kubeflow.org"
+    assert without["spec"]["versions"][0]["schema"]["open_apiv3_schema"]["type"] == "object"
+    assert first == without and second == without
+
+
+def test_only_kubernetes_objects_with_large_inputs_are_kept():
+    small, large = struct_pb2.Struct(), struct_pb2.Struct()
+    small.update({"metadata": {"name": "x"}})
+    large.update(_crd())
+
+    class Res:
+        def __init__(self, typ: str):
+            self._type = typ
+
+    flags = (True, True, True, False)
+    assert wire_memo._resolve_key(
+        Res("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"), large, small, flags
+    )
+    assert wire_memo._resolve_key(Res("kubernetes:core/v1:ConfigMap"), small, small, flags) is None
+    assert wire_memo._resolve_key(Res("aws:cloudwatch/dashboard:Dashboard"), large, small, flags) is None
+    assert wire_memo._resolve_key(Res("kubernetes:helm.sh/v3:Release"), large, small, flags) is None
 
 
 def _serialize(inputs: dict[str, Any]) -> tuple[struct_pb2.Struct, dict[str, list[Any]]]:

@@ -1,5 +1,5 @@
-"""The wire form of large plain inputs, serialized once per process, and decoded once
-(``memo_wire_forms``).
+"""The wire form of large plain inputs, serialized once per process, and the outputs of large Kubernetes
+objects made once (``memo_wire_forms``).
 
 Every registration's inputs go through the SDK's ``rpc.serialize_properties``: a walk, in Python and
 one coroutine per value, that translates names by the resource's type information and builds a
@@ -17,18 +17,19 @@ dependencies per property. Anything else goes to the SDK as before.
 
 On the way back the SDK decodes the same inputs again: ``rpc.resolve_outputs`` gives each input property the
 provider did not answer for (a CRD's spec: the mocks answer a Kubernetes object's identity only) the value of
-that input, decoded from its wire form by ``rpc.deserialize_property``. So that function is wrapped too: a
-large Struct (at the top of a decoding, not inside one) is keyed by its deterministic wire bytes and the
-settings the decoding reads, and decoded by the SDK the first time; later calls get a copy of their own
-(pickled, unpickled per call). A value holding a resource reference is always decoded by the SDK (decoding
-one looks the resource up). `pulumi up` never runs any of this.
+that input, decoded from its wire form and translated to the SDK's output types, and hands the values to the
+resource's outputs. For a Kubernetes object with large inputs that is wrapped too: keyed by the resource's
+class, the wire bytes of its inputs and of the mocks' answer, and the flags the SDK reads, the values are
+made by the SDK the first time and the same values are handed to later registrations (the same objects: the
+SDK's output types cannot be copied by pickle; the program reads nothing of a Kubernetes object's outputs but
+its metadata, and nothing changes them). The dependencies are the registration's own. `pulumi up` never runs
+any of this.
 """
 
 from __future__ import annotations
 
 import hashlib
 import marshal
-import pickle
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,6 +38,8 @@ from typing import Any
 from google.protobuf import struct_pb2
 from pulumi.runtime import rpc, settings
 
+from infra.offline.mocks import identity_only
+
 LARGE_INPUTS = 16_384  # bytes of marshal form from which a registration's inputs are kept
 KEPT_BYTES = 64_000_000  # bytes of kept wire forms (Struct sizes); the oldest go first
 
@@ -44,11 +47,10 @@ _kept: dict[tuple[Any, ...], tuple[bytes, tuple[str, ...]]] = {}
 _kept_bytes = [0]
 _lock = threading.Lock()
 hits = [0]  # how many serializations were answered from memory (for the tests)
-_decoded: dict[tuple[Any, ...], bytes] = {}
-_decoded_bytes = [0]
-decode_hits = [0]  # how many decodings were answered from memory (for the tests)
-_depth = threading.local()  # how deep in a decoding this thread is (the SDK's decoding calls itself)
-_RESOURCE_SIG = b"5cf8f73096256a8f31e491e813e4eb8e"  # the wire signature of a resource reference
+_resolved: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, str]]] = {}
+resolve_hits = [0]  # how many registrations' outputs were answered from memory (for the tests)
+_capture: list[Any] = []  # (the SDK's values as it hands them to resolve_properties, while one is captured)
+KEPT_RESOLVED = 256  # registrations whose outputs are kept; the oldest go first
 
 
 def _key(
@@ -119,60 +121,77 @@ def _memoized(original: Callable[..., Any]) -> Callable[..., Any]:
     return serialize_properties
 
 
-def _decode_key(value: Any, keep_unknowns: bool | None, keep_internal: bool | None) -> tuple[Any, ...] | None:
-    """The memo key of decoding ``value``, or None when it is not a large Struct or holds a resource reference."""
-    if not isinstance(value, struct_pb2.Struct) or value.ByteSize() < LARGE_INPUTS:
+def _resolve_key(res: Any, serialized_props: Any, outputs: Any, flags: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The memo key of a registration's outputs, or None unless it is a Kubernetes object with large inputs."""
+    if not identity_only(getattr(res, "_type", "")) or serialized_props.ByteSize() < LARGE_INPUTS:
         return None
-    wire = value.SerializeToString(deterministic=True)
-    if _RESOURCE_SIG in wire:
-        return None
-    return (hashlib.sha256(wire).digest(), keep_unknowns, keep_internal, settings.is_dry_run())
+    digest = hashlib.sha256(serialized_props.SerializeToString(deterministic=True))
+    digest.update(outputs.SerializeToString(deterministic=True))
+    return (type(res), digest.digest(), settings.is_dry_run(), flags)
 
 
-def _keep_decoded(key: tuple[Any, ...], decoded: Any) -> None:
-    try:
-        kept = pickle.dumps(decoded, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # noqa: BLE001 - not plain data (an asset): decoded by the SDK each time
-        return
-    with _lock:
-        if key in _decoded:
+def _memoized_resolving(original: Callable[..., Any], resolve_properties: Callable[..., Any]) -> Callable[..., Any]:
+    def resolve_outputs(
+        res: Any,
+        serialized_props: Any,
+        outputs: Any,
+        deps: Any,
+        resolvers: Any,
+        custom: bool,
+        transform_using_type_metadata: bool = False,
+        keep_unknowns: bool = False,
+        resolve_missing_as_unknown: bool = False,
+    ) -> None:
+        flags = (custom, transform_using_type_metadata, keep_unknowns, resolve_missing_as_unknown)
+        key = _resolve_key(res, serialized_props, outputs, flags)
+        with _lock:
+            kept = _resolved.get(key) if key is not None else None
+        if kept is not None and set(deps) <= set(kept[1]):
+            values, names = kept
+            resolve_hits[0] += 1
+            resolve_properties(
+                resolvers, values, {names[k]: v for k, v in deps.items()}, custom, resolve_missing_as_unknown
+            )
             return
-        _decoded[key] = kept
-        _decoded_bytes[0] += len(kept)
-        while _decoded_bytes[0] > KEPT_BYTES:
-            _decoded_bytes[0] -= len(_decoded.pop(next(iter(_decoded))))
-
-
-def _memoized_decoding(original: Callable[..., Any]) -> Callable[..., Any]:
-    def deserialize_property(value: Any, keep_unknowns: bool | None = None, keep_internal: bool | None = True) -> Any:
-        depth = getattr(_depth, "n", 0)
-        key = _decode_key(value, keep_unknowns, keep_internal) if depth == 0 else None
-        if key is not None:
-            with _lock:
-                kept = _decoded.get(key)
-            if kept is not None:
-                decode_hits[0] += 1
-                return pickle.loads(kept)
-        _depth.n = depth + 1
+        if key is None:
+            original(res, serialized_props, outputs, deps, resolvers, custom, *flags[1:])
+            return
+        _capture.append(None)
         try:
-            decoded = original(value, keep_unknowns, keep_internal)
+            original(res, serialized_props, outputs, deps, resolvers, custom, *flags[1:])
+            values, translated = _capture[-1]
         finally:
-            _depth.n = depth
-        if key is not None:
-            _keep_decoded(key, decoded)
-        return decoded
+            _capture.pop()
+        if len(translated) != len(deps):  # (two names the SDK translated to one: left to it each time)
+            return
+        with _lock:
+            _resolved[key] = (values, dict(zip(deps, translated, strict=True)))
+            while len(_resolved) > KEPT_RESOLVED:
+                _resolved.pop(next(iter(_resolved)))
 
-    return deserialize_property
+    return resolve_outputs
+
+
+def _capturing(resolve_properties: Callable[..., Any]) -> Callable[..., Any]:
+    """``rpc.resolve_properties``, noting the values and dependencies it was given while a capture is open."""
+
+    def capture(resolvers: Any, all_properties: Any, deps: Any, *args: Any, **kwargs: Any) -> Any:
+        if _capture and _capture[-1] is None:
+            _capture[-1] = (all_properties, list(deps))
+        return resolve_properties(resolvers, all_properties, deps, *args, **kwargs)
+
+    return capture
 
 
 @contextmanager
 def memo_wire_forms() -> Iterator[None]:
     """While inside, the SDK's ``rpc.serialize_properties`` answers large plain inputs from memory, and its
-    ``rpc.deserialize_property`` large Structs."""
-    serialize, deserialize = rpc.serialize_properties, rpc.deserialize_property
+    ``rpc.resolve_outputs`` the outputs of Kubernetes objects with large inputs."""
+    serialize, resolve, resolve_properties = rpc.serialize_properties, rpc.resolve_outputs, rpc.resolve_properties
     rpc.serialize_properties = _memoized(serialize)
-    rpc.deserialize_property = _memoized_decoding(deserialize)
+    rpc.resolve_outputs = _memoized_resolving(resolve, resolve_properties)
+    rpc.resolve_properties = _capturing(resolve_properties)
     try:
         yield
     finally:
-        rpc.serialize_properties, rpc.deserialize_property = serialize, deserialize
+        rpc.serialize_properties, rpc.resolve_outputs, rpc.resolve_properties = serialize, resolve, resolve_properties
