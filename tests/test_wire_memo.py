@@ -130,3 +130,14 @@ def test_what_is_not_large_plain_data_is_left_to_the_sdk():
     assert wire_memo._key({"a": pulumi.Output.from_input("x"), "big": BIG}, None, None, flags) is None
     assert wire_memo._key({"big": BIG}, str.upper, None, flags) is None  # a name translator
     assert wire_memo._key({"big": BIG}, None, None, flags) is not None
+
+
+def test_a_processs_first_plan_keeps_nothing(monkeypatch):
+    """The plan command plans once per process: its one plan pays nothing for a memory it would never read."""
+    monkeypatch.setattr(engine, "_runs", [0])
+    monkeypatch.setattr(wire_memo, "_kept", {})
+    monkeypatch.setattr(wire_memo, "_resolved", {})
+    _plan()
+    assert wire_memo._kept == {} and wire_memo._resolved == {}
+    _plan()
+    assert len(wire_memo._kept) >= 8 and len(wire_memo._resolved) >= 8

@@ -7,6 +7,7 @@ outputs resolved (``run``, ``PlanResult``); Python's collector kept out of the w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -57,6 +58,7 @@ class PlanResult:
 
 
 _heap_frozen = False
+_runs = [0]  # the runs this process started
 
 
 @contextmanager
@@ -134,11 +136,14 @@ def run(
             resolved = await out.future(with_unknowns=True)
             outputs[key] = "[secret]" if await out.is_secret() else _jsonable(resolved)
 
+    planned_before = _runs[0] > 0
+    _runs[0] += 1
     pulumi_resource.register_resource = register_in_order
     original_stack_trace = sdk_registration._get_stack_trace
     sdk_registration._get_stack_trace = _no_stack_trace
     try:
-        with collector_paused(), memo_wire_forms():
+        # The memory of wire forms pays from a process's second plan on: the plan command plans once.
+        with collector_paused(), memo_wire_forms() if planned_before else contextlib.nullcontext():
             _sync_await(run_pulumi_func(body))
     except Exception:  # a duplicate URN, or the program's own error (a RunError raised in an apply)
         _end_pending_tasks()

@@ -22,8 +22,10 @@ resource's outputs. For a Kubernetes object with large inputs that is wrapped to
 class, the wire bytes of its inputs and of the mocks' answer, and the flags the SDK reads, the values are
 made by the SDK the first time and the same values are handed to later registrations (the same objects: the
 SDK's output types cannot be copied by pickle; the program reads nothing of a Kubernetes object's outputs but
-its metadata, and nothing changes them). The dependencies are the registration's own. `pulumi up` never runs
-any of this.
+its metadata, and nothing changes them). The dependencies are the registration's own.
+
+The engine keeps this memory from a process's second run on (the plan command plans once: its one plan
+would pay for keys it never reads again). `pulumi up` never runs any of this.
 """
 
 from __future__ import annotations
