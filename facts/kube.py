@@ -90,10 +90,11 @@ BURN_IN_REPLACEMENT_WINDOW_SECONDS = 3600
 
 def is_kubernetes_object(typ: str, inputs: dict) -> bool:
     """Whether a registration of Pulumi type ``typ`` is a Kubernetes object whose inputs are its manifest (the
-    plan's manifests.yaml): a ``kubernetes:`` resource with apiVersion and kind, not a Helm release or a provider."""
+    plan's manifests.yaml): a ``kubernetes:`` resource with apiVersion and kind, not a Helm release (the
+    provider's type, ``pulumi:providers:kubernetes``, is not a ``kubernetes:`` one)."""
     return (
         typ.startswith("kubernetes:")
-        and not typ.startswith(("kubernetes:helm.sh/", "pulumi:providers"))
+        and not typ.startswith("kubernetes:helm.sh/")
         and "apiVersion" in inputs
         and "kind" in inputs
     )
