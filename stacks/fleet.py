@@ -22,7 +22,7 @@ pkg/controller/workloaddispatcher/incrementaldispatcher.go at v0.19.2):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,16 @@ class WorkerSupply:
             "localQueues": [list(lq) for lq in self.local_queues],
             "priorities": dict(self.priorities),
         }
+
+
+def _output_key(field: str) -> str:
+    """A WorkerSupply field's key in its output: camelCase (``availability_zone`` -> ``availabilityZone``)."""
+    head, *rest = field.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+# The keys of ``WorkerSupply.output()``, one per field (a manager refuses a worker's output missing one).
+SUPPLY_KEYS = tuple(_output_key(f.name) for f in fields(WorkerSupply))
 
 
 def supply_of(stack: str, cfg: Any, availability_zone: str) -> WorkerSupply:

@@ -30,12 +30,11 @@ from facts.problems import ConfigError
 from jobs.base import PRIORITIES
 from stacks.config import StackConfig
 from stacks.config.fleet import cluster_name
-from stacks.fleet import WorkerSupply, manager_args, summed_quotas, supply_from_output, supply_of
+from stacks.fleet import SUPPLY_KEYS, WorkerSupply, manager_args, summed_quotas, supply_from_output, supply_of
 from stacks.fleet_jobs import refusals_from_outputs
 from stacks.services import Services
 
 FLEET_OUTPUT = "fleetWorker"  # the worker stack's output the manager reads
-SUPPLY_KEYS = ("stack", "cluster", "region", "availabilityZone", "flavors", "queues", "localQueues", "priorities")
 
 
 class FleetWiringError(pulumi.RunError):

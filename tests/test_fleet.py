@@ -233,6 +233,11 @@ def test_worker_output_is_json(workers: list[fleet.WorkerSupply]) -> None:
     assert out["cluster"] == "fleet-block" and out["flavors"][0]["window"][0].startswith("2030-03-04")
 
 
+def test_the_output_has_exactly_the_keys_a_manager_requires(workers: list[fleet.WorkerSupply]) -> None:
+    assert tuple(workers[1].output()) == fleet.SUPPLY_KEYS
+    assert "availabilityZone" in fleet.SUPPLY_KEYS and "localQueues" in fleet.SUPPLY_KEYS
+
+
 def test_worker_files_found_beside_or_in_sibling_folder(tmp_path: Path) -> None:
     (tmp_path / "Pulumi.w1.yaml").write_text("config: {}\n")
     assert fleet.worker_stack_file("o/p/w1", tmp_path / "Pulumi.m.yaml") == tmp_path / "Pulumi.w1.yaml"
