@@ -106,7 +106,7 @@ def test_serializing_from_memory_gives_what_the_sdk_gives():
     assert first_deps == sdk_deps == second_deps == {"apiVersion": [], "kind": [], "spec": []}
 
 
-BIG = ["x" * 64] * 400  # well over LARGE_INPUTS of marshal form
+BIG = ["x" * 64] * 400  # well over LARGE_OBJECT bytes of marshal form
 
 
 @pytest.mark.parametrize(

@@ -41,9 +41,10 @@ from google.protobuf import struct_pb2
 from pulumi.runtime import rpc, settings
 
 from infra.offline.mocks import identity_only
+from infra.offline.monitor import LARGE_OBJECT, RECORDED_KEPT
 
-LARGE_INPUTS = 16_384  # bytes of marshal form from which a registration's inputs are kept
-KEPT_BYTES = 64_000_000  # bytes of kept wire forms (Struct sizes); the oldest go first
+# A registration is large from LARGE_OBJECT bytes of its inputs (marshal or wire form), as the monitor counts
+# an object whose recorded inputs it keeps; RECORDED_KEPT bytes of wire forms are kept, the oldest go first.
 
 _kept: dict[tuple[Any, ...], tuple[bytes, tuple[str, ...]]] = {}
 _kept_bytes = [0]
@@ -66,7 +67,7 @@ def _key(
         text = marshal.dumps(inputs, 2)
     except ValueError:  # an Output, an input class, a resource, ...: not plain data
         return None
-    if len(text) < LARGE_INPUTS:
+    if len(text) < LARGE_OBJECT:
         return None
     return (text, typ, flags)
 
@@ -78,7 +79,7 @@ def _keep(key: tuple[Any, ...], struct: struct_pb2.Struct, names: tuple[str, ...
             return
         _kept[key] = (wire, names)
         _kept_bytes[0] += len(wire)
-        while _kept_bytes[0] > KEPT_BYTES:
+        while _kept_bytes[0] > RECORDED_KEPT:
             _kept_bytes[0] -= len(_kept.pop(next(iter(_kept)))[0])
 
 
@@ -125,7 +126,7 @@ def _memoized(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _resolve_key(res: Any, serialized_props: Any, outputs: Any, flags: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """The memo key of a registration's outputs, or None unless it is a Kubernetes object with large inputs."""
-    if not identity_only(getattr(res, "_type", "")) or serialized_props.ByteSize() < LARGE_INPUTS:
+    if not identity_only(getattr(res, "_type", "")) or serialized_props.ByteSize() < LARGE_OBJECT:
         return None
     digest = hashlib.sha256(serialized_props.SerializeToString(deterministic=True))
     digest.update(outputs.SerializeToString(deterministic=True))
