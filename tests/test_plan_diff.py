@@ -21,7 +21,7 @@ from infra.diff.compare import changed_paths, touches
 from infra.diff.markdown import MARKER
 from infra.diff.plans import load_plan, manifest_key
 from infra.diff.replace_fields import RULES, STATEFUL, rule_for
-from tests.helpers import NS, dev_values, run_stack
+from tests.helpers import NS, dev_values, run_stack, yaml_objects
 
 
 def _resource(typ: str, name: str, inputs: dict, parent: dict | None = None, deps: list | None = None) -> dict:
@@ -452,7 +452,7 @@ def test_the_diff_reads_the_objects_manifests_yaml_lists(dev_plan_command):
     manifests.yaml: the plan writes the same documents to both, in the same order."""
     out = dev_plan_command.out
     plan = load_plan(out)
-    listed = [d for d in yaml.load_all((out / "manifests.yaml").read_text(), Loader=yaml.CSafeLoader) if d]
+    listed = yaml_objects((out / "manifests.yaml").read_text())
     registered = {k: m for k, m in plan.manifests.items() if k not in (plan.release_objects or ())}
     assert len(listed) > 50
     assert [manifest_key(d) for d in listed] == list(registered)
