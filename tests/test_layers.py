@@ -47,7 +47,10 @@ PACKAGES = {
         *("java_regex", "shapes", "aws_table", "translate", "aws_model"),
         *("kube_rules", "kube_objects", "kube_crds", "kube_check"),
     ],
-    "infra.offline": ["region", "deployed", "fleet", "mocks", "monitor", "wire_memo", "engine"],
+    "infra.offline": [
+        *("region", "deployed", "fleet", "mocks", "monitor"),
+        *("wire_memo", "inline_monitor", "unknowns", "engine"),
+    ],
     "infra.diff": ["values", "replace_fields", "plans", "compare", "refusals", "impact", "markdown", "cli"],
 }
 # Packages whose modules import none after them even for annotations: no circle under

@@ -29,8 +29,10 @@ from pulumi.runtime.sync_await import _sync_await
 from facts.kube import is_kubernetes_object
 from infra.offline.deployed import Deployed
 from infra.offline.fleet import OfflineFleet
+from infra.offline.inline_monitor import monitor_calls_inline
 from infra.offline.mocks import OfflineMocks
 from infra.offline.monitor import DuplicateURNError, Record, RecordingMonitor
+from infra.offline.unknowns import unknowns_walked_flat
 from infra.offline.wire_memo import memo_wire_forms
 
 
@@ -103,7 +105,7 @@ def run(
     """Run ``program`` against the offline engine with ``config`` (``{"ns:key": value}``).
 
     Returns what was registered, in order, and the resolved stack outputs (secrets masked).
-    ``on_record`` sees each registration as it is recorded (from the monitor's threads).
+    ``on_record`` sees each registration as it is recorded.
     ``deployed``: what the stack already has in AWS (default: nothing, a new stack).
     ``fleet``: the outputs of the stacks it references and its organization (default: none).
     """
@@ -143,7 +145,12 @@ def run(
     sdk_registration._get_stack_trace = _no_stack_trace
     try:
         # The memory of wire forms pays from a process's second plan on: the plan command plans once.
-        with collector_paused(), memo_wire_forms() if planned_before else contextlib.nullcontext():
+        with (
+            collector_paused(),
+            monitor_calls_inline(),
+            unknowns_walked_flat(),
+            memo_wire_forms() if planned_before else contextlib.nullcontext(),
+        ):
             _sync_await(run_pulumi_func(body))
     except Exception:  # a duplicate URN, or the program's own error (a RunError raised in an apply)
         _end_pending_tasks()

@@ -103,7 +103,7 @@ def _plain(value: Any) -> Any:
 # walking their Struct is most of what recording them costs. Each record gets a copy of its own.
 _recorded: dict[bytes, bytes] = {}
 _recorded_bytes = [0]  # the bytes of _recorded's pickles
-_recorded_lock = threading.Lock()  # (registrations are recorded on the SDK's threads)
+_recorded_lock = threading.Lock()  # (the SDK may call the monitor from its executor's threads)
 RECORDED_KEPT = 64_000_000  # bytes of pickles kept; the oldest go first
 LARGE_OBJECT = 16_384  # bytes of wire form from which an object's recorded inputs are kept
 
