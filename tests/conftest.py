@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pulumi.runtime import settings as pulumi_settings
 
 _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
@@ -51,6 +52,29 @@ _MEMO = pytest.StashKey["str | None"]()  # plan_memo.SHARED_ENV's value before
 # workers too) collects every 10,000 allocations instead: the same garbage goes, a few hundred MB later.
 GC_THRESHOLD = (10_000, 10, 10)
 _GC = pytest.StashKey["tuple[int, int, int]"]()  # the thresholds before
+
+# What a test process keeps grows from test to test (the SDKs' modules, the plans kept, the caches), and
+# every middle and full collection walks all of it again. So after a test that allocated much (a collection
+# ran since the last), the last run's SDK state is let go (``reset_options``: the mock monitor, its resources
+# and outputs, which the SDK keeps until the next run), its garbage collected, and what is left moved out of
+# the collector's sight (``gc.freeze``): later collections walk only what later tests make. (An object
+# frozen there that later becomes a garbage cycle stays until the process ends; a test process's memory
+# was measured lower this way, not higher.)
+FREEZE_FROM = 5_000  # allocations (less deallocations) of tracked objects since the last collection
+
+
+def _settle_heap() -> None:
+    if gc.get_count()[0] < FREEZE_FROM and not any(gc.get_count()[1:]):
+        return
+    pulumi_settings.reset_options()
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield  # (the test's fixtures are torn down: what they held is let go first)
+    _settle_heap()
 
 
 def pytest_configure(config: pytest.Config) -> None:
