@@ -16,7 +16,7 @@ from pulumi.runtime.sync_await import _ensure_event_loop
 from infra.offline import engine, inline_monitor
 from infra.offline.monitor import Record
 from tests import plan_memo
-from tests.helpers import dev_values, run_stack
+from tests.helpers import dev_values
 
 
 @pytest.fixture
@@ -46,21 +46,16 @@ def _plan_threads() -> tuple[list[dict[str, Any]], dict[str, Any], set[int]]:
 
 
 def test_a_plan_on_the_loops_thread_is_the_plan_through_worker_threads(monkeypatch):
+    loop = _ensure_event_loop()
+    before = getattr(loop, "_default_executor", None)
     inline = _plan_threads()
+    assert getattr(loop, "_default_executor", None) is before  # (the loop and the mock monitor put back)
+    assert pulumi_mocks._sync_await is not inline_monitor.await_now
     monkeypatch.setattr(engine, "monitor_calls_inline", contextlib.nullcontext)
     threaded = _plan_threads()
     assert inline[0] == threaded[0] and inline[1] == threaded[1]
     assert inline[2] == {threading.get_ident()}
     assert threading.get_ident() not in threaded[2]  # (through the SDK's executor: its worker threads)
-
-
-def test_the_loop_and_the_mock_monitor_are_put_back_after_a_run():
-    loop = _ensure_event_loop()
-    before = getattr(loop, "_default_executor", None)
-    with plan_memo.fresh_plans():
-        run_stack(dev_values(), "dev")
-    assert getattr(loop, "_default_executor", None) is before
-    assert pulumi_mocks._sync_await is not inline_monitor.await_now
 
 
 def test_the_executor_restored_is_the_one_there_before(loop):
