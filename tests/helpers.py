@@ -17,6 +17,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import textwrap
 from collections.abc import Callable
@@ -55,6 +56,17 @@ YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: manife
 def yaml_objects(text: str) -> list[dict[str, Any]]:
     """The maps among the documents of a YAML stream (a manifest, helm's or the plan's output)."""
     return [d for d in yaml.load_all(text, Loader=YAML_LOADER) if isinstance(d, dict)]
+
+
+@cache
+def program_modules() -> frozenset[str]:
+    """The modules a fresh Python process has loaded after importing what `pulumi up` runs (``infra.program``),
+    once per test process (the layer tests each read their part of it)."""
+    code = "import sys; sys.path.insert(0, '.'); import infra.program; print('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+    return frozenset(out.stdout.split())
 
 
 def minimal_values(**sections: Any) -> dict[str, Any]:
