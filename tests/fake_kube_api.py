@@ -14,6 +14,23 @@ from pathlib import Path
 from typing import Any
 
 TOKEN = "token-guard"
+# How often a test server's loop looks whether it is to stop. socketserver's default (0.5 s) was half a
+# second of every such test's teardown, waiting for ``shutdown()``.
+SHUTDOWN_POLL = 0.01
+
+
+@contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server on loopback answering with ``handler``, for the length of the block; yields its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 class FakeKubeApi:
@@ -72,13 +89,5 @@ def serve(fake: FakeKubeApi, account: Path) -> Iterator[dict[str, str]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield {
-            "GPUTRAINING_API": f"http://127.0.0.1:{server.server_address[1]}",
-            "GPUTRAINING_SERVICE_ACCOUNT": str(account),
-        }
-    finally:
-        server.shutdown()
+    with http_server(Handler) as url:
+        yield {"GPUTRAINING_API": url, "GPUTRAINING_SERVICE_ACCOUNT": str(account)}

@@ -10,11 +10,10 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -26,6 +25,7 @@ from infra.api_checks import kube_check
 from stacks import alerts, cost
 from stacks.config import ConfigError
 from tests import cloudwatch_eval as cw
+from tests.fake_kube_api import http_server
 from tests.helpers import load_values, minimal_values, run_stack
 
 API = "kueue.x-k8s.io/v1beta2"
@@ -104,12 +104,8 @@ def fake_api() -> Iterator[tuple[FakeApi, str]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield api, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
+    with http_server(Handler) as url:
+        yield api, url
 
 
 def _run(url: str, tmp_path) -> subprocess.CompletedProcess[str]:

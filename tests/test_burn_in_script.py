@@ -13,11 +13,10 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import pytest
 
 from components import burn_in
 from facts.kube import BURN_IN_LABEL, BURN_IN_TAINT, GPU_TAINT, NODE_GROUP_LABEL
+from tests.fake_kube_api import http_server
 
 DATA = Path(__file__).parent / "data" / "burn_in"
 NODE = "ip-10-0-64-10.us-west-2.compute.internal"
@@ -125,13 +125,8 @@ def api() -> Iterator[tuple[FakeApi, str]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield fake, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
+    with http_server(Handler) as url:
+        yield fake, url
 
 
 def _node_files(tmp: Path, smi: str, efa: list[str], kmsg: str) -> dict[str, str]:

@@ -155,6 +155,11 @@ print("# Avg bus bandwidth    : 42.0", flush=True)
 """
 
 
+# The launcher runs that last as long as the fake mpirun's 4-20 s of replayed work (mostly waiting, little CPU):
+# real runs of the launcher, in bash scripts/test_slow.sh with the project's other real runs.
+SECONDS_LONG = pytest.mark.real_run
+
+
 def launcher_run(tmp_path: Path, monkeypatch, capsys, mode: str, log: str, **over: Any) -> dict[str, Any]:
     lines = tagged(log)
     hosts = sorted({mf.host_of(x) for x in lines} - {None})  # type: ignore[type-var]
@@ -195,6 +200,7 @@ def launcher_run(tmp_path: Path, monkeypatch, capsys, mode: str, log: str, **ove
     }
 
 
+@SECONDS_LONG
 def test_enforce_stops_a_socket_fallback_fast_with_the_reason_and_an_event(tmp_path, monkeypatch, capsys):
     run = launcher_run(tmp_path, monkeypatch, capsys, "enforce", "socket_fallback_mpi.log")
     assert run["code"] == mf.FABRIC_EXIT and run["took"] < 15  # mpirun would have run 20 s
@@ -206,6 +212,7 @@ def test_enforce_stops_a_socket_fallback_fast_with_the_reason_and_an_event(tmp_p
     assert "Using network Socket" in run["out"]  # mpirun's output still reaches the launcher's log
 
 
+@SECONDS_LONG
 def test_a_healthy_run_is_not_stopped_and_says_fabric_ok_per_host(tmp_path, monkeypatch, capsys):
     run = launcher_run(tmp_path, monkeypatch, capsys, "enforce", "efa_p4d.log", run_seconds=4)
     assert run["code"] == 0 and run["events"] == [] and run["term"] == ""
@@ -215,6 +222,7 @@ def test_a_healthy_run_is_not_stopped_and_says_fabric_ok_per_host(tmp_path, monk
     assert "Avg bus bandwidth" in run["out"]
 
 
+@SECONDS_LONG
 def test_warn_reports_a_dead_interface_and_lets_the_job_finish(tmp_path, monkeypatch, capsys):
     run = launcher_run(
         tmp_path, monkeypatch, capsys, "warn", "efa_p4d.log", run_seconds=4, still={"ip-10-216-179-119": [2]}
