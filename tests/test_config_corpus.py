@@ -24,6 +24,7 @@ import yaml
 
 from infra import plan as plan_mod
 from stacks.config import ConfigError, load
+from tests import plan_memo
 from tests.helpers import NS, ROOT, dev_values, minimal_values
 
 # Every YAML shape a value can take, including the surprising ones (yes -> True, 012 -> 10).
@@ -150,7 +151,7 @@ def _check_refusal(code: int, stderr: str) -> None:
 
 
 @pytest.mark.parametrize("i", range(0, len(CORPUS)))
-def test_every_generated_config_plans_or_is_refused_naming_its_key(i, tmp_path, monkeypatch):
+def test_every_generated_config_plans_or_is_refused_naming_its_key(i, request):
     values = CORPUS[i]
     err = _refusal(i)
     if err is not None:
@@ -159,8 +160,11 @@ def test_every_generated_config_plans_or_is_refused_naming_its_key(i, tmp_path, 
         return
     if i % 6:
         return  # valid configs are planned for a sample of them (each plan runs the whole program)
+    # (a folder and a patch only for the configs planned: most of the corpus is refused before)
+    tmp_path, monkeypatch = request.getfixturevalue("tmp_path"), request.getfixturevalue("monkeypatch")
     _write_stack(tmp_path, values)
-    code, stderr = _run_plan(tmp_path, monkeypatch)
+    with plan_memo.fresh_plans():  # (as for every test that patches: see tests/conftest.py)
+        code, stderr = _run_plan(tmp_path, monkeypatch)
     if code != 0:
         _check_refusal(code, stderr)
 
