@@ -3,9 +3,10 @@ offline against a config already planned in this process gives what it gave then
 kept and handed out again. Many modules plan the dev or prod stack, or the same small config, again
 (a plan is about half a second of CPU under the mocks).
 
-- The key is a sha256 over the config values, the project, stack and region (as JSON, keys sorted).
-  Only runs of the real program with no deployed stack and no fleet's workers are kept; a run that
-  raises is not.
+- The key is a sha256 over the config values, the project, stack and region, and the fleet's answers
+  (``OfflineFleet``: the organization and the referenced stacks' outputs, all the run reads of other
+  stacks; none given is the empty one, as the engine takes it) (as JSON, keys sorted). Only runs of the
+  real program with no deployed stack are kept; a run that raises is not.
 - Each caller gets a copy of its own (the run is kept pickled and unpickled per hit), so a test that
   edits what it got cannot change what another one gets.
 - ``on_record`` (the plan command's Helm renders) sees every record of a kept run again, in order.
@@ -26,6 +27,7 @@ root, so a folder written again with other content is read again.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -81,8 +83,11 @@ def _keep(store: dict[str, bytes], key: str, data: bytes) -> None:
         os.replace(fh.name, Path(folder) / f"{key}.pickle")
 
 
-def _key(config: dict[str, Any], project: str, stack: str, region: str | None) -> str:
-    text = json.dumps([config, project, stack, region], sort_keys=True, default=repr)
+def _key(
+    config: dict[str, Any], project: str, stack: str, region: str | None, fleet: offline.OfflineFleet | None = None
+) -> str:
+    answers = dataclasses.asdict(fleet or offline.OfflineFleet())
+    text = json.dumps([config, project, stack, region, answers], sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -99,14 +104,13 @@ def run(
     """``infra.offline.run``, keeping the runs of the real program (see the module's docstring)."""
     from infra import program as real_program
 
-    # A fleet's manager reads its workers' stack files too (their answers are not in the key): afresh.
-    if program is not real_program.main or deployed is not None or fleet is not None or _fresh[0]:
+    if program is not real_program.main or deployed is not None or _fresh[0]:
         return engine.run(program, config, project, stack, region, on_record, deployed, fleet)
     # (the engine's default region, so that the plan command's runs, which name it, and run_stack's agree)
-    key = _key(config, project, stack, region or str(config.get("aws:region") or "us-west-2"))
+    key = _key(config, project, stack, region or str(config.get("aws:region") or "us-west-2"), fleet)
     kept = _kept(_KEPT, key)
     if kept is None:
-        result = engine.run(program, config, project, stack, region, on_record)
+        result = engine.run(program, config, project, stack, region, on_record, None, fleet)
         _keep(_KEPT, key, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
         return result
     hits[0] += 1

@@ -75,6 +75,24 @@ def test_a_kept_run_shows_each_record_to_on_record_in_order():
     assert [(r.type, r.name) for r in seen] == [(r.type, r.name) for r in first.records]
 
 
+def test_the_fleets_answers_are_in_the_key():
+    """The plan command hands the engine the fleet's answers (empty for a stack without a fleet): the same
+    answers are the same run, as none given is; other answers (another organization, other outputs of a
+    referenced stack) plan afresh."""
+    values = _values(tags={"memo": "fleet"})
+    first = offline.run(real_program.main, values, project="gpu-training", stack=STACK)
+    hits = plan_memo.hits[0]
+    again = offline.run(real_program.main, values, project="gpu-training", stack=STACK, fleet=offline.OfflineFleet())
+    assert plan_memo.hits[0] == hits + 1
+    assert [r.as_json() for r in again.records] == [r.as_json() for r in first.records]
+    for other in (
+        offline.OfflineFleet(organization="acme"),
+        offline.OfflineFleet(outputs={"acme/gpu-training/w1": {"fleetWorker": {"cluster": "w1"}}}),
+    ):
+        offline.run(real_program.main, values, project="gpu-training", stack=STACK, fleet=other)
+        assert plan_memo.hits[0] == hits + 1
+
+
 def test_a_run_that_fails_is_not_kept():
     values = _values(gpuAvailabilityZone="us-west-2z")
     hits = plan_memo.hits[0]
