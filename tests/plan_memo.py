@@ -125,7 +125,9 @@ def _folder_key(folder: Path, root: Path | None) -> str:
     digest = hashlib.sha256(str(Path(root).resolve() if root else "").encode() + b"\0")
     for path in sorted(Path(folder).iterdir()):
         if path.is_file():
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+            digest.update(path.name.encode() + b"\0")
+            digest.update(path.read_bytes())  # (hashed where it was read: no copy of megabytes joined to a name)
+            digest.update(b"\0")
     return digest.hexdigest()
 
 
