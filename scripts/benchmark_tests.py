@@ -19,7 +19,10 @@ shared machine other work slows every run.
 Each run is also timed in CPU seconds (user + system of the command and every process it started,
 ``getrusage(RUSAGE_CHILDREN)``), which other work on the machine changes far less than the wall time:
 on the 2-core machine the second run fits in the target at idle when its CPU time is under
-SECOND_RUN_CPU_TARGET (two cores, less what pytest-xdist's workers lose waiting for the last tests).
+SECOND_RUN_CPU_TARGET: the target's seconds times the cores a second run keeps busy on average at idle
+(CORES_BUSY_AT_IDLE, measured; less than two: start-up, the last tests, waits). Each run also prints the
+cores it kept busy (CPU / wall): well under CORES_BUSY_AT_IDLE means other work took the cores, or the
+suite waits more than it did.
 The runs write bytecode as a user's do: PYTHONDONTWRITEBYTECODE, if set here, is not passed on (with
 it every run compiles the project and pytest rewrites every test module again, in each process).
 """
@@ -46,8 +49,12 @@ DURATION = re.compile(r"^\s*([\d.]+)s (setup|call|teardown)\s+(tests/[^:]+)::")
 SUMMARY = re.compile(r"^=*\s*(\d+ passed.*?) in [\d.]+s", re.MULTILINE)
 # The target: the test command's second run on a fresh clone, in seconds.
 SECOND_RUN_TARGET = 120.0
+# The cores a second run keeps busy on average at idle on the 2-core machine, measured (4acba95, load 1.75
+# before: 201.3 s of CPU in 105.0 s). It was taken as 1.67 before (200 s in 120 s) while some tests held a
+# worker idle for seconds (socketserver's shutdown poll, the MPI launcher's replayed runs).
+CORES_BUSY_AT_IDLE = 1.9
 # The second run's CPU seconds that two idle cores get through in SECOND_RUN_TARGET (issue 35).
-SECOND_RUN_CPU_TARGET = 200.0
+SECOND_RUN_CPU_TARGET = SECOND_RUN_TARGET * CORES_BUSY_AT_IDLE
 # What a first run of the test command sets up in a clone and the benchmark takes from this checkout.
 SET_UP = (".venv", ".tools")
 REQUIREMENTS = ("requirements.txt", "requirements-dev.txt")  # as scripts/bootstrap.sh hashes them
@@ -145,14 +152,15 @@ def main() -> int:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     first, second, summary = fresh_clone_runs(rest)
     print(f"`bash scripts/test.sh` on a fresh clone of {head.stdout.strip()} ({', '.join(SET_UP)} linked):")
-    print(f"  first run: {first.wall:.1f} s wall, {first.cpu:.1f} s CPU")
+    print(f"  first run: {first.wall:.1f} s wall, {first.cpu:.1f} s CPU ({first.cpu / first.wall:.2f} cores busy)")
     print(
         f"  second run: {second.wall:.1f} s wall ({summary}); target under {SECOND_RUN_TARGET:.0f} s: "
         f"{verdict(second.wall, SECOND_RUN_TARGET)}"
     )
     print(
-        f"  second run: {second.cpu:.1f} s CPU (user + system, every process); under {SECOND_RUN_CPU_TARGET:.0f} s "
-        f"for the target on two idle cores: {verdict(second.cpu, SECOND_RUN_CPU_TARGET)}"
+        f"  second run: {second.cpu:.1f} s CPU (user + system, every process; {second.cpu / second.wall:.2f} cores "
+        f"busy); under {SECOND_RUN_CPU_TARGET:.0f} s ({SECOND_RUN_TARGET:.0f} s at the {CORES_BUSY_AT_IDLE} cores "
+        f"busy at idle) for the target: {verdict(second.cpu, SECOND_RUN_CPU_TARGET)}"
     )
     print(f"load average (1, 5, 15 min) before: {load_before}")
     print(machine.describe())  # cores, CPU model and load now (scripts/machine.py)
