@@ -54,12 +54,12 @@ GC_THRESHOLD = (10_000, 10, 10)
 _GC = pytest.StashKey["tuple[int, int, int]"]()  # the thresholds before
 
 # What a test process keeps grows from test to test (the SDKs' modules, the plans kept, the caches), and
-# every middle and full collection walks all of it again. So after a test that allocated much (a collection
-# ran since the last), the last run's SDK state is let go (``reset_options``: the mock monitor, its resources
-# and outputs, which the SDK keeps until the next run), its garbage collected, and what is left moved out of
-# the collector's sight (``gc.freeze``): later collections walk only what later tests make. (An object
-# frozen there that later becomes a garbage cycle stays until the process ends; a test process's memory
-# was measured lower this way, not higher.)
+# every middle and full collection walks all of it again. So after a test that allocated much (FREEZE_FROM
+# tracked objects more than it freed, or a collection ran since the last), the last run's SDK state is let
+# go (``reset_options``: the mock monitor, its resources and outputs, which the SDK keeps until the next
+# run), its garbage collected, and what is left moved out of the collector's sight (``gc.freeze``): later
+# collections walk only what later tests make. (An object frozen there that later becomes a garbage cycle
+# stays until the process ends; a test process's memory was measured lower this way, not higher.)
 FREEZE_FROM = 5_000  # allocations (less deallocations) of tracked objects since the last collection
 
 
